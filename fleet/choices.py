@@ -1,0 +1,10 @@
+"""Enumerations of the fleet inventory."""
+from django.db import models
+
+
+class SchedulerKind(models.TextChoices):
+    """The workload scheduler that runs customer jobs on a cluster's nodes."""
+
+    SLURM = "slurm", "Slurm"
+    KUBERNETES = "kubernetes", "Kubernetes"
+    NONE = "none", "None"

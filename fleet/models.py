@@ -1,0 +1,113 @@
+"""Fleet inventory: where nodes live, who rents them, what they should be."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from .choices import SchedulerKind
+
+
+class Site(models.Model):
+    """A data centre or hall."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    location = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Cluster(models.Model):
+    """A group of nodes in one site sharing one workload scheduler."""
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=100, unique=True)
+    scheduler_kind = models.CharField(
+        max_length=20, choices=SchedulerKind.choices, default=SchedulerKind.NONE
+    )
+    scheduler_endpoint = models.CharField(
+        max_length=200, blank=True, help_text="Slurm controller host or Kubernetes API server URL."
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Rack(models.Model):
+    """A rack in a site; the smallest physical failure domain above the node."""
+
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="racks")
+    name = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["site__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["site", "name"], name="unique_rack_per_site")]
+
+    def __str__(self) -> str:
+        return f"{self.site.slug}/{self.name}"
+
+
+class Tenant(models.Model):
+    """A customer organisation that rents nodes."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TenantMembership(models.Model):
+    """Ties a customer's user account to its tenant; such users see only that tenant's nodes."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_membership"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant}"
+
+
+class HardwareProfile(models.Model):
+    """A SKU: what a node of this kind must contain, and its firmware baseline."""
+
+    name = models.CharField(max_length=100, unique=True)
+    gpu_model = models.CharField(max_length=100)
+    gpu_count = models.PositiveSmallIntegerField()
+    hca_count = models.PositiveSmallIntegerField(default=0, help_text="InfiniBand HCAs expected.")
+    hca_rate_gbps = models.PositiveIntegerField(default=0, help_text="Expected link rate per HCA port.")
+    memory_gb = models.PositiveIntegerField(help_text="Host memory in GiB.")
+    firmware_baseline = models.JSONField(
+        default=dict, blank=True,
+        help_text='Minimum firmware per component, e.g. {"bios": "1.8.2", "bmc": "5.10"}.',
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Persona(models.Model):
+    """The role a node is given (training, inference, ...), which later drives its validation depth."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

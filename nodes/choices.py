@@ -1,0 +1,102 @@
+"""Lifecycle states, their labels, colours and phases: the one place tables,
+filters, charts and the API read them from."""
+from __future__ import annotations
+
+from django.db import models
+
+
+class NodeState(models.TextChoices):
+    """Where a node is in its life, named as an operator says it."""
+
+    # Day 0
+    ENROLLED = "enrolled", "Enrolled"
+    INITIALIZING = "initializing", "Initializing"
+    ONBOARD = "onboard", "Onboard"
+    # Day 1 (also the road back: re-validation)
+    FIRMWARE_UPDATE = "firmware_update", "Firmware update"
+    INVENTORY_CHECK = "inventory_check", "Inventory check"
+    BURN_IN = "burn_in", "Burn-in"
+    FABRIC_CHECK = "fabric_check", "Fabric check"
+    RELIABILITY_ASSESSMENT = "reliability_assessment", "Reliability assessment"
+    # Day 2+
+    PRODUCTION = "production", "Production"
+    DRAIN_PENDING = "drain_pending", "Drain pending"
+    DRAINING = "draining", "Draining"
+    TRIAGE = "triage", "Triage"
+    REMEDIATING = "remediating", "Remediation in progress"
+    REPAIR = "repair", "Repair"
+    RMA = "rma", "RMA"
+    DECOMMISSIONED = "decommissioned", "Decommissioned"
+
+
+class Phase(models.TextChoices):
+    """The coarse phase a state belongs to; drives grouping on the dashboard."""
+
+    DAY0 = "day0", "Day 0: initialization"
+    DAY1 = "day1", "Day 1: validation"
+    PRODUCTION = "production", "In production"
+    OUT = "out", "Out of production"
+    RETIRED = "retired", "Retired"
+
+
+S = NodeState
+
+DAY1_STAGES: tuple[str, ...] = (
+    S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
+)
+
+STATE_PHASE: dict[str, str] = {
+    S.ENROLLED: Phase.DAY0, S.INITIALIZING: Phase.DAY0, S.ONBOARD: Phase.DAY0,
+    **{stage: Phase.DAY1 for stage in DAY1_STAGES},
+    S.PRODUCTION: Phase.PRODUCTION, S.DRAIN_PENDING: Phase.PRODUCTION,
+    S.DRAINING: Phase.OUT, S.TRIAGE: Phase.OUT, S.REMEDIATING: Phase.OUT,
+    S.REPAIR: Phase.OUT, S.RMA: Phase.OUT,
+    S.DECOMMISSIONED: Phase.RETIRED,
+}
+
+# States an operator should look at: the node is not serving and needs work.
+TROUBLE_STATES: tuple[str, ...] = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
+
+# Badge colours (CSS custom property suffixes in static/css/app.css, and chart colours).
+STATE_COLOURS: dict[str, str] = {
+    S.ENROLLED: "#8b95a5", S.INITIALIZING: "#6c8ebf", S.ONBOARD: "#4a78c2",
+    S.FIRMWARE_UPDATE: "#7b61c9", S.INVENTORY_CHECK: "#8d5fd3", S.BURN_IN: "#a05ad6",
+    S.FABRIC_CHECK: "#b355cf", S.RELIABILITY_ASSESSMENT: "#c24fc0",
+    S.PRODUCTION: "#2e9e5b", S.DRAIN_PENDING: "#d9a21b", S.DRAINING: "#e08a1e",
+    S.TRIAGE: "#e0641e", S.REMEDIATING: "#d94a3a", S.REPAIR: "#c0392b", S.RMA: "#8e2a20",
+    S.DECOMMISSIONED: "#555c66",
+}
+
+# Fixed positions of the states on the lifecycle graph (x: left to right through life,
+# y: main road at 0, detours above/below). Hand-laid so the picture stays stable.
+STATE_LAYOUT: dict[str, tuple[float, float]] = {
+    S.ENROLLED: (0, 0), S.INITIALIZING: (1, 0), S.ONBOARD: (2, 0),
+    S.FIRMWARE_UPDATE: (3, 0), S.INVENTORY_CHECK: (4, 0), S.BURN_IN: (5, 0),
+    S.FABRIC_CHECK: (6, 0), S.RELIABILITY_ASSESSMENT: (7, 0), S.PRODUCTION: (8, 0),
+    S.DRAIN_PENDING: (8, -1.2), S.DRAINING: (7, -1.8), S.TRIAGE: (5.5, -2.2),
+    S.REMEDIATING: (4, -3.2), S.REPAIR: (5.5, -3.6), S.RMA: (7, -3.4),
+    S.DECOMMISSIONED: (1.5, -3.0),
+}
+
+
+class ActorKind(models.TextChoices):
+    """Who acted: a person, or a component of the system."""
+
+    USER = "user", "User"
+    SYSTEM = "system", "System"
+
+
+class EventKind(models.TextChoices):
+    """What a history row records."""
+
+    TRANSITION = "transition", "State change"
+    FORCED = "forced", "Forced state change"
+    FINDING = "finding", "Finding"
+    ACTION = "action", "Action"
+    NOTE = "note", "Operator note"
+
+
+EVENT_KIND_COLOURS: dict[str, str] = {
+    EventKind.TRANSITION: "#4a78c2", EventKind.FORCED: "#c0392b", EventKind.FINDING: "#e0641e",
+    EventKind.ACTION: "#2e9e5b", EventKind.NOTE: "#8b95a5",
+}

@@ -1,0 +1,57 @@
+"""One FilterSet for the node list page, its CSV export and the REST API."""
+from __future__ import annotations
+
+import django_filters
+from django.db.models import Q, QuerySet
+
+from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
+
+from .choices import Phase, NodeState, STATE_PHASE, TROUBLE_STATES
+from .models import Node
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    """Search by hostname, serial, GPU UUID or BMC address; filter by place, owner and state."""
+
+    q = django_filters.CharFilter(method="search", label="Search")
+    state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
+    phase = django_filters.ChoiceFilter(choices=Phase.choices, method="filter_phase")
+    in_trouble = django_filters.BooleanFilter(method="filter_in_trouble", label="In trouble")
+    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="site",
+                                            to_field_name="slug")
+    cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="cluster",
+                                               to_field_name="name")
+    rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
+    tenant = django_filters.ModelChoiceFilter(queryset=Tenant.objects.all(), field_name="tenant",
+                                              to_field_name="slug")
+    unassigned = django_filters.BooleanFilter(field_name="tenant", lookup_expr="isnull",
+                                              label="Unassigned capacity")
+    hardware_profile = django_filters.ModelChoiceFilter(queryset=HardwareProfile.objects.all())
+    persona = django_filters.ModelChoiceFilter(queryset=Persona.objects.all())
+    ordering = django_filters.OrderingFilter(
+        fields=(("hostname", "hostname"), ("serial", "serial"), ("state", "state"),
+                ("state_changed_at", "state_changed_at"), ("site__name", "site"),
+                ("cluster__name", "cluster"), ("tenant__name", "tenant")),
+    )
+
+    class Meta:
+        model = Node
+        fields = ["q", "state", "phase", "in_trouble", "site", "cluster", "rack", "tenant", "unassigned",
+                  "hardware_profile", "persona"]
+
+    def search(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
+        value = value.strip()
+        if not value:
+            return queryset
+        matches = (Q(hostname__icontains=value) | Q(serial__icontains=value)
+                   | Q(bmc_address__icontains=value) | Q(gpus__uuid__iexact=value))
+        # A GPU UUID match joins gpus; filter by id to keep one row per node.
+        return queryset.filter(pk__in=Node.objects.filter(matches).values("pk"))
+
+    def filter_phase(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
+        return queryset.filter(state__in=[s for s, p in STATE_PHASE.items() if p == value]) if value else queryset
+
+    def filter_in_trouble(self, queryset: QuerySet[Node], name: str, value: bool | None) -> QuerySet[Node]:
+        if value is None:
+            return queryset
+        return queryset.filter(state__in=TROUBLE_STATES) if value else queryset.exclude(state__in=TROUBLE_STATES)

@@ -1,0 +1,275 @@
+"""Nodes, their GPUs, and their append-only history.
+
+The lifecycle is declared here and nowhere else. Transition methods only check
+and set fields: locking, saving, history and follow-up work belong to
+``nodes.services``, the only road to a state change.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, transition
+
+from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
+
+from .choices import DAY1_STAGES, ActorKind, EventKind, NodeState
+
+S = NodeState
+OPERATE = "nodes.operate_node"  # run lifecycle transitions from the portal and API
+FORCE = "nodes.force_node_state"  # override the state machine (admin, audited)
+
+# Queues a transition's follow-up work runs on (see nodewarden/celery.py).
+Q_PROVISIONING, Q_VALIDATION, Q_REMEDIATION = "provisioning", "validation", "remediation"
+
+
+def _meta(label: str, queue: str, *, style: str = "primary", admin_only: bool = False) -> dict[str, Any]:
+    return {"label": label, "queue": queue, "style": style, "admin_only": admin_only}
+
+
+class Node(ConcurrentTransitionMixin, models.Model):
+    """A GPU server, from enrollment to decommission."""
+
+    hostname = models.CharField(max_length=253, unique=True)
+    serial = models.CharField(max_length=100, unique=True)
+    bmc_address = models.CharField(max_length=255, help_text="BMC host or IP (Redfish/IPMI).")
+    site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="nodes")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
+    rack = models.ForeignKey(Rack, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
+    rack_unit = models.PositiveSmallIntegerField(null=True, blank=True)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes",
+        help_text="Customer renting the node; empty for unassigned capacity.",
+    )
+    hardware_profile = models.ForeignKey(HardwareProfile, on_delete=models.PROTECT, related_name="nodes")
+    persona = models.ForeignKey(Persona, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
+
+    state = FSMField(choices=NodeState.choices, default=NodeState.ENROLLED, protected=True, db_index=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    # True while the node walks the Day 1 stages again after triage, remediation, repair or RMA.
+    is_revalidation = models.BooleanField(default=False)
+
+    created = models.DateTimeField(auto_now_add=True)
+    last_updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        permissions = [
+            ("operate_node", "Can run lifecycle transitions on nodes"),
+            ("force_node_state", "Can force a node into any state (audited)"),
+        ]
+        indexes = [models.Index(fields=["state", "state_changed_at"])]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    # --- Day 0 -----------------------------------------------------------
+    @transition(field=state, source=S.ENROLLED, target=S.INITIALIZING, permission=OPERATE,
+                custom=_meta("Start initialization", Q_PROVISIONING))
+    def start_initialization(self) -> None:
+        """Boot image, network and cloud-init are being prepared."""
+
+    @transition(field=state, source=S.INITIALIZING, target=S.ONBOARD, permission=OPERATE,
+                custom=_meta("Mark onboard", Q_PROVISIONING))
+    def mark_onboard(self) -> None:
+        """The node booted and its agent joined the portal."""
+
+    # --- Day 1 -----------------------------------------------------------
+    @transition(field=state, source=S.ONBOARD, target=S.FIRMWARE_UPDATE, permission=OPERATE,
+                custom=_meta("Start validation", Q_VALIDATION))
+    def start_validation(self) -> None:
+        """First walk through the Day 1 stages."""
+        self.is_revalidation = False
+
+    @transition(field=state, source=[S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA], target=S.FIRMWARE_UPDATE,
+                permission=OPERATE, custom=_meta("Re-validate", Q_VALIDATION))
+    def revalidate(self) -> None:
+        """Back from triage, remediation, repair or RMA: every Day 1 check again."""
+        self.is_revalidation = True
+
+    @transition(field=state, source=S.FIRMWARE_UPDATE, target=S.INVENTORY_CHECK, permission=OPERATE,
+                custom=_meta("Pass firmware", Q_VALIDATION, style="success"))
+    def pass_firmware(self) -> None:
+        """Firmware matches the hardware profile's baseline."""
+
+    @transition(field=state, source=S.INVENTORY_CHECK, target=S.BURN_IN, permission=OPERATE,
+                custom=_meta("Pass inventory check", Q_VALIDATION, style="success"))
+    def pass_inventory_check(self) -> None:
+        """The node holds what its hardware profile says."""
+
+    @transition(field=state, source=S.BURN_IN, target=S.FABRIC_CHECK, permission=OPERATE,
+                custom=_meta("Pass burn-in", Q_VALIDATION, style="success"))
+    def pass_burn_in(self) -> None:
+        """GPU burn-in and NCCL tests met their thresholds."""
+
+    @transition(field=state, source=S.FABRIC_CHECK, target=S.RELIABILITY_ASSESSMENT, permission=OPERATE,
+                custom=_meta("Pass fabric check", Q_VALIDATION, style="success"))
+    def pass_fabric_check(self) -> None:
+        """InfiniBand cabling matches the plan."""
+
+    @transition(field=state, source=S.RELIABILITY_ASSESSMENT, target=S.PRODUCTION, permission=OPERATE,
+                custom=_meta("Release to production", Q_VALIDATION, style="success"))
+    def release_to_production(self) -> None:
+        """All Day 1 stages passed."""
+        self.is_revalidation = False
+
+    @transition(field=state, source=[S.INITIALIZING, *DAY1_STAGES], target=S.TRIAGE, permission=OPERATE,
+                custom=_meta("Fail validation", Q_REMEDIATION, style="danger"))
+    def fail_validation(self) -> None:
+        """A Day 0 or Day 1 stage failed."""
+
+    # --- Day 2+ ----------------------------------------------------------
+    @transition(field=state, source=S.PRODUCTION, target=S.DRAIN_PENDING, permission=OPERATE,
+                custom=_meta("Drain when job ends", Q_REMEDIATION, style="warning"))
+    def request_drain(self) -> None:
+        """Leave production once the customer's current job ends."""
+
+    @transition(field=state, source=S.DRAIN_PENDING, target=S.PRODUCTION, permission=OPERATE,
+                custom=_meta("Cancel drain", Q_REMEDIATION))
+    def cancel_drain(self) -> None:
+        """The reason to drain went away before the job ended."""
+
+    @transition(field=state, source=[S.PRODUCTION, S.DRAIN_PENDING], target=S.DRAINING, permission=OPERATE,
+                custom=_meta("Drain now", Q_REMEDIATION, style="warning"))
+    def start_draining(self) -> None:
+        """No new work; the workload scheduler moves work off the node."""
+
+    @transition(field=state, source=S.DRAINING, target=S.TRIAGE, permission=OPERATE,
+                custom=_meta("Complete drain", Q_REMEDIATION))
+    def complete_drain(self) -> None:
+        """No customer work left on the node."""
+
+    @transition(field=state, source=[S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING], target=S.TRIAGE,
+                permission=OPERATE, custom=_meta("Cordon now", Q_REMEDIATION, style="danger"))
+    def cordon(self) -> None:
+        """Catastrophic finding: out of production at once, job or not."""
+
+    @transition(field=state, source=S.TRIAGE, target=S.REMEDIATING, permission=OPERATE,
+                custom=_meta("Start remediation", Q_REMEDIATION))
+    def start_remediation(self) -> None:
+        """An automated fix (reset, reboot, power cycle, reimage) is running."""
+
+    @transition(field=state, source=S.REMEDIATING, target=S.TRIAGE, permission=OPERATE,
+                custom=_meta("Remediation failed", Q_REMEDIATION, style="danger"))
+    def fail_remediation(self) -> None:
+        """The fix did not work; back to triage for the next rung."""
+
+    @transition(field=state, source=[S.TRIAGE, S.REMEDIATING], target=S.REPAIR, permission=OPERATE,
+                custom=_meta("Send to repair", Q_REMEDIATION, style="danger"))
+    def send_to_repair(self) -> None:
+        """A technician's hands are needed."""
+
+    @transition(field=state, source=[S.TRIAGE, S.REPAIR], target=S.RMA, permission=OPERATE,
+                custom=_meta("Return to vendor (RMA)", Q_REMEDIATION, style="danger"))
+    def send_to_rma(self) -> None:
+        """Hardware goes back to the vendor."""
+
+    @transition(field=state, source=[S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA],
+                target=S.DECOMMISSIONED, permission=OPERATE,
+                custom=_meta("Decommission", Q_PROVISIONING, style="danger"))
+    def decommission(self) -> None:
+        """The node leaves the fleet for good."""
+
+    # --- Override --------------------------------------------------------
+    @transition(field=state, source="*", target=RETURN_VALUE(*NodeState.values), permission=FORCE,
+                custom=_meta("Force state", Q_REMEDIATION, style="danger", admin_only=True))
+    def force_state(self, target: str) -> str:
+        """Admin override past the state machine's rules; always audited."""
+        if target not in NodeState.values:
+            raise ValueError(f"Unknown state {target!r}")
+        self.is_revalidation = False
+        return target
+
+
+class GPU(models.Model):
+    """One GPU in a node."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True, verbose_name="UUID")
+    serial = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        verbose_name = "GPU"
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:GPU{self.index}"
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """History is never rewritten: bulk updates and deletes are refused."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise PermissionError("Node history is append-only")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise PermissionError("Node history is append-only")
+
+
+class NodeEvent(models.Model):
+    """One append-only row of a node's life: a state change, a finding, an action or a note.
+
+    The node and the actor are kept both as a foreign key and as a copied name,
+    so the record survives the deletion of either.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, related_name="events")
+    hostname = models.CharField(max_length=253)
+    created = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=20, choices=EventKind.choices)
+    transition = models.CharField(max_length=50, blank=True)
+    source_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
+    target_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
+    reason = models.TextField()
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                              related_name="+")
+    actor_kind = models.CharField(max_length=10, choices=ActorKind.choices)
+    actor_name = models.CharField(max_length=150, help_text="Username, or system:<component>.")
+    correlation_id = models.CharField(max_length=100, blank=True, help_text="Request or task id.")
+    details = models.JSONField(default=dict, blank=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["node", "-created"]), models.Index(fields=["-created"])]
+
+    def __str__(self) -> str:
+        if self.source_state or self.target_state:
+            return f"{self.hostname}: {self.source_state} -> {self.target_state}"
+        return f"{self.hostname}: {self.kind}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise PermissionError("Node history is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise PermissionError("Node history is append-only")
+
+    @property
+    def is_state_change(self) -> bool:
+        return self.kind in (EventKind.TRANSITION, EventKind.FORCED)
+
+
+class StateCountSnapshot(models.Model):
+    """How many nodes were in each state at a moment, per cluster and tenant.
+
+    Written hourly by Celery beat; the fleet chart of state counts over time reads it.
+    Zero counts are not stored.
+    """
+
+    taken_at = models.DateTimeField(db_index=True)
+    state = models.CharField(max_length=30, choices=NodeState.choices)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["taken_at"]
+        indexes = [models.Index(fields=["tenant", "taken_at"])]

@@ -1,0 +1,46 @@
+"""Tenant scoping: the one place that decides which nodes a user may see.
+
+Staff see the whole fleet. A customer's user sees only its tenant's nodes, and
+anything else answers 404 (not 403), so other tenants' hostnames do not leak.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from fleet.models import Tenant
+
+from .models import Node, NodeEvent
+
+
+def user_tenant_id(user: Any) -> int | None:
+    membership = getattr(user, "tenant_membership", None)
+    return membership.tenant_id if membership is not None else None
+
+
+def is_operator_view(user: Any) -> bool:
+    """Staff see everything; everyone else is scoped to a tenant."""
+    return bool(user.is_authenticated and user.is_staff)
+
+
+def visible_nodes(user: Any) -> QuerySet[Node]:
+    if is_operator_view(user):
+        return Node.objects.all()
+    tenant_id = user_tenant_id(user) if user.is_authenticated else None
+    if tenant_id is None:
+        return Node.objects.none()
+    return Node.objects.filter(tenant_id=tenant_id)
+
+
+def visible_events(user: Any) -> QuerySet[NodeEvent]:
+    if is_operator_view(user):
+        return NodeEvent.objects.all()
+    return NodeEvent.objects.filter(node__in=visible_nodes(user))
+
+
+def visible_tenants(user: Any) -> QuerySet[Tenant]:
+    if is_operator_view(user):
+        return Tenant.objects.all()
+    tenant_id = user_tenant_id(user) if user.is_authenticated else None
+    return Tenant.objects.filter(pk=tenant_id) if tenant_id else Tenant.objects.none()

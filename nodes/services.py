@@ -1,0 +1,202 @@
+"""Lifecycle verbs: the only road to a change of a node's state.
+
+Every verb locks the node row, checks the state machine, applies the transition,
+saves, writes the history row in the same transaction, and queues follow-up
+work only once that transaction has committed. Views, the API, admin and tasks
+all call these functions; none of them touches ``Node.state``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.utils import timezone
+from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
+
+from .choices import ActorKind, EventKind, NodeState
+from .models import Node, NodeEvent
+
+User = AbstractBaseUser | AnonymousUser
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who or what acts: a user, or a system component such as ``system:policy``."""
+
+    user: Any = None
+    component: str = ""
+
+    @classmethod
+    def system(cls, component: str) -> Actor:
+        return cls(component=component)
+
+    @property
+    def name(self) -> str:
+        return self.user.get_username() if self.user is not None else f"system:{self.component}"
+
+    @property
+    def kind(self) -> str:
+        return ActorKind.USER if self.user is not None else ActorKind.SYSTEM
+
+
+class ReasonRequired(ValueError):
+    """Every change of state and every note needs a human-readable reason."""
+
+
+class TransitionForbidden(PermissionError):
+    """The acting user lacks the permission the transition declares."""
+
+
+def _clean_reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("A reason is required.")
+    return reason
+
+
+def _transition(
+    node_id: int,
+    name: str,
+    *,
+    actor: Actor,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+    kind: str = EventKind.TRANSITION,
+    args: tuple[Any, ...] = (),
+) -> NodeEvent:
+    """Run transition ``name`` on a node under a row lock and record it.
+
+    Raises ``Node.DoesNotExist``, ``TransitionNotAllowed`` (with a message naming
+    the state), ``TransitionForbidden`` or ``ReasonRequired``; in every such case
+    nothing is written.
+    """
+    reason = _clean_reason(reason)
+    with transaction.atomic():
+        # The row lock serialises concurrent verbs on PostgreSQL; on SQLite the
+        # ConcurrentTransitionMixin's compare-and-swap UPDATE is the guard.
+        node = Node.objects.select_for_update().get(pk=node_id)
+        method = getattr(node, name)
+        source = node.state
+        if not can_proceed(method):
+            label = NodeState(source).label
+            raise TransitionNotAllowed(f"Cannot {name.replace('_', ' ')} a node in state {label!r}.")
+        if actor.user is not None and not has_transition_perm(method, actor.user):
+            raise TransitionForbidden(f"{actor.name} may not {name.replace('_', ' ')} nodes.")
+        method(*args)
+        node.state_changed_at = timezone.now()
+        node.save(update_fields=["state", "state_changed_at", "is_revalidation", "last_updated"])
+        event = NodeEvent.objects.create(
+            node=node, hostname=node.hostname, kind=kind, transition=name,
+            source_state=source, target_state=node.state, reason=reason,
+            actor=actor.user, actor_kind=actor.kind, actor_name=actor.name,
+            correlation_id=correlation_id, details=details or {},
+            created=node.state_changed_at,
+        )
+        transaction.on_commit(lambda: _queue_followup(event, name))
+    return event
+
+
+def _queue_followup(event: NodeEvent, transition_name: str) -> None:
+    from .tasks import run_transition_followup
+
+    queue = transition_meta(transition_name).get("queue", "default")
+    run_transition_followup.apply_async(args=[event.pk], queue=queue)
+
+
+def transition_meta(name: str) -> dict[str, Any]:
+    """The ``custom`` metadata a transition declares on the model (label, queue, style)."""
+    meta = getattr(Node, name)._django_fsm
+    first = next(iter(meta.transitions.values()))
+    return dict(first.custom)
+
+
+# --- One function per verb ------------------------------------------------
+def _verb(name: str) -> Callable[..., NodeEvent]:
+    def verb(node_id: int, *, actor: Actor, reason: str, details: dict[str, Any] | None = None,
+             correlation_id: str = "") -> NodeEvent:
+        return _transition(node_id, name, actor=actor, reason=reason, details=details,
+                           correlation_id=correlation_id)
+
+    verb.__name__ = verb.__qualname__ = name
+    verb.__doc__ = getattr(Node, name).__doc__
+    return verb
+
+
+start_initialization = _verb("start_initialization")
+mark_onboard = _verb("mark_onboard")
+start_validation = _verb("start_validation")
+revalidate = _verb("revalidate")
+pass_firmware = _verb("pass_firmware")
+pass_inventory_check = _verb("pass_inventory_check")
+pass_burn_in = _verb("pass_burn_in")
+pass_fabric_check = _verb("pass_fabric_check")
+release_to_production = _verb("release_to_production")
+fail_validation = _verb("fail_validation")
+request_drain = _verb("request_drain")
+cancel_drain = _verb("cancel_drain")
+start_draining = _verb("start_draining")
+complete_drain = _verb("complete_drain")
+cordon = _verb("cordon")
+start_remediation = _verb("start_remediation")
+fail_remediation = _verb("fail_remediation")
+send_to_repair = _verb("send_to_repair")
+send_to_rma = _verb("send_to_rma")
+decommission = _verb("decommission")
+
+
+def force_state(node_id: int, target: str, *, actor: Actor, reason: str,
+                correlation_id: str = "") -> NodeEvent:
+    """Put a node into any state, past the state machine's rules; recorded as a forced change."""
+    if target not in NodeState.values:
+        raise ValueError(f"Unknown state {target!r}.")
+    return _transition(node_id, "force_state", actor=actor, reason=reason, kind=EventKind.FORCED,
+                       correlation_id=correlation_id, args=(target,), details={"forced_target": target})
+
+
+# Verbs an operator may run by name from the portal and the API (force_state is admin-only).
+VERBS: dict[str, Callable[..., NodeEvent]] = {
+    fn.__name__: fn
+    for fn in (
+        start_initialization, mark_onboard, start_validation, revalidate, pass_firmware,
+        pass_inventory_check, pass_burn_in, pass_fabric_check, release_to_production,
+        fail_validation, request_drain, cancel_drain, start_draining, complete_drain, cordon,
+        start_remediation, fail_remediation, send_to_repair, send_to_rma, decommission,
+    )
+}
+
+
+def perform(node_id: int, name: str, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
+    """Run the verb called ``name``; unknown names are refused like disallowed transitions."""
+    verb = VERBS.get(name)
+    if verb is None:
+        raise TransitionNotAllowed(f"Unknown transition {name!r}.")
+    return verb(node_id, actor=actor, reason=reason, correlation_id=correlation_id)
+
+
+def available_transitions(node: Node, user: Any) -> list[dict[str, Any]]:
+    """Transitions this user may run on this node now, for buttons and the API."""
+    result = []
+    for t in node.get_available_user_state_transitions(user):
+        if t.custom.get("admin_only"):
+            continue
+        result.append({"name": t.name, "label": t.custom["label"], "target": t.target,
+                       "style": t.custom.get("style", "primary")})
+    return result
+
+
+def record_event(node_id: int, kind: str, *, actor: Actor, reason: str,
+                 details: dict[str, Any] | None = None, correlation_id: str = "") -> NodeEvent:
+    """Append a finding, action or operator note to a node's history (no change of state)."""
+    if kind not in (EventKind.FINDING, EventKind.ACTION, EventKind.NOTE):
+        raise ValueError(f"{kind!r} is not a plain event kind.")
+    reason = _clean_reason(reason)
+    node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
+    return NodeEvent.objects.create(
+        node=node, hostname=node.hostname, kind=kind, source_state=node.state, reason=reason,
+        actor=actor.user, actor_kind=actor.kind, actor_name=actor.name,
+        correlation_id=correlation_id, details=details or {},
+    )

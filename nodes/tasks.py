@@ -1,0 +1,77 @@
+"""Background work on nodes. Tasks take ids, re-read state and are safe to run twice."""
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from checks.choices import FINISHED, RunKind, RunStatus
+from checks.models import CheckRun
+
+from .followups import FOLLOWUPS
+from .models import Node, NodeEvent, StateCountSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, acks_late=True)
+def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Carry out what a committed transition asks for next, and record the run.
+
+    Idempotent: a second delivery finds the finished run and returns; a node that
+    has moved on since the transition is left alone (the run is marked superseded).
+    """
+    event = NodeEvent.objects.select_related("node__cluster").filter(pk=event_id).first()
+    if event is None or event.node is None:
+        return "gone"
+    try:
+        with transaction.atomic():
+            run, _ = CheckRun.objects.get_or_create(
+                trigger=event, kind=RunKind.TRANSITION_FOLLOWUP,
+                defaults={"node": event.node, "task_id": self.request.id or ""},
+            )
+    except IntegrityError:  # a concurrent delivery created it first
+        run = CheckRun.objects.get(trigger=event, kind=RunKind.TRANSITION_FOLLOWUP)
+    if run.status in FINISHED:
+        return run.status
+
+    node = event.node
+    run.status, run.started, run.task_id = RunStatus.RUNNING, timezone.now(), self.request.id or ""
+    run.save(update_fields=["status", "started", "task_id"])
+    handler = FOLLOWUPS.get(event.transition)
+    try:
+        if node.state != event.target_state:
+            run.status, run.summary = RunStatus.SUPERSEDED, f"Node is now {node.get_state_display()}."
+        elif handler is None:
+            run.status, run.summary = RunStatus.PASSED, "No follow-up action for this transition."
+        else:
+            run.summary = handler(node, event)[:300]
+            run.status = RunStatus.PASSED
+    except Exception as exc:  # recorded on the run, then re-raised for Celery's own logs
+        run.status, run.error = RunStatus.ERROR, f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        run.finished = timezone.now()
+        run.save(update_fields=["status", "summary", "error", "finished"])
+    return run.status
+
+
+@shared_task
+def snapshot_state_counts() -> int:
+    """Store the current number of nodes per state, cluster and tenant (for the history chart)."""
+    now = timezone.now().replace(second=0, microsecond=0)
+    rows = (
+        Node.objects.values("state", "cluster_id", "tenant_id").annotate(n=Count("id")).order_by()
+    )
+    snapshots = [
+        StateCountSnapshot(taken_at=now, state=r["state"], cluster_id=r["cluster_id"],
+                           tenant_id=r["tenant_id"], count=r["n"])
+        for r in rows
+    ]
+    with transaction.atomic():
+        StateCountSnapshot.objects.filter(taken_at=now).delete()  # idempotent within the minute
+        StateCountSnapshot.objects.bulk_create(snapshots)
+    return len(snapshots)

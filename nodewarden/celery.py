@@ -1,0 +1,33 @@
+"""The Celery application: one app, separate queues per kind of work.
+
+Queues:
+- ``provisioning``: Day 0 work (boot, network, cloud-init).
+- ``validation``: Day 1 stages and re-validation.
+- ``remediation``: Day 2 actions (drain, reboot, power cycle, RMA).
+- ``default``: housekeeping (snapshots, clean-ups).
+
+A worker for the demo listens on all of them; a production deployment runs one
+worker pool per queue so that a burst of burn-ins never delays a reboot.
+"""
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+from celery.schedules import crontab
+from kombu import Queue
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
+
+app = Celery("nodewarden")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+
+QUEUE_NAMES = ("default", "provisioning", "validation", "remediation")
+app.conf.task_queues = [Queue(name) for name in QUEUE_NAMES]
+app.conf.beat_schedule = {
+    "snapshot-state-counts": {
+        "task": "nodes.tasks.snapshot_state_counts",
+        "schedule": crontab(minute=0),
+    },
+}
+app.autodiscover_tasks()
