@@ -39,6 +39,11 @@ class Phase(models.TextChoices):
     RETIRED = "retired", "Retired"
 
 
+# Column headings where space is short (the fleet overview's table).
+PHASE_SHORT: dict[str, str] = {
+    Phase.DAY0: "Day 0", Phase.DAY1: "Day 1", Phase.PRODUCTION: "Production", Phase.OUT: "Out", Phase.RETIRED: "Retired",
+}
+
 S = NodeState
 
 DAY1_STAGES: tuple[str, ...] = (

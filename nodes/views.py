@@ -1,0 +1,210 @@
+"""Server-rendered pages: fleet overview, node list (with CSV export) and node detail.
+
+Every queryset starts from ``nodes.scoping`` so customers see their tenant only;
+every change goes through ``nodes.services``.
+"""
+from __future__ import annotations
+
+import csv
+from datetime import datetime, timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_POST
+from django_fsm import ConcurrentTransition, TransitionNotAllowed
+
+from . import charts, services
+from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
+from .filters import NodeFilterSet
+from .history import history_page
+from .models import Node, NodeEvent, StateCountSnapshot
+from .scoping import is_operator_view, user_tenant_id, visible_events, visible_nodes
+
+LIST_PAGE_SIZE = 50
+CHART_DAYS = 90
+STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
+
+
+@login_required
+def fleet_overview(request: HttpRequest) -> HttpResponse:
+    """Counts by state, by site and cluster, recent changes, and counts over time."""
+    nodes = visible_nodes(request.user)
+    counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
+    tiles = [{"state": s, "label": s.label, "count": counts.get(s, 0), "colour": STATE_COLOURS[s],
+              "trouble": s in TROUBLE_STATES} for s in NodeState]
+    recent = (visible_events(request.user).filter(kind__in=STATE_CHANGES)
+              .only("id", "node_id", "hostname", "created", "source_state", "target_state", "actor_name",
+                    "reason", "kind")[:15])
+    context = {
+        "tiles": tiles, "total": sum(counts.values()),
+        "in_trouble": sum(counts.get(s, 0) for s in TROUBLE_STATES),
+        "recent": recent, "by_cluster": _counts_by_cluster(nodes),
+        "phases": [(PHASE_SHORT[p], p.label) for p in Phase],
+    }
+    if request.htmx:
+        return render(request, "nodes/_overview_live.html", context)
+    snapshots = StateCountSnapshot.objects.filter(taken_at__gte=timezone.now() - timedelta(days=CHART_DAYS))
+    if not is_operator_view(request.user):
+        snapshots = snapshots.filter(tenant_id=user_tenant_id(request.user))
+    context["counts_chart"] = charts.state_counts_over_time(snapshots)
+    return render(request, "nodes/overview.html", context)
+
+
+def _counts_by_cluster(nodes) -> list[dict]:  # type: ignore[no-untyped-def]
+    """One row per (site, cluster) with node counts per phase."""
+    rows: dict[tuple[str, str], dict] = {}
+    for r in nodes.values("site__name", "site__slug", "cluster__name", "state").annotate(n=Count("id")).order_by():
+        key = (r["site__name"], r["cluster__name"] or "")
+        row = rows.setdefault(key, {"site": r["site__name"], "site_slug": r["site__slug"],
+                                    "cluster": r["cluster__name"] or "", "total": 0, "trouble": 0,
+                                    "phases": dict.fromkeys(Phase.values, 0)})
+        row["phases"][STATE_PHASE[r["state"]]] += r["n"]
+        row["total"] += r["n"]
+        row["trouble"] += r["n"] if r["state"] in TROUBLE_STATES else 0
+    for row in rows.values():
+        row["phases"] = list(row["phases"].values())  # in Phase order, as the table's columns
+    return [rows[k] for k in sorted(rows)]
+
+
+def _filtered(request: HttpRequest) -> NodeFilterSet:
+    queryset = visible_nodes(request.user).select_related("site", "cluster", "tenant", "hardware_profile")
+    # The filter form submits every field; an empty one means "any", not an invalid choice.
+    data = request.GET.copy()
+    for key in list(data):
+        values = [v for v in data.getlist(key) if v != ""]
+        if values:
+            data.setlist(key, values)
+        else:
+            del data[key]
+    return NodeFilterSet(data or None, queryset=queryset, request=request)
+
+
+@login_required
+def node_list(request: HttpRequest) -> HttpResponse:
+    """Searchable, filterable, sortable, paginated node list; filters live in the URL."""
+    filterset = _filtered(request)
+    queryset = filterset.qs if filterset.is_bound and filterset.is_valid() else filterset.queryset
+    if queryset.query.order_by:
+        # A stable tie-breaker keeps pages consistent when sorting by state, site, ...
+        queryset = queryset.order_by(*queryset.query.order_by, "hostname")
+    page = Paginator(queryset, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "nodes/list.html", {
+        "filterset": filterset, "page": page, "query": query.urlencode(),
+        "sort": request.GET.get("ordering", ""), "errors": filterset.errors if filterset.is_bound else {},
+    })
+
+
+@login_required
+def node_export_csv(request: HttpRequest) -> HttpResponse:
+    """The current view of the node list as CSV (same filters, no pagination)."""
+    filterset = _filtered(request)
+    if filterset.is_bound and not filterset.is_valid():
+        return HttpResponse(f"Invalid filter: {filterset.errors.as_text()}", status=400, content_type="text/plain")
+    queryset = filterset.qs if filterset.is_bound else filterset.queryset
+
+    class Echo:
+        def write(self, value: str) -> str:
+            return value
+
+    writer = csv.writer(Echo())
+    header = ["hostname", "serial", "state", "state_since", "site", "cluster", "tenant", "hardware_profile",
+              "bmc_address"]
+
+    def rows():  # type: ignore[no-untyped-def]
+        yield writer.writerow(header)
+        for n in queryset.iterator(chunk_size=500):
+            yield writer.writerow([n.hostname, n.serial, n.state, n.state_changed_at.isoformat(), n.site.name,
+                                   n.cluster.name if n.cluster else "", n.tenant.name if n.tenant else "",
+                                   n.hardware_profile.name, n.bmc_address])
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="nodes.csv"'
+    return response
+
+
+def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
+    return get_object_or_404(
+        visible_nodes(request.user).select_related("site", "cluster", "rack", "tenant", "hardware_profile",
+                                                   "persona"),
+        pk=pk,
+    )
+
+
+@login_required
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One node's life: state, inventory, actions, timeline, lifecycle graph and history."""
+    node = _visible_node_or_404(request, pk)
+    changes = list(NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
+                   .only("created", "source_state", "target_state", "transition").order_by("created", "id")[:1000])
+    return render(request, "nodes/detail.html", {
+        "node": node,
+        "gpus": node.gpus.all(),
+        "transitions": services.available_transitions(node, request.user),
+        "can_note": request.user.has_perm("nodes.operate_node"),
+        "timeline_chart": charts.state_timeline(node, changes),
+        "graph_chart": charts.lifecycle_graph(changes, node.state),
+        "history": history_page(node),
+        "runs_count": node.check_runs.count(),
+    })
+
+
+@login_required
+def node_history(request: HttpRequest, pk: int) -> HttpResponse:
+    """One more page of merged history (htmx partial)."""
+    node = _visible_node_or_404(request, pk)
+    before = _parse_cursor(request.GET.get("before", ""))
+    return render(request, "nodes/_history_rows.html", {"node": node, "history": history_page(node, before)})
+
+
+def _parse_cursor(raw: str) -> datetime | None:
+    if not raw:
+        return None
+    parsed = parse_datetime(raw)
+    if parsed is None:
+        raise Http404("Bad history cursor")
+    return parsed
+
+
+@login_required
+@require_POST
+def node_transition(request: HttpRequest, pk: int, name: str) -> HttpResponse:
+    """Run a lifecycle transition from the node page's buttons."""
+    node = _visible_node_or_404(request, pk)
+    try:
+        services.perform(node.pk, name, actor=services.Actor(user=request.user),
+                         reason=request.POST.get("reason", ""))
+    except services.TransitionForbidden as exc:
+        return HttpResponseForbidden(str(exc))
+    except services.ReasonRequired as exc:
+        messages.error(request, str(exc))
+    except (TransitionNotAllowed, ConcurrentTransition) as exc:
+        messages.error(request, str(exc))
+    else:
+        node.refresh_from_db()
+        messages.success(request, f"{node.hostname} is now {node.get_state_display()}.")
+    return redirect("node-detail", pk=node.pk)
+
+
+@login_required
+@require_POST
+def node_note(request: HttpRequest, pk: int) -> HttpResponse:
+    """Add an operator note to the node's history."""
+    node = _visible_node_or_404(request, pk)
+    if not request.user.has_perm("nodes.operate_node"):
+        return HttpResponseForbidden("You may not add notes to nodes.")
+    try:
+        services.record_event(node.pk, EventKind.NOTE, actor=services.Actor(user=request.user),
+                              reason=request.POST.get("reason", ""))
+    except services.ReasonRequired as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "Note added.")
+    return redirect("node-detail", pk=node.pk)
