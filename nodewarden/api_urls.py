@@ -1,1 +1,21 @@
-urlpatterns: list = []
+"""REST API routes, mounted under /api/ (schema at /api/schema/, docs at /api/docs/).
+
+Namespaced ``api`` so its route names (``api:node-detail``) never shadow the
+portal pages' names (``node-detail``).
+"""
+from rest_framework.routers import DefaultRouter
+
+from fleet.api import views as fleet
+from nodes.api import views as nodes
+
+app_name = "api"
+
+router = DefaultRouter()
+router.register("nodes", nodes.NodeViewSet, basename="node")
+router.register("sites", fleet.SiteViewSet, basename="site")
+router.register("clusters", fleet.ClusterViewSet, basename="cluster")
+router.register("tenants", fleet.TenantViewSet, basename="tenant")
+router.register("hardware-profiles", fleet.HardwareProfileViewSet, basename="hardwareprofile")
+router.register("personas", fleet.PersonaViewSet, basename="persona")
+
+urlpatterns = router.urls
