@@ -88,7 +88,7 @@ class NodeAdmin(admin.ModelAdmin):
             return None
         return TemplateResponse(request, "admin/nodes/node/force_state.html", {
             **self.admin_site.each_context(request), "title": "Force state", "form": form,
-            "nodes": queryset.only("hostname", "state"), "opts": self.model._meta,
+            "nodes": queryset.select_related(None).only("hostname", "state"), "opts": self.model._meta,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
         })
 

@@ -146,3 +146,12 @@ def test_available_transitions_follow_state_and_permission(operator, viewer):
     names = {t["name"] for t in services.available_transitions(node, operator)}
     assert names == {"request_drain", "start_draining", "cordon"}
     assert services.available_transitions(node, viewer) == []
+
+
+@pytest.mark.django_db
+def test_history_survives_deletion_of_the_node():
+    node = NodeFactory(state=S.PRODUCTION, hostname="gone-01")
+    event = services.cordon(node.pk, actor=ACTOR, reason="XID 79")
+    Node.objects.filter(pk=node.pk).delete()
+    event.refresh_from_db()
+    assert event.node is None and event.hostname == "gone-01" and event.reason == "XID 79"
