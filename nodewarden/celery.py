@@ -23,11 +23,16 @@ app = Celery("nodewarden")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 QUEUE_NAMES = ("default", "provisioning", "validation", "remediation")
-app.conf.task_queues = [Queue(name) for name in QUEUE_NAMES]
+# Each queue has its own routing key, so a message routed by key lands in one queue only.
+app.conf.task_queues = [Queue(name, routing_key=name) for name in QUEUE_NAMES]
 app.conf.beat_schedule = {
     "snapshot-state-counts": {
         "task": "nodes.tasks.snapshot_state_counts",
         "schedule": crontab(minute=0),
     },
 }
+if os.environ.get("NODEWARDEN_DEMO_CHURN"):
+    # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.
+    app.conf.beat_schedule["churn-demo-fleet"] = {"task": "nodes.demo.churn_demo_fleet", "schedule": 60.0}
+    app.conf.include = ["nodes.demo"]  # the worker must import the churn task
 app.autodiscover_tasks()

@@ -173,6 +173,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # NodeState appears as state, source_state, target_state and target: one enum in the schema.
+    "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState"},
 }
 
 LOGGING = {

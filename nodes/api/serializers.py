@@ -1,0 +1,112 @@
+"""Serializers for nodes, their history and their lifecycle transitions.
+
+State is read-only everywhere: it changes only through a transition POST,
+which goes through ``nodes.services``.
+"""
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from fleet.api.serializers import (
+    BriefClusterSerializer,
+    BriefHardwareProfileSerializer,
+    BriefPersonaSerializer,
+    BriefRackSerializer,
+    BriefSiteSerializer,
+    BriefTenantSerializer,
+)
+from nodes.choices import STATE_PHASE, NodeState, Phase
+from nodes.models import GPU, Node, NodeEvent
+
+
+class GPUSerializer(serializers.ModelSerializer):
+    """One GPU in a node."""
+
+    class Meta:
+        model = GPU
+        fields = ["index", "uuid", "serial", "model"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A GPU server with its place, owner, state and GPUs."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="api:node-detail")
+    site = BriefSiteSerializer(read_only=True)
+    cluster = BriefClusterSerializer(read_only=True, allow_null=True)
+    rack = BriefRackSerializer(read_only=True, allow_null=True)
+    tenant = BriefTenantSerializer(read_only=True, allow_null=True)
+    hardware_profile = BriefHardwareProfileSerializer(read_only=True)
+    persona = BriefPersonaSerializer(read_only=True, allow_null=True)
+    state = serializers.ChoiceField(choices=NodeState.choices, read_only=True)
+    state_label = serializers.CharField(source="get_state_display", read_only=True)
+    phase = serializers.SerializerMethodField()
+    gpus = GPUSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "url", "hostname", "serial", "bmc_address", "site", "cluster", "rack", "rack_unit",
+                  "tenant", "hardware_profile", "persona", "state", "state_label", "phase", "state_changed_at",
+                  "is_revalidation", "gpus", "last_updated", "created"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=Phase.choices))
+    def get_phase(self, node: Node) -> str:
+        return STATE_PHASE[node.state]
+
+
+class NodeEventSerializer(serializers.ModelSerializer):
+    """One append-only row of a node's history."""
+
+    class Meta:
+        model = NodeEvent
+        fields = ["id", "created", "kind", "transition", "source_state", "target_state", "reason", "actor_name",
+                  "actor_kind", "correlation_id", "details"]
+        read_only_fields = fields
+
+
+class NodeStateSerializer(serializers.ModelSerializer):
+    """Where a node stands after a transition."""
+
+    state = serializers.ChoiceField(choices=NodeState.choices, read_only=True)
+    state_label = serializers.CharField(source="get_state_display", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "hostname", "state", "state_label", "state_changed_at", "is_revalidation", "last_updated"]
+        read_only_fields = fields
+
+
+class AvailableTransitionSerializer(serializers.Serializer):
+    """A transition the requesting user may run on the node now (a button, in the portal)."""
+
+    name = serializers.CharField(help_text="Use in POST /api/nodes/{id}/transitions/{name}/.")
+    label = serializers.CharField()
+    target = serializers.ChoiceField(choices=NodeState.choices, help_text="The state the node moves to.")
+    style = serializers.CharField(help_text="Hint for a button's colour: primary, success, warning or danger.")
+
+
+class TransitionReasonSerializer(serializers.Serializer):
+    """Why the transition is run; every change of state needs a reason, kept in the history."""
+
+    # trim_whitespace (the default) turns "   " into "" so it is refused as blank.
+    reason = serializers.CharField(allow_blank=False)
+
+
+class TransitionResultSerializer(serializers.Serializer):
+    """The history row the transition wrote, and the node's new state."""
+
+    node = NodeStateSerializer()
+    event = NodeEventSerializer()
+
+
+class DetailSerializer(serializers.Serializer):
+    """An error with a human-readable message."""
+
+    detail = serializers.CharField()
+
+
+class ReasonErrorSerializer(serializers.Serializer):
+    """Why a transition request was refused before it reached the state machine."""
+
+    reason = serializers.ListField(child=serializers.CharField())

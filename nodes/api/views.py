@@ -1,0 +1,138 @@
+"""REST endpoints for nodes: list and detail, history, and lifecycle transitions.
+
+Every queryset starts from ``nodes.scoping``, so another tenant's node answers
+404; every change of state goes through ``nodes.services``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import exceptions, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from nodes import services
+from nodes.filters import NodeFilterSet
+from nodes.models import OPERATE, Node, NodeEvent
+from nodes.scoping import visible_events, visible_nodes
+
+from . import serializers
+
+# Joined into every node row: each is named in the serializer.
+NODE_RELATIONS = ("site", "cluster", "rack", "tenant", "hardware_profile", "persona")
+REQUEST_ID_HEADER = "X-Request-ID"
+CORRELATION_ID_MAX = 100  # NodeEvent.correlation_id's max_length
+
+
+class CanOperateNode(permissions.BasePermission):
+    """Writes need the operate permission.
+
+    Checked per object, i.e. after the lookup, so a node the user cannot see
+    answers 404 before a node the user cannot change answers 403.
+    """
+
+    message = "You may not run lifecycle transitions on nodes."
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List nodes",
+                       description="Same filters as the node list page: search by hostname, serial, GPU UUID or "
+                                   "BMC address, filter by state, place and owner, sort with ``ordering``."),
+    retrieve=extend_schema(summary="One node with its GPUs"),
+)
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPU servers with their place, owner, state and GPUs."""
+
+    serializer_class = serializers.NodeSerializer
+    filterset_class = NodeFilterSet
+    # Sorting is NodeFilterSet's own ``ordering`` (as on the page); DRF's OrderingFilter would fight it.
+    filter_backends = [DjangoFilterBackend]
+    permission_classes = [permissions.IsAuthenticated, CanOperateNode]
+
+    def get_queryset(self) -> QuerySet[Node]:
+        nodes = visible_nodes(self.request.user)
+        if self.action in ("list", "retrieve"):
+            # One join for the related names and one query for all GPUs of the page, not one per node.
+            nodes = nodes.select_related(*NODE_RELATIONS).prefetch_related("gpus")
+        return nodes
+
+    def filter_queryset(self, queryset: QuerySet[Node]) -> QuerySet[Node]:
+        queryset = super().filter_queryset(queryset)
+        order = queryset.query.order_by
+        # Sorting by state or site alone leaves ties; hostname keeps offset pages stable.
+        return queryset.order_by(*order, "hostname") if order else queryset
+
+    @extend_schema(summary="A node's history, newest first", responses=serializers.NodeEventSerializer(many=True))
+    @action(detail=True, filter_backends=[])
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        # No joins needed: each row carries copies of the actor's name and the hostname.
+        events = visible_events(request.user).filter(node=node).order_by("-created", "-id")
+        page = self.paginate_queryset(events)
+        return self.get_paginated_response(serializers.NodeEventSerializer(page, many=True).data)
+
+    @extend_schema(summary="Transitions the requesting user may run on this node now",
+                   responses=serializers.AvailableTransitionSerializer(many=True))
+    @action(detail=True, filter_backends=[], pagination_class=None)
+    def transitions(self, request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        available = services.available_transitions(node, request.user)
+        return Response(serializers.AvailableTransitionSerializer(available, many=True).data)
+
+    @extend_schema(
+        operation_id="nodes_transitions_run",
+        summary="Run a lifecycle transition",
+        description="Moves the node to the transition's target state and records the reason in its history. "
+                    f"The optional {REQUEST_ID_HEADER} header is kept as the event's correlation id.",
+        parameters=[
+            OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, enum=sorted(services.VERBS),
+                             description="Transition to run; see GET /api/nodes/{id}/transitions/."),
+            OpenApiParameter(REQUEST_ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False),
+        ],
+        request=serializers.TransitionReasonSerializer,
+        examples=[OpenApiExample("Drain", value={"reason": "XID 79 on GPU 3"}, request_only=True)],
+        responses={
+            201: serializers.TransitionResultSerializer,
+            400: OpenApiResponse(serializers.ReasonErrorSerializer, description="The reason is missing or blank."),
+            403: OpenApiResponse(serializers.DetailSerializer, description="The user may not run transitions."),
+            404: OpenApiResponse(serializers.DetailSerializer, description="No such node visible to the user."),
+            409: OpenApiResponse(serializers.DetailSerializer,
+                                 description="Unknown transition, not allowed in the node's state, or the node "
+                                             "changed concurrently."),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path=r"transitions/(?P<name>[^/.]+)", filter_backends=[])
+    def transition(self, request: Request, name: str, pk: str | None = None) -> Response:
+        node = self.get_object()
+        body = serializers.TransitionReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        event = _run_transition(node, name, request, body.validated_data["reason"])
+        result = {"node": Node.objects.get(pk=node.pk), "event": event}
+        return Response(serializers.TransitionResultSerializer(result).data, status=status.HTTP_201_CREATED)
+
+
+def _run_transition(node: Node, name: str, request: Request, reason: str) -> NodeEvent:
+    """Call the service and turn its refusals into 4xx answers.
+
+    TransitionNotAllowed and ConcurrentTransition propagate: the project's
+    exception handler answers them with 409.
+    """
+    correlation_id = request.headers.get(REQUEST_ID_HEADER, "")[:CORRELATION_ID_MAX]
+    try:
+        return services.perform(node.pk, name, actor=services.Actor(user=request.user), reason=reason,
+                                correlation_id=correlation_id)
+    except services.TransitionForbidden as exc:
+        raise exceptions.PermissionDenied(str(exc)) from exc
+    except services.ReasonRequired as exc:
+        raise exceptions.ValidationError({"reason": [str(exc)]}) from exc
+    except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
+        raise exceptions.NotFound() from exc

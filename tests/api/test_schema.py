@@ -1,0 +1,68 @@
+"""The OpenAPI schema at /api/schema/ is generated without warnings and is valid OpenAPI 3."""
+from __future__ import annotations
+
+import pytest
+import yaml
+from django.core.management import call_command
+from drf_spectacular.drainage import GENERATOR_STATS
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.validation import validate_schema
+
+TRANSITION = "/api/nodes/{id}/transitions/{name}/"
+
+
+@pytest.fixture
+def schema():
+    GENERATOR_STATS.reset()  # warnings are counted per process; count only this generation's
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def test_it_generates_without_warnings_and_validates(tmp_path):
+    GENERATOR_STATS.reset()
+    # Fails on any warning (printed to stderr) and on any violation of the OpenAPI 3 JSON schema.
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yaml"))
+    validate_schema(yaml.safe_load((tmp_path / "schema.yaml").read_text()))
+
+
+def test_it_documents_every_endpoint(schema):
+    assert set(schema["paths"]) == {
+        "/api/nodes/", "/api/nodes/{id}/", "/api/nodes/{id}/history/", "/api/nodes/{id}/transitions/", TRANSITION,
+        "/api/sites/", "/api/sites/{id}/", "/api/clusters/", "/api/clusters/{id}/", "/api/tenants/",
+        "/api/tenants/{id}/", "/api/hardware-profiles/", "/api/hardware-profiles/{id}/", "/api/personas/",
+        "/api/personas/{id}/",
+    }
+
+
+def test_only_the_transition_endpoint_writes(schema):
+    writes = {path for path, ops in schema["paths"].items() for method in ops if method in ("post", "put", "patch",
+                                                                                            "delete")}
+    assert writes == {TRANSITION}
+
+
+def test_the_transition_post_documents_its_body_and_every_answer(schema):
+    post = schema["paths"][TRANSITION]["post"]
+    body = post["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    assert schema["components"]["schemas"][body]["required"] == ["reason"]
+    assert set(post["responses"]) == {"201", "400", "403", "404", "409"}
+    name = next(p for p in post["parameters"] if p["name"] == "name")
+    assert "cordon" in name["schema"]["enum"] and "force_state" not in name["schema"]["enum"]
+
+
+def test_history_is_documented_as_a_paginated_list_of_events(schema):
+    get = schema["paths"]["/api/nodes/{id}/history/"]["get"]
+    page = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert page.endswith("/PaginatedNodeEventList")
+    assert {p["name"] for p in get["parameters"]} == {"id", "limit", "offset"}
+
+
+def test_the_node_list_documents_the_node_list_filters(schema):
+    names = {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
+    assert names == {"q", "state", "phase", "in_trouble", "site", "cluster", "rack", "tenant", "unassigned",
+                     "hardware_profile", "persona", "ordering", "limit", "offset"}
+
+
+@pytest.mark.django_db
+def test_the_schema_is_served(client):
+    response = client.get("/api/schema/")
+    assert response.status_code == 200
+    assert yaml.safe_load(response.content)["info"]["title"] == "Nodewarden API"
