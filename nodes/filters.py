@@ -1,6 +1,8 @@
 """One FilterSet for the node list page, its CSV export and the REST API."""
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 from django.db.models import Q, QuerySet
 
@@ -8,6 +10,11 @@ from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 
 from .choices import Phase, NodeState, STATE_PHASE, TROUBLE_STATES
 from .models import Node
+from .scoping import visible_tenants
+
+
+def _tenant_choices(request: Any) -> QuerySet[Tenant]:
+    return visible_tenants(request.user) if request is not None else Tenant.objects.all()
 
 
 class NodeFilterSet(django_filters.FilterSet):
@@ -22,8 +29,8 @@ class NodeFilterSet(django_filters.FilterSet):
     cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="cluster",
                                                to_field_name="name")
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
-    tenant = django_filters.ModelChoiceFilter(queryset=Tenant.objects.all(), field_name="tenant",
-                                              to_field_name="slug")
+    # Scoped choices: a customer probing another tenant's slug gets "invalid choice", not an empty list.
+    tenant = django_filters.ModelChoiceFilter(queryset=_tenant_choices, field_name="tenant", to_field_name="slug")
     unassigned = django_filters.BooleanFilter(field_name="tenant", lookup_expr="isnull",
                                               label="Unassigned capacity")
     hardware_profile = django_filters.ModelChoiceFilter(queryset=HardwareProfile.objects.all())
