@@ -32,7 +32,7 @@ class HistoryPage:
 
 
 def history_page(node: Node, before: datetime | None = None, size: int = PAGE_SIZE) -> HistoryPage:
-    events = NodeEvent.objects.filter(node=node).select_related(None)
+    events = NodeEvent.objects.filter(node=node)
     runs = CheckRun.objects.filter(node=node)
     if before is not None:
         events, runs = events.filter(created__lt=before), runs.filter(created__lt=before)

@@ -152,7 +152,6 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "timeline_chart": charts.state_timeline(node, changes),
         "graph_chart": charts.lifecycle_graph(changes, node.state),
         "history": history_page(node),
-        "runs_count": node.check_runs.count(),
     })
 
 

@@ -16,8 +16,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Anything the domain refuses must reach the client as a 4xx with a message,
     never as a 500.
     """
+    from nodes.services import ReasonRequired, TransitionForbidden  # the domain's own refusals
+
     if isinstance(exc, TransitionNotAllowed | ConcurrentTransition):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, TransitionForbidden):
+        return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+    if isinstance(exc, ReasonRequired):
+        return Response({"reason": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
         return Response(detail, status=status.HTTP_400_BAD_REQUEST)

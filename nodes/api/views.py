@@ -121,18 +121,11 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 def _run_transition(node: Node, name: str, request: Request, reason: str) -> NodeEvent:
-    """Call the service and turn its refusals into 4xx answers.
-
-    TransitionNotAllowed and ConcurrentTransition propagate: the project's
-    exception handler answers them with 409.
-    """
+    """Call the service; its refusals propagate to the project's exception handler
+    (nodewarden.api), which answers 409, 403 or 400 for every endpoint alike."""
     correlation_id = request.headers.get(REQUEST_ID_HEADER, "")[:CORRELATION_ID_MAX]
     try:
         return services.perform(node.pk, name, actor=services.Actor(user=request.user), reason=reason,
                                 correlation_id=correlation_id)
-    except services.TransitionForbidden as exc:
-        raise exceptions.PermissionDenied(str(exc)) from exc
-    except services.ReasonRequired as exc:
-        raise exceptions.ValidationError({"reason": [str(exc)]}) from exc
     except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
         raise exceptions.NotFound() from exc
