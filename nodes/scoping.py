@@ -44,3 +44,10 @@ def visible_tenants(user: Any) -> QuerySet[Tenant]:
         return Tenant.objects.all()
     tenant_id = user_tenant_id(user) if user.is_authenticated else None
     return Tenant.objects.filter(pk=tenant_id) if tenant_id else Tenant.objects.none()
+
+
+def visible_node_or_404(user: Any, pk: int) -> Node:
+    """The node if this user may see it; 404 otherwise (never 403: existence is not leaked)."""
+    from django.shortcuts import get_object_or_404
+
+    return get_object_or_404(visible_nodes(user).select_related("hardware_profile"), pk=pk)

@@ -3,6 +3,7 @@
 Namespaced ``api`` so its route names (``api:node-detail``) never shadow the
 portal pages' names (``node-detail``).
 """
+from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from fleet.api import views as fleet
@@ -18,4 +19,10 @@ router.register("tenants", fleet.TenantViewSet, basename="tenant")
 router.register("hardware-profiles", fleet.HardwareProfileViewSet, basename="hardwareprofile")
 router.register("personas", fleet.PersonaViewSet, basename="persona")
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    # Each app keeps its own routes: agent ingest and telemetry, findings and alerts, checks.
+    path("", include("telemetry.api.urls")),
+    path("", include("health.api.urls")),
+    path("", include("checks.api.urls")),
+]

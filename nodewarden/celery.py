@@ -30,6 +30,12 @@ app.conf.beat_schedule = {
         "task": "nodes.tasks.snapshot_state_counts",
         "schedule": crontab(minute=0),
     },
+    # A node that stops reporting is a finding of its own (health rule "heartbeat_missing").
+    "check-heartbeats": {"task": "health.tasks.check_heartbeats", "schedule": 60.0},
+    # Pull dcgm-exporter endpoints that operators registered (telemetry.DcgmExporterTarget).
+    "scrape-dcgm-exporters": {"task": "telemetry.tasks.scrape_dcgm_exporters", "schedule": 30.0},
+    # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
+    "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
 }
 if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.

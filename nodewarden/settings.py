@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "nodes",
     "checks",
     "fabric",
+    "telemetry",
+    "health",
 ]
 
 MIDDLEWARE = [

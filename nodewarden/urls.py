@@ -11,5 +11,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/", include("nodewarden.api_urls")),
+    path("", include("telemetry.urls")),
+    path("", include("health.urls")),
+    path("", include("checks.urls")),
     path("", include("nodes.urls")),
 ]

@@ -1,0 +1,9 @@
+"""Portal pages of the checks app."""
+from django.contrib.auth.decorators import login_required
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("nodes/<int:pk>/checks/", login_required(views.node_checks), name="node-checks"),
+]

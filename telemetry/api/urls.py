@@ -1,0 +1,4 @@
+"""REST routes of the telemetry app, mounted under /api/ (see nodewarden/api_urls.py)."""
+from django.urls import path  # noqa: F401
+
+urlpatterns: list = []
