@@ -1,0 +1,147 @@
+"""Keeping the demo fleet alive: a Celery task that moves a few nodes a minute through the real services."""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import shared_task
+from django.utils import timezone
+from django_fsm import ConcurrentTransition, TransitionNotAllowed
+
+from nodes import services
+from nodes.choices import DAY1_STAGES, TROUBLE_STATES, EventKind
+from nodes.models import Node
+from nodewarden.env import env_bool
+
+from .catalog import DAY0, STAGES, S
+from .lives import _fill, _finding_details, _parts, _pick_cause
+from .seed import demo_fleet_exists, demo_nodes
+
+SIMULATOR = services.Actor.system("demo-simulator")
+# Demo time runs fast: minutes in a state before the simulator moves a node on.
+MIN_AGE = {
+    S.ENROLLED: 3, S.INITIALIZING: 2, S.ONBOARD: 1, S.FIRMWARE_UPDATE: 2, S.INVENTORY_CHECK: 1, S.BURN_IN: 6,
+    S.FABRIC_CHECK: 2, S.RELIABILITY_ASSESSMENT: 4, S.DRAIN_PENDING: 3, S.DRAINING: 1, S.TRIAGE: 2,
+    S.REMEDIATING: 2, S.REPAIR: 10, S.RMA: 30,
+}
+TROUBLE_CAP = 0.08  # no new faults while this share of the demo fleet is out of production
+Move = Callable[[random.Random, datetime], list[str]]
+
+
+def _ready(rng: random.Random, now: datetime, states: tuple[str, ...], limit: int) -> list[Node]:
+    """Up to ``limit`` demo nodes in ``states`` that have sat there long enough, in a seeded random order."""
+    found: list[Node] = []
+    for state in states:
+        cutoff = now - timedelta(minutes=MIN_AGE[state])
+        found += demo_nodes().filter(state=state, state_changed_at__lte=cutoff).select_related("cluster").order_by("pk")
+    return rng.sample(found, min(limit, len(found)))
+
+
+def _run(verb: str, node: Node, reason: str, **details: Any) -> list[str]:
+    """One change through the real service; a node another worker moved first is skipped."""
+    try:
+        services.VERBS[verb](node.pk, actor=SIMULATOR, reason=reason, details=details or None)
+    except (TransitionNotAllowed, ConcurrentTransition, Node.DoesNotExist):
+        return []
+    return [f"{node.hostname}: {verb}"]
+
+
+def _advance_day0(rng: random.Random, now: datetime) -> list[str]:
+    verbs = {S.ENROLLED: ("start_initialization", "Provisioning slot free: PXE boot with the base image"),
+             S.INITIALIZING: ("mark_onboard", "Agent registered after first boot"),
+             S.ONBOARD: ("start_validation", "Onboarded: starting Day 1 validation")}
+    changes: list[str] = []
+    if rng.random() > 0.35:  # a slow trickle, so the new racks' bring-up stays on screen for a while
+        return changes
+    for node in _ready(rng, now, DAY0, 1):
+        verb, reason = verbs[node.state]
+        changes += _run(verb, node, reason)
+    return changes
+
+
+def _advance_day1(rng: random.Random, now: datetime) -> list[str]:
+    changes: list[str] = []
+    stages = {state: (verb, reason) for state, verb, _, _, _, reason in STAGES}
+    for node in _ready(rng, now, tuple(DAY1_STAGES), 3):
+        verb, fail_reason = stages[node.state]
+        if rng.random() < 0.04:
+            reason, details = _fill(fail_reason, _parts(rng, _gpu_uuids(node)))
+            changes += _run("fail_validation", node, f"{S(node.state).label} failed: {reason}", **details)
+        else:
+            changes += _run(verb, node, f"{S(node.state).label} passed")
+    return changes
+
+
+def _gpu_uuids(node: Node) -> list[str]:
+    return list(node.gpus.order_by("index").values_list("uuid", flat=True)) or [""] * 8
+
+
+def _new_fault(rng: random.Random, now: datetime) -> list[str]:
+    fleet = demo_nodes()
+    if rng.random() > 0.3 or fleet.filter(state__in=TROUBLE_STATES).count() >= TROUBLE_CAP * fleet.count():
+        return []
+    candidates = list(fleet.filter(state=S.PRODUCTION).order_by("pk").values_list("pk", flat=True))
+    if not candidates:
+        return []
+    node = Node.objects.get(pk=rng.choice(candidates))
+    cause = _pick_cause(rng, None, planned=False)
+    finding, details = _fill(cause.finding, _parts(rng, _gpu_uuids(node)))
+    tag = {"cause": cause.key, "incident": f"INC-{rng.randrange(16**6):06X}"}
+    services.record_event(node.pk, EventKind.FINDING, actor=SIMULATOR, reason=finding,
+                          details=_finding_details(cause, details, tag))
+    if cause.cordon:
+        return _run("cordon", node, f"{finding}: cordoned at once", **tag)
+    return _run("request_drain", node, f"{finding}: drain when the running job ends", **tag)
+
+
+def _progress_drain(rng: random.Random, now: datetime) -> list[str]:
+    changes: list[str] = []
+    for node in _ready(rng, now, (S.DRAIN_PENDING, S.DRAINING), 2):
+        if node.state == S.DRAINING:
+            changes += _run("complete_drain", node, "The workload scheduler reports the node empty")
+        elif rng.random() < 0.15:
+            changes += _run("cancel_drain", node, "Fault cleared before the job ended: no errors for 2 h")
+        else:
+            changes += _run("start_draining", node, "The customer's job ended; draining")
+    return changes
+
+
+def _work_the_queue(rng: random.Random, now: datetime) -> list[str]:
+    """Triage, remediation, repair and RMA: each node a step further towards production."""
+    changes: list[str] = []
+    for node in _ready(rng, now, (S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA), 2):
+        roll = rng.random()
+        if node.state == S.TRIAGE:
+            verb, reason = (("start_remediation", "Automated remediation: GPU reset") if roll < 0.7
+                            else ("send_to_repair", "Technician ticket: reseat the failing part"))
+        elif node.state == S.REMEDIATING:
+            verb, reason = (("revalidate", "GPU reset cleared the fault; re-validating") if roll < 0.8
+                            else ("fail_remediation", "Fault persists after GPU reset"))
+        elif node.state == S.REPAIR:
+            verb, reason = (("revalidate", "Repaired on site; every Day 1 check again") if roll < 0.85
+                            else ("send_to_rma", "Part fails again after reseat: vendor case opened"))
+        else:
+            verb, reason = "revalidate", "Back from the vendor with the part replaced"
+        changes += _run(verb, node, reason)
+    return changes
+
+
+MOVES: tuple[Move, ...] = (_advance_day0, _advance_day1, _new_fault, _progress_drain, _work_the_queue)
+
+
+@shared_task(name="nodes.demo.churn_demo_fleet")
+def churn_demo_fleet(seed: int | None = None) -> str:
+    """Move a handful of demo nodes (at most 10) a step along their lives, through the real services.
+
+    Runs every minute from Celery beat when NODEWARDEN_DEMO_CHURN is set; a no-op
+    otherwise, and a no-op on a database without the demo fleet.
+    """
+    if not env_bool("NODEWARDEN_DEMO_CHURN", False):
+        return "disabled"
+    if not demo_fleet_exists():
+        return "no demo fleet"
+    rng, now = random.Random(seed), timezone.now()
+    changes = [change for move in rng.sample(MOVES, len(MOVES)) for change in move(rng, now)]
+    return f"{len(changes)} changes" + (": " + "; ".join(changes) if changes else "")
