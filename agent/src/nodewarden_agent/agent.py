@@ -1,0 +1,158 @@
+"""The agent loop: collect -> spool -> flush in order -> now and then, run checks.
+
+Nothing leaves the spool until the portal has accepted it, so a restart at any point
+resends instead of losing; ``report_id`` lets the portal drop the duplicates.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .checks import CheckEnv, run_check
+from .client import Backoff, PortalAuthError, PortalClient, PortalError, PortalRejected, PortalUnavailable
+from .collectors import Collector
+from .config import Config
+from .report import SeqCounter, build_report
+from .spool import Spool
+from .util import atomic_write_json, read_json
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """One node's agent: owns the state folder, the spool and the portal connection."""
+
+    def __init__(self, config: Config, collectors: Sequence[Collector], client: PortalClient | None = None,
+                 check_env: CheckEnv | None = None, clock: Callable[[], float] = time.monotonic):
+        self.config, self.collectors = config, list(collectors)
+        state = Path(config.state_dir)
+        self.spool = Spool(state / "spool", config.spool_max_reports, config.spool_max_bytes)
+        self.seq = SeqCounter(state / "seq.json", floor=self.spool.last_seq())
+        self.results_dir = state / "check-results"
+        self.client = client
+        self.backoff = Backoff(config.backoff_min_s, config.backoff_max_s, clock=clock)
+        self.check_env = check_env or CheckEnv()
+        self.cycles = 0
+        self._check_thread: threading.Thread | None = None
+
+    # --- collecting -------------------------------------------------------------------
+    def collect(self) -> dict[str, Any]:
+        """Take one report and put it in the spool; collector cursors move only after."""
+        notice, drops = self.spool.drop_notice()
+        report = build_report(self.config.hostname, self.seq.next(), self.collectors,
+                              extra_errors={"spool": notice} if notice else None)
+        self.spool.append(report)
+        if drops:
+            self.spool.forget_drops(drops)
+        for collector in self.collectors:
+            try:
+                collector.commit()
+            except OSError as exc:  # the next cycle repeats these events rather than losing them
+                log.error("collector %s could not save its cursor: %s", collector.name, exc)
+        return report
+
+    # --- sending ----------------------------------------------------------------------
+    def flush(self) -> int:
+        """Send spooled reports oldest first until the spool is empty or the portal fails.
+
+        Returns how many reports left the spool (accepted or rejected)."""
+        if self.client is None or not self.backoff.ready():
+            return 0
+        sent = 0
+        while True:
+            batch = self.spool.peek(self.config.batch_size)
+            if not batch:
+                return sent
+            try:
+                sent += self._send(batch)
+            except (PortalUnavailable, PortalAuthError) as exc:
+                delay = self.backoff.failed()
+                level = logging.ERROR if isinstance(exc, PortalAuthError) else logging.WARNING
+                log.log(level, "portal did not take %d reports (%s); %d waiting, retry in %.0f s",
+                        len(batch), exc, len(self.spool), delay)
+                return sent
+            self.backoff.succeeded()
+
+    def _send(self, batch: list[Any]) -> int:
+        try:
+            answer = self.client.post_reports([report for _, report in batch])
+        except PortalRejected as exc:
+            if len(batch) == 1:
+                self._reject(batch[0][0], exc)
+                return 1
+            # Which report is bad? Resend one by one, in order, so only that one is set aside.
+            return sum(self._send([item]) for item in batch)
+        self.spool.remove([path for path, _ in batch])
+        log.info("portal accepted %s, duplicates %s", answer.get("accepted"), answer.get("duplicates"))
+        return len(batch)
+
+    def _reject(self, path: Path, exc: PortalError) -> None:
+        log.error("PORTAL REJECTED report %s, moved to %s and never retried: %s",
+                  path.name, self.spool.rejected_dir, exc)
+        self.spool.reject([path], str(exc))
+
+    # --- active checks ----------------------------------------------------------------
+    def poll_checks(self, wait: bool = False) -> None:
+        """Send finished check results, then start the next check the portal hands out."""
+        if self.client is None or (self._check_thread and self._check_thread.is_alive()):
+            return
+        if not self._post_results():
+            return
+        try:
+            answer = self.client.fetch_checks()
+        except PortalError as exc:
+            log.warning("could not fetch checks: %s", exc)
+            return
+        checks = answer.get("checks") or []
+        if not answer.get("idle") or not checks:
+            return  # the portal only hands out checks while the node is idle
+        self._check_thread = threading.Thread(target=self._run_checks, args=(checks,), name="checks", daemon=True)
+        self._check_thread.start()
+        if wait:
+            self._check_thread.join()
+            self._post_results()
+
+    def _run_checks(self, checks: list[dict[str, Any]]) -> None:
+        for check in checks:
+            log.info("running check %s (%s)", check.get("id"), check.get("kind"))
+            result = run_check(str(check.get("kind")), check.get("params") or {}, self.check_env)
+            # Kept on disk until the portal has it: a check result is not regenerated cheaply.
+            atomic_write_json(self.results_dir / f"{int(check['id']):012d}.json", result)
+
+    def _post_results(self) -> bool:
+        """Post stored check results; False when the portal is not taking them now."""
+        for path in sorted(self.results_dir.glob("[0-9]*.json")) if self.results_dir.is_dir() else []:
+            result = read_json(path)
+            try:
+                self.client.post_check_result(int(path.stem), result)
+            except PortalRejected as exc:
+                log.error("PORTAL REJECTED result of check %s, dropped: %s", path.stem, exc)
+            except PortalError as exc:
+                log.warning("could not post result of check %s: %s", path.stem, exc)
+                return False
+            path.unlink(missing_ok=True)
+        return True
+
+    # --- the loop ---------------------------------------------------------------------
+    def cycle(self) -> None:
+        self.collect()
+        self.flush()
+        self.cycles += 1
+        if self.cycles % self.config.check_poll_cycles == 0 and len(self.spool) == 0:
+            self.poll_checks()
+
+    def run_forever(self, stop: threading.Event) -> None:
+        """Cycle every ``interval_s`` until ``stop`` is set (SIGTERM in the CLI)."""
+        log.info("nodewarden-agent reporting to %s every %.0f s as %s", self.config.url,
+                 self.config.interval_s, self.config.hostname)
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("cycle failed")
+            stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
