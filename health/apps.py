@@ -6,3 +6,14 @@ class HealthConfig(AppConfig):
 
     name = "health"
     verbose_name = "Health"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_delete, post_save
+
+        from . import ruleconfig, xid
+        from .models import HealthRule, XidDefinition
+
+        # In-process caches of the hot path: drop them when an operator edits a row.
+        for model, invalidate in ((HealthRule, ruleconfig.invalidate_cache), (XidDefinition, xid.invalidate_cache)):
+            post_save.connect(lambda *a, _f=invalidate, **k: _f(), sender=model, weak=False)
+            post_delete.connect(lambda *a, _f=invalidate, **k: _f(), sender=model, weak=False)

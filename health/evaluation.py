@@ -7,12 +7,19 @@ in the order the reports were taken. ``previous_*`` hold the node's latest state
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from django.db.models import F
 
 if TYPE_CHECKING:
     from telemetry.schema import AgentReport
+
+
+logger = logging.getLogger(__name__)
+SHADOW_DEDUPE = timedelta(hours=1)
 
 
 @dataclass
@@ -32,5 +39,116 @@ class ReportContext:
 
 
 def evaluate_reports(contexts: list[ReportContext]) -> None:
-    """Run every enabled health rule over the batch (placeholder until the rules land)."""
-    return None
+    """Run every enabled health rule over the batch.
+
+    Cost when nothing fires: the rule book (cached) and one query for the batch's open
+    alerts, whatever the batch size. Queries happen only where a condition fires, clears
+    or moves inside its hysteresis band on an open alert.
+    """
+    if not contexts:
+        return
+    from .ruleconfig import RuleBook
+
+    book = RuleBook()
+    open_alerts = _open_alerts({c.node_id for c in contexts})
+    for ctx in contexts:
+        for spec, cfg in book.for_profile(ctx.hardware_profile_id):
+            for condition in _run_rule(spec, cfg, ctx):
+                _apply(condition, spec.key, cfg, ctx, open_alerts)
+        _clear_heartbeat(ctx, open_alerts)
+
+
+def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
+    from .choices import AlertState
+    from .models import Alert
+
+    alerts = Alert.objects.filter(node_id__in=node_ids, state=AlertState.FIRING).only(
+        "id", "node_id", "dedupe_key", "severity", "severity_rank", "clearing_since", "last_seen", "rule")
+    return {(a.node_id, a.dedupe_key): a for a in alerts}
+
+
+def _run_rule(spec: Any, cfg: Any, ctx: ReportContext) -> list[Any]:
+    """The rule's conditions; a rule that raises is logged and skipped, never fails the ingest."""
+    from .rules.base import GPU
+
+    try:
+        if spec.scope == GPU:
+            return [c for gpu in ctx.report.gpus
+                    for c in spec.fn(cfg, ctx, gpu, ctx.previous_gpus.get(gpu.index) or {})]
+        return list(spec.fn(cfg, ctx))
+    except Exception:  # a rule bug must not reject a node's telemetry
+        logger.exception("health rule %s failed on node %s", spec.key, ctx.node_id)
+        return []
+
+
+def _apply(condition: Any, rule: str, cfg: Any, ctx: ReportContext, open_alerts: dict[tuple[int, str], Any]) -> None:
+    from .rules.base import CLEAR, FIRE
+    from .services import dedupe_key, note_clear, note_not_clear
+
+    key = dedupe_key(rule, condition.gpu_index, condition.subject)
+    alert = open_alerts.get((ctx.node_id, key))
+    now = ctx.report.collected_at
+    if condition.state == FIRE:
+        _fire(condition, rule, cfg, ctx, alert, open_alerts, key)
+    elif alert is None:
+        return
+    elif condition.state == CLEAR:
+        if note_clear(alert, now=now, clear_after_seconds=cfg.clear_after_seconds,
+                      reason=f"condition clear for {cfg.clear_after_seconds} s"):
+            open_alerts.pop((ctx.node_id, key), None)
+    else:
+        note_not_clear(alert)
+
+
+def _fire(condition: Any, rule: str, cfg: Any, ctx: ReportContext, alert: Any,
+          open_alerts: dict[tuple[int, str], Any], key: str) -> None:
+    from .choices import SEVERITY_RANK, Severity
+    from .models import Alert
+    from .services import is_event_rule, raise_finding
+
+    severity = Severity(condition.severity or cfg.severity)
+    observed = condition.observed_at or ctx.report.collected_at
+    if cfg.shadow:
+        if not _shadow_seen_recently(ctx.node_id, rule, condition, observed):
+            raise_finding(ctx.node_id, **_finding_kwargs(condition, rule, cfg, ctx, severity), shadow=True)
+        return
+    if alert is not None and not is_event_rule(rule) and SEVERITY_RANK[severity] <= alert.severity_rank:
+        # Same condition seen again: refresh the alert, no new finding (a hot GPU is one finding a day, not 2,880).
+        Alert.objects.filter(pk=alert.pk).update(last_seen=observed, occurrences=F("occurrences") + 1,
+                                                 clearing_since=None)
+        alert.clearing_since = None
+        return
+    finding = raise_finding(ctx.node_id, **_finding_kwargs(condition, rule, cfg, ctx, severity))
+    if finding is not None and finding.alert is not None:
+        open_alerts[(ctx.node_id, key)] = finding.alert
+
+
+def _finding_kwargs(condition: Any, rule: str, cfg: Any, ctx: ReportContext, severity: str) -> dict[str, Any]:
+    return dict(rule=rule, severity=severity, summary=condition.summary, evidence=condition.evidence,
+                gpu_index=condition.gpu_index, subject=condition.subject, xid=condition.xid,
+                recommended_action=condition.recommended_action or cfg.recommended_action,
+                source=ctx.source, observed_at=condition.observed_at or ctx.report.collected_at)
+
+
+def _shadow_seen_recently(node_id: int, rule: str, condition: Any, observed: datetime) -> bool:
+    """A shadow condition rule records one finding per hour, not one per report."""
+    from .models import Finding
+    from .services import is_event_rule
+
+    if is_event_rule(rule):
+        return False
+    return Finding.objects.filter(node_id=node_id, rule=rule, shadow=True, gpu_index=condition.gpu_index,
+                                  subject=condition.subject, observed_at__gt=observed - SHADOW_DEDUPE).exists()
+
+
+def _clear_heartbeat(ctx: ReportContext, open_alerts: dict[tuple[int, str], Any]) -> None:
+    """A report arrived: the node is reachable again."""
+    from .services import HEALTH, dedupe_key, resolve_alert_locked
+
+    alert = open_alerts.pop((ctx.node_id, dedupe_key("heartbeat_missing", None, "")), None)
+    if alert is not None:
+        from .models import Alert
+
+        locked = Alert.objects.select_for_update().filter(pk=alert.pk, state="firing").first()
+        if locked is not None:
+            resolve_alert_locked(locked, reason="a report arrived", actor=HEALTH)

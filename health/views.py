@@ -1,13 +1,104 @@
-"""Portal views of the health app."""
+"""Portal pages of the health app: the alert list with operator buttons, and the node page's partial.
+
+Querysets start from ``health.scoping`` (customers see their tenant's nodes only);
+every change goes through ``health.alerts``.
+"""
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.contrib import messages
+from django.core.exceptions import ObjectDoesNotExist
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
 
+from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
+from nodes.services import Actor, ReasonRequired
+
+from . import alerts as verbs
+from .choices import AlertState
+from .filters import AlertFilterSet
+from .scoping import visible_alerts, visible_findings
+
+PAGE_SIZE = 50
+NODE_FINDINGS = 20
+ALERT_RELATIONS = ("node__site", "node__cluster", "node__tenant", "acknowledged_by", "silenced_by")
+
+
+def _filterset(request: HttpRequest) -> AlertFilterSet:
+    data = request.GET.copy()
+    if "state" not in data:
+        data["state"] = AlertState.FIRING  # the default view: what is wrong now
+    for key in list(data):  # an empty form field means "any", not an invalid choice
+        values = [v for v in data.getlist(key) if v != ""]
+        if values:
+            data.setlist(key, values)
+        else:
+            del data[key]
+    queryset = visible_alerts(request.user).select_related(*ALERT_RELATIONS)
+    return AlertFilterSet(data, queryset=queryset, request=request)
+
+
+def alert_list(request: HttpRequest) -> HttpResponse:
+    """Alerts, worst first then most recent, filtered in the URL; operators get the buttons."""
+    filterset = _filterset(request)
+    valid = filterset.is_valid()
+    queryset = filterset.qs if valid else filterset.queryset.none()
+    page = Paginator(queryset.order_by("-severity_rank", "-last_seen", "-id"), PAGE_SIZE).get_page(
+        request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "health/alert_list.html", {
+        "filterset": filterset, "page": page, "query": query.urlencode(), "errors": filterset.errors,
+        "can_operate": request.user.has_perm(OPERATE), "states": AlertState.choices,
+        "state": request.GET.get("state", AlertState.FIRING),
+    })
+
+
+VERBS = {
+    "acknowledge": lambda pk, actor, post: verbs.acknowledge(pk, actor=actor, note=post.get("reason", "")),
+    "silence": lambda pk, actor, post: verbs.silence(pk, actor=actor, reason=post.get("reason", ""),
+                                                     minutes=_minutes(post.get("minutes"))),
+    "unsilence": lambda pk, actor, post: verbs.unsilence(pk, actor=actor, reason=post.get("reason", "")),
+    "resolve": lambda pk, actor, post: verbs.resolve(pk, actor=actor, reason=post.get("reason", "")),
+}
+
+
+def _minutes(value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ValueError("Silence duration must be a whole number of minutes.") from None
+
+
+@require_POST
+def alert_action(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
+    """Acknowledge, silence, unsilence or resolve one alert (POST, reason required)."""
+    alert = get_object_or_404(visible_alerts(request.user), pk=pk)
+    if verb not in VERBS:
+        raise Http404("No such action")
+    if not request.user.has_perm(OPERATE):
+        return HttpResponseForbidden("You may not act on alerts.")
+    try:
+        VERBS[verb](alert.pk, Actor(user=request.user), request.POST)
+        messages.success(request, f"Alert {verb}d." if verb.endswith("e") else f"Alert {verb}ed.")
+    except (ReasonRequired, ValueError) as exc:  # AlertNotFiring is a ValueError too
+        messages.error(request, str(exc))
+    except ObjectDoesNotExist as exc:
+        raise Http404("No such alert") from exc
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = "alert-list"
+    return redirect(target)
 
 
 def node_alerts(request: HttpRequest, pk: int) -> HttpResponse:
-    """The node page's "Alerts" partial (loaded with htmx)."""
+    """The node page's "Alerts" partial (loaded with htmx): open alerts and the latest findings."""
     node = visible_node_or_404(request.user, pk)
-    return render(request, "health/_node_alerts.html", {"node": node})
+    open_alerts = visible_alerts(request.user).filter(node=node, state=AlertState.FIRING).order_by(
+        "-severity_rank", "-last_seen")
+    findings = visible_findings(request.user).filter(node=node, shadow=False)[:NODE_FINDINGS]
+    return render(request, "health/_node_alerts.html", {"node": node, "alerts": open_alerts,
+                                                         "findings": findings})

@@ -1,4 +1,16 @@
 """REST routes of the health app, mounted under /api/ (see nodewarden/api_urls.py)."""
-from django.urls import path  # noqa: F401
+from django.urls import path
+from rest_framework.routers import SimpleRouter
 
-urlpatterns: list = []
+from . import views
+
+router = SimpleRouter()
+router.register("findings", views.FindingViewSet, basename="finding")
+router.register("alerts", views.AlertViewSet, basename="alert")
+router.register("health-rules", views.HealthRuleViewSet, basename="healthrule")
+router.register("xid-catalog", views.XidDefinitionViewSet, basename="xid")
+
+urlpatterns = [
+    *router.urls,
+    path("ingest/alertmanager/", views.AlertmanagerWebhookView.as_view(), name="alertmanager-webhook"),
+]

@@ -1,0 +1,83 @@
+"""Serializers for findings, alerts, rules and the XID catalog (all read-only; verbs are POSTs)."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ..models import Alert, Finding, HealthRule, XidDefinition
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    """One rule firing on one node (and GPU), with its evidence."""
+
+    class Meta:
+        model = Finding
+        fields = ["id", "node", "hostname", "gpu_index", "rule", "xid", "severity", "recommended_action", "summary",
+                  "evidence", "source", "subject", "observed_at", "created", "shadow", "alert", "event"]
+        read_only_fields = fields
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    """A deduplicated condition on a node; silenced alerts are flagged for the remediation policy."""
+
+    hostname = serializers.CharField(source="node.hostname", read_only=True)
+    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    silenced_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    silenced = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Alert
+        fields = ["id", "node", "hostname", "gpu_index", "rule", "subject", "dedupe_key", "severity",
+                  "recommended_action", "summary", "state", "first_seen", "last_seen", "occurrences",
+                  "clearing_since", "resolved_at", "resolved_reason", "resolved_by", "acknowledged_by",
+                  "acknowledged_at", "acknowledged_note", "silenced", "silenced_until", "silenced_by",
+                  "silenced_reason", "last_finding"]
+        read_only_fields = fields
+
+    def get_silenced(self, alert: Alert) -> bool:
+        return alert.is_silenced()
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=False, max_length=300)
+
+
+class AcknowledgeSerializer(serializers.Serializer):
+    note = serializers.CharField(allow_blank=False, max_length=300)
+
+
+class SilenceSerializer(serializers.Serializer):
+    """Silence until a time, or for some minutes (one of the two), with a reason."""
+
+    until = serializers.DateTimeField(required=False)
+    minutes = serializers.IntegerField(required=False, min_value=1, max_value=30 * 24 * 60)
+    reason = serializers.CharField(allow_blank=False, max_length=300)
+
+    def validate(self, attrs: dict) -> dict:
+        if ("until" in attrs) == ("minutes" in attrs):
+            raise serializers.ValidationError({"until": "Give either until or minutes."})
+        return attrs
+
+
+class HealthRuleSerializer(serializers.ModelSerializer):
+    hardware_profile = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = HealthRule
+        fields = ["id", "key", "hardware_profile", "enabled", "shadow", "severity", "recommended_action",
+                  "threshold", "clear_threshold", "window_seconds", "count", "clear_after_seconds", "params",
+                  "description", "updated"]
+        read_only_fields = fields
+
+
+class XidDefinitionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = XidDefinition
+        fields = ["xid", "name", "meaning", "severity", "recommended_action", "nvidia_bucket",
+                  "investigatory_action", "edited_reason", "edited_at"]
+        read_only_fields = fields
+
+
+class WebhookResultSerializer(serializers.Serializer):
+    accepted = serializers.IntegerField()
+    resolved = serializers.IntegerField()
+    unmatched = serializers.ListField(child=serializers.DictField())

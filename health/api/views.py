@@ -1,0 +1,153 @@
+"""REST endpoints: findings, alerts (with operator verbs), rules, the XID catalog, the Alertmanager receiver.
+
+Querysets start from ``health.scoping``: another tenant's alert answers 404; verbs need
+``nodes.operate_node`` and go through ``health.alerts``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import exceptions, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nodes.models import OPERATE
+from nodes.services import Actor
+
+from .. import alertmanager
+from .. import alerts as verbs
+from ..filters import AlertFilterSet, FindingFilterSet
+from ..models import Alert, Finding, HealthRule, XidDefinition
+from ..scoping import visible_alerts, visible_findings
+from . import serializers
+
+
+class CanOperate(permissions.BasePermission):
+    """Writes need the operate permission, checked after the lookup (404 before 403)."""
+
+    message = "You may not act on alerts."
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
+
+
+@extend_schema_view(list=extend_schema(summary="List findings"), retrieve=extend_schema(summary="One finding"))
+class FindingViewSet(viewsets.ReadOnlyModelViewSet):
+    """Findings: every rule firing, with evidence (append-only)."""
+
+    serializer_class = serializers.FindingSerializer
+    filterset_class = FindingFilterSet
+    ordering_fields = ["created", "observed_at"]
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        return visible_findings(self.request.user).order_by("-created", "-id")
+
+
+@extend_schema_view(list=extend_schema(summary="List alerts (firing and unsilenced unless filtered)"),
+                    retrieve=extend_schema(summary="One alert"))
+class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+    """Alerts: deduplicated conditions per node, with acknowledge, silence, unsilence and resolve."""
+
+    serializer_class = serializers.AlertSerializer
+    filterset_class = AlertFilterSet
+    permission_classes = [permissions.IsAuthenticated, CanOperate]
+    ordering_fields = ["last_seen", "first_seen", "severity_rank"]
+
+    def get_queryset(self) -> QuerySet[Alert]:
+        # node: the hostname column; the two users: acknowledged_by and silenced_by.
+        return (visible_alerts(self.request.user).select_related("node", "acknowledged_by", "silenced_by")
+                .order_by("-severity_rank", "-last_seen", "-id"))
+
+    def _act(self, request: Request, body_class: type, verb: Callable[..., Alert], **fixed: Any) -> Response:
+        alert = self.get_object()
+        body = body_class(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            verb(alert.pk, actor=Actor(user=request.user), **fixed, **body.validated_data)
+        except verbs.AlertNotFiring as exc:
+            raise exceptions.ValidationError({"state": [str(exc)]}) from exc
+        except ObjectDoesNotExist as exc:
+            raise exceptions.NotFound() from exc
+        except ValueError as exc:
+            raise exceptions.ValidationError({"until": [str(exc)]}) from exc
+        fresh = self.get_queryset().get(pk=alert.pk)
+        return Response(serializers.AlertSerializer(fresh).data, status=status.HTTP_200_OK)
+
+    @extend_schema(summary="Acknowledge an alert", request=serializers.AcknowledgeSerializer)
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def acknowledge(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, serializers.AcknowledgeSerializer, verbs.acknowledge)
+
+    @extend_schema(summary="Silence an alert", request=serializers.SilenceSerializer)
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def silence(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, serializers.SilenceSerializer, verbs.silence)
+
+    @extend_schema(summary="Lift a silence", request=serializers.ReasonSerializer)
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def unsilence(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, serializers.ReasonSerializer, verbs.unsilence)
+
+    @extend_schema(summary="Resolve an alert by hand", request=serializers.ReasonSerializer)
+    @action(detail=True, methods=["post"], filter_backends=[])
+    def resolve(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, serializers.ReasonSerializer, verbs.resolve)
+
+
+class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet):
+    """Health rules and their thresholds (edited in the admin, with a reason)."""
+
+    serializer_class = serializers.HealthRuleSerializer
+    filterset_fields = ["key", "enabled", "shadow"]
+    # hardware_profile: its name is shown on every row.
+    queryset = HealthRule.objects.select_related("hardware_profile").order_by("key", "id")
+
+
+class XidDefinitionViewSet(viewsets.ReadOnlyModelViewSet):
+    """The XID catalog: GET /api/xid-catalog/79/."""
+
+    serializer_class = serializers.XidDefinitionSerializer
+    queryset = XidDefinition.objects.order_by("xid")
+    filterset_fields = ["severity", "recommended_action"]
+
+
+class RawJSONParser(BaseParser):
+    """Hand the body to msgspec untouched: its errors name the exact field."""
+
+    media_type = "application/json"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+        return stream.read() if stream is not None else b""
+
+
+class CanOperatePermission(permissions.BasePermission):
+    message = "Posting alerts needs the permission to operate nodes."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.has_perm(OPERATE))
+
+
+class AlertmanagerWebhookView(APIView):
+    """Prometheus Alertmanager webhook receiver (webhook JSON version 4)."""
+
+    parser_classes = [RawJSONParser]
+    permission_classes = [permissions.IsAuthenticated, CanOperatePermission]
+
+    @extend_schema(summary="Receive an Alertmanager webhook", request={"application/json": dict},
+                   responses=serializers.WebhookResultSerializer)
+    def post(self, request: Request) -> Response:
+        try:
+            hook = alertmanager.decode(request.data or b"")
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return Response({"detail": f"Malformed Alertmanager webhook: {exc}"}, status=status.HTTP_400_BAD_REQUEST)
+        outcome = alertmanager.receive(hook, actor=Actor(user=request.user))
+        return Response({"accepted": outcome.accepted, "resolved": outcome.resolved,
+                         "unmatched": outcome.unmatched})

@@ -1,0 +1,157 @@
+"""The rule registry: every rule's key, defaults and function, and what a rule yields.
+
+A rule is a small function registered by key. GPU rules get ``(config, context, gpu,
+previous)`` once per GPU reading (``previous`` is that GPU's fields as of the previous
+report, or ``{}``); node rules get ``(config, context)``. Both yield ``Condition``s:
+``fire`` (the condition holds), ``clear`` (data present and the condition absent beyond
+the clear threshold) or ``hold`` (inside the hysteresis band, or no way to tell).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..choices import RecommendedAction, Severity
+
+FIRE, CLEAR, HOLD = "fire", "clear", "hold"
+GPU, NODE, TASK, EXTERNAL = "gpu", "node", "task", "external"
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """A rule as the code declares it, with the defaults seeded into ``HealthRule``."""
+
+    key: str
+    scope: str
+    description: str
+    severity: str
+    recommended_action: str = RecommendedAction.NONE
+    threshold: float | None = None
+    clear_threshold: float | None = None
+    window_seconds: int | None = None
+    count: int | None = None
+    clear_after_seconds: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    fn: Callable[..., Iterable[Condition]] | None = None
+
+    def defaults(self) -> dict[str, Any]:
+        """The ``HealthRule`` field values of this rule's default row."""
+        return {
+            "key": self.key, "severity": str(self.severity), "recommended_action": str(self.recommended_action),
+            "threshold": self.threshold, "clear_threshold": self.clear_threshold,
+            "window_seconds": self.window_seconds, "count": self.count,
+            "clear_after_seconds": self.clear_after_seconds, "params": dict(self.params),
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """The effective settings of one rule for one node (profile row, else default row, else code)."""
+
+    key: str
+    severity: str
+    recommended_action: str
+    threshold: float | None = None
+    clear_threshold: float | None = None
+    window_seconds: int | None = None
+    count: int | None = None
+    clear_after_seconds: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    enabled: bool = True
+    shadow: bool = False
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return self.params.get(name, default)
+
+    @classmethod
+    def from_spec(cls, spec: RuleSpec) -> RuleConfig:
+        d = spec.defaults()
+        d.pop("description")
+        return cls(**d)
+
+
+@dataclass
+class Condition:
+    """What a rule concluded about one subject (a GPU, a port, the node)."""
+
+    state: str
+    gpu_index: int | None = None
+    subject: str = ""
+    summary: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    severity: str | None = None  # None: the rule's configured severity
+    recommended_action: str | None = None
+    xid: int | None = None
+    observed_at: datetime | None = None
+
+
+def fire(summary: str, *, gpu: int | None = None, subject: str = "", **kwargs: Any) -> Condition:
+    return Condition(FIRE, gpu_index=gpu, subject=subject, summary=summary, **kwargs)
+
+
+def clear(*, gpu: int | None = None, subject: str = "", summary: str = "") -> Condition:
+    return Condition(CLEAR, gpu_index=gpu, subject=subject, summary=summary)
+
+
+def hold(*, gpu: int | None = None, subject: str = "") -> Condition:
+    return Condition(HOLD, gpu_index=gpu, subject=subject)
+
+
+REGISTRY: dict[str, RuleSpec] = {}
+
+
+def _register(scope: str, key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        REGISTRY[key] = RuleSpec(key=key, scope=scope, description=(fn.__doc__ or "").strip(), fn=fn, **defaults)
+        return fn
+
+    return decorator
+
+
+def gpu_rule(key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return _register(GPU, key, **defaults)
+
+
+def node_rule(key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return _register(NODE, key, **defaults)
+
+
+def declare(key: str, scope: str, description: str, **defaults: Any) -> None:
+    """A rule that is not run per report (the heartbeat task, Alertmanager)."""
+    REGISTRY[key] = RuleSpec(key=key, scope=scope, description=description, **defaults)
+
+
+def counter_delta(current: int | None, previous: int | None) -> int | None:
+    """Increase of a cumulative counter; None when unknown. A counter lower than before was
+    reset (driver reload, port reset), which says nothing about errors: unknown, not negative."""
+    if current is None or previous is None or current < previous:
+        return None
+    return current - previous
+
+
+def elapsed_seconds(now: datetime, previous: datetime | None) -> float | None:
+    if previous is None:
+        return None
+    seconds = (now - previous).total_seconds()
+    return seconds if seconds > 0 else None
+
+
+__all__ = [
+    "REGISTRY",
+    "Condition",
+    "RecommendedAction",
+    "RuleConfig",
+    "RuleSpec",
+    "Severity",
+    "clear",
+    "counter_delta",
+    "declare",
+    "elapsed_seconds",
+    "fire",
+    "gpu_rule",
+    "hold",
+    "node_rule",
+]

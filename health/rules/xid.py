@@ -1,0 +1,97 @@
+"""XID rules: every XID line is a finding; repeated catastrophic XIDs on one GPU mean RMA.
+
+XID alerts are never cleared by a report (an XID is an event, not a state); the periodic
+task resolves them after ``clear_after_seconds`` of quiet.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from .. import xid as catalog
+from ..choices import RecommendedAction as A
+from ..choices import Severity as S
+from .base import Condition, RuleConfig, fire, node_rule
+from .windows import record_events
+
+
+def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address, however it is spelled: the kernel log says
+    "0000:53:00", NVML and dcgm-exporter "00000000:53:00.0"."""
+    if not bus_id:
+        return None
+    parts = bus_id.strip().split(".")[0].split(":")
+    try:
+        numbers = [int(p, 16) for p in parts]
+    except ValueError:
+        return None
+    if len(numbers) == 2:
+        numbers = [0, *numbers]
+    return (numbers[-3], numbers[-2], numbers[-1]) if len(numbers) >= 3 else None
+
+
+def gpu_index_by_pci(ctx: Any) -> dict[tuple[int, int, int], int]:
+    """PCI address -> GPU index, from this report's GPUs, else the node's previous readings."""
+    mapping = {pci_key(g.get("pci_bus_id")): i for i, g in ctx.previous_gpus.items()}
+    mapping.update({pci_key(g.pci_bus_id): g.index for g in ctx.report.gpus})
+    mapping.pop(None, None)
+    return mapping  # type: ignore[return-value]
+
+
+def resolve_gpu(ctx: Any, bus_id: str | None, mapping: dict[tuple[int, int, int], int] | None = None) -> int | None:
+    return (mapping if mapping is not None else gpu_index_by_pci(ctx)).get(pci_key(bus_id))  # type: ignore[arg-type]
+
+
+@node_rule("xid", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=6 * 3600,
+           params={"sxid_severity": S.WARNING, "sxid_action": A.INSPECT})
+def xid_events(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
+    """Every XID line from the kernel log: severity and action from the XID catalog, on the GPU
+    whose PCI address the line names. NVSwitch SXids carry no catalog entry (params decide)."""
+    mapping = gpu_index_by_pci(ctx) if ctx.report.xid_events else {}
+    for event in ctx.report.xid_events:
+        gpu = resolve_gpu(ctx, event.pci_bus_id, mapping)
+        evidence = {"xid": event.xid, "kind": event.kind, "pci_bus_id": event.pci_bus_id, "pid": event.pid,
+                    "process": event.process, "raw": event.raw}
+        if event.kind == "sxid":
+            yield fire(f"SXid {event.xid} (NVSwitch): {event.message or event.raw}"[:500], subject=f"sxid:{event.xid}",
+                       severity=cfg.param("sxid_severity", S.WARNING),
+                       recommended_action=cfg.param("sxid_action", A.INSPECT),
+                       evidence=evidence, observed_at=event.observed_at)
+            continue
+        info = catalog.lookup(event.xid)
+        evidence.update({"name": info.name, "meaning": info.meaning, "in_catalog": info.known})
+        yield fire(f"XID {event.xid} {info.name}: {event.message or info.meaning}"[:500], gpu=gpu,
+                   subject=f"xid:{event.xid}", severity=info.severity, recommended_action=info.recommended_action,
+                   xid=event.xid, evidence=evidence, observed_at=event.observed_at)
+
+
+@node_rule("xid_repeated", severity=S.DEGRADED, recommended_action=A.RMA, count=5, window_seconds=24 * 3600,
+           clear_after_seconds=7 * 24 * 3600,
+           params={"xids": {"79": {"count": 2, "window_seconds": 7 * 24 * 3600}}})
+def xid_repeated(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
+    """A catastrophic XID ``count`` times within ``window_seconds`` on one GPU (default 5 in 24 h),
+    or an XID listed in ``params.xids`` as often as listed there (XID 79 twice in 7 days): the
+    GPU keeps failing after remediation, RMA it."""
+    groups: dict[tuple[int | None, str], list[datetime]] = defaultdict(list)
+    mapping = gpu_index_by_pci(ctx) if ctx.report.xid_events else {}
+    special = cfg.param("xids", {})
+    for event in ctx.report.xid_events:
+        if event.kind != "xid":
+            continue
+        gpu = resolve_gpu(ctx, event.pci_bus_id, mapping)
+        if str(event.xid) in special:
+            groups[(gpu, f"xid:{event.xid}")].append(event.observed_at)
+        if catalog.lookup(event.xid).severity == S.CATASTROPHIC:
+            groups[(gpu, "catastrophic")].append(event.observed_at)
+    for (gpu, subject), times in groups.items():
+        limits = special.get(subject.removeprefix("xid:"), {}) if subject != "catastrophic" else {}
+        needed = int(limits.get("count", cfg.count or 5))
+        window = int(limits.get("window_seconds", cfg.window_seconds or 86400))
+        seen = record_events(ctx.node_id, "xid_repeated", f"{gpu}|{subject}", times, window)
+        if seen >= needed:
+            what = "catastrophic XIDs" if subject == "catastrophic" else f"XID {subject[4:]}"
+            yield fire(f"{seen} {what} within {window // 3600} h on this GPU", gpu=gpu, subject=subject,
+                       evidence={"events_in_window": seen, "count": needed, "window_seconds": window},
+                       observed_at=max(times))

@@ -1,0 +1,128 @@
+"""The XID catalog: our severity and first action for every NVIDIA XID, and the hot-path lookup.
+
+``health/data/xid_catalog.csv`` is distilled from the shared reference catalog by
+``manage.py build_xid_catalog`` with the mapping below; a data migration seeds
+``XidDefinition`` from it, and operators override rows in the admin.
+"""
+from __future__ import annotations
+
+import csv
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .choices import RecommendedAction as A
+from .choices import Severity
+
+CATALOG_CSV = Path(__file__).resolve().parent / "data" / "xid_catalog.csv"
+CSV_FIELDS = ["xid", "name", "meaning", "nvidia_bucket", "investigatory_action", "severity", "recommended_action"]
+
+# The reference catalog's severity (first word) -> ours. CRITICAL means "reset or reboot
+# required": the node cannot run work. N/A means NVIDIA marks the XID unused on A100 and
+# newer, so seeing one is unexpected: worth a warning, not silence.
+SEVERITY_MAP: dict[str, str] = {
+    "CRITICAL": Severity.CATASTROPHIC, "WARNING": Severity.WARNING, "INFO": Severity.INFO, "N/A": Severity.WARNING,
+}
+
+# NVIDIA's immediate-action bucket -> the first rung we recommend.
+BUCKET_ACTIONS: dict[str, str] = {
+    "RESET_GPU": A.RESET_GPU, "WORKFLOW_XID_48": A.RESET_GPU, "WORKFLOW_NVLINK_ERR": A.RESET_GPU,
+    "WORKFLOW_NVLINK5_ERR": A.RESET_GPU,
+    "RESTART_BM": A.REBOOT, "RESTART_VM": A.REBOOT,
+    "CHECK_MECHANICALS": A.INSPECT, "CONTACT_SUPPORT": A.INSPECT,
+    "RESTART_APP": A.CHECK_APPLICATION, "WORKFLOW_XID_45": A.CHECK_APPLICATION, "CHECK_UVM": A.CHECK_APPLICATION,
+    "UPDATE_SWFW": A.REIMAGE,  # driver or firmware update: our reimage rung carries the new image
+    "IGNORE": A.NONE, "XID_154": A.NONE,
+}
+
+# Per-XID overrides of the bucket mapping, with why.
+XID_ACTIONS: dict[int, str] = {
+    79: A.REBOOT,  # fallen off the bus: only a reboot (or power cycle) brings it back
+    48: A.RESET_GPU, 64: A.RESET_GPU, 95: A.RESET_GPU, 140: A.RESET_GPU,  # memory errors: a reset clears them
+    # Application faults: the job did something wrong, the GPU is fine.
+    13: A.CHECK_APPLICATION, 31: A.CHECK_APPLICATION, 43: A.CHECK_APPLICATION,
+    45: A.CHECK_APPLICATION, 68: A.CHECK_APPLICATION,
+}
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+
+
+def distil_row(row: dict[str, str]) -> dict[str, Any]:
+    """One reference-catalog row -> our catalog row."""
+    xid = int(row["xid"])
+    bucket = (row.get("recommended_action") or "").split(":", 1)[0].strip()
+    catalog_severity = (row.get("severity") or "N/A").split()[0]
+    severity = SEVERITY_MAP.get(catalog_severity, Severity.WARNING)
+    if bucket == "NONE_LISTED":  # 162-172: no NVIDIA bucket; inspect what is inferred critical
+        action = A.INSPECT if severity == Severity.CATASTROPHIC else A.NONE
+    elif catalog_severity == "N/A":
+        action = A.INSPECT  # an XID the catalog calls unused: have someone look
+    else:
+        action = BUCKET_ACTIONS.get(bucket, A.INSPECT)
+    meaning = row.get("meaning", "")
+    if catalog_severity == "N/A":
+        meaning = f"Unexpected XID: {meaning}"
+    return {
+        "xid": xid, "name": row["name"][:100], "meaning": meaning, "nvidia_bucket": bucket,
+        "investigatory_action": (row.get("investigatory_action") or "")[:200],
+        "severity": str(severity), "recommended_action": str(XID_ACTIONS.get(xid, action)),
+    }
+
+
+def write_catalog(source: Path, target: Path = CATALOG_CSV) -> int:
+    """Distil the reference catalog ``source`` into our CSV; returns the number of rows."""
+    with source.open(newline="", encoding="utf-8") as f:
+        rows = [distil_row(r) for r in csv.DictReader(f)]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(sorted(rows, key=lambda r: r["xid"]))
+    return len(rows)
+
+
+def read_catalog(path: Path = CATALOG_CSV) -> Iterable[dict[str, Any]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            yield {**row, "xid": int(row["xid"])}
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    xid: int
+    name: str
+    meaning: str
+    severity: str
+    recommended_action: str
+    known: bool = True
+
+
+_cache: dict[int, XidInfo] | None = None
+_lock = threading.Lock()
+
+
+def invalidate_cache() -> None:
+    """Called when an XidDefinition is saved, so the next lookup reads the table again."""
+    global _cache
+    with _lock:
+        _cache = None
+
+
+def _load() -> dict[int, XidInfo]:
+    from .models import XidDefinition
+
+    global _cache
+    with _lock:
+        if _cache is None:
+            _cache = {d.xid: XidInfo(d.xid, d.name, d.meaning, d.severity, d.recommended_action)
+                      for d in XidDefinition.objects.all()}
+        return _cache
+
+
+def lookup(xid: int) -> XidInfo:
+    """What an XID means and how bad it is; an XID missing from the catalog is a warning to inspect."""
+    info = _load().get(xid)
+    if info is None:
+        return XidInfo(xid, f"XID_{xid}", "Not in the XID catalog", Severity.WARNING, A.INSPECT, known=False)
+    return info

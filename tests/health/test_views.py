@@ -1,0 +1,115 @@
+"""Portal pages: the alert list (filters, buttons, query bound), alert actions, the node partial."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from health.choices import AlertState, Severity
+from health.models import Alert
+from health.services import clear_condition, raise_finding
+from tests.factories import ClusterFactory, NodeFactory
+
+
+@pytest.fixture
+def fleet(tenant, other_tenant):
+    gpu_cluster = ClusterFactory(name="h100-east")
+    acme = NodeFactory(tenant=tenant, cluster=gpu_cluster, hostname="acme-gpu-01")
+    globex = NodeFactory(tenant=other_tenant, hostname="globex-gpu-01")
+    raise_finding(acme.pk, rule="xid", severity=Severity.CATASTROPHIC, summary="XID 79 fallen off the bus",
+                  gpu_index=3, xid=79)
+    raise_finding(globex.pk, rule="gpu_temperature", severity=Severity.WARNING, summary="GPU warm", gpu_index=0)
+    raise_finding(globex.pk, rule="nvlink_down", severity=Severity.DEGRADED, summary="2 of 18 NVLinks down",
+                  gpu_index=1)
+    clear_condition(globex.pk, rule="nvlink_down", gpu_index=1, reason="links back")
+    return acme, globex
+
+
+def rows(response):
+    return [a.summary for a in response.context["page"].object_list]
+
+
+def test_the_alert_list_shows_firing_alerts_worst_first(client, operator, fleet):
+    client.force_login(operator)
+
+    response = client.get(reverse("alert-list"))
+
+    assert rows(response) == ["XID 79 fallen off the bus", "GPU warm"]
+    assert b"Acknowledge" in response.content and b"Alerts</a>" in response.content
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ({"severity": "warning"}, ["GPU warm"]),
+    ({"state": "resolved"}, ["2 of 18 NVLinks down"]),
+    ({"state": ""}, ["XID 79 fallen off the bus", "2 of 18 NVLinks down", "GPU warm"]),
+    ({"cluster": "h100-east"}, ["XID 79 fallen off the bus"]),
+    ({"tenant": "globex"}, ["GPU warm"]),
+    ({"acknowledged": "true"}, []),
+])
+def test_the_alert_list_filters_in_the_url(client, operator, fleet, query, expected):
+    client.force_login(operator)
+
+    assert rows(client.get(reverse("alert-list"), query)) == expected
+
+
+def test_a_customer_sees_its_own_alerts_without_buttons_and_cannot_pick_other_tenants(client, customer, fleet):
+    client.force_login(customer)
+
+    response = client.get(reverse("alert-list"))
+    probing = client.get(reverse("alert-list"), {"tenant": "globex"})
+
+    assert rows(response) == ["XID 79 fallen off the bus"]
+    assert b"/resolve/" not in response.content
+    assert rows(probing) == [] and "tenant" in probing.context["errors"]
+
+
+def test_the_alert_list_page_costs_the_same_for_few_and_many_alerts(client, operator, tenant,
+                                                                      django_assert_max_num_queries):
+    for i in range(25):
+        raise_finding(NodeFactory(tenant=tenant).pk, rule="xid", severity=Severity.WARNING, summary=f"x{i}")
+    client.force_login(operator)
+    client.get(reverse("alert-list"))
+
+    # session, user, 2 x permissions, tenant membership, site/cluster/tenant choices, count, one joined page
+    with django_assert_max_num_queries(10):
+        assert len(rows(client.get(reverse("alert-list")))) == 25
+
+
+def test_an_operator_silences_from_the_list_and_the_alert_is_hidden(client, operator, fleet):
+    client.force_login(operator)
+    alert = Alert.objects.get(rule="xid")
+
+    client.post(reverse("alert-action", args=[alert.pk, "silence"]), {"minutes": "60", "reason": "RMA booked"})
+
+    assert Alert.objects.get(pk=alert.pk).silenced_reason == "RMA booked"
+    assert rows(client.get(reverse("alert-list"))) == ["GPU warm"]
+
+
+def test_an_action_without_a_reason_changes_nothing_and_says_why(client, operator, fleet):
+    client.force_login(operator)
+    alert = Alert.objects.get(rule="xid")
+
+    response = client.post(reverse("alert-action", args=[alert.pk, "resolve"]), {"reason": " "}, follow=True)
+
+    assert Alert.objects.get(pk=alert.pk).state == AlertState.FIRING
+    assert "A reason is required." in response.content.decode()
+
+
+def test_viewers_get_403_and_customers_404_on_other_tenants_alerts(client, viewer, customer, fleet):
+    globex_alert = Alert.objects.get(rule="gpu_temperature")
+    client.force_login(viewer)
+    assert client.post(reverse("alert-action", args=[globex_alert.pk, "resolve"]), {"reason": "x"}).status_code == 403
+    client.force_login(customer)
+    assert client.post(reverse("alert-action", args=[globex_alert.pk, "resolve"]), {"reason": "x"}).status_code == 404
+
+
+def test_the_node_partial_shows_open_alerts_and_recent_findings(client, customer, fleet):
+    acme, globex = fleet
+    client.force_login(customer)
+
+    response = client.get(reverse("node-alerts", args=[acme.pk]))
+
+    content = response.content.decode()
+    assert "XID 79 fallen off the bus" in content and "GPU 3" in content
+    assert [a.summary for a in response.context["alerts"]] == ["XID 79 fallen off the bus"]
+    assert len(response.context["findings"]) == 1
+    assert client.get(reverse("node-alerts", args=[globex.pk])).status_code == 404
