@@ -1,4 +1,4 @@
-"""Recorded runs are written by workers; admin only reads them."""
+"""Recorded runs are written by workers and node agents; admin only reads them."""
 from typing import Any
 
 from django.contrib import admin
@@ -9,11 +9,16 @@ from .models import CheckRun
 
 @admin.register(CheckRun)
 class CheckRunAdmin(admin.ModelAdmin):
-    list_display = ["created", "node", "kind", "status", "summary", "started", "finished"]
+    list_display = ["created", "node", "kind", "status", "figures_text", "summary", "started", "finished"]
     list_filter = ["kind", "status"]
     list_select_related = ["node"]
     search_fields = ["node__hostname", "summary", "task_id"]
-    raw_id_fields = ["node", "trigger"]
+    raw_id_fields = ["node", "trigger", "requested_by"]
+    readonly_fields = ["figures", "params", "figures_text"]
+
+    @admin.display(description="Figures")
+    def figures_text(self, obj: CheckRun) -> str:
+        return obj.figures_text
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

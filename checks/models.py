@@ -1,12 +1,17 @@
 """Recorded runs of background work on a node: every task run leaves a row."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from nodes.models import Node, NodeEvent
 
-from .choices import RunKind, RunStatus
+from .choices import ACTIVE_KINDS, OPEN, RunKind, RunStatus
+from .specs import describe_figures
+
+OUTPUT_MAX_BYTES = 64 * 1024  # the tail of a tool's output worth keeping on the run
 
 
 class CheckRun(models.Model):
@@ -27,12 +32,30 @@ class CheckRun(models.Model):
     error = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
 
+    # Active checks (requested from the portal, run by the node agent).
+    params = models.JSONField(default=dict, blank=True, help_text="Normalised parameters the agent runs with.")
+    figures = models.JSONField(default=dict, blank=True, help_text='Measured numbers, e.g. {"busbw_gbps": 362}.')
+    output = models.TextField(blank=True, help_text="The tool's output as the agent sent it (at most 64 KiB).")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                     related_name="+")
+    requested_reason = models.TextField(blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True, help_text="When the node agent took the run.")
+    deadline = models.DateTimeField(null=True, blank=True,
+                                    help_text="A claimed run without a result by then becomes an error.")
+
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["node", "-created"])]
+        indexes = [
+            models.Index(fields=["node", "-created"]),
+            # The sweep for claimed runs past their deadline reads only the few running rows.
+            models.Index(fields=["deadline"], condition=Q(status=RunStatus.RUNNING), name="checkrun_running_deadline"),
+        ]
         constraints = [
             # A re-delivered task finds its run instead of doing the work twice.
             models.UniqueConstraint(fields=["trigger", "kind"], name="one_run_per_trigger_and_kind"),
+            # Two operators asking at once cannot queue the same check twice on a node.
+            models.UniqueConstraint(fields=["node", "kind"], condition=Q(kind__in=ACTIVE_KINDS, status__in=OPEN),
+                                    name="one_open_active_check_per_node_and_kind"),
         ]
 
     def __str__(self) -> str:
@@ -43,3 +66,11 @@ class CheckRun(models.Model):
         if self.started and self.finished:
             return (self.finished - self.started).total_seconds()
         return None
+
+    @property
+    def is_active_check(self) -> bool:
+        return self.kind in ACTIVE_KINDS
+
+    @property
+    def figures_text(self) -> str:
+        return describe_figures(self.kind, self.figures)

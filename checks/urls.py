@@ -6,4 +6,5 @@ from . import views
 
 urlpatterns = [
     path("nodes/<int:pk>/checks/", login_required(views.node_checks), name="node-checks"),
+    path("nodes/<int:pk>/checks/request/", views.node_check_request, name="node-check-request"),
 ]

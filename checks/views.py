@@ -1,13 +1,55 @@
-"""Portal views of the checks app."""
+"""Portal views of the checks app: the node page's "Active checks" partial and its request form."""
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
+from nodes.services import Actor, ReasonRequired
+
+from . import services
+from .choices import ACTIVE_KINDS, STATUS_COLOURS, RunKind
+from .models import CheckRun
+
+RECENT_RUNS = 10
 
 
 def node_checks(request: HttpRequest, pk: int) -> HttpResponse:
-    """The node page's "Active checks" partial (loaded with htmx)."""
+    """The node page's "Active checks" partial (loaded with htmx): recent runs, and for
+    operators the request form and whether the node counts as idle now."""
     node = visible_node_or_404(request.user, pk)
-    return render(request, "checks/_node_checks.html", {"node": node})
+    runs = list(CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS).select_related("requested_by")
+                .defer("output").order_by("-created", "-id")[:RECENT_RUNS])
+    for run in runs:
+        run.colour = STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]
+    can_request = request.user.has_perm(OPERATE) and node.state not in services.NO_CHECK_STATES
+    context = {"node": node, "runs": runs, "can_request": can_request,
+               "kinds": [(kind, RunKind(kind).label) for kind in ACTIVE_KINDS]}
+    if can_request:
+        context["idle"], context["idle_reason"] = services.node_is_idle(node)
+    return render(request, "checks/_node_checks.html", context)
+
+
+@login_required
+@require_POST
+def node_check_request(request: HttpRequest, pk: int) -> HttpResponse:
+    """Queue an active check from the node page's form (default params), then back to the node."""
+    node = visible_node_or_404(request.user, pk)
+    if not request.user.has_perm(OPERATE):
+        return HttpResponseForbidden("You may not request checks on nodes.")
+    kind = request.POST.get("kind", "")
+    try:
+        run = services.request_check(node.pk, kind, actor=Actor(user=request.user),
+                                     reason=request.POST.get("reason", ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except (ReasonRequired, services.CheckConflict) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{run.get_kind_display()} queued; the agent runs it when the node is idle.")
+    return redirect("node-detail", pk=node.pk)
