@@ -34,11 +34,15 @@ app.conf.beat_schedule = {
     "check-heartbeats": {"task": "health.tasks.check_heartbeats", "schedule": 60.0},
     # Pull dcgm-exporter endpoints that operators registered (telemetry.DcgmExporterTarget).
     "scrape-dcgm-exporters": {"task": "telemetry.tasks.scrape_dcgm_exporters", "schedule": 30.0},
+    # A check claimed by an agent that never reported back becomes an error after its deadline.
+    "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
 }
 if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.
     app.conf.beat_schedule["churn-demo-fleet"] = {"task": "nodes.demo.churn_demo_fleet", "schedule": 60.0}
+    # ...and its nodes' agents report every 30 s through the real ingest service.
+    app.conf.beat_schedule["report-demo-telemetry"] = {"task": "nodes.demo.report_demo_telemetry", "schedule": 30.0}
     app.conf.include = ["nodes.demo"]  # the worker must import the churn task
 app.autodiscover_tasks()

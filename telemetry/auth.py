@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 TOKEN_PREFIX = "nwa_"
@@ -116,3 +117,13 @@ class IsNodeAgent(permissions.BasePermission):
 
     def has_permission(self, request: Any, view: Any) -> bool:
         return isinstance(request.user, AgentIdentity)
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """Describes the agent bearer token in the OpenAPI schema (registered on import)."""
+
+    target_class = "telemetry.auth.AgentTokenAuthentication"
+    name = "nodeAgentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "nwa_... node agent token"}

@@ -26,7 +26,6 @@ from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
 from telemetry.auth import AgentTokenAuthentication, IsNodeAgent
 
-from . import schema as _schema  # noqa: F401  (registers the agent token scheme)
 from . import serializers
 
 

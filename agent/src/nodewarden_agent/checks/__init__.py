@@ -41,7 +41,7 @@ class CheckEnv:
 
 def outcome(status: str, summary: str, figures: dict[str, float] | None = None, output: str = "") -> dict[str, Any]:
     assert status in STATUSES, status
-    return {"status": status, "summary": summary[:1000], "figures": figures or {}, "output": output}
+    return {"status": status, "summary": summary[:300], "figures": figures or {}, "output": output}
 
 
 def param(params: dict[str, Any], name: str, kind: type, default: Any,
