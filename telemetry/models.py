@@ -53,3 +53,255 @@ class NodeHealth(models.Model):
 
     def __str__(self) -> str:
         return f"health of node {self.node_id}"
+
+
+def _float() -> models.FloatField:
+    return models.FloatField(null=True, blank=True)
+
+
+def _count() -> models.BigIntegerField:
+    # Cumulative hardware counters outgrow 32 bits on long-lived GPUs: always 64-bit.
+    return models.BigIntegerField(null=True, blank=True)
+
+
+def _flag() -> models.BooleanField:
+    return models.BooleanField(null=True, blank=True)
+
+
+def _text() -> models.CharField:
+    return models.CharField(max_length=200, blank=True, null=True)
+
+
+class GpuState(models.Model):
+    """The latest reading of one GPU, one row per (node, index). Columns carry the same names
+    as ``telemetry.schema.GpuReading`` so rules and pages read both alike."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpu_states")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(help_text="collected_at of the report this row comes from")
+    # dcgm-exporter's DCGM_FI_DEV_XID_ERRORS gauge as last scraped: it holds the last XID
+    # number, not a count, so a new XID is only visible as a change of this value.
+    xid_gauge = models.IntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=200, blank=True)
+    serial = _text()
+    vbios_version = _text()
+    persistence_mode = _flag()
+    temperature_c = _float()
+    hbm_temperature_c = _float()
+    max_operating_temp_c = _float()
+    hbm_max_operating_temp_c = _float()
+    slowdown_temp_c = _float()
+    shutdown_temp_c = _float()
+    power_w = _float()
+    power_limit_w = _float()
+    sm_clock_mhz = _count()
+    mem_clock_mhz = _count()
+    clock_event_reasons = _count()
+    utilization_pct = _float()
+    memory_used_mib = _count()
+    memory_total_mib = _count()
+    compute_processes = _count()
+    ecc_volatile_corrected = _count()
+    ecc_volatile_uncorrected = _count()
+    ecc_aggregate_corrected = _count()
+    ecc_aggregate_uncorrected = _count()
+    retired_pages_sbe = _count()
+    retired_pages_dbe = _count()
+    retired_pages_pending = _flag()
+    remapped_rows_correctable = _count()
+    remapped_rows_uncorrectable = _count()
+    remapped_rows_pending = _flag()
+    remapped_rows_failure = _flag()
+    nvlink_links_total = _count()
+    nvlink_links_up = _count()
+    nvlink_crc_errors = _count()
+    nvlink_replay_errors = _count()
+    nvlink_recovery_errors = _count()
+    pcie_link_gen = _count()
+    pcie_link_width = _count()
+    pcie_max_link_gen = _count()
+    pcie_max_link_width = _count()
+    pcie_replay_count = _count()
+    recovery_action = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpustate_node_index")]
+
+    def __str__(self) -> str:
+        return f"GPU {self.index} of node {self.node_id}"
+
+
+# --- History --------------------------------------------------------------------------
+# The history tables are built to be range-partitioned by time on PostgreSQL
+# (``manage.py telemetry_partitioning``): the time column is part of every primary key,
+# no foreign key points into them, and their own node columns carry no database
+# constraint, so COPY does not check 8 rows of Node per report and retention can drop
+# whole partitions. Every index leads with (node, time).
+def _history_node() -> models.ForeignKey:
+    # No index of its own either: each primary key already leads with the node.
+    return models.ForeignKey(Node, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
+                             related_name="+")
+
+
+class NodeReport(models.Model):
+    """One report received from a node, without its GPU rows (those are GpuSample).
+
+    A report is identified by (node, collected_at): a resent report (same report_id,
+    same instant) conflicts and is counted as a duplicate, never stored twice."""
+
+    pk = models.CompositePrimaryKey("node", "collected_at")
+    node = _history_node()
+    collected_at = models.DateTimeField()
+    report_id = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+    seq = models.BigIntegerField(default=0)
+    source = models.CharField(max_length=20, default="agent")
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    xid_count = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)  # host vitals, IB ports, collector errors
+
+    def __str__(self) -> str:
+        return f"report {self.report_id} of node {self.node_id} at {self.collected_at:%Y-%m-%d %H:%M:%S}"
+
+
+class GpuSample(models.Model):
+    """One GPU's numbers from one report: what charts and trends read."""
+
+    pk = models.CompositePrimaryKey("node", "collected_at", "gpu_index")
+    node = _history_node()
+    collected_at = models.DateTimeField()
+    gpu_index = models.PositiveSmallIntegerField()
+    temperature_c = _float()
+    hbm_temperature_c = _float()
+    power_w = _float()
+    sm_clock_mhz = _count()
+    utilization_pct = _float()
+    memory_used_mib = _count()
+    ecc_volatile_corrected = _count()
+    ecc_volatile_uncorrected = _count()
+    ecc_aggregate_corrected = _count()
+    ecc_aggregate_uncorrected = _count()
+    remapped_rows_correctable = _count()
+    remapped_rows_uncorrectable = _count()
+    remapped_rows_pending = _flag()
+    nvlink_crc_errors = _count()
+    nvlink_replay_errors = _count()
+    nvlink_recovery_errors = _count()
+    pcie_replay_count = _count()
+    pcie_link_gen = _count()
+    pcie_link_width = _count()
+    clock_event_reasons = _count()
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_index} of node {self.node_id} at {self.collected_at:%Y-%m-%d %H:%M:%S}"
+
+
+class XidRecord(models.Model):
+    """Every XID/SXID line a node reported: evidence, kept far longer than raw samples.
+
+    ``fingerprint`` hashes (xid, kmsg_seq, raw): the same kernel line sent twice (an agent
+    resending after a restart) is stored once."""
+
+    pk = models.CompositePrimaryKey("node", "observed_at", "fingerprint")
+    node = _history_node()
+    observed_at = models.DateTimeField()
+    fingerprint = models.CharField(max_length=40)
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    xid = models.PositiveIntegerField()
+    kind = models.CharField(max_length=4, default="xid")  # "xid" or "sxid"
+    pci_bus_id = models.CharField(max_length=200, blank=True)
+    pid = models.BigIntegerField(null=True, blank=True)
+    process = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    raw = models.TextField()
+    kmsg_seq = models.BigIntegerField(null=True, blank=True)
+    report_id = models.CharField(max_length=64)
+    source = models.CharField(max_length=20, default="agent")
+
+    def __str__(self) -> str:
+        return f"{self.kind.upper()} {self.xid} on node {self.node_id} GPU {self.gpu_index}"
+
+
+class GpuSampleHourly(models.Model):
+    """GpuSample rolled up per hour once raw rows pass TELEMETRY_RAW_RETENTION_DAYS.
+
+    Averages are over the hour's ``n`` samples; re-running a roll-up over rows of an hour
+    already rolled up merges by weighting with ``n``."""
+
+    pk = models.CompositePrimaryKey("node", "hour", "gpu_index")
+    node = _history_node()
+    hour = models.DateTimeField()
+    gpu_index = models.PositiveSmallIntegerField()
+    n = models.PositiveIntegerField()
+    temperature_avg = _float()
+    temperature_max = _float()
+    hbm_temperature_max = _float()
+    power_avg = _float()
+    power_max = _float()
+    utilization_avg = _float()
+    memory_used_max = _count()
+    ecc_volatile_corrected_max = _count()
+    ecc_volatile_uncorrected_max = _count()
+    ecc_aggregate_corrected_max = _count()
+    ecc_aggregate_uncorrected_max = _count()
+    remapped_rows_correctable_max = _count()
+    remapped_rows_uncorrectable_max = _count()
+    nvlink_crc_errors_max = _count()
+    nvlink_replay_errors_max = _count()
+    nvlink_recovery_errors_max = _count()
+    pcie_replay_count_max = _count()
+    pcie_link_gen_min = _count()
+    pcie_link_width_min = _count()
+
+    class Meta:
+        verbose_name = "GPU sample (hourly)"
+        verbose_name_plural = "GPU samples (hourly)"
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_index} of node {self.node_id}, hour {self.hour:%Y-%m-%d %H:00}"
+
+
+# --- Operations -------------------------------------------------------------------------
+class IngestRejection(models.Model):
+    """A dead letter: something sent to an ingest endpoint that was refused, with why.
+
+    Every refusal writes one, so a misbehaving agent or exporter shows up in the admin
+    instead of vanishing. The body is kept as a bounded excerpt."""
+
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    source = models.CharField(max_length=20)  # "agent", "dcgm-exporter", "dcgm-scrape", "evaluation"
+    node = models.ForeignKey(Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    hostname = models.CharField(max_length=253, blank=True)
+    status = models.PositiveSmallIntegerField(default=400)
+    reason = models.TextField()
+    body_excerpt = models.TextField(blank=True)
+    body_size = models.PositiveIntegerField(default=0)
+    remote_addr = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.source} rejection at {self.received_at:%Y-%m-%d %H:%M:%S}: {self.reason[:60]}"
+
+
+class DcgmExporterTarget(models.Model):
+    """A dcgm-exporter endpoint (``http://host:9400/metrics``) the portal scrapes."""
+
+    url = models.URLField(max_length=500, unique=True)
+    site = models.ForeignKey("fleet.Site", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    cluster = models.ForeignKey("fleet.Cluster", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    enabled = models.BooleanField(default=True)
+    interval_s = models.PositiveIntegerField(default=30, help_text="Seconds between scrapes.")
+    timeout_s = models.PositiveIntegerField(default=10)
+    last_scraped_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["url"]
+
+    def __str__(self) -> str:
+        return self.url

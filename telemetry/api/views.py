@@ -1,0 +1,185 @@
+"""REST endpoints of the telemetry app: agent ingest, dcgm-exporter push, GPU health reads.
+
+The agent endpoint is a plain Django view: it is the hottest path in the portal, and it
+needs none of DRF's content negotiation, parsers or throttles (msgspec validates).
+"""
+from __future__ import annotations
+
+import zlib
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import permissions
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from nodes.models import OPERATE, Node
+from nodes.scoping import visible_node_or_404
+
+from .. import dcgm_exporter
+from ..auth import AgentAuthError, identify_agent
+from ..ingest import IngestRefused, ingest_reports
+from ..models import GpuState, NodeHealth
+from ..rejections import BodyTooLarge, read_body, reject
+from ..schema import decode_batch
+from ..series import FIELDS, MAX_WINDOW, gpu_series
+from . import serializers
+
+
+@csrf_exempt  # agents authenticate with a bearer token, never a cookie
+def agent_reports(request: HttpRequest) -> JsonResponse:
+    """POST /api/agent/reports/: a ReportBatch from a node agent."""
+    if request.method != "POST":
+        return JsonResponse({"error": "method not allowed", "detail": "POST a ReportBatch."}, status=405)
+    try:
+        agent = identify_agent(request.headers.get("Authorization"))
+    except AgentAuthError as exc:
+        response = JsonResponse({"error": "unauthorized", "detail": str(exc)}, status=401)
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    refuse = _refuser(request, "agent", agent.node_id, agent.hostname)
+    try:
+        body = read_body(request)
+        reports = decode_batch(body)
+    except BodyTooLarge as exc:
+        return refuse(413, "body too large", str(exc), b"")
+    except zlib.error as exc:
+        return refuse(400, "invalid report", f"Content-Encoding gzip but the body does not inflate: {exc}", b"")
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return refuse(400, "invalid report", str(exc), body)
+    foreign = sorted({r.hostname for r in reports if r.hostname.lower() != agent.hostname.lower()})
+    if foreign:
+        detail = f"This token belongs to {agent.hostname!r}; the batch has reports for {', '.join(map(repr, foreign))}."
+        return refuse(403, "wrong node", detail, body)
+    try:
+        result = ingest_reports(agent.node_id, reports, source="agent")
+    except IngestRefused as exc:
+        return refuse(400, "invalid report", str(exc), body)
+    except Node.DoesNotExist:
+        return JsonResponse({"error": "unauthorized", "detail": "The token's node no longer exists."}, status=401)
+    return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+
+
+def _refuser(request: HttpRequest, source: str, node_id: int | None, hostname: str) -> Any:
+    def refuse(status: int, error: str, detail: str, body: bytes) -> JsonResponse:
+        return reject(request, status=status, source=source, error=error, detail=detail, body=body,
+                      node_id=node_id, hostname=hostname)
+    return refuse
+
+
+class CanPushTelemetry(permissions.BasePermission):
+    """Operators (staff with the operate permission) and service accounts acting for them."""
+
+    message = "Pushing telemetry needs a staff account with the operate permission."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(OPERATE))
+
+
+class DcgmExporterPushView(APIView):
+    """POST /api/ingest/dcgm-exporter/: dcgm-exporter's /metrics text, pushed by an operator's job."""
+
+    permission_classes = [CanPushTelemetry]
+
+    @extend_schema(
+        summary="Push dcgm-exporter metrics",
+        description="Body: the Prometheus text exposition of one or more dcgm-exporters (Content-Type: "
+                    "text/plain). Hosts are matched to nodes by the Hostname/hostname label; hosts that "
+                    "match no node are listed in the answer and recorded as ingest rejections.",
+        request={"text/plain": OpenApiTypes.STR},
+        responses={200: serializers.DcgmPushResultSerializer},
+    )
+    def post(self, request: Request) -> Response | JsonResponse:
+        raw = request._request  # the stream itself: DRF's parsers would buffer and cap it
+        content_type = raw.content_type or ""
+        if content_type not in ("text/plain", "application/openmetrics-text"):
+            detail = f"Send the exposition as text/plain, not {content_type or 'no content type'!r}."
+            return reject(raw, status=415, source="dcgm-exporter", error="unsupported media type", detail=detail)
+        try:
+            body = read_body(raw)
+        except BodyTooLarge as exc:
+            return reject(raw, status=413, source="dcgm-exporter", error="body too large", detail=str(exc))
+        except zlib.error as exc:
+            return reject(raw, status=400, source="dcgm-exporter", error="invalid exposition", detail=str(exc))
+        try:
+            outcome = dcgm_exporter.ingest_exposition(body.decode("utf-8", "replace"), source="dcgm-exporter",
+                                                      remote_addr=raw.META.get("REMOTE_ADDR") or "")
+        except dcgm_exporter.ExpositionError as exc:
+            return reject(raw, status=400, source="dcgm-exporter", error="invalid exposition", detail=str(exc),
+                          body=body)
+        return Response({"accepted": outcome.accepted, "duplicates": outcome.duplicates,
+                         "hosts": outcome.hosts, "unknown_hosts": outcome.unknown_hosts})
+
+
+class NodeGpuHealthView(APIView):
+    """GET /api/nodes/{id}/gpu-health/: the node's latest report and GPU rows."""
+
+    @extend_schema(summary="A node's latest GPU health", responses=serializers.NodeGpuHealthSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        node = visible_node_or_404(request.user, pk)
+        health = NodeHealth.objects.filter(node=node).first()
+        gpus = GpuState.objects.filter(node=node) if health is not None else GpuState.objects.none()
+        data = {"node": node.pk, "hostname": node.hostname, "health": health, "gpus": list(gpus)}
+        return Response(serializers.NodeGpuHealthSerializer(data).data)
+
+
+class NodeGpuSamplesView(APIView):
+    """GET /api/nodes/{id}/gpu-samples/: bucketed GPU series over a bounded window."""
+
+    @extend_schema(
+        summary="A node's GPU samples, downsampled",
+        parameters=[
+            OpenApiParameter("gpu", OpenApiTypes.INT, description="One GPU index (default: all)."),
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="Default: one hour before until."),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="Default: now."),
+        ],
+        responses=serializers.GpuSamplesSerializer,
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        node = visible_node_or_404(request.user, pk)
+        since, until, gpu = _sample_params(request.query_params)
+        count = 1 if gpu is not None else (GpuState.objects.filter(node=node).count() or 1)
+        series = gpu_series(node.pk, since=since, until=until, gpu_count=count, gpu=gpu)
+        data = {"node": node.pk, "since": since, "until": until, "bucket_s": series.bucket_s, "fields": FIELDS,
+                "gpus": [{"index": i, "points": rows} for i, rows in series.gpus.items()]}
+        return Response(serializers.GpuSamplesSerializer(data).data)
+
+
+def _sample_params(params: Any) -> tuple[datetime, datetime, int | None]:
+    until = _when(params, "until") or timezone.now()
+    since = _when(params, "since") or until - timedelta(hours=1)
+    if since >= until:
+        raise ValidationError({"since": ["must be before until"]})
+    if until - since > MAX_WINDOW:
+        raise ValidationError({"since": [f"the window may span at most {MAX_WINDOW.days} days"]})
+    gpu = params.get("gpu")
+    if gpu in (None, ""):
+        return since, until, None
+    if not gpu.isdigit():
+        raise ValidationError({"gpu": ["must be a GPU index (0, 1, ...)"]})
+    return since, until, int(gpu)
+
+
+def _when(params: Any, name: str) -> datetime | None:
+    value = params.get(name)
+    if not value:
+        return None
+    try:
+        parsed = parse_datetime(value.replace(" ", "+"))  # a "+" in a query string arrives as a space
+    except ValueError:
+        parsed = None  # well formed but impossible, such as month 13
+    if parsed is None:
+        raise ValidationError({name: [f"{value!r} is not an ISO 8601 date-time"]})
+    if timezone.is_naive(parsed):
+        raise ValidationError({name: ["needs a time zone (e.g. 2026-01-01T00:00:00Z)"]})
+    return parsed

@@ -1,0 +1,244 @@
+"""Ingest: the one road from a decoded batch of reports to the database and the health rules.
+
+Per batch, whatever its size, a constant number of statements in one transaction:
+read the node and its latest state (2), insert the reports and learn which are new (1),
+COPY their GPU rows (1), insert XID lines (≤1), upsert the latest GPU and node rows
+(≤2), then evaluate the health rules in a savepoint (2). A resent report is counted as
+a duplicate and stores nothing; a report older than the latest one goes to history
+without rolling the latest state back.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import msgspec
+from django.db import transaction
+from django.utils import timezone
+
+from health.evaluation import ReportContext, evaluate_reports
+from nodes.models import Node
+
+from . import store
+from .models import GpuSample, GpuState, IngestRejection
+from .schema import AgentReport, GpuReading
+
+log = logging.getLogger(__name__)
+
+GPU_FIELDS = tuple(f.name for f in msgspec.structs.fields(GpuReading))
+SAMPLE_FIELDS = tuple(
+    f.attname for f in GpuSample._meta.concrete_fields if f.attname not in ("node_id", "collected_at", "gpu_index")
+)
+_BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
+
+
+class IngestRefused(ValueError):
+    """A batch that decodes but cannot be stored as sent (its message names the field)."""
+
+
+@dataclass
+class IngestResult:
+    """What happened to a batch: reports stored, and reports already stored before."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    accepted_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Latest:
+    """A node's latest state as the rules' ``previous_*`` want it."""
+
+    at: datetime | None = None
+    gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    ib_ports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    host: dict[str, Any] | None = None
+
+
+def normalise_bus_id(bus_id: str | None) -> str | None:
+    """"00000000:53:00.0" (NVML) and "0000:53:00" (kernel log) both become "0000:53:00"."""
+    match = _BUS_ID.match((bus_id or "").strip().lower())
+    if match is None:
+        return None
+    domain, bus, device = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+
+
+def check_reports(reports: list[AgentReport]) -> None:
+    """What msgspec cannot say: a GPU index appears once per report."""
+    for r, report in enumerate(reports):
+        seen: set[int] = set()
+        for g, gpu in enumerate(report.gpus):
+            if gpu.index in seen:
+                raise IngestRefused(f"Duplicate GPU index {gpu.index} - at `$.reports[{r}].gpus[{g}].index`")
+            seen.add(gpu.index)
+
+
+def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "agent") -> IngestResult:
+    """Store a batch of one node's reports and evaluate the health rules over the new ones.
+
+    Raises IngestRefused (nothing stored) for a batch that cannot be stored as sent.
+    """
+    check_reports(reports)
+    received_at = timezone.now()
+    unique, duplicates = _unique_in_batch(reports)
+    with transaction.atomic():
+        node = _node_row(node_id)
+        latest = _load_latest(node_id, node)
+        new_ids = store.insert_new_reports([_report_row(node_id, r, received_at, source) for r in unique])
+        new = sorted((r for r in unique if r.report_id in new_ids), key=lambda r: r.collected_at)
+        _store_history(node_id, new, latest, source)
+        _store_latest(node_id, new, latest, received_at, source)
+        contexts = _contexts(node, new, latest, source)
+        _evaluate(node_id, contexts, source)
+    duplicates += len(unique) - len(new)
+    return IngestResult(accepted=len(new), duplicates=duplicates, accepted_ids=[r.report_id for r in new])
+
+
+def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int]:
+    # A report_id or an instant seen twice in one batch is a resend within the batch.
+    ids: set[str] = set()
+    times: set[datetime] = set()
+    unique = []
+    for report in reports:
+        if report.report_id in ids or report.collected_at in times:
+            continue
+        ids.add(report.report_id)
+        times.add(report.collected_at)
+        unique.append(report)
+    return unique, len(reports) - len(unique)
+
+
+def _node_row(node_id: int) -> dict[str, Any]:
+    return (
+        Node.objects.filter(pk=node_id)
+        .values("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
+                "health__last_report_at", "health__host", "health__ib_ports")
+        .get()
+    )
+
+
+def _load_latest(node_id: int, node: dict[str, Any]) -> _Latest:
+    latest = _Latest(at=node["health__last_report_at"], host=node["health__host"])
+    if latest.at is None:
+        return latest
+    for row in GpuState.objects.filter(node_id=node_id).values("updated_at", *GPU_FIELDS):
+        latest.gpus[row["index"]] = row
+    latest.ib_ports = {(p["device"], p["port"]): p for p in node["health__ib_ports"] or []}
+    return latest
+
+
+def _report_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
+    summary = {
+        "agent_version": report.agent_version, "driver_version": report.driver_version,
+        "host": msgspec.to_builtins(report.host) if report.host else None,
+        "ib_ports": msgspec.to_builtins(report.ib_ports), "collector_errors": report.collector_errors,
+    }
+    return {
+        "node_id": node_id, "collected_at": report.collected_at, "report_id": report.report_id,
+        "received_at": received_at, "seq": report.seq, "source": source, "gpu_count": len(report.gpus),
+        "xid_count": len(report.xid_events), "summary": summary,
+    }
+
+
+def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> None:
+    samples = [
+        {"node_id": node_id, "collected_at": r.collected_at, "gpu_index": g.index,
+         **{name: getattr(g, name) for name in SAMPLE_FIELDS}}
+        for r in new for g in r.gpus
+    ]
+    store.store_samples(samples)
+    known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}
+    store.store_xids([_xid_row(node_id, r, x, known_buses, source) for r in new for x in r.xid_events])
+
+
+def _xid_row(node_id: int, report: AgentReport, event: Any, known_buses: dict[str | None, int],
+             source: str) -> dict[str, Any]:
+    bus = normalise_bus_id(event.pci_bus_id)
+    buses = {normalise_bus_id(g.pci_bus_id): g.index for g in report.gpus}
+    gpu_index = buses.get(bus, known_buses.get(bus)) if bus else None
+    key = f"{event.kind}|{event.xid}|{event.kmsg_seq}|{event.raw}".encode()
+    return {
+        "node_id": node_id, "observed_at": event.observed_at, "fingerprint": hashlib.sha1(key).hexdigest(),
+        "gpu_index": gpu_index, "xid": event.xid, "kind": event.kind, "pci_bus_id": event.pci_bus_id or "",
+        "pid": event.pid, "process": event.process or "", "message": event.message, "raw": event.raw,
+        "kmsg_seq": event.kmsg_seq, "report_id": report.report_id, "source": source,
+    }
+
+
+def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, received_at: datetime,
+                  source: str) -> None:
+    if not new:
+        return
+    newest = new[-1]
+    if latest.at is None or newest.collected_at >= latest.at:
+        store.upsert_gpu_states([
+            {"node_id": node_id, "updated_at": newest.collected_at, **msgspec.structs.asdict(g)}
+            for g in newest.gpus
+        ])
+    # Always written (the CASE in the upsert keeps newer state): last_received_at moves on.
+    store.upsert_node_health(_health_row(node_id, newest, received_at, source))
+
+
+def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
+    processes = [g.compute_processes for g in report.gpus]
+    # Unknown for one GPU means "idle" cannot be proven: None, not a partial sum.
+    busy = sum(processes) if processes and None not in processes else None  # type: ignore[arg-type]
+    return {
+        "node_id": node_id, "last_report_at": report.collected_at, "last_received_at": received_at,
+        "source": source, "agent_version": report.agent_version, "driver_version": report.driver_version or "",
+        "cuda_version": report.cuda_version or "", "gpu_count": len(report.gpus), "gpu_compute_processes": busy,
+        "host": msgspec.to_builtins(report.host) if report.host else {},
+        "ib_ports": msgspec.to_builtins(report.ib_ports), "collector_errors": report.collector_errors,
+    }
+
+
+def _contexts(node: dict[str, Any], new: list[AgentReport], latest: _Latest, source: str) -> list[ReportContext]:
+    """One context per new report, oldest first; each sees the state just before it.
+
+    A report older than what the node already sent (an agent flushing its buffer) has no
+    known predecessor: its ``previous_*`` are empty rather than newer data.
+    """
+    contexts = []
+    state = latest
+    for report in new:
+        newer = state.at is None or report.collected_at > state.at
+        before = state if newer else _Latest()
+        contexts.append(ReportContext(
+            node_id=node["id"], hostname=node["hostname"], hardware_profile_id=node["hardware_profile_id"],
+            expected_gpu_count=node["hardware_profile__gpu_count"], report=report,
+            previous_report_at=before.at, previous_gpus=before.gpus, previous_ib_ports=before.ib_ports,
+            previous_host=before.host, source=source,
+        ))
+        if newer:
+            state = _state_of(report)
+    return contexts
+
+
+def _state_of(report: AgentReport) -> _Latest:
+    return _Latest(
+        at=report.collected_at,
+        gpus={g.index: msgspec.structs.asdict(g) for g in report.gpus},
+        ib_ports={(p.device, p.port): msgspec.to_builtins(p) for p in report.ib_ports},
+        host=msgspec.to_builtins(report.host) if report.host else None,
+    )
+
+
+def _evaluate(node_id: int, contexts: list[ReportContext], source: str) -> None:
+    """Run the rules in a savepoint: if they fail, the telemetry is kept, the failure is
+    logged and left as an IngestRejection to be found, and the request still succeeds."""
+    if not contexts:
+        return
+    try:
+        with transaction.atomic():
+            evaluate_reports(contexts)
+    except Exception as exc:  # any rule bug: it must not cost the node its telemetry
+        log.exception("health evaluation failed for node %s", node_id)
+        IngestRejection.objects.create(
+            source=source, node_id=node_id, status=200, reason=f"evaluation error: {exc!r}"[:2000],
+            body_excerpt=", ".join(c.report.report_id for c in contexts)[:2000],
+        )

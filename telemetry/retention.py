@@ -1,0 +1,137 @@
+"""Retention: raw GPU samples become hourly roll-ups, old history is pruned.
+
+Work is cut into bounded batches (one hour of samples of at most NODE_CHUNK nodes; one
+day of old rows) and each batch commits on its own, so a run can stop anywhere and the
+next one carries on. Rolling up and deleting the same rows share a transaction, and
+a roll-up into an hour that already has one merges (weighted by ``n``): running it
+twice, or over late rows of an old hour, never counts a sample twice.
+
+On a partitioned database (``manage.py telemetry_partitioning``) dropping whole month
+partitions is cheaper than these deletes; they stay correct either way.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Max, Min, Model
+from django.utils import timezone
+
+from .conf import setting
+from .models import GpuSample, GpuSampleHourly, NodeReport, XidRecord
+
+log = logging.getLogger(__name__)
+
+NODE_CHUNK = 500
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+# hourly column -> (aggregate over raw rows, how to merge with an existing hourly row)
+_ROLLUP = {
+    "temperature_avg": ("AVG(temperature_c)", "avg"),
+    "temperature_max": ("MAX(temperature_c)", "max"),
+    "hbm_temperature_max": ("MAX(hbm_temperature_c)", "max"),
+    "power_avg": ("AVG(power_w)", "avg"),
+    "power_max": ("MAX(power_w)", "max"),
+    "utilization_avg": ("AVG(utilization_pct)", "avg"),
+    "memory_used_max": ("MAX(memory_used_mib)", "max"),
+    **{f"{c}_max": (f"MAX({c})", "max") for c in (
+        "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
+        "ecc_aggregate_uncorrected", "remapped_rows_correctable", "remapped_rows_uncorrectable",
+        "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "pcie_replay_count")},
+    "pcie_link_gen_min": ("MIN(pcie_link_gen)", "min"),
+    "pcie_link_width_min": ("MIN(pcie_link_width)", "min"),
+}
+
+
+@dataclass
+class RetentionResult:
+    """Rows moved or removed by one run, per table."""
+
+    rolled_up: int = 0
+    deleted: dict[str, int] = field(default_factory=dict)
+    finished: bool = True
+
+
+def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) -> RetentionResult:
+    """Roll raw samples past TELEMETRY_RAW_RETENTION_DAYS into hours, then prune reports,
+    XID records and roll-ups past their own windows. At most ``max_batches`` batches."""
+    now = now or timezone.now()
+    result = RetentionResult()
+    budget = [max_batches]
+    raw_cutoff = (now - timedelta(days=setting("TELEMETRY_RAW_RETENTION_DAYS"))).replace(
+        minute=0, second=0, microsecond=0)  # whole hours only: an hour is never half raw, half rolled
+    while budget[0] > 0 and (hour := _oldest_hour(raw_cutoff)) is not None:
+        result.rolled_up += _roll_up_hour(hour, budget)
+    for model, column, name in ((NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
+                                (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
+                                (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS")):
+        cutoff = now - timedelta(days=setting(name))
+        result.deleted[model._meta.model_name] = _prune(model, column, cutoff, budget)
+    result.finished = budget[0] > 0
+    log.info("telemetry retention: %s", result)
+    return result
+
+
+def _oldest_hour(cutoff: datetime) -> datetime | None:
+    oldest = GpuSample.objects.filter(collected_at__lt=cutoff).aggregate(t=Min("collected_at"))["t"]
+    return oldest.replace(minute=0, second=0, microsecond=0) if oldest else None
+
+
+def _roll_up_hour(hour: datetime, budget: list[int]) -> int:
+    rows = GpuSample.objects.filter(collected_at__gte=hour, collected_at__lt=hour + HOUR)
+    bounds = rows.aggregate(lo=Min("node_id"), hi=Max("node_id"))
+    moved = 0
+    start = bounds["lo"]
+    while start is not None and start <= bounds["hi"] and budget[0] > 0:
+        with transaction.atomic():
+            chunk = rows.filter(node_id__gte=start, node_id__lt=start + NODE_CHUNK)
+            _insert_rollup(hour, start, start + NODE_CHUNK)
+            moved += chunk.delete()[0]
+        budget[0] -= 1
+        start += NODE_CHUNK
+    return moved
+
+
+def _insert_rollup(hour: datetime, node_from: int, node_to: int) -> None:
+    table, raw = GpuSampleHourly._meta.db_table, GpuSample._meta.db_table
+    columns = ", ".join(_ROLLUP)
+    aggregates = ", ".join(agg for agg, _ in _ROLLUP.values())
+    merges = ", ".join(f"{c} = {_merge(table, c, how)}" for c, (_, how) in _ROLLUP.items())
+    sql = (
+        f"INSERT INTO {table} (node_id, hour, gpu_index, n, {columns}) "
+        f"SELECT node_id, %s, gpu_index, COUNT(*), {aggregates} FROM {raw} "
+        f"WHERE collected_at >= %s AND collected_at < %s AND node_id >= %s AND node_id < %s "
+        f"GROUP BY node_id, gpu_index "
+        f"ON CONFLICT (node_id, hour, gpu_index) DO UPDATE SET n = {table}.n + EXCLUDED.n, {merges}"
+    )
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [at(hour), at(hour), at(hour + HOUR), node_from, node_to])
+
+
+def _merge(table: str, column: str, how: str) -> str:
+    """SQL merging an existing hourly value with the incoming one; NULL means "not reported"."""
+    old, new = f"{table}.{column}", f"EXCLUDED.{column}"
+    if how == "avg":
+        both = f"({old} * {table}.n + {new} * EXCLUDED.n) / ({table}.n + EXCLUDED.n)"
+    elif connection.vendor == "postgresql":
+        both = f"{'GREATEST' if how == 'max' else 'LEAST'}({old}, {new})"
+    else:
+        both = f"{how.upper()}({old}, {new})"  # SQLite's two-argument MAX/MIN
+    return f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} ELSE {both} END"
+
+
+def _prune(model: type[Model], column: str, cutoff: datetime, budget: list[int]) -> int:
+    """Delete rows older than ``cutoff``, a day of them per batch (oldest first)."""
+    deleted = 0
+    while budget[0] > 0:
+        oldest = model._default_manager.filter(**{f"{column}__lt": cutoff}).aggregate(t=Min(column))["t"]
+        if oldest is None:
+            break
+        with transaction.atomic():
+            deleted += model._default_manager.filter(**{f"{column}__lt": min(cutoff, oldest + DAY)}).delete()[0]
+        budget[0] -= 1
+    return deleted

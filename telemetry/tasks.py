@@ -1,0 +1,43 @@
+"""Celery tasks of the telemetry app (scheduled in nodewarden/celery.py)."""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.db.models import F
+from django.utils import timezone
+
+from . import dcgm_exporter, partitioning, retention
+from .models import DcgmExporterTarget
+
+log = logging.getLogger(__name__)
+MAX_TARGETS_PER_RUN = 200
+
+
+@shared_task(name="telemetry.tasks.scrape_dcgm_exporters", ignore_result=True)
+def scrape_dcgm_exporters() -> dict[str, int]:
+    """Scrape every enabled dcgm-exporter target that is due. Each target is claimed with a
+    compare-and-swap UPDATE of ``last_scraped_at``, so two workers never scrape it twice."""
+    now = timezone.now()
+    targets = DcgmExporterTarget.objects.filter(enabled=True).order_by(F("last_scraped_at").asc(nulls_first=True))
+    due = [t for t in targets[:MAX_TARGETS_PER_RUN]
+           if t.last_scraped_at is None or now - t.last_scraped_at >= timedelta(seconds=t.interval_s)]
+    scraped = failed = 0
+    for target in due:
+        claimed = DcgmExporterTarget.objects.filter(pk=target.pk, last_scraped_at=target.last_scraped_at)
+        if not claimed.update(last_scraped_at=now):
+            continue  # another worker took it
+        if dcgm_exporter.scrape_target(target) is None:
+            failed += 1
+        scraped += 1
+    return {"scraped": scraped, "failed": failed}
+
+
+@shared_task(name="telemetry.tasks.roll_up_and_prune", ignore_result=True)
+def roll_up_and_prune() -> dict[str, Any]:
+    """Hourly: roll raw samples into hours, prune old history, keep future partitions ready."""
+    partitioning.ensure_future_partitions()
+    return asdict(retention.roll_up_and_prune())
