@@ -25,6 +25,7 @@ from .catalog import (  # noqa: F401
     TRANSITIONS,
 )
 from .churn import churn_demo_fleet  # noqa: F401
+from .telemetry import report_demo_telemetry  # noqa: F401
 from .seed import (  # noqa: F401
     build_demo_fleet,
     demo_fleet_exists,

@@ -1,0 +1,74 @@
+"""Demo telemetry: the demo fleet's agents report through the real ingest, and injected
+faults come out as findings and alerts from the real health rules."""
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+from django.core.management import call_command
+
+from health.choices import Severity
+from health.models import Alert, Finding
+from nodes import demo
+from nodes.demo import telemetry as demo_telemetry
+from nodes.demo.telemetry import REPORTING_STATES, report_demo_telemetry
+from telemetry.models import GpuState, NodeHealth
+
+SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
+NOW = SEEDED_AT + timedelta(days=1)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(monkeypatch):
+    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+    with time_machine.travel(SEEDED_AT, tick=False):
+        call_command("seed_demo", "--nodes", "24", "--days", "30", "--seed", "7", stdout=io.StringIO())
+    return list(demo.demo_nodes().filter(state__in=REPORTING_STATES).order_by("id"))
+
+
+def tick(at: datetime = NOW) -> str:
+    with time_machine.travel(at, tick=False):
+        return report_demo_telemetry()
+
+
+def test_it_does_nothing_unless_the_demo_is_on(fleet, monkeypatch):
+    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN")
+    assert tick() == "disabled"
+    assert not NodeHealth.objects.exists()
+
+
+def test_every_reporting_demo_node_reports_with_its_eight_gpus(fleet, monkeypatch):
+    monkeypatch.setattr(demo_telemetry, "fault_for", lambda node_id, now: None)
+    assert tick() == f"{len(fleet)} reports"
+    assert NodeHealth.objects.filter(node__in=fleet, last_report_at=NOW).count() == len(fleet)
+    assert GpuState.objects.filter(node__in=fleet).count() == 8 * len(fleet)
+    assert not Finding.objects.exists()  # a healthy fleet raises nothing
+
+
+def test_a_gpu_fallen_off_the_bus_becomes_a_catastrophic_finding_on_that_gpu(fleet, monkeypatch):
+    victim = fleet[0]
+    monkeypatch.setattr(demo_telemetry, "fault_for",
+                        lambda node_id, now: ("xid_79", 3, NOW) if node_id == victim.pk and now >= NOW else None)
+    tick(NOW - timedelta(seconds=30))  # a healthy report first: the portal learns which bus is GPU 3
+    tick(NOW)  # GPU 3 is gone from NVML and the kernel printed XID 79 for its bus
+    finding = Finding.objects.get(node=victim, xid=79)
+    assert (finding.gpu_index, finding.severity) == (3, Severity.CATASTROPHIC)
+    assert victim.events.filter(kind="finding").exists()
+
+
+def test_a_hot_gpu_alert_fires_then_resolves_when_the_fault_window_ends(fleet, monkeypatch):
+    victim = fleet[0]
+    hot_until = NOW + timedelta(minutes=20)
+    monkeypatch.setattr(demo_telemetry, "fault_for",
+                        lambda node_id, now: ("hot_gpu", 5, NOW) if node_id == victim.pk and now < hot_until else None)
+    tick(NOW)
+    alert = Alert.objects.get(node=victim, rule="gpu_temperature")
+    assert (alert.gpu_index, alert.state) == (5, "firing")
+    for minutes in range(20, 40):  # cool reports for long enough to outlast any hysteresis delay
+        tick(NOW + timedelta(minutes=minutes))
+    alert.refresh_from_db()
+    assert alert.state == "resolved"
