@@ -124,6 +124,14 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
 
+# --- Telemetry ------------------------------------------------------------
+# Read here so a malformed value stops start-up; telemetry/conf.py says what each one is for.
+TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 14)
+TELEMETRY_REPORT_RETENTION_DAYS = env_int("TELEMETRY_REPORT_RETENTION_DAYS", 90)
+TELEMETRY_XID_RETENTION_DAYS = env_int("TELEMETRY_XID_RETENTION_DAYS", 365)
+TELEMETRY_HOURLY_RETENTION_DAYS = env_int("TELEMETRY_HOURLY_RETENTION_DAYS", 730)
+TELEMETRY_MAX_BODY_BYTES = env_int("TELEMETRY_MAX_BODY_BYTES", 8 * 1024 * 1024)
+
 # --- Auth, i18n, static ---------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

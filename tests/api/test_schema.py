@@ -9,6 +9,7 @@ from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.validation import validate_schema
 
 TRANSITION = "/api/nodes/{id}/transitions/{name}/"
+ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
 
 
 @pytest.fixture
@@ -30,13 +31,26 @@ def test_it_documents_every_endpoint(schema):
         "/api/sites/", "/api/sites/{id}/", "/api/clusters/", "/api/clusters/{id}/", "/api/tenants/",
         "/api/tenants/{id}/", "/api/hardware-profiles/", "/api/hardware-profiles/{id}/", "/api/personas/",
         "/api/personas/{id}/",
+        # Telemetry (the agents' own POST /api/agent/reports/ is a lean plain view, documented in the README).
+        "/api/nodes/{id}/gpu-health/", "/api/nodes/{id}/gpu-samples/", "/api/ingest/dcgm-exporter/",
+        # Health
+        "/api/findings/", "/api/findings/{id}/", "/api/alerts/", "/api/alerts/{id}/", *ALERT_ACTIONS,
+        "/api/health-rules/", "/api/health-rules/{id}/", "/api/xid-catalog/", "/api/xid-catalog/{xid}/",
+        "/api/ingest/alertmanager/",
+        # Active checks
+        "/api/nodes/{id}/checks/", "/api/checks/{id}/", "/api/checks/{id}/cancel/", "/api/agent/checks/",
+        "/api/agent/checks/{id}/result/",
     }
 
 
-def test_only_the_transition_endpoint_writes(schema):
-    writes = {path for path, ops in schema["paths"].items() for method in ops if method in ("post", "put", "patch",
-                                                                                            "delete")}
-    assert writes == {TRANSITION}
+def test_every_write_is_a_named_action_never_a_raw_update(schema):
+    """No PUT/PATCH/DELETE anywhere: state, alerts and checks change only through named verbs."""
+    writes = {(path, method) for path, ops in schema["paths"].items() for method in ops
+              if method in ("post", "put", "patch", "delete")}
+    assert writes == {(path, "post") for path in (
+        TRANSITION, *ALERT_ACTIONS, "/api/ingest/alertmanager/", "/api/ingest/dcgm-exporter/",
+        "/api/nodes/{id}/checks/", "/api/checks/{id}/cancel/", "/api/agent/checks/{id}/result/",
+    )}
 
 
 def test_the_transition_post_documents_its_body_and_every_answer(schema):

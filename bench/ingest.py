@@ -1,0 +1,293 @@
+"""Benchmark telemetry ingest end to end, against PostgreSQL's own bulk-insert ceiling.
+
+What it measures, in one run on one machine (figures are only comparable as ratios):
+(a) end-to-end throughput: realistic 8-GPU H100 reports POSTed over HTTP to
+    /api/agent/reports/ (gunicorn, keep-alive connections, one token per node),
+    validated, stored in PostgreSQL (history, latest state) and run through the
+    health rules, in reports/s. Two shapes: one report per request (the steady
+    state: every node every 30 s) and 50 reports per request (a node flushing its
+    on-disk buffer after an outage);
+(b) the raw ceiling: the same history rows written with COPY straight into the
+    same tables by one connection, in reports/s; the ratio a/b;
+(c) latency of a catastrophic XID: while (a)'s single-report load runs, a probe
+    posts reports carrying an XID 79; the response comes back only after the
+    finding and its lifecycle event are committed, so the round trip bounds the
+    time from arrival to committed finding. p50/p99 in ms.
+
+Target (issue 3): >= 3,000 reports/s end to end (90,000 nodes at 30 s) and within a
+third of the raw ceiling; XID p99 < 200 ms.
+
+Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
+server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 3]
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
+os.environ["DEBUG"] = "0"  # DEBUG keeps every query in memory and would skew the figures
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+BATCH_FLUSH = 50
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+# --- Fleet and payloads ---------------------------------------------------------
+
+
+def make_fleet(n: int) -> list[tuple[str, str]]:
+    """n nodes of an 8 x H100 profile, each with an agent token; returns [(hostname, token)]."""
+    from fleet.models import Cluster, HardwareProfile, Site
+    from nodes.models import Node
+    from telemetry.auth import TOKEN_PREFIX, hash_token
+    from telemetry.models import AgentToken
+
+    profile, _ = HardwareProfile.objects.get_or_create(
+        name="bench-h100", defaults={"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "hca_count": 8,
+                                     "hca_rate_gbps": 400, "memory_gb": 2048})
+    site, _ = Site.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
+    cluster, _ = Cluster.objects.get_or_create(name="bench", defaults={"site": site})
+    nodes = Node.objects.bulk_create(
+        Node(hostname=f"bench-{i:05d}", serial=f"BENCH{i:06d}", bmc_address=f"10.250.{i // 250}.{i % 250}",
+             site=site, cluster=cluster, hardware_profile=profile, state="production")
+        for i in range(n))
+    tokens = [TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for _ in nodes]
+    AgentToken.objects.bulk_create(
+        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12]) for node, tok in zip(nodes, tokens))
+    return [(node.hostname, tok) for node, tok in zip(nodes, tokens)]
+
+
+def report_template(hostname: str) -> str:
+    """A realistic 8-GPU report as JSON text with REPORT_ID / COLLECTED_AT placeholders."""
+    from telemetry.testing import make_report
+
+    report = make_report(hostname, collected_at=START, gpus=8, seed=hash(hostname) & 0xFFFF)
+    report["report_id"] = "REPORT_ID_PLACEHOLDER"
+    report["collected_at"] = "COLLECTED_AT_PLACEHOLDER"
+    return json.dumps(report, separators=(",", ":"))
+
+
+def fill(template: str, when: datetime) -> str:
+    return (template.replace("REPORT_ID_PLACEHOLDER", uuid.uuid4().hex)
+            .replace("COLLECTED_AT_PLACEHOLDER", when.isoformat()))
+
+
+def with_xid(template: str, when: datetime, pci: str) -> str:
+    report = json.loads(fill(template, when))
+    line = f"NVRM: Xid (PCI:{pci}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    report["xid_events"] = [{"xid": 79, "observed_at": when.isoformat(), "raw": line, "pci_bus_id": pci,
+                             "message": "GPU has fallen off the bus."}]
+    return json.dumps(report, separators=(",", ":"))
+
+
+# --- HTTP load --------------------------------------------------------------------
+
+
+def _post(conn: http.client.HTTPConnection, token: str, body: bytes) -> tuple[int, bytes]:
+    conn.request("POST", "/api/agent/reports/", body=body,
+                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def load_client(port: int, fleet: list[tuple[str, str, str]], per_request: int, seconds: float,
+                offset: int, results: mp.Queue) -> None:
+    """One client process: round-robin over its nodes until time is up; reports accepted counts."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sent = accepted = errors = 0
+    step = 0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        hostname, token, template = fleet[step % len(fleet)]
+        base = START + timedelta(seconds=30 * (offset + step // len(fleet)) * per_request)
+        reports = [fill(template, base + timedelta(seconds=30 * k)) for k in range(per_request)]
+        body = ('{"reports":[' + ",".join(reports) + "]}").encode()
+        status, payload = _post(conn, token, body)
+        sent += per_request
+        if status == 200:
+            accepted += json.loads(payload)["accepted"]
+        else:
+            errors += 1
+            if errors < 3:
+                print(f"  HTTP {status}: {payload[:300]!r}", file=sys.stderr)
+        step += 1
+    results.put((sent, accepted, errors))
+
+
+def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results: mp.Queue) -> None:
+    """Post ``count`` reports carrying XID 79, one at a time, timing each round trip."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    latencies = []
+    for i in range(count):
+        hostname, token, template = fleet[i % len(fleet)]
+        body = ('{"reports":[' + with_xid(template, START + timedelta(days=400, seconds=i), "0000:18:00")
+                + "]}").encode()
+        started = time.perf_counter()
+        status, payload = _post(conn, token, body)
+        latencies.append(time.perf_counter() - started)
+        if status != 200:
+            print(f"  XID probe HTTP {status}: {payload[:300]!r}", file=sys.stderr)
+        time.sleep(0.02)
+    results.put(latencies)
+
+
+def run_load(port: int, fleet: list[tuple[str, str, str]], *, clients: int, per_request: int,
+             seconds: float, offset: int, probe: int = 0) -> tuple[float, int, int, list[float]]:
+    results: mp.Queue = mp.Queue()
+    share = [fleet[i::clients] for i in range(clients)]
+    procs = [mp.Process(target=load_client, args=(port, share[i], per_request, seconds, offset, results))
+             for i in range(clients)]
+    probe_q: mp.Queue = mp.Queue()
+    if probe:
+        procs.append(mp.Process(target=xid_probe, args=(port, fleet[:50], probe, probe_q)))
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    totals = [results.get() for _ in range(clients)]
+    latencies = probe_q.get() if probe else []
+    for p in procs:
+        p.join()
+    elapsed = time.perf_counter() - started
+    accepted = sum(t[1] for t in totals)
+    errors = sum(t[2] for t in totals)
+    return accepted / elapsed, accepted, errors, latencies
+
+
+# --- The server -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workers: int) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    proc = subprocess.Popen(
+        [str(gunicorn), "nodewarden.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+         "--worker-class", "sync", "--keep-alive", "30", "--log-level", "warning"],
+        cwd=ROOT, env={**os.environ, "DEBUG": "0"})
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("gunicorn did not start")
+
+
+# --- The raw ceiling -------------------------------------------------------------
+
+
+def copy_ceiling(fleet: list[tuple[str, str, str]], reports: int) -> float:
+    """Reports/s when the same history rows (one NodeReport and eight GpuSample rows per
+    report) go straight in with COPY on one connection, 500 reports per transaction:
+    no HTTP, no validation, no latest state, no rules. The bar for (a)."""
+    from django.db import transaction
+    from psycopg.types.json import Jsonb
+
+    from nodes.models import Node
+    from telemetry import ingest, store
+    from telemetry.schema import decode_batch
+
+    node_ids = dict(Node.objects.values_list("hostname", "id"))
+    when = START + timedelta(days=3000)
+    parsed = []
+    for i in range(reports):
+        hostname, _, template = fleet[i % len(fleet)]
+        body = '{"reports":[' + fill(template, when + timedelta(seconds=30 * (i // len(fleet)))) + "]}"
+        parsed.append((node_ids[hostname], decode_batch(body.encode())[0]))
+    received = datetime.now(UTC)
+    report_rows = [ingest._report_row(node_id, r, received, "bench") for node_id, r in parsed]
+    sample_rows = [[{"node_id": node_id, "collected_at": r.collected_at, "gpu_index": g.index,
+                     **{name: getattr(g, name) for name in ingest.SAMPLE_FIELDS}} for g in r.gpus]
+                   for node_id, r in parsed]
+    q = connection.ops.quote_name
+    report_sql = (f"COPY {q(store.NodeReport._meta.db_table)} ({', '.join(q(c) for c in store.REPORT_COLUMNS)})"
+                  " FROM STDIN")
+    sample_sql = (f"COPY {q(store.GpuSample._meta.db_table)} ({', '.join(q(c) for c in store.SAMPLE_COLUMNS)})"
+                  " FROM STDIN")
+    chunk = 500
+    started = time.perf_counter()
+    for first in range(0, reports, chunk):
+        with transaction.atomic(), connection.cursor() as cursor:
+            with cursor.cursor.copy(report_sql) as copy:
+                for row in report_rows[first:first + chunk]:
+                    copy.write_row([Jsonb(row[c]) if c == "summary" else row[c] for c in store.REPORT_COLUMNS])
+            with cursor.cursor.copy(sample_sql) as copy:
+                for rows in sample_rows[first:first + chunk]:
+                    for row in rows:
+                        copy.write_row([row[c] for c in store.SAMPLE_COLUMNS])
+    return reports / (time.perf_counter() - started)
+
+
+def count_stored() -> int:
+    from telemetry.models import NodeReport
+
+    return NodeReport.objects.count()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--xid-probes", type=int, default=200)
+    args = parser.parse_args()
+    if connection.vendor != "postgresql":
+        raise SystemExit("bench/ingest.py needs PostgreSQL (COPY): run it with bin/bench ingest")
+    call_command("migrate", verbosity=0)
+    print(f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
+          f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} sync workers; {args.clients} client processes")
+    fleet = [(h, t, report_template(h)) for h, t in make_fleet(args.nodes)]
+    connection.close()
+    server, port = start_server(args.workers)
+    try:
+        rate1, n1, e1, _ = run_load(port, fleet, clients=args.clients, per_request=1, seconds=args.seconds, offset=0)
+        rate50, n50, e50, _ = run_load(port, fleet, clients=args.clients, per_request=BATCH_FLUSH,
+                                       seconds=args.seconds, offset=10_000)
+        _, _, e3, lat = run_load(port, fleet, clients=args.clients, per_request=1, seconds=args.seconds,
+                                 offset=900_000, probe=args.xid_probes)
+    finally:
+        server.terminate()
+        server.wait()
+    stored = count_stored()
+    ceiling = copy_ceiling(fleet, reports=max(20_000, n1))
+    lat_ms = sorted(x * 1000 for x in lat)
+    p99 = lat_ms[max(0, int(len(lat_ms) * 0.99) - 1)] if lat_ms else float("nan")
+    print(f"end to end, 1 report/request:   {rate1:8,.0f} reports/s  ({n1:,} accepted, {e1} errors)")
+    print(f"end to end, {BATCH_FLUSH} reports/request: {rate50:8,.0f} reports/s  ({n50:,} accepted, {e50} errors)")
+    print(f"raw COPY ceiling:               {ceiling:8,.0f} reports/s")
+    print(f"ratio end-to-end/ceiling:       {rate1 / ceiling:8.2f} (1/request)  {rate50 / ceiling:.2f} "
+          f"({BATCH_FLUSH}/request)")
+    print(f"XID 79 to committed finding:    p50 {statistics.median(lat_ms):.1f} ms  p99 {p99:.1f} ms  "
+          f"(n={len(lat_ms)}, under load, {e3} load errors)")
+    print(f"reports stored: {stored:,} (every accepted report is in the history table)")
+
+
+if __name__ == "__main__":
+    main()
