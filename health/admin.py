@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from nodes.services import Actor, ReasonRequired
+from nodewarden.records import ReadOnlyAdmin
 
 from . import alerts as verbs
 from .models import Alert, Finding, HealthRule, HealthRuleChange, UnroutedAlert, XidDefinition
@@ -83,17 +84,6 @@ class XidDefinitionAdmin(AuditedAdmin):
         obj.edited_reason = form.cleaned_data["change_reason"]
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, xid=obj, target=f"XID {obj.xid}")
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Finding)

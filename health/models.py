@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from fleet.models import HardwareProfile
 from nodes.models import Node, NodeEvent
+from nodewarden.records import AppendOnlyQuerySet
 
 from .choices import SEVERITY_RANK, AlertState, RecommendedAction, Severity
 
@@ -87,16 +88,6 @@ class HealthRule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.hardware_profile or 'default'})"
-
-
-class AppendOnlyQuerySet(models.QuerySet):
-    """Audit rows are never rewritten in bulk."""
-
-    def update(self, **kwargs: Any) -> int:
-        raise PermissionError("Health history is append-only")
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        raise PermissionError("Health history is append-only")
 
 
 class AppendOnlyModel(models.Model):

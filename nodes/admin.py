@@ -14,6 +14,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from nodewarden.records import ReadOnlyAdmin
+
 from . import services
 from .choices import NodeState
 from .models import GPU, Node, NodeEvent, StateCountSnapshot
@@ -94,7 +96,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeEvent)
-class NodeEventAdmin(admin.ModelAdmin):
+class NodeEventAdmin(ReadOnlyAdmin):
     """History is append-only: browse and search, never add, change or delete."""
 
     list_display = ["created", "hostname", "kind", "transition", "source_state", "target_state", "actor_name"]
@@ -102,15 +104,6 @@ class NodeEventAdmin(admin.ModelAdmin):
     search_fields = ["hostname", "reason", "actor_name", "correlation_id"]
     date_hierarchy = "created"
     show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(StateCountSnapshot)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, transition
 
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
+from nodewarden.records import AppendOnlyQuerySet
 
 from .choices import DAY1_STAGES, ActorKind, EventKind, NodeState
 
@@ -199,16 +200,6 @@ class GPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}:GPU{self.index}"
-
-
-class AppendOnlyQuerySet(models.QuerySet):
-    """History is never rewritten: bulk updates and deletes are refused."""
-
-    def update(self, **kwargs: Any) -> int:
-        raise PermissionError("Node history is append-only")
-
-    def delete(self) -> tuple[int, dict[str, int]]:
-        raise PermissionError("Node history is append-only")
 
 
 class NodeEvent(models.Model):

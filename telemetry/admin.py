@@ -5,22 +5,11 @@ the admin does not support; they are read through the node page and the API.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
+
+from nodewarden.records import ReadOnlyAdmin
 
 from .models import AgentToken, DcgmExporterTarget, GpuState, IngestRejection, NodeHealth
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written by ingest only: looking is fine, editing would bypass it."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(NodeHealth)
