@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.paginator import Paginator
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -18,7 +19,7 @@ from nodes.scoping import visible_node_or_404
 from nodes.services import Actor, ReasonRequired
 
 from . import alerts as verbs
-from .choices import AlertState
+from .choices import SEVERITY_COLOURS, AlertState, Severity
 from .filters import AlertFilterSet
 from .scoping import visible_alerts, visible_findings
 
@@ -102,3 +103,12 @@ def node_alerts(request: HttpRequest, pk: int) -> HttpResponse:
     findings = visible_findings(request.user).filter(node=node, shadow=False)[:NODE_FINDINGS]
     return render(request, "health/_node_alerts.html", {"node": node, "alerts": open_alerts,
                                                          "findings": findings})
+
+
+def alert_summary(request: HttpRequest) -> HttpResponse:
+    """The fleet overview's alert tiles (loaded with htmx): firing alerts per severity, one query."""
+    firing = visible_alerts(request.user).filter(state=AlertState.FIRING)
+    counts = dict(firing.values_list("severity").annotate(n=Count("id")).order_by())
+    tiles = [{"severity": s, "label": s.label, "count": counts.get(s, 0), "colour": SEVERITY_COLOURS[s]}
+             for s in Severity]
+    return render(request, "health/_alert_summary.html", {"tiles": tiles, "total": sum(counts.values())})

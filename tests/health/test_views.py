@@ -113,3 +113,23 @@ def test_the_node_partial_shows_open_alerts_and_recent_findings(client, customer
     assert [a.summary for a in response.context["alerts"]] == ["XID 79 fallen off the bus"]
     assert len(response.context["findings"]) == 1
     assert client.get(reverse("node-alerts", args=[globex.pk])).status_code == 404
+
+
+def test_the_overview_alert_tiles_count_firing_alerts_per_severity(client, operator, fleet, django_assert_num_queries):
+    client.force_login(operator)
+
+    with django_assert_num_queries(3):  # session, user, one aggregate
+        response = client.get(reverse("alert-summary"))
+
+    counts = {t["severity"]: t["count"] for t in response.context["tiles"]}
+    assert counts == {"catastrophic": 1, "degraded": 0, "warning": 1, "info": 0}
+    assert response.context["total"] == 2
+    assert b'href="/alerts/?severity=catastrophic"' in response.content
+
+
+def test_a_customer_sees_tiles_for_their_own_nodes_only(client, customer, fleet):
+    client.force_login(customer)
+
+    response = client.get(reverse("alert-summary"))
+
+    assert response.context["total"] == 1  # acme's XID 79; globex belongs to another tenant
