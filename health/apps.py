@@ -8,10 +8,13 @@ class HealthConfig(AppConfig):
     verbose_name = "Health"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
+        from django.db.models.signals import post_delete, post_migrate, post_save
 
         from . import ruleconfig, xid
         from .models import HealthRule, XidDefinition
+        from .seed import ensure_health_defaults
+
+        post_migrate.connect(ensure_health_defaults, sender=self)
 
         # In-process caches of the hot path: drop them when an operator edits a row.
         for model, invalidate in ((HealthRule, ruleconfig.invalidate_cache), (XidDefinition, xid.invalidate_cache)):

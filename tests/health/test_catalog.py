@@ -51,3 +51,16 @@ def test_the_bucket_mapping_is_documented_for_every_bucket_in_the_catalog(db):
     buckets = set(XidDefinition.objects.values_list("nvidia_bucket", flat=True))
 
     assert buckets - set(xid.BUCKET_ACTIONS) <= {"NONE_LISTED"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_catalog_and_default_rules_come_back_after_a_flush():
+    """A flush (as between transactional tests) empties the tables; post_migrate puts the defaults back."""
+    from django.core.management import call_command
+
+    from health.models import HealthRule, XidDefinition
+
+    call_command("flush", "--noinput", verbosity=0)
+
+    assert XidDefinition.objects.get(xid=79).severity == "catastrophic"
+    assert HealthRule.objects.filter(key="gpu_temperature", hardware_profile=None).exists()
