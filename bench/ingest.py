@@ -182,12 +182,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workers: int) -> tuple[subprocess.Popen, int]:
+def start_server(workers: int, worker_class: str, threads: int) -> tuple[subprocess.Popen, int]:
     port = free_port()
     gunicorn = Path(sys.executable).with_name("gunicorn")
     proc = subprocess.Popen(
         [str(gunicorn), "nodewarden.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-         "--worker-class", "sync", "--keep-alive", "30", "--log-level", "warning"],
+         "--worker-class", worker_class, "--threads", str(threads), "--keep-alive", "30",
+         "--log-level", "warning"],
         cwd=ROOT, env={**os.environ, "DEBUG": "0"})
     for _ in range(200):
         try:
@@ -256,16 +257,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--workers", type=int, default=3)
+    # sync workers close the connection after every response (no keep-alive); gthread keeps
+    # the agents' connections open, as a fleet behind a load balancer would.
+    parser.add_argument("--worker-class", choices=["sync", "gthread"], default="sync")
+    parser.add_argument("--threads", type=int, default=1, help="threads per gthread worker")
     parser.add_argument("--xid-probes", type=int, default=200)
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         raise SystemExit("bench/ingest.py needs PostgreSQL (COPY): run it with bin/bench ingest")
     call_command("migrate", verbosity=0)
     print(f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
-          f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} sync workers; {args.clients} client processes")
+          f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} {args.worker_class} workers x {args.threads} threads; "
+          f"{args.clients} client processes")
     fleet = [(h, t, report_template(h)) for h, t in make_fleet(args.nodes)]
     connection.close()
-    server, port = start_server(args.workers)
+    server, port = start_server(args.workers, args.worker_class, args.threads)
     try:
         rate1, n1, e1, _ = run_load(port, fleet, clients=args.clients, per_request=1, seconds=args.seconds, offset=0)
         rate50, n50, e50, _ = run_load(port, fleet, clients=args.clients, per_request=BATCH_FLUSH,

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import F
+
+from .rules.base import CLEAR, FIRE, GPU
 
 if TYPE_CHECKING:
     from telemetry.schema import AgentReport
@@ -52,29 +55,64 @@ def evaluate_reports(contexts: list[ReportContext]) -> None:
     book = RuleBook()
     open_alerts = _open_alerts({c.node_id for c in contexts})
     for ctx in contexts:
+        gpus = [(gpu, ctx.previous_gpus.get(gpu.index) or {}) for gpu in ctx.report.gpus]
         for spec, cfg in book.for_profile(ctx.hardware_profile_id):
-            for condition in _run_rule(spec, cfg, ctx):
-                _apply(condition, spec.key, cfg, ctx, open_alerts)
+            for condition in _run_rule(spec, cfg, ctx, gpus):
+                # Clear and hold only act on an open alert: with none open (most reports of
+                # a healthy fleet) only a firing condition has anything to do.
+                if open_alerts or condition.state == FIRE:
+                    _apply(condition, spec.key, cfg, ctx, open_alerts)
         _clear_heartbeat(ctx, open_alerts)
 
 
-def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
+_ALERT_FIELDS = ("id", "node_id", "dedupe_key", "severity", "severity_rank", "clearing_since", "last_seen", "rule")
+
+
+def _firing(node_ids: Any) -> Any:
     from .choices import AlertState
     from .models import Alert
 
-    alerts = Alert.objects.filter(node_id__in=node_ids, state=AlertState.FIRING).only(
-        "id", "node_id", "dedupe_key", "severity", "severity_rank", "clearing_since", "last_seen", "rule")
+    return Alert.objects.filter(node_id__in=node_ids, state=AlertState.FIRING)
+
+
+class _FiringOnOneNode:
+    """The ingest's case, one node's batch: the same read as ``_firing(...).only(...)``,
+    compiled once (``telemetry.store.CompiledRead``), rows turned into deferred Alerts."""
+
+    def __init__(self) -> None:
+        from telemetry.store import CompiledRead
+
+        from .models import Alert
+
+        self.model = Alert
+        # Model.from_db wants a subset of fields in the model's own field order.
+        self.fields = tuple(f.attname for f in Alert._meta.concrete_fields if f.attname in _ALERT_FIELDS)
+        self.read = CompiledRead(lambda node_id: _firing([node_id]).values_list(*self.fields))
+
+    def fetch(self, node_id: int) -> list[Any]:
+        return [self.model.from_db(DEFAULT_DB_ALIAS, self.fields, row) for row in self.read.fetch(node_id)]
+
+
+_firing_on_one_node: _FiringOnOneNode | None = None
+
+
+def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
+    global _firing_on_one_node
+    if len(node_ids) == 1:
+        _firing_on_one_node = _firing_on_one_node or _FiringOnOneNode()
+        alerts = _firing_on_one_node.fetch(*node_ids)
+    else:
+        alerts = list(_firing(node_ids).only(*_ALERT_FIELDS))
     return {(a.node_id, a.dedupe_key): a for a in alerts}
 
 
-def _run_rule(spec: Any, cfg: Any, ctx: ReportContext) -> list[Any]:
-    """The rule's conditions; a rule that raises is logged and skipped, never fails the ingest."""
-    from .rules.base import GPU
-
+def _run_rule(spec: Any, cfg: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
+    """The rule's conditions; a rule that raises is logged and skipped, never fails the ingest.
+    ``gpus``: each GPU reading of the report with its previous fields (or ``{}``)."""
     try:
         if spec.scope == GPU:
-            return [c for gpu in ctx.report.gpus
-                    for c in spec.fn(cfg, ctx, gpu, ctx.previous_gpus.get(gpu.index) or {})]
+            fn = spec.fn
+            return [c for gpu, prev in gpus for c in fn(cfg, ctx, gpu, prev)]
         return list(spec.fn(cfg, ctx))
     except Exception:  # a rule bug must not reject a node's telemetry
         logger.exception("health rule %s failed on node %s", spec.key, ctx.node_id)
@@ -82,7 +120,6 @@ def _run_rule(spec: Any, cfg: Any, ctx: ReportContext) -> list[Any]:
 
 
 def _apply(condition: Any, rule: str, cfg: Any, ctx: ReportContext, open_alerts: dict[tuple[int, str], Any]) -> None:
-    from .rules.base import CLEAR, FIRE
     from .services import dedupe_key, note_clear, note_not_clear
 
     key = dedupe_key(rule, condition.gpu_index, condition.subject)

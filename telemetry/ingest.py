@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +34,7 @@ GPU_FIELDS = tuple(f.name for f in msgspec.structs.fields(GpuReading))
 SAMPLE_FIELDS = tuple(
     f.attname for f in GpuSample._meta.concrete_fields if f.attname not in ("node_id", "collected_at", "gpu_index")
 )
+_sample_values = operator.attrgetter(*SAMPLE_FIELDS)
 _BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
 
 
@@ -113,21 +115,28 @@ def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int
     return unique, len(reports) - len(unique)
 
 
-def _node_row(node_id: int) -> dict[str, Any]:
-    return (
-        Node.objects.filter(pk=node_id)
-        .values("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
+NODE_COLUMNS = ("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
                 "health__last_report_at", "health__host", "health__ib_ports")
-        .get()
-    )
+_node_read = store.CompiledRead(lambda node_id: Node.objects.filter(pk=node_id).values_list(*NODE_COLUMNS))
+_gpu_read = store.CompiledRead(
+    lambda node_id: GpuState.objects.filter(node_id=node_id).order_by("index").values_list("updated_at", *GPU_FIELDS))
+_GPU_COLUMNS = ("updated_at", *GPU_FIELDS)  # a node's GPUs in index order, as the ORM gave them
+
+
+def _node_row(node_id: int) -> dict[str, Any]:
+    rows = _node_read.fetch(node_id)
+    if not rows:
+        raise Node.DoesNotExist(f"Node {node_id} does not exist.")
+    return dict(zip(NODE_COLUMNS, rows[0], strict=True))
 
 
 def _load_latest(node_id: int, node: dict[str, Any]) -> _Latest:
     latest = _Latest(at=node["health__last_report_at"], host=node["health__host"])
     if latest.at is None:
         return latest
-    for row in GpuState.objects.filter(node_id=node_id).values("updated_at", *GPU_FIELDS):
-        latest.gpus[row["index"]] = row
+    for row in _gpu_read.fetch(node_id):
+        gpu = dict(zip(_GPU_COLUMNS, row, strict=True))
+        latest.gpus[gpu["index"]] = gpu
     latest.ib_ports = {(p["device"], p["port"]): p for p in node["health__ib_ports"] or []}
     return latest
 
@@ -146,14 +155,11 @@ def _report_row(node_id: int, report: AgentReport, received_at: datetime, source
 
 
 def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> None:
-    samples = [
-        {"node_id": node_id, "collected_at": r.collected_at, "gpu_index": g.index,
-         **{name: getattr(g, name) for name in SAMPLE_FIELDS}}
-        for r in new for g in r.gpus
-    ]
-    store.store_samples(samples)
-    known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}
-    store.store_xids([_xid_row(node_id, r, x, known_buses, source) for r in new for x in r.xid_events])
+    # In store.SAMPLE_COLUMNS order: the key columns, then SAMPLE_FIELDS.
+    store.store_samples([(node_id, r.collected_at, g.index, *_sample_values(g)) for r in new for g in r.gpus])
+    if any(r.xid_events for r in new):
+        known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}
+        store.store_xids([_xid_row(node_id, r, x, known_buses, source) for r in new for x in r.xid_events])
 
 
 def _xid_row(node_id: int, report: AgentReport, event: Any, known_buses: dict[str | None, int],

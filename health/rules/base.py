@@ -73,9 +73,10 @@ class RuleConfig:
         return cls(**d)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Condition:
-    """What a rule concluded about one subject (a GPU, a port, the node)."""
+    """What a rule concluded about one subject (a GPU, a port, the node). Read-only: the
+    clear and hold conditions are shared (see ``_shared``)."""
 
     state: str
     gpu_index: int | None = None
@@ -92,12 +93,28 @@ def fire(summary: str, *, gpu: int | None = None, subject: str = "", **kwargs: A
     return Condition(FIRE, gpu_index=gpu, subject=subject, summary=summary, **kwargs)
 
 
+# A report of a healthy 8-GPU node yields ~160 clear or hold conditions and no other: they
+# carry nothing but their subject, so each distinct one is built once and shared.
+_SHARED: dict[tuple[str, int | None, str, str], Condition] = {}
+_SHARED_MAX = 50_000  # subjects come from reports (IB port names): bound what they can grow
+
+
+def _shared(state: str, gpu: int | None, subject: str, summary: str) -> Condition:
+    key = (state, gpu, subject, summary)
+    condition = _SHARED.get(key)
+    if condition is None:
+        condition = Condition(state, gpu_index=gpu, subject=subject, summary=summary)
+        if len(_SHARED) < _SHARED_MAX:
+            _SHARED[key] = condition
+    return condition
+
+
 def clear(*, gpu: int | None = None, subject: str = "", summary: str = "") -> Condition:
-    return Condition(CLEAR, gpu_index=gpu, subject=subject, summary=summary)
+    return _shared(CLEAR, gpu, subject, summary)
 
 
 def hold(*, gpu: int | None = None, subject: str = "") -> Condition:
-    return Condition(HOLD, gpu_index=gpu, subject=subject)
+    return _shared(HOLD, gpu, subject, "")
 
 
 REGISTRY: dict[str, RuleSpec] = {}
