@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from nodes.choices import EventKind, NodeState
 from nodes.models import OPERATE, Node
-from nodes.services import Actor, ReasonRequired, record_event
+from nodes.services import Actor, clean_reason, record_event
 
 from .choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
 from .models import OUTPUT_MAX_BYTES, CheckRun
@@ -87,9 +87,7 @@ def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, 
     """
     if actor.user is not None and not actor.user.has_perm(OPERATE):
         raise CheckForbidden(f"{actor.name} may not request checks on nodes.")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
+    reason = clean_reason(reason)
     with transaction.atomic():
         node = Node.objects.select_for_update().select_related("hardware_profile").get(pk=node_id)
         normalised = normalise_params(kind, params, node)
@@ -110,9 +108,7 @@ def cancel_check(run_id: int, *, actor: Actor, reason: str) -> CheckRun:
     """Withdraw a queued check. A claimed one is already on the node: it finishes or expires."""
     if actor.user is not None and not actor.user.has_perm(OPERATE):
         raise CheckForbidden(f"{actor.name} may not cancel checks.")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ReasonRequired("A reason is required.")
+    reason = clean_reason(reason)
     with transaction.atomic():
         run = CheckRun.objects.select_for_update().get(pk=run_id, kind__in=ACTIVE_KINDS)
         changed = CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(

@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from nodes.models import Node
 from nodes.services import Actor
+from telemetry.schema import refuse_nul
 
 from .choices import RecommendedAction, Severity
 from .models import UnroutedAlert
@@ -61,6 +62,7 @@ _decoder = msgspec.json.Decoder(Webhook)
 
 def decode(body: bytes) -> Webhook:
     """Raises ``msgspec.ValidationError``/``DecodeError`` naming the field (``at `$.alerts[0].status```)."""
+    refuse_nul(body)
     hook = _decoder.decode(body)
     if len(hook.alerts) > MAX_ALERTS:
         raise msgspec.ValidationError(f"Expected at most {MAX_ALERTS} alerts - at `$.alerts`")

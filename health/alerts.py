@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from nodes.choices import EventKind
 from nodes.models import OPERATE
-from nodes.services import Actor, ReasonRequired, TransitionForbidden, record_event
+from nodes.services import Actor, TransitionForbidden, clean_reason, record_event
 
 from .choices import AlertState
 from .models import Alert
@@ -27,10 +27,7 @@ class AlertNotFiring(ValueError):
 
 
 def _reason(text: str | None) -> str:
-    text = (text or "").strip()
-    if not text:
-        raise ReasonRequired("A reason is required.")
-    return text[:300]
+    return clean_reason(text)[:300]
 
 
 def _locked(alert_id: int, actor: Actor) -> Alert:

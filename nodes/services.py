@@ -50,10 +50,14 @@ class TransitionForbidden(PermissionError):
     """The acting user lacks the permission the transition declares."""
 
 
-def _clean_reason(reason: str) -> str:
+def clean_reason(reason: str | None) -> str:
+    """The reason every audited change must carry, stripped; ReasonRequired (a 400) if empty or
+    if it holds a NUL character, which PostgreSQL text cannot store."""
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("A reason is required.")
+    if "\x00" in reason:
+        raise ReasonRequired("A reason may not contain a NUL character.")
     return reason
 
 
@@ -74,7 +78,7 @@ def _transition(
     the state), ``TransitionForbidden`` or ``ReasonRequired``; in every such case
     nothing is written.
     """
-    reason = _clean_reason(reason)
+    reason = clean_reason(reason)
     with transaction.atomic():
         # The row lock serialises concurrent verbs on PostgreSQL; on SQLite the
         # ConcurrentTransitionMixin's compare-and-swap UPDATE is the guard.
@@ -193,7 +197,7 @@ def record_event(node_id: int, kind: str, *, actor: Actor, reason: str,
     """Append a finding, action or operator note to a node's history (no change of state)."""
     if kind not in (EventKind.FINDING, EventKind.ACTION, EventKind.NOTE):
         raise ValueError(f"{kind!r} is not a plain event kind.")
-    reason = _clean_reason(reason)
+    reason = clean_reason(reason)
     node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
     return NodeEvent.objects.create(
         node=node, hostname=node.hostname, kind=kind, source_state=node.state, reason=reason,

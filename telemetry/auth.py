@@ -17,7 +17,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 TOKEN_PREFIX = "nwa_"
-CACHE_SECONDS = 30.0
+# Longer than the agents' 30 s interval, or nearly every report would miss; revocation waits this long.
+CACHE_SECONDS = 120.0
 # last_used is a convenience for operators, not an audit trail: one write per token per 5 min.
 LAST_USED_EVERY_SECONDS = 300.0
 

@@ -119,6 +119,8 @@ def _line(name: str, labels: dict[str, str], value: float) -> str:
 def parse_exposition(text: str, *, default_host: str = "") -> dict[str, HostMetrics]:
     """Group an exposition's GPU samples by host, then by GPU index."""
     hosts: dict[str, HostMetrics] = {}
+    if "\x00" in text:  # PostgreSQL text cannot store it; refuse it as bad input
+        raise ExpositionError("The exposition contains a NUL character, which cannot be stored")
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:

@@ -46,8 +46,9 @@ def reject(request: HttpRequest, *, status: int, source: str, error: str, detail
            node_id: int | None = None, hostname: str = "", extra: dict[str, Any] | None = None) -> JsonResponse:
     """Record the refusal and answer it as JSON ``{"error", "detail"}``."""
     IngestRejection.objects.create(
-        source=source, node_id=node_id, hostname=hostname[:253], status=status, reason=detail[:REASON_CHARS],
-        body_excerpt=body[:EXCERPT_BYTES].decode("utf-8", "replace"),
+        source=source, node_id=node_id, hostname=hostname[:253], status=status, reason=detail[:REASON_CHARS].replace("\x00", "\ufffd"),
+        # A NUL would make PostgreSQL refuse the very row that records the refusal.
+        body_excerpt=body[:EXCERPT_BYTES].decode("utf-8", "replace").replace("\x00", "\ufffd"),
         body_size=len(body) or int(request.META.get("CONTENT_LENGTH") or 0),
         remote_addr=(request.META.get("REMOTE_ADDR") or "")[:64],
     )

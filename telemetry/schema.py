@@ -173,9 +173,20 @@ class ReportBatch(Strict):
 
 
 _batch_decoder = msgspec.json.Decoder(ReportBatch)
+# JSON spells U+0000 only as this escape (a raw NUL byte is not valid JSON). PostgreSQL text
+# cannot store it, so it is refused here, with a 400, rather than failing in the database.
+NUL_ESCAPE = b"\\u0000"
+NUL_MESSAGE = "Strings may not contain a NUL character (\\u0000): it cannot be stored"
+
+
+def refuse_nul(body: bytes) -> None:
+    """Raise ``msgspec.ValidationError`` if any JSON string in ``body`` holds U+0000 (a memchr, no parse)."""
+    if NUL_ESCAPE in body:
+        raise msgspec.ValidationError(NUL_MESSAGE)
 
 
 def decode_batch(body: bytes) -> list[AgentReport]:
     """Decode and validate a request body. Raises ``msgspec.ValidationError`` or
     ``msgspec.DecodeError`` with a message naming the offending field."""
+    refuse_nul(body)
     return _batch_decoder.decode(body).reports

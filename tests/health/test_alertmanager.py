@@ -106,3 +106,9 @@ def test_only_operators_may_post_alerts(request, persona, nodes):
     response = post(request.getfixturevalue(persona), webhook(am_alert(hostname="gpu-a01")))
 
     assert response.status_code == 403 and not Alert.objects.exists()
+
+
+def test_a_nul_character_in_a_webhook_is_400_not_a_500(operator, nodes):
+    response = post(operator, webhook({"status": "firing", "labels": {"alertname": "X\u0000", "hostname": "h"}}))
+
+    assert response.status_code == 400 and "NUL" in response.json()["detail"]

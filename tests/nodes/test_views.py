@@ -157,6 +157,18 @@ def test_a_transition_without_reason_or_not_allowed_changes_nothing(client, oper
     assert node.state == S.PRODUCTION and not NodeEvent.objects.exists()
 
 
+@pytest.mark.parametrize("view", ["node-transition", "node-note"])
+def test_a_reason_with_a_nul_character_is_refused_with_a_message_not_a_500(client, operator, view):
+    node = NodeFactory(state=S.PRODUCTION)
+    client.force_login(operator)
+    args = [node.pk, "cordon"] if view == "node-transition" else [node.pk]
+    response = client.post(reverse(view, args=args), {"reason": "XID\x0079"}, follow=True)
+    assert response.status_code == 200
+    assert "NUL" in response.content.decode()
+    node.refresh_from_db()
+    assert node.state == S.PRODUCTION and not NodeEvent.objects.exists()
+
+
 def test_viewers_see_no_buttons_and_cannot_post(client, viewer):
     node = NodeFactory(state=S.PRODUCTION)
     client.force_login(viewer)

@@ -146,3 +146,20 @@ def test_two_nodes_each_with_their_own_token_report_independently(agent, node):
     assert agent.post(make_batch(node.hostname, start=T0)).status_code == 200
     assert other_agent.post(make_batch(other.hostname, start=T0)).status_code == 200
     assert set(NodeHealth.objects.values_list("node_id", flat=True)) == {node.pk, other.pk}
+
+
+def test_a_nul_character_in_a_string_is_a_400_naming_it_not_a_500(agent, node):
+    """PostgreSQL text cannot hold U+0000: refuse it up front instead of failing in the database."""
+    batch = make_batch(node.hostname, start=T0)
+    batch["reports"][0]["agent_version"] = "0.1.0\u0000evil"
+    response = agent.post(batch)
+    assert response.status_code == 400
+    assert "NUL" in response.json()["detail"]
+    assert stored_rows() == (0, 0, 0, 0, 0)
+    assert IngestRejection.objects.get().status == 400
+
+
+def test_a_raw_nul_byte_in_a_broken_body_is_recorded_and_answered_400(agent, node):
+    response = agent.post(b'{"reports": [\x00]}')
+    assert response.status_code == 400
+    assert "\x00" not in IngestRejection.objects.get().body_excerpt

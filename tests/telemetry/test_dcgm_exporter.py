@@ -200,3 +200,10 @@ def test_scraping_uses_the_targets_host_when_the_exporter_sends_no_host_label(ex
     node = NodeFactory(hostname="127.0.0.1")
     outcome = dcgm_exporter.ingest_exposition(text, default_host="127.0.0.1")
     assert outcome.hosts == ["127.0.0.1"] and NodeHealth.objects.get(node=node).gpu_count == 2
+
+
+def test_a_push_with_a_nul_character_is_refused_with_400(pusher, host_node):
+    text = fixture("dcgm-exporter-hostname.txt").replace('modelName="', 'modelName="\x00', 1)
+    response = push(pusher, text)
+    assert response.status_code == 400 and "NUL" in response.json()["detail"]
+    assert not NodeHealth.objects.exists()
