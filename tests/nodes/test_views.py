@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from nodes import services
 from nodes.choices import EventKind, NodeState
-from nodes.models import Node, NodeEvent
+from nodes.models import NodeEvent
 from tests.factories import ClusterFactory, GPUFactory, NodeFactory
 
 S = NodeState
