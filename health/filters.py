@@ -26,12 +26,13 @@ class AlertFilterSet(django_filters.FilterSet):
     node = django_filters.NumberFilter(field_name="node_id")
     rule = django_filters.CharFilter()
     gpu = django_filters.NumberFilter(field_name="gpu_index")
-    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="node__site", to_field_name="slug")
+    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="node__site", to_field_name="slug",
+                                            empty_label="Any site")
     cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="node__cluster",
-                                               to_field_name="name")
+                                               to_field_name="name", empty_label="Any cluster")
     # Scoped choices: a customer probing another tenant's slug gets "invalid choice", not an empty list.
     tenant = django_filters.ModelChoiceFilter(queryset=_tenant_choices, field_name="node__tenant",
-                                              to_field_name="slug")
+                                              to_field_name="slug", empty_label="Any tenant")
     acknowledged = django_filters.BooleanFilter(method="filter_acknowledged")
     show_silenced = django_filters.BooleanFilter(method="filter_silenced", label="Show silenced")
 
