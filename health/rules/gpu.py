@@ -57,7 +57,8 @@ def ecc_uncorrectable(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterat
     if volatile is None and rise is None:
         yield hold(gpu=gpu.index)
     elif (volatile or 0) > (cfg.threshold or 0) or (rise or 0) > 0:
-        yield fire(f"{volatile or 0} uncorrectable ECC errors since driver load", gpu=gpu.index,
+        count = volatile or 0
+        yield fire(f"{count} uncorrectable ECC error{'' if count == 1 else 's'} since driver load", gpu=gpu.index,
                    evidence={"ecc_volatile_uncorrected": volatile, "aggregate_increase": rise,
                              "threshold": cfg.threshold})
     else:
