@@ -21,6 +21,8 @@ from telemetry.schema import decode_batch
 from telemetry.testing import make_batch
 from tests.factories import NodeFactory
 
+from .pages import log_in, watch_for_errors
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -34,19 +36,8 @@ def _fresh_caches() -> Iterator[None]:
     xid.invalidate_cache()
 
 
-def _watch_for_errors(page: Page) -> list[str]:
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-    page.on("console", lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None)
-    page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 500 else None)
-    return errors
-
-
 def _log_in(page: Page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", "password")
-    page.click("button[type=submit]")
+    log_in(page, base, username)
     expect(page.locator("h1")).to_have_text("Fleet overview")
 
 
@@ -67,7 +58,7 @@ def _report_for_an_hour(node, count: int = 12) -> None:
 def test_an_operator_acknowledges_a_catastrophic_alert_from_the_alert_list(page: Page, live_server, operator):
     node = NodeFactory(hostname="gpu-hp-01.dc1.example.com", state=NodeState.PRODUCTION)
     alert = _xid_79(node)
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
     _log_in(page, live_server.url, "operator")
     page.goto(f"{live_server.url}/alerts/")
@@ -91,7 +82,7 @@ def test_an_operator_acknowledges_a_catastrophic_alert_from_the_alert_list(page:
 def test_a_customer_sees_only_their_tenants_alerts(page: Page, live_server, customer, tenant, other_tenant):
     _xid_79(NodeFactory(hostname="acme-gpu-01", tenant=tenant, state=NodeState.PRODUCTION))
     _xid_79(NodeFactory(hostname="globex-gpu-01", tenant=other_tenant, state=NodeState.PRODUCTION))
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
     _log_in(page, live_server.url, "acme-user")
     page.goto(f"{live_server.url}/alerts/")
@@ -107,7 +98,7 @@ def test_a_customer_sees_only_their_tenants_alerts(page: Page, live_server, cust
 def test_the_node_page_loads_the_gpu_health_panel_with_charts_and_eight_gpus(page: Page, live_server, operator):
     node = NodeFactory(hostname="gpu-hp-02.dc1.example.com", state=NodeState.PRODUCTION)
     _report_for_an_hour(node)
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
     _log_in(page, live_server.url, "operator")
     page.goto(f"{live_server.url}/nodes/{node.pk}/")
@@ -123,7 +114,7 @@ def test_the_node_page_loads_the_gpu_health_panel_with_charts_and_eight_gpus(pag
 
 def test_the_node_page_active_checks_panel_shows_a_check_the_operator_requested(page: Page, live_server, operator):
     node = NodeFactory(hostname="gpu-hp-03.dc1.example.com", state=NodeState.PRODUCTION)
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
     _log_in(page, live_server.url, "operator")
     page.goto(f"{live_server.url}/nodes/{node.pk}/")

@@ -9,22 +9,9 @@ from nodes.models import Node, NodeEvent
 from nodes.tasks import snapshot_state_counts
 from tests.factories import GPUFactory, NodeFactory
 
+from .pages import log_in, watch_for_errors
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def _watch_for_errors(page: Page) -> list[str]:
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-    page.on("console", lambda msg: errors.append(f"console: {msg.text}") if msg.type == "error" else None)
-    page.on("response", lambda r: errors.append(f"HTTP {r.status} {r.url}") if r.status >= 500 else None)
-    return errors
-
-
-def _log_in(page: Page, base: str, username: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", "password")
-    page.click("button[type=submit]")
 
 
 def test_an_operator_logs_in_browses_and_drains_a_node(page: Page, live_server, operator):
@@ -32,9 +19,9 @@ def test_an_operator_logs_in_browses_and_drains_a_node(page: Page, live_server, 
     GPUFactory(node=node, index=0)
     NodeFactory.create_batch(3, state=NodeState.TRIAGE)
     snapshot_state_counts()
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
-    _log_in(page, live_server.url, "operator")
+    log_in(page, live_server.url, "operator")
     expect(page.locator("h1")).to_have_text("Fleet overview")
     expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("3")
     expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
@@ -61,9 +48,9 @@ def test_an_operator_logs_in_browses_and_drains_a_node(page: Page, live_server, 
 def test_a_customer_sees_only_their_nodes(page: Page, live_server, customer, tenant, other_tenant):
     mine = NodeFactory(hostname="acme-node", tenant=tenant, state=NodeState.PRODUCTION)
     theirs = NodeFactory(hostname="globex-node", tenant=other_tenant, state=NodeState.PRODUCTION)
-    errors = _watch_for_errors(page)
+    errors = watch_for_errors(page)
 
-    _log_in(page, live_server.url, "acme-user")
+    log_in(page, live_server.url, "acme-user")
     expect(page.locator("h1")).to_have_text("Fleet overview")
     page.goto(f"{live_server.url}/nodes/")
     expect(page.locator("#node-table")).to_contain_text("acme-node")
