@@ -1,9 +1,12 @@
 """Health rule evaluation over a batch of ingested reports.
 
 Contract with telemetry ingest: ``telemetry`` calls ``evaluate_reports`` inside the
-ingest transaction (in a savepoint) with one ReportContext per newly stored report,
-in the order the reports were taken. ``previous_*`` hold the node's latest state
-*before* this report, so rules can take deltas of cumulative counters.
+ingest transaction (in a savepoint opened before evaluation's first statement, if any)
+with one ReportContext per newly stored report, in the order the reports were taken.
+``previous_*`` hold the node's latest state *before* this report, so rules can take
+deltas of cumulative counters. Ingest may pass the node's firing alerts, read with the
+node (``OPEN_ALERT_FIELDS``, made Alerts by ``open_alerts_from_values``): a healthy
+report is then evaluated without any query.
 """
 from __future__ import annotations
 
@@ -41,19 +44,24 @@ class ReportContext:
     source: str = "agent"  # "agent" or "dcgm-exporter"
 
 
-def evaluate_reports(contexts: list[ReportContext]) -> None:
+def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None) -> None:
     """Run every enabled health rule over the batch.
 
     Cost when nothing fires: the rule book (cached) and one query for the batch's open
-    alerts, whatever the batch size. Queries happen only where a condition fires, clears
-    or moves inside its hysteresis band on an open alert.
+    alerts, whatever the batch size, or none where the caller passes them as ``firing``
+    (every firing Alert of the batch's nodes, with at least ``OPEN_ALERT_FIELDS``).
+    Queries happen only where a condition fires, clears or moves inside its hysteresis
+    band on an open alert.
     """
     if not contexts:
         return
     from .ruleconfig import RuleBook
 
     book = RuleBook()
-    open_alerts = _open_alerts({c.node_id for c in contexts})
+    if firing is None:
+        open_alerts = _open_alerts({c.node_id for c in contexts})
+    else:
+        open_alerts = {(a.node_id, a.dedupe_key): a for a in firing}
     for ctx in contexts:
         gpus = [(gpu, ctx.previous_gpus.get(gpu.index) or {}) for gpu in ctx.report.gpus]
         for spec, cfg in book.for_profile(ctx.hardware_profile_id):
@@ -65,7 +73,16 @@ def evaluate_reports(contexts: list[ReportContext]) -> None:
         _clear_heartbeat(ctx, open_alerts)
 
 
-_ALERT_FIELDS = ("id", "node_id", "dedupe_key", "severity", "severity_rank", "clearing_since", "last_seen", "rule")
+# What evaluation reads of an open alert, in Alert's field order (Model.from_db wants it;
+# a test holds the two together): a literal, as this module loads before the models do.
+OPEN_ALERT_FIELDS = ("id", "node_id", "rule", "dedupe_key", "severity", "severity_rank", "last_seen", "clearing_since")
+
+
+def open_alerts_from_values(rows: list[tuple[Any, ...]]) -> list[Any]:
+    """Firing alerts read elsewhere as ``OPEN_ALERT_FIELDS`` values, as deferred Alerts."""
+    from .models import Alert
+
+    return [Alert.from_db(DEFAULT_DB_ALIAS, OPEN_ALERT_FIELDS, row) for row in rows]
 
 
 def _firing(node_ids: Any) -> Any:
@@ -82,15 +99,11 @@ class _FiringOnOneNode:
     def __init__(self) -> None:
         from telemetry.store import CompiledRead
 
-        from .models import Alert
 
-        self.model = Alert
-        # Model.from_db wants a subset of fields in the model's own field order.
-        self.fields = tuple(f.attname for f in Alert._meta.concrete_fields if f.attname in _ALERT_FIELDS)
-        self.read = CompiledRead(lambda node_id: _firing([node_id]).values_list(*self.fields))
+        self.read = CompiledRead(lambda node_id: _firing([node_id]).values_list(*OPEN_ALERT_FIELDS))
 
     def fetch(self, node_id: int) -> list[Any]:
-        return [self.model.from_db(DEFAULT_DB_ALIAS, self.fields, row) for row in self.read.fetch(node_id)]
+        return open_alerts_from_values(self.read.fetch(node_id))
 
 
 _firing_on_one_node: _FiringOnOneNode | None = None
@@ -102,7 +115,7 @@ def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
         _firing_on_one_node = _firing_on_one_node or _FiringOnOneNode()
         alerts = _firing_on_one_node.fetch(*node_ids)
     else:
-        alerts = list(_firing(node_ids).only(*_ALERT_FIELDS))
+        alerts = list(_firing(node_ids).only(*OPEN_ALERT_FIELDS))
     return {(a.node_id, a.dedupe_key): a for a in alerts}
 
 

@@ -1,11 +1,12 @@
 """Ingest: the one road from a decoded batch of reports to the database and the health rules.
 
-Per batch, whatever its size, a constant number of statements in one transaction:
-read the node and its latest state (2), insert the reports and learn which are new (1),
-COPY their GPU rows (1), insert XID lines (≤1), upsert the latest GPU and node rows
-(≤2), then evaluate the health rules in a savepoint (2). A resent report is counted as
-a duplicate and stores nothing; a report older than the latest one goes to history
-without rolling the latest state back.
+Per batch, whatever its size, a constant number of statements in one transaction. On
+PostgreSQL: read the node, its latest state and its firing alerts (1); insert the reports
+and upsert the latest GPU and node rows (1); COPY the new reports' GPU rows (1); insert XID
+lines (≤1). Elsewhere the reads and writes are separate statements (3 and 3). The health
+rules then run in a savepoint that is only opened if they touch the database (a healthy
+report: they do not). A resent report is counted as a duplicate and stores nothing; a
+report older than the latest one goes to history without rolling the latest state back.
 """
 from __future__ import annotations
 
@@ -18,19 +19,19 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from health.evaluation import ReportContext, evaluate_reports
+from health.evaluation import ReportContext, evaluate_reports, open_alerts_from_values
 from nodes.models import Node
 
 from . import store
 from .models import GpuSample, GpuState, IngestRejection
-from .schema import AgentReport, GpuReading
+from .schema import AgentReport
 
 log = logging.getLogger(__name__)
 
-GPU_FIELDS = tuple(f.name for f in msgspec.structs.fields(GpuReading))
+GPU_FIELDS = store.GPU_READ_COLUMNS[1:]  # GpuReading's fields, which GpuState's columns are named after
 SAMPLE_FIELDS = tuple(
     f.attname for f in GpuSample._meta.concrete_fields if f.attname not in ("node_id", "collected_at", "gpu_index")
 )
@@ -89,14 +90,11 @@ def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "a
     received_at = timezone.now()
     unique, duplicates = _unique_in_batch(reports)
     with transaction.atomic():
-        node = _node_row(node_id)
-        latest = _load_latest(node_id, node)
-        new_ids = store.insert_new_reports([_report_row(node_id, r, received_at, source) for r in unique])
-        new = sorted((r for r in unique if r.report_id in new_ids), key=lambda r: r.collected_at)
+        node, latest, firing = _read_node(node_id)
+        new = _store_reports(node_id, unique, latest, received_at, source)
         _store_history(node_id, new, latest, source)
-        _store_latest(node_id, new, latest, received_at, source)
         contexts = _contexts(node, new, latest, source)
-        _evaluate(node_id, contexts, source)
+        _evaluate(node_id, contexts, source, firing)
     duplicates += len(unique) - len(new)
     return IngestResult(accepted=len(new), duplicates=duplicates, accepted_ids=[r.report_id for r in new])
 
@@ -115,30 +113,54 @@ def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int
     return unique, len(reports) - len(unique)
 
 
-NODE_COLUMNS = ("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
-                "health__last_report_at", "health__host", "health__ib_ports")
+NODE_COLUMNS = store.NODE_COLUMNS
 _node_read = store.CompiledRead(lambda node_id: Node.objects.filter(pk=node_id).values_list(*NODE_COLUMNS))
 _gpu_read = store.CompiledRead(
-    lambda node_id: GpuState.objects.filter(node_id=node_id).order_by("index").values_list("updated_at", *GPU_FIELDS))
-_GPU_COLUMNS = ("updated_at", *GPU_FIELDS)  # a node's GPUs in index order, as the ORM gave them
+    lambda node_id: GpuState.objects.filter(node_id=node_id).order_by("index").values_list(*store.GPU_READ_COLUMNS))
 
 
-def _node_row(node_id: int) -> dict[str, Any]:
+def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]:
+    """The node's row, its latest state and its firing alerts: one statement on PostgreSQL.
+    Elsewhere two reads, and no alerts (None: the health evaluation reads them itself)."""
+    if connection.vendor == "postgresql":
+        snapshot = store.read_node(node_id)
+        if snapshot is None:
+            raise Node.DoesNotExist(f"Node {node_id} does not exist.")
+        return snapshot.node, _latest(snapshot.node, snapshot.gpus), open_alerts_from_values(snapshot.firing)
     rows = _node_read.fetch(node_id)
     if not rows:
         raise Node.DoesNotExist(f"Node {node_id} does not exist.")
-    return dict(zip(NODE_COLUMNS, rows[0], strict=True))
+    node = dict(zip(NODE_COLUMNS, rows[0], strict=True))
+    gpus = _gpu_read.fetch(node_id) if node["health__last_report_at"] is not None else []
+    return node, _latest(node, [dict(zip(store.GPU_READ_COLUMNS, row, strict=True)) for row in gpus]), None
 
 
-def _load_latest(node_id: int, node: dict[str, Any]) -> _Latest:
+def _latest(node: dict[str, Any], gpus: list[dict[str, Any]]) -> _Latest:
     latest = _Latest(at=node["health__last_report_at"], host=node["health__host"])
-    if latest.at is None:
+    if latest.at is None:  # no report yet: any GPU rows are not a previous state
         return latest
-    for row in _gpu_read.fetch(node_id):
-        gpu = dict(zip(_GPU_COLUMNS, row, strict=True))
-        latest.gpus[gpu["index"]] = gpu
+    latest.gpus = {gpu["index"]: gpu for gpu in gpus}
     latest.ib_ports = {(p["device"], p["port"]): p for p in node["health__ib_ports"] or []}
     return latest
+
+
+def _store_reports(node_id: int, unique: list[AgentReport], latest: _Latest, received_at: datetime,
+                   source: str) -> list[AgentReport]:
+    """Insert the reports and move the latest GPU and node rows on; returns the new reports,
+    oldest first. On PostgreSQL the latest rows ride along with the insert (one statement)
+    whenever the batch's newest report turns out new, which is nearly always."""
+    rows = [_report_row(node_id, r, received_at, source) for r in unique]
+    newest = max(unique, key=lambda r: r.collected_at, default=None)
+    if newest is not None and connection.vendor == "postgresql":
+        gpu_states, health = _gpu_state_rows(node_id, newest, latest), _health_row(node_id, newest, received_at, source)
+        new_ids = store.insert_reports_with_latest(rows, newest.report_id, gpu_states, health)
+        written = newest.report_id in new_ids
+    else:
+        new_ids, written = store.insert_new_reports(rows), False
+    new = sorted((r for r in unique if r.report_id in new_ids), key=lambda r: r.collected_at)
+    if not written:
+        _store_latest(node_id, new, latest, received_at, source)
+    return new
 
 
 def _report_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
@@ -181,13 +203,16 @@ def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, receive
     if not new:
         return
     newest = new[-1]
-    if latest.at is None or newest.collected_at >= latest.at:
-        store.upsert_gpu_states([
-            {"node_id": node_id, "updated_at": newest.collected_at, **msgspec.structs.asdict(g)}
-            for g in newest.gpus
-        ])
+    store.upsert_gpu_states(_gpu_state_rows(node_id, newest, latest))
     # Always written (the CASE in the upsert keeps newer state): last_received_at moves on.
     store.upsert_node_health(_health_row(node_id, newest, received_at, source))
+
+
+def _gpu_state_rows(node_id: int, newest: AgentReport, latest: _Latest) -> list[dict[str, Any]]:
+    """The latest GPU rows of the newest new report; none if the node already sent a newer one."""
+    if latest.at is not None and newest.collected_at < latest.at:
+        return []
+    return [{"node_id": node_id, "updated_at": newest.collected_at, **msgspec.structs.asdict(g)} for g in newest.gpus]
 
 
 def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
@@ -234,14 +259,15 @@ def _state_of(report: AgentReport) -> _Latest:
     )
 
 
-def _evaluate(node_id: int, contexts: list[ReportContext], source: str) -> None:
+def _evaluate(node_id: int, contexts: list[ReportContext], source: str, firing: list[Any] | None) -> None:
     """Run the rules in a savepoint: if they fail, the telemetry is kept, the failure is
-    logged and left as an IngestRejection to be found, and the request still succeeds."""
+    logged and left as an IngestRejection to be found, and the request still succeeds.
+    The savepoint opens before the rules' first statement: a healthy report sends none."""
     if not contexts:
         return
     try:
-        with transaction.atomic():
-            evaluate_reports(contexts)
+        with store.savepoint_on_first_statement():
+            evaluate_reports(contexts, firing=firing)
     except Exception as exc:  # any rule bug: it must not cost the node its telemetry
         log.exception("health evaluation failed for node %s", node_id)
         IngestRejection.objects.create(

@@ -14,15 +14,24 @@ portal (3,000 reports a second for a fleet of 90,000 nodes), so:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import msgspec
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models import QuerySet
 
+from fleet.models import HardwareProfile
+from health.choices import AlertState
+from health.evaluation import OPEN_ALERT_FIELDS
+from health.models import Alert
+from nodes.models import Node
+
 from .models import GpuSample, GpuState, NodeHealth, NodeReport, XidRecord
+from .schema import GpuReading
 
 Row = dict[str, Any]
 
@@ -225,3 +234,166 @@ def upsert_node_health(row: Row) -> None:
     ``last_received_at`` always moves (the node is alive whatever it sent)."""
     with connection.cursor() as cursor:
         _write(cursor, _sql().health, [row])
+
+
+# --- PostgreSQL: a single-report request in two statements and a COPY ---------------------
+
+NODE_COLUMNS = ("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
+                "health__last_report_at", "health__host", "health__ib_ports")
+# A node's GPUs as the rules' previous_gpus want them: GpuReading's names, plus when.
+GPU_READ_COLUMNS = ("updated_at", *(f.name for f in msgspec.structs.fields(GpuReading)))
+
+_FIELD_TYPES: dict[str, Any] = {
+    "BooleanField": bool, "CharField": str, "TextField": str, "DateTimeField": datetime, "FloatField": float,
+    "JSONField": Any, "AutoField": int, "BigAutoField": int, "IntegerField": int, "BigIntegerField": int,
+    "PositiveIntegerField": int, "PositiveSmallIntegerField": int, "SmallIntegerField": int,
+}
+
+
+def _column_type(model: type[models.Model], attname: str) -> Any:
+    field = next(f for f in model._meta.concrete_fields if f.attname == attname)
+    kind = (field.target_field if field.is_relation else field).get_internal_type()
+    python_type = _FIELD_TYPES[kind]
+    return python_type | None if field.null and python_type is not Any else python_type
+
+
+def _row_type(name: str, model: type[models.Model], columns: Sequence[str]) -> type[msgspec.Struct]:
+    """A msgspec type for rows of ``model`` sent as JSON: typed like the model's fields, so the
+    decoded values are those the ORM would give (floats stay floats, datetimes are aware)."""
+    return msgspec.defstruct(name, [(c, _column_type(model, c)) for c in columns])
+
+
+_GpuRow = _row_type("_GpuRow", GpuState, GPU_READ_COLUMNS)
+_AlertRow = _row_type("_AlertRow", Alert, OPEN_ALERT_FIELDS)
+_NodeRow = msgspec.defstruct("_NodeRow", [
+    ("id", int), ("hostname", str), ("hardware_profile_id", int | None), ("hardware_profile__gpu_count", int | None),
+    ("health__last_report_at", datetime | None), ("health__host", Any), ("health__ib_ports", Any),
+    ("gpus", list[_GpuRow] | None), ("alerts", list[_AlertRow] | None),  # type: ignore[valid-type]
+])
+_decode_node = msgspec.json.Decoder(_NodeRow).decode
+_pg_statements: dict[str, str] = {}  # built on first use, as _sql() builds the others
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """A node as ingest needs it: its row (``NODE_COLUMNS``), its GPU rows in index order
+    (``GPU_READ_COLUMNS``) and its firing alerts (``OPEN_ALERT_FIELDS`` values, model order)."""
+
+    node: dict[str, Any]
+    gpus: list[dict[str, Any]]
+    firing: list[tuple[Any, ...]]
+
+
+def _node_read_sql() -> str:
+    q = connection.ops.quote_name
+
+    def table(model: type[models.Model]) -> str:
+        return q(model._meta.db_table)
+
+    gpu_columns = ", ".join(q(c) for c in GPU_READ_COLUMNS)
+    alert_columns = ", ".join(q(c) for c in OPEN_ALERT_FIELDS)
+    # One row as one JSON text: the subqueries' rows nest in it, and msgspec decodes it all at once.
+    return (
+        f"SELECT row_to_json(r)::text FROM (SELECT n.{q('id')}, n.{q('hostname')}, n.{q('hardware_profile_id')},"
+        f" p.{q('gpu_count')} AS hardware_profile__gpu_count, h.{q('last_report_at')} AS health__last_report_at,"
+        f" h.{q('host')} AS health__host, h.{q('ib_ports')} AS health__ib_ports,"
+        f" (SELECT json_agg(g ORDER BY g.{q('index')}) FROM (SELECT {gpu_columns} FROM {table(GpuState)}"
+        f" WHERE {q('node_id')} = n.{q('id')}) g) AS gpus,"
+        f" (SELECT json_agg(a) FROM (SELECT {alert_columns} FROM {table(Alert)}"
+        f" WHERE {q('node_id')} = n.{q('id')} AND {q('state')} = %s) a) AS alerts"
+        f" FROM {table(Node)} n LEFT JOIN {table(HardwareProfile)} p ON p.{q('id')} = n.{q('hardware_profile_id')}"
+        f" LEFT JOIN {table(NodeHealth)} h ON h.{q('node_id')} = n.{q('id')} WHERE n.{q('id')} = %s) r"
+    )
+
+
+def read_node(node_id: int) -> NodeSnapshot | None:
+    """PostgreSQL only: the node, its GPU rows and its firing alerts in one statement (None
+    if there is no such node). Reads what three ORM reads would, in one round trip."""
+    sql = _pg_statements.get("read") or _pg_statements.setdefault("read", _node_read_sql())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [AlertState.FIRING.value, node_id])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row = _decode_node(found[0])
+    return NodeSnapshot(
+        node={c: getattr(row, c) for c in NODE_COLUMNS},
+        gpus=[msgspec.structs.asdict(g) for g in row.gpus or ()],
+        firing=[msgspec.structs.astuple(a) for a in row.alerts or ()],
+    )
+
+
+def _reports_with_latest_sql() -> str:
+    """The reports' insert, and the latest GPU and node rows' upserts guarded by "the newest
+    report was new": data-modifying CTEs, each run once whether or not it is read."""
+    statements = _sql()
+    guard = " WHERE EXISTS (SELECT 1 FROM new_reports WHERE report_id = %s)"
+
+    def guarded(table: _Table) -> str:
+        # The guard goes between the row source and the ON CONFLICT clause.
+        source, end, on_conflict = table.json.partition("::json)")
+        return f"{source}{end}{guard}{on_conflict}"
+
+    return (f"WITH new_reports AS ({statements.reports.json}),"
+            f" gpu_states AS ({guarded(statements.gpu_states)}),"
+            f" health AS ({guarded(statements.health)})"
+            f" SELECT report_id FROM new_reports")
+
+
+def insert_reports_with_latest(rows: Sequence[Row], newest_id: str, gpu_states: Sequence[Row],
+                               health: Row) -> set[str]:
+    """PostgreSQL only: ``insert_new_reports``, then, if the report ``newest_id`` was new,
+    ``upsert_gpu_states(gpu_states)`` and ``upsert_node_health(health)``; one statement.
+
+    Returns the new report_ids. A caller whose newest report was a resend (so no latest
+    row was written) upserts the newest *new* report's rows itself.
+    """
+    sql = _pg_statements.get("write") or _pg_statements.setdefault("write", _reports_with_latest_sql())
+    params = [_encode(rows).decode(), _encode(gpu_states).decode(), newest_id, _encode([health]).decode(), newest_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+@contextmanager
+def savepoint_on_first_statement() -> Iterator[None]:
+    """``transaction.atomic()`` (a savepoint inside the ingest transaction) whose SAVEPOINT is
+    sent just before the block's first statement, if there is one.
+
+    The health rules of a healthy report touch no table: no SAVEPOINT and RELEASE round trips.
+    Any statement, a read too, opens the savepoint first: on PostgreSQL a failed read aborts
+    the transaction just as a failed write does, and only a savepoint saves it. The first
+    statement may come from inside an atomic block of the code under this one (a delete, a
+    service): the savepoint then takes the place in Django's stack of savepoints, atomic
+    blocks and on_commit callbacks that it would have had if sent at the start.
+    """
+    if not connection.in_atomic_block:
+        with transaction.atomic():
+            yield
+        return
+    block = transaction.atomic()
+    depth, blocks, callbacks = len(connection.savepoint_ids), len(connection.atomic_blocks), len(connection.run_on_commit)
+    opened = False
+
+    def open_first(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal opened
+        if not opened:
+            opened = True  # first: the SAVEPOINT statement comes through here too
+            sid = connection.savepoint()
+            connection.savepoint_ids.insert(depth, sid)
+            connection.atomic_blocks.insert(blocks, block)
+            for sids, _func, _robust in connection.run_on_commit[callbacks:]:
+                sids.add(sid)  # registered in this block: dropped if it rolls back
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(open_first):
+        try:
+            yield
+        except BaseException as exc:
+            if opened:
+                block.__exit__(type(exc), exc, exc.__traceback__)  # rolls back to the savepoint
+            else:
+                del connection.run_on_commit[callbacks:]  # what rolling back would have dropped
+            raise
+        if opened:
+            block.__exit__(None, None, None)  # releases the savepoint

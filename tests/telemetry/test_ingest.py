@@ -115,7 +115,7 @@ def evaluated(monkeypatch):
     """The contexts handed to health.evaluation.evaluate_reports. A stand-in: the real rules
     are another engineer's work and are a placeholder in this checkout."""
     seen: list = []
-    monkeypatch.setattr(ingest, "evaluate_reports", lambda contexts: seen.extend(contexts))
+    monkeypatch.setattr(ingest, "evaluate_reports", lambda contexts, **_: seen.extend(contexts))
     return seen
 
 
@@ -144,7 +144,7 @@ def test_duplicates_are_not_evaluated_again(node, evaluated):
 
 
 def test_a_failing_rule_keeps_the_telemetry_and_leaves_a_rejection_to_find(node, monkeypatch):
-    def broken_rules(contexts):  # stand-in for a rule with a bug (the real rules are not here yet)
+    def broken_rules(contexts, **_):  # stand-in for a rule with a bug (the real rules are not here yet)
         NodeReport.objects.filter(node=node).delete()  # whatever it wrote must be rolled back
         raise ZeroDivisionError("rule bug")
 
@@ -168,7 +168,7 @@ def test_the_number_of_queries_does_not_grow_with_the_batch(node):
     one = _queries_for(node, 1, T0 + timedelta(hours=1))
     fifty = _queries_for(node, 50, T0 + timedelta(hours=2))
     assert one == fifty
-    assert fifty <= 12
+    assert fifty <= 11  # SQLite; on PostgreSQL far fewer, see test_ingest_round_trips
 
 
 def test_on_postgresql_gpu_samples_go_in_with_copy(node):

@@ -1,0 +1,144 @@
+"""Round trips of the ingest: a single-report request on PostgreSQL is one read and one write
+(plus the COPY of its GPU rows), and each shortcut behaves exactly as the long way did."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from health.evaluation import OPEN_ALERT_FIELDS
+from health.models import Alert, Finding
+from telemetry import store
+from telemetry.ingest import ingest_reports
+from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport
+from telemetry.schema import AgentReport
+from telemetry.testing import make_report
+from tests.factories import NodeFactory
+
+from .conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+
+def one(node, at, **kwargs) -> list[AgentReport]:
+    return [msgspec.convert(make_report(node.hostname, collected_at=at, **kwargs), AgentReport)]
+
+
+def postgresql_only() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement read and write are PostgreSQL's; bin/test runs this on PostgreSQL")
+
+
+def test_on_postgresql_a_healthy_report_is_one_read_and_one_write(node):
+    postgresql_only()
+    ingest_reports(node.pk, one(node, T0))
+    with CaptureQueriesContext(connection) as queries:
+        result = ingest_reports(node.pk, one(node, T0 + timedelta(seconds=30), seed=2))
+    assert result.accepted == 1
+    sql = [q["sql"] for q in queries]
+    # ingest's own atomic block, a savepoint inside the test's transaction (BEGIN in production)
+    assert sum(s.startswith("SAVEPOINT") for s in sql) == 1, sql  # the rules touched nothing: no other
+    work = [s for s in sql if not s.startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+    assert len(work) == 2, work  # the GPU rows' COPY is not in the query log
+
+
+def test_the_one_statement_read_gives_what_the_orm_gives(node):
+    postgresql_only()
+    ingest_reports(node.pk, one(node, T0, xid=79))  # fires an alert: there is one to read
+    snapshot = store.read_node(node.pk)
+
+    orm_gpus = [dict(zip(store.GPU_READ_COLUMNS, row, strict=True)) for row in
+                GpuState.objects.filter(node=node).order_by("index").values_list(*store.GPU_READ_COLUMNS)]
+    assert snapshot.gpus == orm_gpus
+    assert [{k: type(v) for k, v in g.items()} for g in snapshot.gpus] == \
+        [{k: type(v) for k, v in g.items()} for g in orm_gpus]  # 45.0 stays a float, not the JSON 45
+    (orm_node,) = type(node).objects.filter(pk=node.pk).values_list(*store.NODE_COLUMNS)
+    assert snapshot.node == dict(zip(store.NODE_COLUMNS, orm_node, strict=True))
+    assert snapshot.firing == list(Alert.objects.filter(node=node, state="firing").values_list(*OPEN_ALERT_FIELDS))
+    assert snapshot.firing  # the XID 79 alert
+    assert store.read_node(NodeFactory().pk + 1000) is None
+
+
+def test_the_open_alert_fields_are_in_the_alert_models_own_order():
+    order = [f.attname for f in Alert._meta.concrete_fields]
+    assert list(OPEN_ALERT_FIELDS) == sorted(OPEN_ALERT_FIELDS, key=order.index)
+
+
+def test_a_resent_newest_report_leaves_the_latest_rows_to_the_newest_new_one(node):
+    ingest_reports(node.pk, one(node, T0 + timedelta(minutes=1), seed=1))
+    before = NodeHealth.objects.get(node=node)
+    gpus_before = list(GpuState.objects.filter(node=node).values_list("index", "updated_at", "temperature_c"))
+    # An older report and the newest one again: only the older one is new.
+    batch = one(node, T0, seed=7) + one(node, T0 + timedelta(minutes=1), seed=1)
+    result = ingest_reports(node.pk, batch)
+
+    assert (result.accepted, result.duplicates) == (1, 1)
+    after = NodeHealth.objects.get(node=node)
+    assert after.last_report_at == T0 + timedelta(minutes=1)  # not rolled back to the older report
+    assert after.last_received_at > before.last_received_at  # but the node is alive
+    assert list(GpuState.objects.filter(node=node).values_list("index", "updated_at", "temperature_c")) == gpus_before
+
+
+def test_a_resent_report_writes_no_latest_rows(node):
+    ingest_reports(node.pk, one(node, T0, seed=1))
+    before = NodeHealth.objects.get(node=node).last_received_at
+    result = ingest_reports(node.pk, one(node, T0, seed=1))
+    assert (result.accepted, result.duplicates) == (0, 1)
+    assert NodeHealth.objects.get(node=node).last_received_at == before
+
+
+def test_a_failure_after_a_finding_rolls_the_finding_back_and_keeps_the_telemetry(node, monkeypatch,
+                                                                                   django_capture_on_commit_callbacks):
+    from health import evaluation
+
+    def fail(ctx, open_alerts):  # stand-in for a bug after the rules wrote their finding
+        assert Finding.objects.filter(node=node).exists()
+        raise ZeroDivisionError("bug after the finding")
+
+    monkeypatch.setattr(evaluation, "_clear_heartbeat", fail)
+    with django_capture_on_commit_callbacks() as callbacks:
+        result = ingest_reports(node.pk, one(node, T0, xid=79))
+
+    assert result.accepted == 1 and NodeReport.objects.filter(node=node).count() == 1
+    assert not Finding.objects.filter(node=node).exists() and not Alert.objects.filter(node=node).exists()
+    assert IngestRejection.objects.get().reason.startswith("evaluation error: ZeroDivisionError")
+    assert callbacks == []  # the finding's follow-ups went with it
+
+
+def test_the_lazy_savepoint_sends_nothing_for_a_block_without_statements(db):
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        with store.savepoint_on_first_statement():
+            pass
+    assert queries.captured_queries == []
+
+
+def test_the_lazy_savepoint_rolls_back_a_first_statement_made_inside_an_inner_block(node):
+    NodeReport.objects.create(node=node, collected_at=T0, report_id="r1", received_at=T0, summary={})
+    with transaction.atomic():
+        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():
+            NodeReport.objects.filter(node=node).delete()  # the first statement, in delete's own atomic block
+            transaction.on_commit(lambda: pytest.fail("a rolled back block's callback ran"))
+            raise ZeroDivisionError
+        assert NodeReport.objects.filter(node=node).count() == 1  # the transaction is still usable
+        assert connection.run_on_commit == []
+
+
+def test_the_lazy_savepoint_drops_callbacks_of_a_failed_block_without_statements(db):
+    with transaction.atomic():
+        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():
+            transaction.on_commit(lambda: pytest.fail("a rolled back block's callback ran"))
+            raise ZeroDivisionError
+        assert connection.run_on_commit == []
+
+
+def test_the_lazy_savepoint_keeps_the_writes_of_a_block_that_succeeds(node):
+    with transaction.atomic():
+        savepoints = list(connection.savepoint_ids)
+        with store.savepoint_on_first_statement():
+            transaction.on_commit(lambda: None)
+            NodeReport.objects.create(node=node, collected_at=T0, report_id="r1", received_at=T0, summary={})
+        assert NodeReport.objects.filter(node=node).count() == 1
+        assert len(connection.run_on_commit) == 1 and connection.savepoint_ids == savepoints
