@@ -25,4 +25,6 @@ urlpatterns = [
     path("", include("telemetry.api.urls")),
     path("", include("health.api.urls")),
     path("", include("checks.api.urls")),
+    path("", include("provisioning.api.urls")),
+    path("", include("validation.api.urls")),
 ]

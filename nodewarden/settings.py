@@ -49,6 +49,9 @@ INSTALLED_APPS = [
     "fabric",
     "telemetry",
     "health",
+    "bmc",
+    "provisioning",
+    "validation",
 ]
 
 MIDDLEWARE = [

@@ -14,5 +14,7 @@ urlpatterns = [
     path("", include("telemetry.urls")),
     path("", include("health.urls")),
     path("", include("checks.urls")),
+    path("", include("provisioning.urls")),
+    path("", include("validation.urls")),
     path("", include("nodes.urls")),
 ]
