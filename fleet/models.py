@@ -101,10 +101,19 @@ class HardwareProfile(models.Model):
 
 
 class Persona(models.Model):
-    """The role a node is given (training, inference, ...), which later drives its validation depth."""
+    """The role a node is given (training, inference, ...): its boot image, what the workload
+    scheduler should know of it, and which Day 1 stages a node re-roled to it walks."""
 
     name = models.CharField(max_length=100, unique=True)
     description = models.CharField(max_length=300, blank=True)
+    boot_image = models.CharField(max_length=200, blank=True, help_text="OS image a node of this role boots.")
+    scheduler_labels = models.JSONField(
+        default=dict, blank=True, help_text='Kubernetes node labels, e.g. {"nodewarden.io/role": "inference"}.')
+    slurm_partition = models.CharField(max_length=100, blank=True, help_text="Slurm partition nodes of this role join.")
+    validation_stages = models.JSONField(
+        default=list, blank=True,
+        help_text="Day 1 stages a node re-roled to this persona walks (firmware, inventory, burn_in, fabric, "
+                  "reliability); empty: all of them.")
 
     class Meta:
         ordering = ["name"]

@@ -38,6 +38,9 @@ app.conf.beat_schedule = {
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
+    # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
+    "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
+                            "options": {"queue": "validation"}},
 }
 if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.

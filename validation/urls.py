@@ -1,4 +1,10 @@
-"""Portal pages of this app."""
-from django.urls import path  # noqa: F401
+"""Portal pages of Day 1."""
+from django.urls import path
 
-urlpatterns: list = []
+from . import views
+
+urlpatterns = [
+    path("day1/", views.day1_overview, name="day1-overview"),
+    path("nodes/<int:pk>/day1/", views.node_day1, name="node-day1"),
+    path("nodes/<int:pk>/day1/<slug:action>/", views.node_stage_action, name="node-stage-action"),
+]

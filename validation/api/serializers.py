@@ -1,0 +1,89 @@
+"""Serializers of the Day 1 API."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from checks.api.serializers import CheckRunSerializer
+
+from ..choices import Stage
+
+
+class StageRunSerializer(CheckRunSerializer):
+    """A stage run: a recorded run of kind ``stage_*``, with its stage's name and evidence."""
+
+    stage = serializers.SerializerMethodField()
+    evidence = serializers.SerializerMethodField()
+
+    class Meta(CheckRunSerializer.Meta):
+        fields = [*CheckRunSerializer.Meta.fields, "stage", "evidence"]
+        read_only_fields = fields
+
+    def get_stage(self, run) -> str:  # type: ignore[no-untyped-def]
+        from ..choices import BY_RUN_KIND
+
+        return BY_RUN_KIND[run.kind].stage
+
+    def get_evidence(self, run) -> dict:  # type: ignore[no-untyped-def,type-arg]
+        return (run.details or {}).get("evidence", {})
+
+
+class StageActionSerializer(serializers.Serializer):
+    """Why an operator starts or skips a stage; kept in the node's history."""
+
+    reason = serializers.CharField(allow_blank=False)
+
+
+class StageCountSerializer(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    label = serializers.CharField()
+    state = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class StageDurationSerializer(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    label = serializers.CharField()
+    runs = serializers.IntegerField()
+    median_s = serializers.FloatField(allow_null=True)
+    slowest_s = serializers.FloatField(allow_null=True)
+
+
+class FailureReasonSerializer(serializers.Serializer):
+    stage = serializers.ChoiceField(choices=Stage.choices)
+    label = serializers.CharField()
+    reason = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class YieldSerializer(serializers.Serializer):
+    released = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    yield_pct = serializers.FloatField(allow_null=True)
+
+
+class Day1SummarySerializer(serializers.Serializer):
+    window_days = serializers.IntegerField()
+    counts = StageCountSerializer(many=True)
+    durations = StageDurationSerializer(many=True)
+    failures = FailureReasonSerializer(many=True)
+    day1_yield = YieldSerializer()
+
+
+class PersonaChangeRequestSerializer(serializers.Serializer):
+    """Re-role a node: the persona to give it, and why."""
+
+    persona = serializers.CharField(help_text="Persona name.")
+    reason = serializers.CharField(allow_blank=False)
+
+
+class PersonaChangeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    node = serializers.IntegerField(source="node_id")
+    from_persona = serializers.CharField(source="from_persona.name", allow_null=True, default=None)
+    to_persona = serializers.CharField(source="to_persona.name")
+    status = serializers.CharField()
+    reason = serializers.CharField()
+    requested_by = serializers.CharField()
+    created = serializers.DateTimeField()
+    applied_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)

@@ -1,0 +1,51 @@
+"""The Day 1 stages: their order, the node state each one is, the verb that passes it, and
+the kind of run that records it. One table, read by the pipeline, pages, API and admin."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import models
+
+from checks.choices import RunKind
+from nodes.choices import NodeState
+
+
+class Stage(models.TextChoices):
+    FIRMWARE = "firmware", "Firmware"
+    INVENTORY = "inventory", "Inventory check"
+    BURN_IN = "burn_in", "Burn-in"
+    FABRIC = "fabric", "Fabric and cable check"
+    RELIABILITY = "reliability", "Reliability assessment"
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    stage: str
+    state: str  # the node state while the stage runs
+    pass_verb: str  # nodes.services verb that moves the node on when the stage passes
+    run_kind: str  # checks.CheckRun kind that records each run of the stage
+
+
+STAGES: tuple[StageInfo, ...] = (
+    StageInfo(Stage.FIRMWARE, NodeState.FIRMWARE_UPDATE, "pass_firmware", RunKind.STAGE_FIRMWARE),
+    StageInfo(Stage.INVENTORY, NodeState.INVENTORY_CHECK, "pass_inventory_check", RunKind.STAGE_INVENTORY),
+    StageInfo(Stage.BURN_IN, NodeState.BURN_IN, "pass_burn_in", RunKind.STAGE_BURN_IN),
+    StageInfo(Stage.FABRIC, NodeState.FABRIC_CHECK, "pass_fabric_check", RunKind.STAGE_FABRIC),
+    StageInfo(Stage.RELIABILITY, NodeState.RELIABILITY_ASSESSMENT, "release_to_production",
+              RunKind.STAGE_RELIABILITY),
+)
+BY_STAGE = {s.stage: s for s in STAGES}
+BY_STATE = {s.state: s for s in STAGES}
+BY_RUN_KIND = {s.run_kind: s for s in STAGES}
+# The transitions that put a node into a stage: entering a validation pass, or passing the stage before.
+ENTERING_TRANSITIONS = ("start_validation", "revalidate", *(s.pass_verb for s in STAGES[:-1]))
+
+
+class Reentry(models.TextChoices):
+    """Why a node walks the Day 1 road: first time, or back from somewhere (re-validation)."""
+
+    FIRST = "first", "First validation"
+    TRIAGE = NodeState.TRIAGE.value, "Back from triage"
+    REMEDIATING = NodeState.REMEDIATING.value, "Back from remediation"
+    REPAIR = NodeState.REPAIR.value, "Back from repair"
+    RMA = NodeState.RMA.value, "Back from RMA"

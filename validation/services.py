@@ -1,0 +1,268 @@
+"""Day 1 pipeline verbs: the only road by which a stage starts, moves on or ends.
+
+A transition into a Day 1 state (``start_validation``, ``revalidate``, ``pass_*``)
+commits and queues its follow-up, which calls ``begin_stage``: one stage run
+(``checks.CheckRun`` of kind ``stage_*``, unique per triggering transition) is opened
+and the stage's ``start`` runs. A stage that needs time (burn-in, the soak, waiting for
+the agent's report) stays open and ``advance_open_stages`` (Celery beat) polls it.
+``conclude`` ends a run: in one transaction the run's outcome, then either the verb that
+moves the node to the next stage or, on a failure, a finding and ``fail_validation``
+(triage, with the stage and the exact difference as the reason). Stage work that talks
+to a BMC or waits never holds a transaction open.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from checks.choices import STAGE_KINDS, RunStatus
+from checks.models import CheckRun
+from nodes import services as node_services
+from nodes.choices import EventKind
+from nodes.models import OPERATE, Node, NodeEvent
+from nodes.services import Actor, clean_reason, record_event
+
+from .choices import BY_RUN_KIND, BY_STAGE, BY_STATE, Reentry, Stage, StageInfo
+from .models import Day1Spec, RevalidationPlan
+from .stages import RUNNERS, StageContext, Verdict
+
+log = logging.getLogger(__name__)
+
+ACTOR = Actor.system("validation")
+FINDING_RULE = "day1_stage"
+ADVANCE_BATCH = 200
+
+
+class StageConflict(Exception):
+    """The node is not in a state where this stage action makes sense (the API answers 409)."""
+
+
+class StageForbidden(PermissionError):
+    """The acting user may not operate nodes (the API answers 403)."""
+
+
+# --- Which pass, which plan ------------------------------------------------------------
+
+
+def current_pass(node_id: int) -> NodeEvent | None:
+    """The transition that began the node's current walk through Day 1."""
+    return (NodeEvent.objects.filter(node_id=node_id, transition__in=("start_validation", "revalidate"))
+            .order_by("-created", "-id").first())
+
+
+def reentry_of(pass_event: NodeEvent | None) -> str:
+    if pass_event is None or pass_event.transition == "start_validation":
+        return Reentry.FIRST
+    return pass_event.source_state if pass_event.source_state in Reentry.values else Reentry.TRIAGE
+
+
+def planned_stages(node_id: int) -> tuple[str, list[str]]:
+    """(re-entry reason, the stages its plan runs) for the node's current pass. A pass begun
+    by a re-role walks the new persona's stages (all of them if it names none)."""
+    pass_event = current_pass(node_id)
+    change_id = (pass_event.details or {}).get("persona_change") if pass_event else None
+    if change_id:
+        from .models import PersonaChange
+
+        change = PersonaChange.objects.select_related("to_persona").filter(pk=change_id).first()
+        if change is not None:
+            return "persona", list(change.to_persona.validation_stages or Stage.values)
+    reentry = reentry_of(pass_event)
+    return reentry, RevalidationPlan.stages_for(reentry)
+
+
+# --- Starting and stepping -------------------------------------------------------------
+
+
+def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) -> tuple[CheckRun, bool]:
+    spec = Day1Spec.for_profile(node.hardware_profile)
+    try:
+        with transaction.atomic():
+            return CheckRun.objects.get_or_create(
+                trigger=trigger, kind=info.run_kind,
+                defaults={"node": node, "status": RunStatus.RUNNING, "started": now,
+                          "deadline": now + spec.timeout(info.stage)})
+    except IntegrityError:  # a concurrent delivery of the same follow-up created it first
+        return CheckRun.objects.get(trigger=trigger, kind=info.run_kind), False
+
+
+def begin_stage(event_id: int, now: datetime | None = None) -> CheckRun | None:
+    """Open the stage that the transition ``event_id`` put the node into, and start it.
+
+    Idempotent: a second call for the same transition finds the run and does nothing.
+    A stage that the pass's plan leaves out is recorded as skipped and passed at once.
+    """
+    now = now or timezone.now()
+    event = NodeEvent.objects.select_related("node__hardware_profile").filter(pk=event_id).first()
+    if event is None or event.node is None or event.target_state not in BY_STATE:
+        return None
+    node, info = event.node, BY_STATE[event.target_state]
+    if node.state != info.state:
+        return None  # the node moved on (an operator, a forced state) before the stage began
+    run, created = _open_run(node, info, event, now)
+    if not created:
+        return run
+    reentry, stages = planned_stages(node.pk)
+    if info.stage not in stages:
+        label = "re-role" if reentry == "persona" else Reentry(reentry).label.lower()
+        return conclude(run.pk, Verdict(True, f"Not in the re-validation plan ({label})"), skipped=True)
+    return step(run.pk, first=True, now=now)
+
+
+def _context(run: CheckRun, now: datetime) -> StageContext:
+    node = run.node
+    return StageContext(run=run, node=node, spec=Day1Spec.for_profile(node.hardware_profile), now=now)
+
+
+def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> CheckRun:
+    """Start (``first``) or poll an open stage run, and conclude it if the stage decided.
+
+    A stage that raises is not decided: the error is kept on the run, the next poll tries
+    again, and the stage timeout ends it if the error persists.
+    """
+    now = now or timezone.now()
+    run = CheckRun.objects.select_related("node__hardware_profile").get(pk=run_id)
+    if run.status != RunStatus.RUNNING:
+        return run
+    stage = BY_RUN_KIND[run.kind].stage
+    ctx = _context(run, now)
+    details_before = dict(run.details)
+    try:
+        verdict = (RUNNERS[stage].start if first else RUNNERS[stage].poll)(ctx)
+        error = ""
+    except Exception as exc:  # a bug or an outage in one stage must not stop the others
+        log.exception("Day 1 stage %s failed to %s on node %s", stage, "start" if first else "poll", run.node_id)
+        verdict, error = None, f"{type(exc).__name__}: {exc}"
+    if run.details != details_before or error != run.error:
+        CheckRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(details=run.details, error=error)
+    if verdict is None:
+        return run
+    return conclude(run.pk, verdict)
+
+
+# --- Ending ----------------------------------------------------------------------------
+
+
+def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Actor = ACTOR,
+             now: datetime | None = None) -> CheckRun:
+    """End an open stage run with ``verdict`` and move the node: on to the next stage (or
+    production) if it passed or was skipped, to triage with a finding if it failed.
+
+    Idempotent: a run that is no longer open is returned unchanged. A node that has left
+    the stage's state meanwhile is not moved; the run is marked superseded.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        run = CheckRun.objects.select_for_update(of=("self",)).select_related("node").get(pk=run_id)
+        if run.status != RunStatus.RUNNING:
+            return run
+        info, node = BY_RUN_KIND[run.kind], run.node
+        label = Stage(info.stage).label
+        run.finished, run.summary, run.figures = now, verdict.summary[:300], verdict.figures
+        run.details = {**run.details, "evidence": verdict.evidence} if verdict.evidence else run.details
+        if node.state != info.state:
+            run.status = RunStatus.SUPERSEDED
+            run.summary = f"Node is now {node.get_state_display()}; {verdict.summary}"[:300]
+        elif skipped:
+            run.status = RunStatus.SKIPPED
+        else:
+            run.status = RunStatus.PASSED if verdict.passed else RunStatus.FAILED
+        run.save(update_fields=["status", "finished", "summary", "figures", "details"])
+        if run.status == RunStatus.SUPERSEDED:
+            return run
+        details = {"stage": info.stage, "stage_run": run.pk}
+        if verdict.passed:
+            verb = getattr(node_services, info.pass_verb)
+            word = "skipped" if skipped else "passed"
+            verb(node.pk, actor=actor, reason=f"{label} {word}: {verdict.summary}", details=details)
+        else:
+            _fail(run, info, verdict, actor, details)
+    return run
+
+
+def _fail(run: CheckRun, info: StageInfo, verdict: Verdict, actor: Actor, details: dict[str, Any]) -> None:
+    from health.choices import Severity
+    from health.services import raise_finding
+
+    label = Stage(info.stage).label
+    raise_finding(run.node_id, rule=FINDING_RULE, severity=Severity.DEGRADED, subject=info.stage,
+                  summary=f"{label} failed: {verdict.summary}", evidence={**details, **verdict.evidence},
+                  source="validation", actor=actor, every_event=True)
+    node_services.fail_validation(run.node_id, actor=actor, reason=f"{label} failed: {verdict.summary}",
+                                  details={**details, "evidence": verdict.evidence})
+
+
+def advance_open_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH) -> int:
+    """Poll every open stage run (oldest first, at most ``limit``); fail those past their
+    deadline as stuck. Returns how many runs were concluded."""
+    now = now or timezone.now()
+    concluded = 0
+    open_runs = CheckRun.objects.filter(kind__in=STAGE_KINDS, status=RunStatus.RUNNING).order_by("started", "id")
+    for run_id, kind, deadline in open_runs.values_list("pk", "kind", "deadline")[:limit]:
+        if deadline is not None and deadline < now:
+            label = Stage(BY_RUN_KIND[kind].stage).label
+            run = conclude(run_id, Verdict.fail(f"{label} timed out: no verdict by {deadline:%Y-%m-%d %H:%M:%S} UTC",
+                                                deadline=deadline.isoformat()), now=now)
+        else:
+            run = step(run_id, now=now)
+        concluded += run.status != RunStatus.RUNNING
+    return concluded
+
+
+# --- Operator verbs ---------------------------------------------------------------------
+
+
+def _operator_node(node_id: int, actor: Actor) -> tuple[Node, StageInfo]:
+    if actor.user is not None and not actor.user.has_perm(OPERATE):
+        raise StageForbidden(f"{actor.name} may not operate Day 1 stages.")
+    node = Node.objects.select_related("hardware_profile").get(pk=node_id)
+    info = BY_STATE.get(node.state)
+    if info is None:
+        raise StageConflict(f"{node.hostname} is {node.get_state_display()}, not in a Day 1 stage.")
+    return node, info
+
+
+def open_stage_run(node_id: int, info: StageInfo) -> CheckRun | None:
+    return (CheckRun.objects.filter(node_id=node_id, kind=info.run_kind, status=RunStatus.RUNNING)
+            .order_by("-started", "-id").first())
+
+
+def start_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
+    """Start (or retry) the stage of the node's current Day 1 state: for a node forced into
+    a stage, or whose run errored or was left open. Refused while a run is open."""
+    reason = clean_reason(reason)
+    node, info = _operator_node(node_id, actor)
+    if open_stage_run(node.pk, info) is not None:
+        raise StageConflict(f"{Stage(info.stage).label} is already running on {node.hostname}.")
+    now = timezone.now()
+    with transaction.atomic():
+        trigger = record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
+                               details={"stage_started": info.stage})
+        run, _ = _open_run(node, info, trigger, now)
+    return step(run.pk, first=True, now=now)
+
+
+def skip_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
+    """Skip the node's current Day 1 stage (audited: the operator and the reason go on the
+    run and on the transition to the next stage)."""
+    reason = clean_reason(reason)
+    node, info = _operator_node(node_id, actor)
+    run = open_stage_run(node.pk, info)
+    if run is None:
+        with transaction.atomic():
+            trigger = record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
+                                   details={"stage_skipped": info.stage})
+            run, _ = _open_run(node, info, trigger, timezone.now())
+    return conclude(run.pk, Verdict(True, f"Skipped by {actor.name}: {reason}"), skipped=True, actor=actor)
+
+
+def stage_of(run: CheckRun) -> str:
+    return BY_RUN_KIND[run.kind].stage
+
+
+def stage_info(stage: str) -> StageInfo:
+    return BY_STAGE[stage]

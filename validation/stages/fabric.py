@@ -1,0 +1,44 @@
+"""Stage 4, fabric and cable check, from the node agent's view until fabric validation
+(issue 5) compares the discovered fabric with the cabling plan: every InfiniBand port
+ACTIVE / LinkUp at the profile's rate, and as many HCAs as the profile expects."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from telemetry.models import NodeHealth
+
+from .base import StageContext, Verdict
+
+# Port state does not change because a stage began: any report this fresh will do.
+FRESH = timedelta(seconds=90)
+
+
+def start(ctx: StageContext) -> Verdict | None:
+    return poll(ctx)
+
+
+def poll(ctx: StageContext) -> Verdict | None:
+    health = NodeHealth.objects.filter(node_id=ctx.node.pk, last_received_at__gte=ctx.now - FRESH).first()
+    if health is None:
+        return None
+    profile = ctx.node.hardware_profile
+    ports = [p for p in health.ib_ports or [] if (p.get("link_layer") or "InfiniBand") == "InfiniBand"]
+    if not profile.hca_count:
+        return Verdict(True, f"Profile {profile.name} expects no InfiniBand HCA.")
+    problems = []
+    for p in ports:
+        name = f"{p['device']}/{p['port']}"
+        if p.get("state") != "ACTIVE" or p.get("phys_state") not in ("LinkUp", ""):
+            problems.append(f"{name} is {p.get('state') or '?'}/{p.get('phys_state') or '?'}")
+        elif profile.hca_rate_gbps and (p.get("rate_gbps") or 0) < profile.hca_rate_gbps:
+            problems.append(f"{name} at {p.get('rate_gbps') or 0:g} Gb/s, expected {profile.hca_rate_gbps}")
+    devices = {p["device"] for p in ports}
+    if len(devices) < profile.hca_count:
+        problems.append(f"{len(devices)} HCA(s) reported, expected {profile.hca_count}")
+    up = sum(1 for p in ports if p.get("state") == "ACTIVE")
+    figures = {"ports_active": float(up), "ports": float(len(ports))}
+    if problems:
+        return Verdict(False, "InfiniBand ports not ready: " + "; ".join(problems), figures=figures,
+                       evidence={"ports": ports, "problems": problems})
+    return Verdict(True, f"{up} InfiniBand port(s) active at {profile.hca_rate_gbps or 'any'} Gb/s.",
+                   figures=figures)
