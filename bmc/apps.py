@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class BmcConfig(AppConfig):
     name = "bmc"
     verbose_name = "BMC (out-of-band control)"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks

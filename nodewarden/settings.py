@@ -200,3 +200,15 @@ LOGGING = {
 
 # The portal's own URL, used in links it hands out (later: cloud-init data).
 PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")
+
+# --- BMC (out-of-band control) ---------------------------------------------------
+# Fernet keys that encrypt BMC credentials at rest, comma-separated, newest first: the
+# first encrypts, all decrypt (rotate: prepend a key, run bmc_rotate_credentials, drop
+# the old one). NODEWARDEN_BMC_KEYS_FILE works too. Empty: bmc/fields.py derives one
+# key from SECRET_KEY, so a development checkout needs no set-up.
+NODEWARDEN_BMC_KEYS = [key.strip() for key in env_str("NODEWARDEN_BMC_KEYS").split(",") if key.strip()]
+NODEWARDEN_BMC_TIMEOUT = env_int("NODEWARDEN_BMC_TIMEOUT", 10)  # seconds per request to a BMC
+NODEWARDEN_BMC_RETRIES = env_int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries after no answer or a 5xx
+NODEWARDEN_BMC_RETRY_BACKOFF_MS = env_int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
+NODEWARDEN_BMC_POWER_TIMEOUT = env_int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
+NODEWARDEN_BMC_POLL_INTERVAL = env_int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls

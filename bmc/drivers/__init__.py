@@ -1,0 +1,1 @@
+"""Drivers that speak to BMCs: one per protocol, all behind ``base.BmcDriver``."""
