@@ -40,6 +40,11 @@ def test_it_documents_every_endpoint(schema):
         # Active checks
         "/api/nodes/{id}/checks/", "/api/checks/{id}/", "/api/checks/{id}/cancel/", "/api/agent/checks/",
         "/api/agent/checks/{id}/result/",
+        # Day 0 (the agent's POST /api/agent/join/ is a lean plain view, like its reports)
+        "/api/enrollments/", "/api/nodes/{id}/provision/",
+        # Day 1
+        "/api/nodes/{id}/stages/", "/api/nodes/{id}/stages/start/", "/api/nodes/{id}/stages/skip/",
+        "/api/nodes/{id}/persona/", "/api/day1/summary/",
     }
 
 
@@ -50,6 +55,8 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
     assert writes == {(path, "post") for path in (
         TRANSITION, *ALERT_ACTIONS, "/api/ingest/alertmanager/", "/api/ingest/dcgm-exporter/",
         "/api/nodes/{id}/checks/", "/api/checks/{id}/cancel/", "/api/agent/checks/{id}/result/",
+        "/api/enrollments/", "/api/nodes/{id}/provision/", "/api/nodes/{id}/stages/start/",
+        "/api/nodes/{id}/stages/skip/", "/api/nodes/{id}/persona/",
     )}
 
 

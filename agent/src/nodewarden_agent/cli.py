@@ -4,6 +4,7 @@
     nodewarden-agent once --print         # collect one report, print it, send nothing
     nodewarden-agent once                 # collect one report, spool it and flush
     nodewarden-agent check gpu_stress --params '{"seconds": 30}'
+    nodewarden-agent join --url URL --join-token nwj_...   # first boot: get this node's token
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, join
 from .agent import Agent
 from .checks import KINDS, run_check
 from .client import PortalClient
@@ -67,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="run one active check here and print its result")
     check.add_argument("kind", choices=KINDS)
     check.add_argument("--params", default="{}", help="check params as a JSON object")
+    joiner = commands.add_parser("join", help="trade a single-use join token for this node's agent token")
+    joiner.add_argument("--url", help="portal base URL (default: NODEWARDEN_URL)")
+    joiner.add_argument("--join-token", required=True, help="the nwj_... token from the node's user-data")
+    joiner.add_argument("--state-dir", help="the token goes to <state dir>/token unless a token file is set")
+    joiner.add_argument("--token-file", help="where to write the agent token (default: NODEWARDEN_TOKEN_FILE)")
+    joiner.add_argument("--wait", type=float, default=300.0,
+                        help="seconds to keep retrying while the portal cannot be reached (default 300)")
     return parser
 
 
@@ -103,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "join":  # before load_config: the token file it reads does not exist yet
+        return join.run(args, sys.stdout, sys.stderr)
     try:
         portal_needed = args.command == "run" or (args.command == "once" and not args.print)
         config = load_config(config_file=args.config, require_portal=portal_needed)
