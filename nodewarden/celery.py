@@ -47,5 +47,7 @@ if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     app.conf.beat_schedule["churn-demo-fleet"] = {"task": "nodes.demo.churn_demo_fleet", "schedule": 60.0}
     # ...and its nodes' agents report every 30 s through the real ingest service.
     app.conf.beat_schedule["report-demo-telemetry"] = {"task": "nodes.demo.report_demo_telemetry", "schedule": 30.0}
+    # ...and new servers are enrolled, booted, joined and validated through the real Day 0/Day 1 road.
+    app.conf.beat_schedule["bring-up-demo-nodes"] = {"task": "nodes.demo.bring_up_demo_nodes", "schedule": 20.0}
     app.conf.include = ["nodes.demo"]  # the worker must import the churn task
 app.autodiscover_tasks()

@@ -24,6 +24,7 @@ from .catalog import (  # noqa: F401
     NODES_PER_RACK,
     TRANSITIONS,
 )
+from .bringup import bring_up_demo_nodes  # noqa: F401
 from .churn import churn_demo_fleet  # noqa: F401
 from .telemetry import report_demo_telemetry  # noqa: F401
 from .seed import (  # noqa: F401

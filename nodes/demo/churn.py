@@ -11,11 +11,11 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services
-from nodes.choices import DAY1_STAGES, TROUBLE_STATES, EventKind
+from nodes.choices import TROUBLE_STATES, EventKind
 from nodes.models import Node
 from nodewarden.env import env_bool
 
-from .catalog import DAY0, STAGES, S
+from .catalog import S
 from .lives import _fill, _finding_details, _parts, _pick_cause
 from .seed import demo_fleet_exists, demo_nodes
 
@@ -46,32 +46,6 @@ def _run(verb: str, node: Node, reason: str, **details: Any) -> list[str]:
     except (TransitionNotAllowed, ConcurrentTransition, Node.DoesNotExist):
         return []
     return [f"{node.hostname}: {verb}"]
-
-
-def _advance_day0(rng: random.Random, now: datetime) -> list[str]:
-    verbs = {S.ENROLLED: ("start_initialization", "Provisioning slot free: PXE boot with the base image"),
-             S.INITIALIZING: ("mark_onboard", "Agent registered after first boot"),
-             S.ONBOARD: ("start_validation", "Onboarded: starting Day 1 validation")}
-    changes: list[str] = []
-    if rng.random() > 0.35:  # a slow trickle, so the new racks' bring-up stays on screen for a while
-        return changes
-    for node in _ready(rng, now, DAY0, 1):
-        verb, reason = verbs[node.state]
-        changes += _run(verb, node, reason)
-    return changes
-
-
-def _advance_day1(rng: random.Random, now: datetime) -> list[str]:
-    changes: list[str] = []
-    stages = {state: (verb, reason) for state, verb, _, _, _, reason in STAGES}
-    for node in _ready(rng, now, tuple(DAY1_STAGES), 3):
-        verb, fail_reason = stages[node.state]
-        if rng.random() < 0.04:
-            reason, details = _fill(fail_reason, _parts(rng, _gpu_uuids(node)))
-            changes += _run("fail_validation", node, f"{S(node.state).label} failed: {reason}", **details)
-        else:
-            changes += _run(verb, node, f"{S(node.state).label} passed")
-    return changes
 
 
 def _gpu_uuids(node: Node) -> list[str]:
@@ -128,7 +102,8 @@ def _work_the_queue(rng: random.Random, now: datetime) -> list[str]:
     return changes
 
 
-MOVES: tuple[Move, ...] = (_advance_day0, _advance_day1, _new_fault, _progress_drain, _work_the_queue)
+# Day 0 and Day 1 are not moved by fiat any more: the real pipeline drives them (bringup.py).
+MOVES: tuple[Move, ...] = (_new_fault, _progress_drain, _work_the_queue)
 
 
 @shared_task(name="nodes.demo.churn_demo_fleet")

@@ -68,13 +68,33 @@ def _apply_fault(report: dict[str, Any], fault: tuple[str, int, datetime], now: 
                                          message="pid=48213, name=python3, Graphics Exception: ESR 0x514648=0x1")]
 
 
-def demo_report(node_id: int, hostname: str, now: datetime) -> dict[str, Any]:
-    """The report this demo node's agent would send now."""
+# What a node of each demo profile's GPUs say about themselves (name, VBIOS): the Day 1
+# inventory and firmware stages compare them with the profile.
+PROFILE_GPUS = {
+    "HGX H100 8-GPU": ("NVIDIA H100 80GB HBM3", "96.00.99.00.01"),
+    "HGX H200 8-GPU": ("NVIDIA H200 141GB HBM3e", "96.00.A5.00.01"),
+}
+IDLE_STATES = (S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
+               S.TRIAGE)
+
+
+def demo_report(node_id: int, hostname: str, now: datetime, *, profile: str = "", state: str = "") -> dict[str, Any]:
+    """The report this demo node's agent would send now: no customer job outside production
+    (so active checks may run), the profile's GPUs, and the bay's planted defects."""
     from telemetry.testing import make_report
 
+    from .bringup import defect_of
+
     report = make_report(hostname, collected_at=now, seed=int(now.timestamp() // 30))
+    name, vbios = PROFILE_GPUS.get(profile, PROFILE_GPUS["HGX H100 8-GPU"])
+    for gpu in report["gpus"]:
+        gpu.update(name=name, vbios_version=vbios)
+        if state in IDLE_STATES:
+            gpu.update(compute_processes=0, utilization_pct=0.0)
+    if defect_of(hostname) == "missing_gpu":
+        report["gpus"].pop(5)  # a GPU that did not come up: NVML sees seven
     fault = fault_for(node_id, now)
-    if fault is not None:
+    if fault is not None and state not in IDLE_STATES:  # faults strike nodes at work; Day 1 has its own failures
         _apply_fault(report, fault, now)
     return report
 
@@ -90,9 +110,10 @@ def report_demo_telemetry() -> str:
     from telemetry.schema import decode_batch
 
     now = timezone.now().replace(microsecond=0)
-    nodes = demo_nodes().filter(state__in=REPORTING_STATES).values_list("id", "hostname").order_by("id")
+    nodes = (demo_nodes().filter(state__in=REPORTING_STATES)
+             .values_list("id", "hostname", "hardware_profile__name", "state").order_by("id"))
     accepted = 0
-    for node_id, hostname in nodes:
-        body = json.dumps({"reports": [demo_report(node_id, hostname, now)]}).encode()
+    for node_id, hostname, profile, state in nodes:
+        body = json.dumps({"reports": [demo_report(node_id, hostname, now, profile=profile, state=state)]}).encode()
         accepted += ingest_reports(node_id, decode_batch(body), source="agent").accepted
     return f"{accepted} reports"

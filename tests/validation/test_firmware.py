@@ -53,7 +53,7 @@ def test_firmware_at_baseline_passes_and_records_every_version(emulator, node_in
     assert run.status == RunStatus.PASSED, run.summary
     assert node.state == NodeState.INVENTORY_CHECK
     seen = run.details["evidence"]["after"]
-    assert seen["bios"] == "2.1.7" and seen["gpu_vbios"] == "96.00.99.00.01" and "gpu_driver" in seen
+    assert seen["bios"] == "2.1.7" and seen["gpu_vbios"] == "96.00.99.00.01" and "driver" in seen
     assert "3 component(s) at or above baseline" in run.summary
 
 

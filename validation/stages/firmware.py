@@ -6,7 +6,7 @@ Baseline format (``HardwareProfile.firmware_baseline``), per component: a minimu
 (``{"bios": "1.8.2"}``) or a version and the image that brings it
 (``{"bios": {"version": "1.8.2", "image": "http://repo/bios-1.8.2.bin"}}``). Components:
 whatever the BMC's firmware inventory names (``bios``, ``bmc``, ...), plus ``gpu_vbios``
-and ``gpu_driver`` from the node agent's latest report.
+and ``driver`` (the GPU driver) from the node agent's latest report.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _agent_versions(node_id: int) -> dict[str, str]:
         versions["gpu_vbios"] = min(vbios, key=natural_key)
     driver = NodeHealth.objects.filter(node_id=node_id).values_list("driver_version", flat=True).first()
     if driver:
-        versions["gpu_driver"] = driver
+        versions["driver"] = driver
     return versions
 
 
