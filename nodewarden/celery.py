@@ -38,6 +38,9 @@ app.conf.beat_schedule = {
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
+    # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
+    "fail-stuck-day0": {"task": "provisioning.tasks.fail_stuck_day0", "schedule": 300.0,
+                        "options": {"queue": "provisioning"}},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},
