@@ -23,7 +23,7 @@ from .services import current_pass, planned_stages
 WINDOW = timedelta(days=30)
 MAX_RUNS = 20_000  # durations and failures are read from at most this many recent runs
 TOP_FAILURES = 8
-NUMBER = re.compile(r"(?<![A-Za-z])\d+(?:\.\d+)?(?![A-Za-z])")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
 
 
 @dataclass(frozen=True)
