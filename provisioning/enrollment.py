@@ -12,20 +12,27 @@ BMC's facts. Nothing half-made is ever left behind.
 With ``start=True`` (the default) Day 0 continues at once: the boot config and join
 token are prepared and the node moves to Initializing, whose follow-up boots it from
 the network through the BMC.
+
+The acting user needs the ``nodes.operate_node`` permission (system actors always may).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodes.choices import EventKind, NodeState
-from nodes.models import Node
-from nodes.services import Actor, clean_reason, record_event
+from nodes.models import OPERATE, Node
+from nodes.services import Actor, ReasonRequired, TransitionForbidden, clean_reason, record_event
 
 DRIVERS = ("redfish", "ipmi")
+REQUIRED = ("hostname", "serial", "bmc_address", "bmc_username", "hardware_profile", "site")
+# The request's names for the BmcEndpoint fields it fills in (the model validates them).
+ENDPOINT_FIELDS = {"driver": "bmc_driver", "address": "bmc_address", "system_id": "bmc_system_id",
+                   "username": "bmc_username", "password": "bmc_password"}
 
 
 class EnrollmentError(ValueError):
@@ -65,24 +72,51 @@ class EnrollmentRequest:
         return data
 
 
+def _check_text(req: EnrollmentRequest) -> dict[str, list[str]]:
+    """Required fields, and no NUL character anywhere (PostgreSQL text cannot store one, and
+    psycopg refuses it even in a lookup: a 500, not a 400, if it got that far)."""
+    errors: dict[str, list[str]] = {}
+    for f in fields(req):
+        value = getattr(req, f.name)
+        if f.name in REQUIRED and not str(value or "").strip():
+            errors[f.name] = ["This field is required."]
+        elif isinstance(value, str) and "\x00" in value:
+            errors[f.name] = ["May not contain a NUL character."]
+    return errors
+
+
+def _check_models(req: EnrollmentRequest, errors: dict[str, list[str]]) -> None:
+    """The node's and the endpoint's own field rules (lengths, no credentials in the BMC address),
+    for fields not refused already: the import command and the admin reach here unchecked."""
+    node = Node(hostname=req.hostname, serial=req.serial, bmc_address=_bmc_host(req))
+    checks = [(node, {"hostname": "hostname", "serial": "serial", "bmc_address": "bmc_address"}),
+              (_endpoint(req), ENDPOINT_FIELDS)]
+    for instance, names in checks:
+        exclude = [f.name for f in instance._meta.fields if f.name not in names]
+        try:
+            instance.clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            for model_name, messages in exc.message_dict.items():
+                if names[model_name] not in errors:
+                    errors[names[model_name]] = list(messages)
+
+
 def _resolve(req: EnrollmentRequest) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The model instances the request names, and an error per name that does not resolve."""
-    errors: dict[str, list[str]] = {}
+    errors = _check_text(req)
     found: dict[str, Any] = {}
 
-    def need(name: str, value: str, lookup: Any, what: str) -> None:
-        if not value:
+    def need(name: str, value: str, lookup: Any, what: str, where: str = "") -> None:
+        if not value or name in errors:
             return
         obj = lookup(value)
         if obj is None:
-            errors.setdefault(name, []).append(f"No {what} {value!r}.")
+            errors.setdefault(name, []).append(f"No {what} {value!r}{where}.")
         found[name] = obj
 
-    for name in ("hostname", "serial", "bmc_address", "bmc_username", "hardware_profile", "site"):
-        if not str(getattr(req, name) or "").strip():
-            errors.setdefault(name, []).append("This field is required.")
     if req.bmc_driver not in DRIVERS:
-        errors.setdefault("bmc_driver", []).append(f"One of {', '.join(DRIVERS)}.")
+        errors["bmc_driver"] = [f"One of {', '.join(DRIVERS)}."]
+    _check_models(req, errors)
     need("hardware_profile", req.hardware_profile, lambda v: HardwareProfile.objects.filter(name=v).first(),
          "hardware profile")
     need("site", req.site, lambda v: Site.objects.filter(slug=v).first(), "site")
@@ -90,8 +124,9 @@ def _resolve(req: EnrollmentRequest) -> tuple[dict[str, Any], dict[str, list[str
     need("tenant", req.tenant, lambda v: Tenant.objects.filter(slug=v).first(), "tenant")
     need("persona", req.persona, lambda v: Persona.objects.filter(name=v).first(), "persona")
     site = found.get("site")
-    need("rack", req.rack, lambda v: Rack.objects.filter(site=site, name=v).first() if site else None,
-         f"rack in site {req.site!r}")
+    if site is not None:  # rack names are per site: without one, there is nothing to look in
+        need("rack", req.rack, lambda v: Rack.objects.filter(site=site, name=v).first(), "rack",
+             f" in site {req.site!r}")
     cluster = found.get("cluster")
     if cluster is not None and site is not None and cluster.site_id != site.pk:
         errors.setdefault("cluster", []).append(f"Cluster {cluster.name!r} is in site {cluster.site.slug!r}, "
@@ -100,15 +135,24 @@ def _resolve(req: EnrollmentRequest) -> tuple[dict[str, Any], dict[str, list[str
 
 
 def _duplicates(req: EnrollmentRequest) -> dict[str, list[str]]:
+    """An error per field whose value is already in the fleet (hostnames compare as DNS does)."""
     from bmc.models import BmcEndpoint
 
+    def first(queryset: Any, *values: str) -> Any:
+        # No stored value holds a NUL, and PostgreSQL refuses one even in a lookup (_resolve names it).
+        return None if any("\x00" in v for v in values) else queryset.first()
+
+    endpoint = first(BmcEndpoint.objects.filter(address=req.bmc_address, system_id=req.bmc_system_id)
+                     .select_related("node"), req.bmc_address, req.bmc_system_id)
+    bmc = f"BMC {req.bmc_address}" + (f" system {req.bmc_system_id}" if req.bmc_system_id else "")
     errors: dict[str, list[str]] = {}
-    for name, taken in (("serial", Node.objects.filter(serial=req.serial).first()),
-                        ("hostname", Node.objects.filter(hostname=req.hostname).first()),
-                        ("bmc_address", getattr(BmcEndpoint.objects.filter(address=req.bmc_address, system_id=req.bmc_system_id)
-                                                .select_related("node").first(), "node", None))):
+    for name, what, taken in (
+        ("serial", repr(req.serial), first(Node.objects.filter(serial=req.serial), req.serial)),
+        ("hostname", repr(req.hostname), first(Node.objects.filter(hostname__iexact=req.hostname), req.hostname)),
+        ("bmc_address", bmc, endpoint.node if endpoint is not None else None),
+    ):
         if taken is not None:
-            errors[name] = [f"{getattr(req, name)!r} is already enrolled as {taken.hostname} ({taken.get_state_display()})."]
+            errors[name] = [f"{what} is already enrolled as {taken.hostname} ({taken.get_state_display()})."]
     return errors
 
 
@@ -117,6 +161,11 @@ def _endpoint(req: EnrollmentRequest) -> Any:
 
     return BmcEndpoint(driver=req.bmc_driver, address=req.bmc_address, system_id=req.bmc_system_id,
                        username=req.bmc_username, password=req.bmc_password, verify_tls=req.bmc_verify_tls)
+
+
+def _bmc_host(req: EnrollmentRequest) -> str:
+    """The node's ``bmc_address``: the endpoint's host[:port], without scheme or path."""
+    return req.bmc_address.split("://", 1)[-1].split("/", 1)[0]
 
 
 def read_bmc(req: EnrollmentRequest) -> Any:
@@ -131,8 +180,17 @@ def read_bmc(req: EnrollmentRequest) -> Any:
 
 
 def enroll(req: EnrollmentRequest, *, actor: Actor, reason: str = "Enrolled", start: bool = True) -> Node:
-    """Enroll one node (see the module docstring). Raises EnrollmentError / EnrollmentConflict."""
-    reason = clean_reason(reason)
+    """Enroll one node (see the module docstring).
+
+    Raises EnrollmentError (bad input, BMC unreadable), EnrollmentConflict (already in the
+    fleet, or enrolled concurrently) or TransitionForbidden (the user may not operate nodes).
+    """
+    if actor.user is not None and not actor.user.has_perm(OPERATE):
+        raise TransitionForbidden(f"{actor.name} may not enroll nodes.")
+    try:
+        reason = clean_reason(reason)
+    except ReasonRequired as exc:
+        raise EnrollmentError({"reason": [str(exc)]}) from exc
     found, errors = _resolve(req)
     if errors:
         raise EnrollmentError(errors)
@@ -143,11 +201,10 @@ def enroll(req: EnrollmentRequest, *, actor: Actor, reason: str = "Enrolled", st
     facts = {k: v for k, v in asdict(inventory).items() if v not in (None, {}, "")}
     if inventory.serial and inventory.serial.strip().lower() != req.serial.strip().lower():
         reason += f" (the BMC reports serial {inventory.serial!r}, not {req.serial!r})"
-    host = req.bmc_address.split("://", 1)[-1].split("/", 1)[0]
     try:
         with transaction.atomic():
             node = Node.objects.create(
-                hostname=req.hostname, serial=req.serial, bmc_address=host, site=found["site"],
+                hostname=req.hostname, serial=req.serial, bmc_address=_bmc_host(req), site=found["site"],
                 cluster=found.get("cluster"), rack=found.get("rack"), tenant=found.get("tenant"),
                 hardware_profile=found["hardware_profile"], persona=found.get("persona"), state=NodeState.ENROLLED)
             endpoint = _endpoint(req)
@@ -156,9 +213,14 @@ def enroll(req: EnrollmentRequest, *, actor: Actor, reason: str = "Enrolled", st
             record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
                          details={"enrolled": req.redacted(), "bmc_inventory": facts})
             if start:
-                transaction.on_commit(lambda: start_day0(node.pk, actor=actor))
-    except IntegrityError as exc:  # a concurrent enrollment of the same serial or hostname won the race
-        raise EnrollmentConflict({"serial": [f"{req.serial!r} or {req.hostname!r} was enrolled meanwhile."]}) from exc
+                # robust: the node is enrolled whatever happens next; a Day 0 that cannot start is
+                # logged and the node stays Enrolled (provision it again), not a failed enrollment.
+                transaction.on_commit(lambda: start_day0(node.pk, actor=actor), robust=True)
+    except IntegrityError as exc:
+        # A concurrent enrollment of the same serial or hostname won the race since _duplicates():
+        # the atomic block rolled back node, endpoint and history row together.
+        raise EnrollmentConflict(_duplicates(req) or {
+            "serial": [f"{req.serial!r} or {req.hostname!r} was enrolled meanwhile."]}) from exc
     return node
 
 

@@ -14,8 +14,7 @@ from nodes.api.serializers import DetailSerializer
 from nodes.models import OPERATE
 from nodes.services import Actor
 
-from ..enrollment import EnrollmentConflict, EnrollmentError, EnrollmentRequest, enroll
-from ..enrollment import DRIVERS
+from ..enrollment import DRIVERS, EnrollmentConflict, EnrollmentError, EnrollmentRequest, enroll
 
 
 class EnrollmentSerializer(serializers.Serializer):
@@ -70,4 +69,6 @@ class EnrollmentView(APIView):
             raise Conflict(str(exc)) from exc
         except EnrollmentError as exc:
             raise exceptions.ValidationError(exc.errors) from exc
+        # Day 0 starts on commit (Enrolled -> Initializing): answer the state the node is in now.
+        node.refresh_from_db(fields=["state"])
         return Response(EnrolledSerializer(node).data, status=status.HTTP_201_CREATED)
