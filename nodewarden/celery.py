@@ -41,6 +41,11 @@ app.conf.beat_schedule = {
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
     "fail-stuck-day0": {"task": "provisioning.tasks.fail_stuck_day0", "schedule": 300.0,
                         "options": {"queue": "provisioning"}},
+    # InfiniBand: the fabric against the cabling plan several times a day (a no-op unless
+    # NODEWARDEN_FABRIC_COLLECT), and the agents' HCA counters every 15 minutes.
+    "collect-fabric": {"task": "fabric.tasks.collect_fabric",
+                       "schedule": 3600.0 * float(os.environ.get("NODEWARDEN_FABRIC_COLLECT_HOURS", "4"))},
+    "record-agent-ib-counters": {"task": "fabric.tasks.record_agent_counters", "schedule": 900.0},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},

@@ -212,3 +212,10 @@ NODEWARDEN_BMC_RETRIES = env_int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries aft
 NODEWARDEN_BMC_RETRY_BACKOFF_MS = env_int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
 NODEWARDEN_BMC_POWER_TIMEOUT = env_int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
 NODEWARDEN_BMC_POLL_INTERVAL = env_int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
+
+# --- InfiniBand fabric -------------------------------------------------------------------
+# Run infiniband-diags from this host on a schedule (NODEWARDEN_FABRIC_COLLECT_HOURS, read by
+# nodewarden/celery.py, default 4) and compare with the cabling plan; off where the portal
+# host is not on the fabric (then upload the tools' output to /api/fabric/discoveries/).
+NODEWARDEN_FABRIC_COLLECT = env_bool("NODEWARDEN_FABRIC_COLLECT", False)
+NODEWARDEN_FABRIC_TOOL_TIMEOUT = env_int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300)  # seconds per diag tool

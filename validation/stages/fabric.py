@@ -1,6 +1,11 @@
-"""Stage 4, fabric and cable check, from the node agent's view until fabric validation
-(issue 5) compares the discovered fabric with the cabling plan: every InfiniBand port
-ACTIVE / LinkUp at the profile's rate, and as many HCAs as the profile expects."""
+"""Stage 4, fabric and cable check.
+
+First the node agent's view: every InfiniBand port ACTIVE / LinkUp at the profile's
+rate, and as many HCAs as the profile expects. Then, where the cabling plan knows the
+node's HCAs, the fabric's view: a discovery run made after the stage began (the stage
+asks the collector for one) must show no open fabric ticket on the node's ports
+(missing, down, miswired, swapped, degraded or flapping): each names the exact ports.
+"""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -14,10 +19,40 @@ FRESH = timedelta(seconds=90)
 
 
 def start(ctx: StageContext) -> Verdict | None:
+    from fabric.services import plan_covers_node
+    from fabric.tasks import request_collection
+
+    if plan_covers_node(ctx.node.pk):
+        request_collection()
     return poll(ctx)
 
 
 def poll(ctx: StageContext) -> Verdict | None:
+    verdict = _agent_view(ctx)
+    if verdict is None or not verdict.passed:
+        return verdict
+    return _fabric_view(ctx, verdict)
+
+
+def _fabric_view(ctx: StageContext, agent: Verdict) -> Verdict | None:
+    from fabric.services import last_run, node_fabric_problems, plan_covers_node
+
+    if not plan_covers_node(ctx.node.pk):
+        return Verdict(True, f"{agent.summary} (the cabling plan does not list this node's HCAs)", agent.figures)
+    run = last_run()
+    started = ctx.run.started or ctx.run.created
+    if run is None or run.started < started:
+        return None  # waiting for a discovery run made after the stage began
+    tickets = node_fabric_problems(ctx.node.pk)
+    if tickets:
+        return Verdict(False, "Cabling differs from the plan: " + "; ".join(
+            f"ticket #{t.pk} {t.title} ({t.detail})" for t in tickets),
+            agent.figures, evidence={"tickets": [t.pk for t in tickets], "run": run.pk})
+    return Verdict(True, f"{agent.summary} Cabled as planned (discovery run {run.pk}).", agent.figures,
+                   evidence={"run": run.pk})
+
+
+def _agent_view(ctx: StageContext) -> Verdict | None:
     health = NodeHealth.objects.filter(node_id=ctx.node.pk, last_received_at__gte=ctx.now - FRESH).first()
     if health is None:
         return None
