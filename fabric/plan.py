@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -145,19 +146,33 @@ def ensure_devices(names: Iterable[str], *, hosts_by_switch: set[str] | None = N
     return found
 
 
+def leaf_switches(links: Iterable[PlanLink]) -> set[str]:
+    """Switches cabled to at least as many HCAs as switches: leaves. A spine that also carries
+    a management host (the subnet manager's HCA) stays a spine."""
+    to_hosts: Counter[str] = Counter()
+    to_switches: Counter[str] = Counter()
+    for link in links:
+        for end, other in ((link.a, link.b), (link.b, link.a)):
+            if " " not in end.device:
+                (to_hosts if " " in other.device else to_switches)[end.device] += 1
+    return {name for name, hosts in to_hosts.items() if hosts >= to_switches[name]}
+
+
 def import_plan(text: str, *, actor: Actor, source: str = "", note: str = "") -> CablingPlan:
     """Check every row, then store the plan as the one in force (one transaction)."""
     rows = check_rows(read_csv(text))
     links = [r.link for r in rows]
-    leaves = {end.device for link in links for end, other in ((link.a, link.b), (link.b, link.a))
-              if " " in other.device and " " not in end.device}
+    leaves = leaf_switches(links)
     with transaction.atomic():
         devices = ensure_devices({p.device for link in links for p in (link.a, link.b)}, hosts_by_switch=leaves,
                                  in_plan=True)
         FabricDevice.objects.exclude(name__in=devices).filter(in_plan=True).update(in_plan=False)
         FabricDevice.objects.filter(name__in=devices).update(in_plan=True)
-        for name in leaves:  # a switch discovered before it was planned may have been taken for a spine
-            FabricDevice.objects.filter(name=name).exclude(role=DeviceRole.LEAF).update(role=DeviceRole.LEAF)
+        switches = {p.device for link in links for p in (link.a, link.b) if " " not in p.device}
+        # Roles follow the plan: a switch discovered before it was planned may have been guessed wrong.
+        FabricDevice.objects.filter(name__in=leaves).exclude(role=DeviceRole.LEAF).update(role=DeviceRole.LEAF)
+        FabricDevice.objects.filter(name__in=switches - leaves).exclude(role=DeviceRole.SPINE).update(
+            role=DeviceRole.SPINE)
         plan = CablingPlan.objects.create(actor_name=actor.name, source=source[:300], links=len(links), note=note)
         PlannedLink.objects.bulk_create(
             [PlannedLink(plan=plan, a_device=devices[link.a.device], a_port=link.a.port, b_device=devices[link.b.device],

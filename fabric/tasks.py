@@ -34,22 +34,9 @@ def collect_fabric() -> str:
 
     outputs = collect(timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300))
     topology, counters = outputs.parse()
-    seen, _, guids = seen_from_topology(topology)
-    run = record_run(seen, counters_by_port(topology, counters), source=RunSource.COLLECTOR,
-                     outputs=outputs.texts(), guids=guids)
+    seen, by_port, guids = seen_from_topology(topology, counters)
+    run = record_run(seen, by_port or {}, source=RunSource.COLLECTOR, outputs=outputs.texts(), guids=guids)
     return f"run {run.pk}: {run.summary.get('discrepancies', 0)} discrepancies"
-
-
-def counters_by_port(topology, counters) -> dict:  # type: ignore[no-untyped-def]
-    """The parsers' PortCounters keyed by the validation's Port (device name, port number)."""
-    from .validation import Port
-
-    result = {}
-    for entry in counters:
-        device = topology.devices.get(entry.guid)
-        if device is not None:
-            result[Port(device.name, entry.port)] = dict(entry.counters)
-    return result
 
 
 @shared_task(ignore_result=True)

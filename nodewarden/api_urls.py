@@ -27,4 +27,5 @@ urlpatterns = [
     path("", include("checks.api.urls")),
     path("", include("provisioning.api.urls")),
     path("", include("validation.api.urls")),
+    path("", include("fabric.api.urls")),
 ]

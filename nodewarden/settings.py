@@ -187,7 +187,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # NodeState appears as state, source_state, target_state and target: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState"},
+    "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState",
+                            "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind"},
 }
 
 LOGGING = {

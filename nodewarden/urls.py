@@ -16,5 +16,6 @@ urlpatterns = [
     path("", include("checks.urls")),
     path("", include("provisioning.urls")),
     path("", include("validation.urls")),
+    path("", include("fabric.urls")),
     path("", include("nodes.urls")),
 ]

@@ -45,6 +45,10 @@ def test_it_documents_every_endpoint(schema):
         # Day 1
         "/api/nodes/{id}/stages/", "/api/nodes/{id}/stages/start/", "/api/nodes/{id}/stages/skip/",
         "/api/nodes/{id}/persona/", "/api/day1/summary/",
+        # Fabric
+        "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/runs/", "/api/fabric/runs/{id}/",
+        "/api/fabric/discrepancies/", "/api/fabric/links/", "/api/fabric/tickets/", "/api/fabric/tickets/{id}/",
+        "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
     }
 
 
@@ -57,6 +61,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
         "/api/nodes/{id}/checks/", "/api/checks/{id}/cancel/", "/api/agent/checks/{id}/result/",
         "/api/enrollments/", "/api/nodes/{id}/provision/", "/api/nodes/{id}/stages/start/",
         "/api/nodes/{id}/stages/skip/", "/api/nodes/{id}/persona/",
+        "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
     )}
 
 
