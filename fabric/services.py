@@ -72,7 +72,8 @@ def record_run(seen: Seen | None, counters: Mapping[Port, Mapping[str, int]], *,
         if seen is not None:
             _store_links(run, seen, devices)
         problems += _counters(run, counters, devices, now)
-        opened, closed = _tickets(run, problems, devices, topology=seen is not None, now=now)
+        peers = {end: other for link in plan_links for end, other in ((link.a, link.b), (link.b, link.a))}
+        opened, closed = _tickets(run, problems, devices, peers, topology=seen is not None, now=now)
         run.status, run.finished = RunStatus.DONE, timezone.now()
         run.summary = {"by_kind": dict(Counter(p.kind for p in problems)), "discrepancies": len(problems),
                        "tickets_opened": opened, "tickets_closed": closed,
@@ -137,26 +138,39 @@ def _counters(run: DiscoveryRun, counters: Mapping[Port, Mapping[str, int]], dev
     return problems
 
 
-def _nodes_of(problem: Problem, devices: Mapping[str, FabricDevice]) -> set[int]:
-    return {devices[name].node_id for name in problem.devices if name in devices and devices[name].node_id}
+def _port_of(endpoint: str) -> Port | None:
+    device, _, number = endpoint.rpartition("/")
+    return Port(device, int(number)) if number.isdigit() else None
+
+
+def _devices_touched(problem: Problem, peers: Mapping[Port, Port]) -> set[str]:
+    """The devices a problem names, and those planned at the far end of its ports (errors
+    counted on a leaf port hurt the host cabled to it)."""
+    far = {peers[port].device for port in map(_port_of, problem.endpoints) if port in peers}
+    return set(problem.devices) | far
+
+
+def _nodes_of(problem: Problem, devices: Mapping[str, FabricDevice], peers: Mapping[Port, Port]) -> set[int]:
+    names = _devices_touched(problem, peers)
+    return {devices[name].node_id for name in names if name in devices and devices[name].node_id}
 
 
 TOPOLOGY_KINDS = {k for k in DiscrepancyKind.values if k not in (DiscrepancyKind.COUNTER_ERRORS,
                                                                     DiscrepancyKind.FLAPPING)}
 
 
-def _tickets(run: DiscoveryRun, problems: list[Problem], devices: dict[str, FabricDevice], *, topology: bool,
-             now: datetime) -> tuple[int, int]:
+def _tickets(run: DiscoveryRun, problems: list[Problem], devices: dict[str, FabricDevice],
+             peers: Mapping[Port, Port], *, topology: bool, now: datetime) -> tuple[int, int]:
     """Open, update and close tickets; returns (opened, closed)."""
     devices = dict(devices)
-    devices.update({d.name: d for d in FabricDevice.objects.filter(
-        name__in={n for p in problems for n in p.devices} - set(devices))})
+    wanted = {name for problem in problems for name in _devices_touched(problem, peers)}
+    devices.update({d.name: d for d in FabricDevice.objects.filter(name__in=wanted - set(devices))})
     open_tickets = {t.key: t for t in Ticket.objects.filter(status=TicketStatus.OPEN)}
     discrepancies, opened = [], 0
     for problem in problems:
         ticket = open_tickets.pop(problem.key, None)
         if ticket is None:
-            ticket = _open_ticket(run, problem, _nodes_of(problem, devices), now)
+            ticket = _open_ticket(run, problem, _nodes_of(problem, devices, peers), now)
             opened += 1
         else:
             ticket.last_run, ticket.times_seen = run, ticket.times_seen + 1
