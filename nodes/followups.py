@@ -1,51 +1,68 @@
 """What happens after a transition commits, keyed by transition name.
 
 A handler gets the node (locked by nobody; it calls services for any change of
-state) and the triggering event, and returns a one-line summary. Later work
-(Day 0 provisioning, Day 1 stages, remediation) registers its handlers here.
+state) and the triggering event, and returns a one-line summary. Apps register
+their handlers here (Day 0 provisioning, Day 1 stages, remediation, personas);
+several may answer one transition, in registration order.
+
+The drain road is the workload scheduler's (``schedulers.adapter_for``): a requested
+drain asks the scheduler to let the current work finish and take no more; the node
+moves to Draining, then to Triage, once the scheduler reports it drained (at once
+without a scheduler; otherwise ``remediation``'s reconciler polls the scheduler).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fleet.choices import SchedulerKind
-
 from . import services
 from .models import Node, NodeEvent
 
 Handler = Callable[[Node, NodeEvent], str]
-FOLLOWUPS: dict[str, Handler] = {}
+FOLLOWUPS: dict[str, list[Handler]] = {}
 
 ACTOR = services.Actor.system("followup")
 
 
 def followup(name: str) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
-        FOLLOWUPS[name] = fn
+        FOLLOWUPS.setdefault(name, []).append(fn)
         return fn
 
     return register
 
 
-def _has_workload_scheduler(node: Node) -> bool:
-    return node.cluster is not None and node.cluster.scheduler_kind != SchedulerKind.NONE
+def run_followups(node: Node, event: NodeEvent) -> str | None:
+    """Run every handler of the event's transition; their summaries joined, or None if there is none."""
+    handlers = FOLLOWUPS.get(event.transition, [])
+    if not handlers:
+        return None
+    return " ".join(handler(node, event) for handler in handlers)
 
 
 @followup("request_drain")
 def drain_when_idle(node: Node, event: NodeEvent) -> str:
-    """Without a workload scheduler no customer job can be running: start draining at once."""
-    if _has_workload_scheduler(node):
-        return f"Waiting for the {node.cluster.get_scheduler_kind_display()} job on the node to end."
-    services.start_draining(node.pk, actor=ACTOR, reason="No workload scheduler: no job to wait for.",
-                            details={"trigger_event": event.pk})
-    return "No workload scheduler: started draining."
+    """Ask the scheduler to drain (no new work, current work finishes); without work, drain on at once."""
+    from schedulers.base import adapter_for
+
+    adapter = adapter_for(node.cluster)
+    adapter.drain(node, reason=event.reason)
+    if adapter.is_running_work(node):
+        return f"{node.cluster.get_scheduler_kind_display()} drains the node; waiting for its job to end."
+    services.start_draining(node.pk, actor=ACTOR, reason="No customer job running: draining now.",
+                            details={"trigger_event": event.pk, "scheduler": adapter.kind})
+    return "No customer job running: started draining."
 
 
 @followup("start_draining")
 def finish_drain_when_empty(node: Node, event: NodeEvent) -> str:
-    """Without a workload scheduler there is nothing to move off: the drain is complete."""
-    if _has_workload_scheduler(node):
-        return f"Waiting for {node.cluster.get_scheduler_kind_display()} to report the node drained."
-    services.complete_drain(node.pk, actor=ACTOR, reason="No workload scheduler: nothing to drain.",
-                            details={"trigger_event": event.pk})
-    return "No workload scheduler: drain complete."
+    """The drain is complete once the scheduler reports no customer work left on the node."""
+    from schedulers.base import adapter_for
+
+    adapter = adapter_for(node.cluster)
+    adapter.drain(node, reason=event.reason)
+    state = adapter.drain_state(node)
+    if not state.drained:
+        return f"Waiting for the scheduler to report the node drained ({state.detail})."
+    services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",
+                            details={"trigger_event": event.pk, "scheduler": adapter.kind, "detail": state.detail})
+    return "Drain complete."

@@ -11,7 +11,7 @@ from django.utils import timezone
 from checks.choices import FINISHED, RunKind, RunStatus
 from checks.models import CheckRun
 
-from .followups import FOLLOWUPS
+from .followups import run_followups
 from .models import Node, NodeEvent, StateCountSnapshot
 
 log = logging.getLogger(__name__)
@@ -41,14 +41,12 @@ def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-unty
     node = event.node
     run.status, run.started, run.task_id = RunStatus.RUNNING, timezone.now(), self.request.id or ""
     run.save(update_fields=["status", "started", "task_id"])
-    handler = FOLLOWUPS.get(event.transition)
     try:
         if node.state != event.target_state:
             run.status, run.summary = RunStatus.SUPERSEDED, f"Node is now {node.get_state_display()}."
-        elif handler is None:
-            run.status, run.summary = RunStatus.PASSED, "No follow-up action for this transition."
         else:
-            run.summary = handler(node, event)[:300]
+            summary = run_followups(node, event)
+            run.summary = (summary or "No follow-up action for this transition.")[:300]
             run.status = RunStatus.PASSED
     except Exception as exc:  # recorded on the run, then re-raised for Celery's own logs
         run.status, run.error = RunStatus.ERROR, f"{type(exc).__name__}: {exc}"

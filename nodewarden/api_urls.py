@@ -27,5 +27,7 @@ urlpatterns = [
     path("", include("checks.api.urls")),
     path("", include("provisioning.api.urls")),
     path("", include("validation.api.urls")),
+    path("", include("repairs.api.urls")),
+    path("", include("remediation.api.urls")),
     path("", include("fabric.api.urls")),
 ]

@@ -52,6 +52,9 @@ INSTALLED_APPS = [
     "bmc",
     "provisioning",
     "validation",
+    "schedulers",
+    "repairs",
+    "remediation",
 ]
 
 MIDDLEWARE = [

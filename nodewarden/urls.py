@@ -16,6 +16,8 @@ urlpatterns = [
     path("", include("checks.urls")),
     path("", include("provisioning.urls")),
     path("", include("validation.urls")),
+    path("", include("repairs.urls")),
+    path("", include("remediation.urls")),
     path("", include("fabric.urls")),
     path("", include("nodes.urls")),
 ]

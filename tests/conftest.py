@@ -56,3 +56,39 @@ def require_service(env_var: str, what: str) -> str:
             pytest.fail(f"{what} is required in CI but {env_var} is not set (run bin/test)")
         pytest.skip(f"{what} not configured ({env_var} unset); bin/test starts one")
     return url
+
+
+@pytest.fixture
+def busy_scheduler(monkeypatch):
+    """Every cluster's workload scheduler reports a customer job on every node, and records what
+    it was asked. A stand-in for tests about Nodewarden's own decisions; the adapters themselves
+    are tested against a real Slurm (tests/schedulers) and a Kubernetes stand-in."""
+    from schedulers import base
+
+    class Busy(base.SchedulerAdapter):
+        kind = "busy"
+        calls: list[tuple[str, str]] = []
+        running = True
+
+        def is_running_work(self, node):
+            return Busy.running
+
+        def cordon(self, node, *, reason):
+            Busy.calls.append(("cordon", node.hostname))
+
+        def uncordon(self, node, *, reason):
+            Busy.calls.append(("uncordon", node.hostname))
+
+        def drain(self, node, *, reason):
+            Busy.calls.append(("drain", node.hostname))
+
+        def evict(self, node, *, reason):
+            Busy.calls.append(("evict", node.hostname))
+
+        def drain_state(self, node):
+            return base.DrainState(cordoned=True, drained=not Busy.running, running_jobs=int(Busy.running),
+                                   owner=base.OWNER, detail="stand-in")
+
+    Busy.calls = []
+    monkeypatch.setattr(base, "adapter_for", lambda cluster: Busy(cluster))
+    return Busy

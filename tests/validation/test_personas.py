@@ -55,7 +55,8 @@ def test_a_production_node_is_drained_reconfigured_revalidated_and_returned(node
                         ("stage_reliability", RunStatus.PASSED)]
 
 
-def test_a_node_under_a_slurm_job_keeps_its_persona_until_the_drain_completes(node_in, inference, operator, eager):
+def test_a_node_under_a_slurm_job_keeps_its_persona_until_the_drain_completes(node_in, inference, operator, eager,
+                                                                            busy_scheduler):
     node = node_in(S.PRODUCTION, cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM))
     with eager():
         change = request_persona_change(node.pk, inference.pk, actor=Actor(user=operator), reason="re-role")

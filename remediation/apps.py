@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RemediationConfig(AppConfig):
+    name = "remediation"
+    verbose_name = "Automated remediation"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SchedulersConfig(AppConfig):
+    name = "schedulers"
+    verbose_name = "Workload schedulers"
