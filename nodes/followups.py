@@ -36,7 +36,7 @@ def run_followups(node: Node, event: NodeEvent) -> str | None:
     handlers = FOLLOWUPS.get(event.transition, [])
     if not handlers:
         return None
-    return " ".join(handler(node, event) for handler in handlers)
+    return " ".join(summary for summary in (handler(node, event) for handler in handlers) if summary)
 
 
 @followup("request_drain")

@@ -46,6 +46,9 @@ app.conf.beat_schedule = {
     "collect-fabric": {"task": "fabric.tasks.collect_fabric",
                        "schedule": 3600.0 * float(os.environ.get("NODEWARDEN_FABRIC_COLLECT_HOURS", "4"))},
     "record-agent-ib-counters": {"task": "fabric.tasks.record_agent_counters", "schedule": 900.0},
+    # Remediation: re-drive stalled steps, finished drains and queued plans.
+    "reconcile-remediations": {"task": "remediation.tasks.reconcile", "schedule": 60.0,
+                               "options": {"queue": "remediation"}},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},

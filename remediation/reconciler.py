@@ -1,0 +1,73 @@
+"""The reconciler: no node stays stuck in a transient state.
+
+Every minute it re-drives:
+- steps running past their deadline: failed as timed out, the ladder climbs;
+- steps running with no progress for ``STALL`` (the worker died, the message was lost):
+  queued again (the step's action is idempotent: a second power cycle harms nothing);
+- remediations waiting for a drain: the scheduler is asked whether the node is drained;
+- queued remediations: admitted when the hold, breaker or limit is gone;
+- remediations whose node is in triage but whose rung never started.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from nodes import services as node_services
+from nodes.choices import NodeState
+
+from . import services
+from .choices import Status, StepStatus
+from .models import Remediation, RemediationStep
+
+STALL = timedelta(minutes=2)
+BATCH = 200
+S = NodeState
+
+
+def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    now = now or timezone.now()
+    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "admitted": 0, "restarted": 0}
+    for step in RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH]:
+        if step.deadline < now:
+            services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
+            counts["timed_out"] += 1
+        elif step.started < now - STALL:
+            services._queue_step(step.pk)
+            counts["requeued"] += 1
+    for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
+        counts["drained"] += _check_drain(rem)
+    for rem in Remediation.objects.filter(status=Status.QUEUED).order_by("updated")[:BATCH]:
+        if services.admit(rem.pk, now=now).status != Status.QUEUED:
+            counts["admitted"] += 1
+    stranded = Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
+                                          updated__lt=now - STALL).exclude(steps__status=StepStatus.RUNNING)
+    for rem in stranded[:BATCH]:
+        services.start_rung(rem.pk, now=now)
+        counts["restarted"] += 1
+    return counts
+
+
+def _check_drain(rem: Remediation) -> int:
+    """Move a draining node on once its scheduler reports it drained."""
+    from schedulers.base import SchedulerError, adapter_for
+
+    node = rem.node
+    if node.state == S.TRIAGE:
+        services.on_drained(node.pk)
+        return 1
+    if node.state not in (S.DRAIN_PENDING, S.DRAINING):
+        return 0
+    try:
+        state = adapter_for(node.cluster).drain_state(node)
+    except SchedulerError:
+        return 0
+    if not state.drained:
+        return 0
+    actor, reason = services.ACTOR, f"The workload scheduler reports the node drained ({state.detail})"
+    if node.state == S.DRAIN_PENDING:
+        node_services.start_draining(node.pk, actor=actor, reason=reason, details={"remediation": rem.pk})
+    else:
+        node_services.complete_drain(node.pk, actor=actor, reason=reason, details={"remediation": rem.pk})
+    return 1

@@ -1,0 +1,134 @@
+"""The safety rails every automated action passes first: holds, tripped circuit breakers,
+blast-radius limits per failure domain, and maintenance windows for disruptive rungs.
+
+``block_reason`` answers why an action may not proceed now (None: it may). A blocked
+remediation is queued and the reconciler tries again later; nothing is lost.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from health.choices import Severity
+from nodes.choices import NodeState
+from nodes.models import Node, NodeEvent
+
+from .choices import DISRUPTIVE, Domain
+from .models import BlastRadiusLimit, CircuitBreaker, Hold, MaintenanceWindow
+
+S = NodeState
+SERVING = (S.PRODUCTION, S.DRAIN_PENDING)
+OUT = (S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
+DEFAULT_LIMIT = BlastRadiusLimit(domain=Domain.CLUSTER, max_share=0.1, max_count=50, max_drains_per_hour=20)
+# Findings spike: at least this share of a cluster's nodes (and this many) with a degraded or
+# catastrophic finding within the window trips the cluster's breaker.
+BREAKER_SHARE, BREAKER_MIN_NODES, BREAKER_WINDOW = 0.3, 5, timedelta(minutes=10)
+TAKE_OUT_TRANSITIONS = ("cordon", "request_drain", "start_draining")
+
+
+def active_hold(node: Node, now: datetime) -> Hold | None:
+    scope = Q(node=node) | Q(node__isnull=True, cluster__isnull=True, rack__isnull=True, tenant__isnull=True)
+    if node.cluster_id:
+        scope |= Q(cluster_id=node.cluster_id)
+    if node.rack_id:
+        scope |= Q(rack_id=node.rack_id)
+    if node.tenant_id:
+        scope |= Q(tenant_id=node.tenant_id)
+    return (Hold.objects.filter(scope, released_at__isnull=True).filter(Q(until__isnull=True) | Q(until__gt=now))
+            .order_by("created").first())
+
+
+def tripped_breaker(node: Node) -> CircuitBreaker | None:
+    if not node.cluster_id:
+        return None
+    return CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=True).first()
+
+
+def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
+    """Trip the node's cluster breaker if findings spike there (a bad rule or telemetry source
+    making half a cluster look broken); returns the tripped breaker, new or standing."""
+    from health.models import Finding
+
+    standing = tripped_breaker(node)
+    if standing is not None or not node.cluster_id:
+        return standing
+    size = Node.objects.filter(cluster_id=node.cluster_id).exclude(state=S.DECOMMISSIONED).count()
+    since = now - BREAKER_WINDOW
+    last_reset = (CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=False)
+                  .order_by("-reset_at").values_list("reset_at", flat=True).first())
+    if last_reset is not None and last_reset > since:
+        since = last_reset  # an operator looked at the findings before the reset
+    hit = (Finding.objects.filter(node__cluster_id=node.cluster_id, shadow=False, created__gte=since,
+                                  severity__in=(Severity.DEGRADED, Severity.CATASTROPHIC))
+           .values("node_id").distinct().count())
+    if hit < BREAKER_MIN_NODES or hit < BREAKER_SHARE * size:
+        return None
+    reason = (f"{hit} of {size} nodes of {node.cluster} had degraded or catastrophic findings within "
+              f"{int(BREAKER_WINDOW.total_seconds() // 60)} min: automated actions stop until an operator resets it")
+    breaker, _ = CircuitBreaker.objects.get_or_create(cluster_id=node.cluster_id, reset_at__isnull=True,
+                                                      defaults={"reason": reason, "tripped_at": now})
+    return breaker
+
+
+def _limit(domain: str) -> BlastRadiusLimit | None:
+    found = BlastRadiusLimit.objects.filter(domain=domain).first()
+    return found or (DEFAULT_LIMIT if domain == Domain.CLUSTER else None)
+
+
+def _domain_filter(node: Node, domain: str) -> Q | None:
+    field = {Domain.CLUSTER: "cluster_id", Domain.RACK: "rack_id", Domain.TENANT: "tenant_id"}[domain]
+    value = getattr(node, field)
+    return Q(**{field: value}) if value else None
+
+
+def blast_radius_block(node: Node, now: datetime) -> str | None:
+    """Why taking this serving node out now would exceed a domain's limit, or None."""
+    for domain in Domain.values:
+        limit, scope = _limit(domain), _domain_filter(node, domain)
+        if limit is None or scope is None:
+            continue
+        nodes = Node.objects.filter(scope).exclude(pk=node.pk)
+        counts = {state: n for state, n in nodes.values_list("state").annotate(n=Count("id")).order_by()}
+        out = sum(counts.get(s, 0) for s in OUT)
+        total = out + sum(counts.get(s, 0) for s in SERVING) + 1
+        label = Domain(domain).label.lower()
+        if out + 1 > limit.max_count or (out + 1) / total > limit.max_share:
+            return (f"blast-radius limit of the {label}: {out} of {total} nodes already out of production "
+                    f"(limit {limit.max_share:.0%} and {limit.max_count} nodes)")
+        drains = NodeEvent.objects.filter(scope_on_events(scope), transition__in=TAKE_OUT_TRANSITIONS,
+                                          actor_name__startswith="system:remediation",
+                                          created__gte=now - timedelta(hours=1)).count()
+        if drains >= limit.max_drains_per_hour:
+            return f"drain-rate limit of the {label}: {drains} automated drains in the last hour (limit {limit.max_drains_per_hour})"
+    return None
+
+
+def scope_on_events(scope: Q) -> Q:
+    """A node filter, applied to history rows through their node."""
+    return Q(*[(f"node__{k}", v) for k, v in scope.children])
+
+
+def window_block(node: Node, rung: str, now: datetime) -> str | None:
+    """Disruptive rungs of a window-only policy wait for a maintenance window."""
+    if rung not in DISRUPTIVE:
+        return None
+    windows = list(MaintenanceWindow.objects.filter(Q(cluster__isnull=True) | Q(cluster_id=node.cluster_id)))
+    if any(w.is_open(now) for w in windows):
+        return None
+    return "disruptive rung outside a maintenance window" + ("" if windows else " (none is configured)")
+
+
+def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -> str | None:
+    """Why no automated action may touch this node now (hold, breaker, limits), or None."""
+    now = now or timezone.now()
+    hold = active_hold(node, now)
+    if hold is not None:
+        return f"on hold: {hold.reason} ({hold.actor_name})"
+    breaker = maybe_trip_breaker(node, now)
+    if breaker is not None:
+        return f"circuit breaker tripped for {node.cluster}: {breaker.reason}"
+    if taking_out and node.state in SERVING:
+        return blast_radius_block(node, now)
+    return None

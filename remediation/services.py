@@ -1,0 +1,429 @@
+"""Remediation verbs: the only road from a finding to an action on a node.
+
+``consider_finding`` (queued on commit for every new finding) picks the policy, the
+urgency and the rung, explains why on the node's history, and either acts, queues
+(a hold, a tripped breaker, a blast-radius limit, a closed window), or waits for an
+operator's approval. Acting:
+- now (catastrophic): cordon (out of production at once, the scheduler evicts), then the rung;
+- when idle (degraded): drain (the node leaves when its job ends), then the rung;
+- a rung: GPU reset, reboot, BMC power cycle, reimage (``remediation.ladder`` runs it in a
+  task), then re-validation (the Day 1 stages for "back from remediation"); a pass brings
+  the node back to production, a failure climbs the ladder; repair and RMA hand off to a
+  technician ticket or an RMA case.
+Escalation: a node that fails again within ``ESCALATION_WINDOW`` of a rung starts on the
+next rung; a repeat offender (``REPEAT_INCIDENTS`` in ``REPEAT_DAYS``) goes to repair.
+Every decision is kept on the remediation and written to the node's history.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from health.choices import Severity
+from nodes import services as node_services
+from nodes.choices import EventKind, NodeState
+from nodes.models import OPERATE, Node
+from nodes.services import Actor, clean_reason, record_event
+
+from . import safety
+from .choices import DONE, HAND_OFF, LADDER, OPEN, RECOMMENDED_RUNG, Rung, Status, StepStatus, Urgency, next_rung
+from .models import Remediation, RemediationPolicy, RemediationStep
+
+log = logging.getLogger(__name__)
+ACTOR = Actor.system("remediation")
+S = NodeState
+ACTIONABLE = (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE)
+RUNG_TIMEOUT = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
+
+
+def _setting(name: str, default: Any) -> Any:
+    return getattr(settings, name, default)
+
+
+class RemediationConflict(Exception):
+    """The remediation's state does not allow this (the API answers 409)."""
+
+
+class RemediationForbidden(PermissionError):
+    """The user may not operate nodes (403)."""
+
+
+@dataclass
+class Plan:
+    urgency: str
+    rung: str
+    policy: RemediationPolicy | None
+    reasons: list[str] = field(default_factory=list)
+
+
+DEFAULT_URGENCY = {Severity.CATASTROPHIC: Urgency.NOW, Severity.DEGRADED: Urgency.WHEN_IDLE}
+
+
+def match_policy(finding: Any) -> RemediationPolicy | None:
+    for policy in RemediationPolicy.objects.filter(enabled=True):
+        if policy.match_rule and policy.match_rule != finding.rule:
+            continue
+        if policy.match_xid is not None and policy.match_xid != finding.xid:
+            continue
+        if policy.match_severity and policy.match_severity != finding.severity:
+            continue
+        if policy.match_component and policy.match_component not in (finding.subject or ""):
+            continue
+        return policy
+    return None
+
+
+def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
+    """Urgency and rung for this finding on this node, with the reasons (see the module docstring)."""
+    policy = match_policy(finding)
+    urgency = policy.urgency if policy else DEFAULT_URGENCY.get(finding.severity, Urgency.WATCH)
+    rung = (policy.first_rung if policy and policy.first_rung else
+            RECOMMENDED_RUNG.get(finding.recommended_action, Rung.REBOOT))
+    reasons = [f"policy {policy.name!r}" if policy else f"default for {finding.severity} findings",
+               f"{Urgency(urgency).label.lower()}", f"first rung {Rung(rung).label.lower()}"
+               + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})")]
+    recent = Remediation.objects.filter(node=node, created__gte=now - timedelta(days=_setting(
+        "NODEWARDEN_REPEAT_DAYS", 7))).exclude(status=Status.STOPPED)
+    incidents = recent.count() + 1
+    if incidents >= _setting("NODEWARDEN_REPEAT_INCIDENTS", 5) and LADDER.index(rung) < LADDER.index(Rung.REPAIR):
+        rung = Rung.REPAIR
+        reasons.append(f"repeat offender: {incidents} incidents in {_setting('NODEWARDEN_REPEAT_DAYS', 7)} days, "
+                       "straight to repair")
+    last = recent.filter(status=Status.SUCCEEDED, finished__gte=now - timedelta(
+        hours=_setting("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72))).first()
+    if last is not None and LADDER.index(rung) <= LADDER.index(last.rung):
+        rung = next_rung(last.rung)
+        reasons.append(f"failed again {_ago(now - last.finished)} after a {Rung(last.rung).label.lower()}: "
+                       f"climbing to {Rung(rung).label.lower()}")
+    return Plan(urgency, rung, policy, reasons)
+
+
+def _ago(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours:.1f} h" if hours >= 1 else f"{int(delta.total_seconds() // 60)} min"
+
+
+def _decide(rem: Remediation, what: str, *, actor: Actor = ACTOR, event: bool = True, **details: Any) -> None:
+    """Keep a decision on the remediation and, by default, on the node's history."""
+    now = timezone.now()
+    rem.decisions = [*rem.decisions, {"at": now.isoformat(), "what": what, "who": actor.name, **details}]
+    rem.updated = now
+    rem.save(update_fields=["decisions", "updated", "status", "rung", "queued_reason", "finished"])
+    if event:
+        record_event(rem.node_id, EventKind.ACTION, actor=actor, reason=f"Remediation: {what}",
+                     details={"remediation": rem.pk, "rung": rem.rung, "status": rem.status, **details})
+
+
+# --- From a finding to a plan --------------------------------------------------------------------
+
+
+def consider_finding(finding_id: int, now: datetime | None = None) -> Remediation | None:
+    """Decide what a new finding calls for (see the module docstring). Idempotent per finding."""
+    from health.models import Finding
+
+    now = now or timezone.now()
+    finding = Finding.objects.select_related("node").filter(pk=finding_id).first()
+    if finding is None or finding.node is None or finding.shadow:
+        return None
+    node = finding.node
+    if Remediation.objects.filter(finding=finding).exists():
+        return None  # a redelivered task
+    open_rem = Remediation.objects.filter(node=node, status__in=OPEN).first()
+    if open_rem is not None:
+        if finding.severity in DEFAULT_URGENCY:
+            _decide(open_rem, f"further finding during the remediation: {finding.summary}", finding=finding.pk)
+        return open_rem
+    if node.state not in ACTIONABLE:
+        return None  # Day 0/Day 1 (validation decides), already in repair or RMA, or gone
+    plan = plan_for(finding, node, now)
+    if plan.urgency == Urgency.WATCH:
+        return None  # the finding itself is on the record and its alert on the list
+    try:
+        with transaction.atomic():
+            rem = Remediation.objects.create(node=node, finding=finding, policy=plan.policy, urgency=plan.urgency,
+                                             rung=plan.rung, status=Status.QUEUED, created=now, updated=now)
+            _decide(rem, f"{finding.summary} -> " + "; ".join(plan.reasons), finding=finding.pk)
+    except IntegrityError:  # another finding opened one for this node meanwhile
+        return Remediation.objects.filter(node=node, status__in=OPEN).first()
+    if plan.policy is not None and plan.policy.shadow:
+        rem.status, rem.finished = Status.STOPPED, now
+        _decide(rem, "shadow policy: recorded what would be done, nothing done")
+        return rem
+    if plan.policy is not None and plan.policy.requires_approval:
+        rem.status = Status.AWAITING_APPROVAL
+        _decide(rem, "waiting for an operator's approval")
+        return rem
+    return admit(rem.pk, now=now)
+
+
+def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = ACTOR) -> Remediation:
+    """Let a queued (or approved) remediation act if the safety rails allow it now."""
+    now = now or timezone.now()
+    rem = Remediation.objects.select_related("node__cluster", "policy").get(pk=remediation_id)
+    if rem.status not in (Status.QUEUED, Status.AWAITING_APPROVAL):
+        return rem
+    node = rem.node
+    blocked = safety.block_reason(node, taking_out=True, now=now)
+    if blocked:
+        if rem.queued_reason != blocked:
+            rem.status, rem.queued_reason = Status.QUEUED, blocked[:300]
+            _decide(rem, f"queued: {blocked}")
+        return rem
+    rem.queued_reason = ""
+    if node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING) and rem.urgency == Urgency.NOW:
+        _take_out_now(rem, actor)
+        return start_rung(rem.pk, now=now)
+    if node.state == S.PRODUCTION and rem.urgency == Urgency.WHEN_IDLE:
+        rem.status = Status.DRAINING
+        _decide(rem, "draining: the node leaves production when its current job ends", event=False)
+        node_services.request_drain(node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)}",
+                                    details={"remediation": rem.pk})
+        return rem
+    if node.state in (S.DRAIN_PENDING, S.DRAINING):
+        rem.status = Status.DRAINING
+        _decide(rem, "already draining: the rung starts once the drain completes", event=False)
+        return rem
+    return start_rung(rem.pk, now=now)
+
+
+def _finding_text(rem: Remediation) -> str:
+    return rem.finding.summary if rem.finding else "finding"
+
+
+def _take_out_now(rem: Remediation, actor: Actor) -> None:
+    from schedulers.base import SchedulerError, adapter_for
+
+    node = rem.node
+    node_services.cordon(node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
+                         details={"remediation": rem.pk})
+    try:
+        adapter_for(node.cluster).evict(node, reason=f"remediation {rem.pk}: {_finding_text(rem)}")
+    except SchedulerError as exc:  # the node is out of production in Nodewarden either way
+        _decide(rem, f"the workload scheduler could not evict: {exc}")
+
+
+# --- The ladder ----------------------------------------------------------------------------------
+
+
+def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediation:
+    """Start the remediation's current rung on a node in triage (RUNNING, a step, a task)."""
+    now = now or timezone.now()
+    rem = Remediation.objects.select_related("node", "policy", "finding").get(pk=remediation_id)
+    node = rem.node
+    if rem.status in DONE or node.state not in (S.TRIAGE, S.REMEDIATING):
+        return rem
+    if rem.rung in HAND_OFF:
+        return _hand_off(rem)
+    if rem.policy is not None and rem.policy.disruptive_only_in_window:
+        closed = safety.window_block(node, rem.rung, now)
+        if closed:
+            if rem.queued_reason != closed:
+                rem.status, rem.queued_reason = Status.QUEUED, closed
+                _decide(rem, f"queued: {closed}")
+            return rem
+    with transaction.atomic():
+        step, created = RemediationStep.objects.get_or_create(
+            remediation=rem, rung=rem.rung,
+            defaults={"deadline": now + timedelta(seconds=RUNG_TIMEOUT.get(rem.rung, 900)), "started": now})
+        if not created and step.status != StepStatus.RUNNING:
+            return rem  # this rung was tried already in this incident
+        if node.state == S.TRIAGE:
+            node_services.start_remediation(node.pk, actor=ACTOR, reason=f"{Rung(rem.rung).label} (remediation {rem.pk})",
+                                            details={"remediation": rem.pk, "rung": rem.rung})
+        rem.status, rem.queued_reason = Status.RUNNING, ""
+        _decide(rem, f"{Rung(rem.rung).label.lower()} started", event=False)
+        transaction.on_commit(lambda: _queue_step(step.pk))
+    return rem
+
+
+def _queue_step(step_id: int) -> None:
+    from .tasks import run_step
+
+    run_step.apply_async(args=[step_id], queue="remediation")
+
+
+def _hand_off(rem: Remediation) -> Remediation:
+    """Repair and RMA: a person takes over (technician ticket or vendor case)."""
+    from repairs import services as repairs
+
+    node = rem.node
+    what = _finding_text(rem)
+    if node.state == S.REMEDIATING:
+        node_services.fail_remediation(node.pk, actor=ACTOR, reason=f"Handing off to {Rung(rem.rung).label.lower()}")
+    if rem.rung == Rung.RMA:
+        repairs.open_rma_case(node.pk, vendor="", part=rem.finding.subject if rem.finding else "", failed_serial="",
+                              actor=ACTOR, reason=f"Remediation {rem.pk}: {what}")
+    else:
+        repairs.open_repair_ticket(node.pk, component=rem.finding.subject if rem.finding else "",
+                                   what=f"{what}. Tried: {_tried(rem) or 'nothing automated'}.", actor=ACTOR,
+                                   reason=f"Remediation {rem.pk}: {what}",
+                                   finding_id=rem.finding_id, remediation_id=rem.pk)
+    rem.status, rem.finished = Status.HANDED_OFF, timezone.now()
+    _decide(rem, f"handed off: {Rung(rem.rung).label.lower()}")
+    return rem
+
+
+def _tried(rem: Remediation) -> str:
+    return ", ".join(f"{Rung(s.rung).label.lower()} ({s.status})" for s in rem.steps.all())
+
+
+def step_passed(step: RemediationStep, detail: str) -> None:
+    """The rung's action is done: re-validate the node (the Day 1 road for a remediated node)."""
+    with transaction.atomic():
+        if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
+                status=StepStatus.PASSED, finished=timezone.now(), detail=detail[:2000]):
+            return  # another delivery finished it
+        rem = Remediation.objects.select_related("node").get(pk=step.remediation_id)
+        rem.status = Status.VALIDATING
+        _decide(rem, f"{Rung(step.rung).label.lower()} done ({detail}); re-validating before production", event=False)
+        if rem.node.state == S.REMEDIATING:
+            node_services.revalidate(rem.node_id, actor=ACTOR, reason=f"{Rung(step.rung).label} done: re-validating",
+                                     details={"remediation": rem.pk})
+
+
+def step_failed(step: RemediationStep, detail: str) -> None:
+    """The rung did not work (or could not run): climb."""
+    with transaction.atomic():
+        if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
+                status=StepStatus.FAILED, finished=timezone.now(), detail=detail[:2000]):
+            return
+        rem = Remediation.objects.get(pk=step.remediation_id)
+        escalate(rem, f"{Rung(step.rung).label.lower()} failed: {detail}")
+
+
+def escalate(rem: Remediation, why: str, *, actor: Actor = ACTOR) -> Remediation:
+    """The next rung (repair and RMA end the ladder)."""
+    node = Node.objects.get(pk=rem.node_id)
+    if node.state == S.REMEDIATING:
+        node_services.fail_remediation(node.pk, actor=actor, reason=why[:1000], details={"remediation": rem.pk})
+    if rem.rung == LADDER[-1]:
+        rem.status, rem.finished = Status.FAILED, timezone.now()
+        _decide(rem, f"{why}; no rung left", actor=actor)
+        return rem
+    rem.rung = next_rung(rem.rung)
+    rem.status = Status.RUNNING
+    _decide(rem, f"{why}; climbing to {Rung(rem.rung).label.lower()}", actor=actor)
+    transaction.on_commit(lambda: start_rung(rem.pk))
+    return rem
+
+
+# --- Events of the node's lifecycle --------------------------------------------------------------
+
+
+def on_drained(node_id: int) -> Remediation | None:
+    rem = Remediation.objects.filter(node_id=node_id, status=Status.DRAINING).first()
+    return start_rung(rem.pk) if rem else None
+
+
+def on_back_in_production(node_id: int) -> Remediation | None:
+    from schedulers.base import SchedulerError, adapter_for
+
+    rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).select_related("node__cluster").first()
+    if rem is None:
+        return None
+    rem.status, rem.finished = Status.SUCCEEDED, timezone.now()
+    _decide(rem, f"back in production after {Rung(rem.rung).label.lower()} and re-validation "
+                 f"({_ago(rem.finished - rem.created)} after the finding)")
+    try:
+        adapter_for(rem.node.cluster).uncordon(rem.node, reason=f"remediation {rem.pk} done")
+    except SchedulerError as exc:  # someone else's cordon, or the scheduler is down: noted, not forced
+        _decide(rem, f"the scheduler was not told to take work again: {exc}")
+    return rem
+
+
+def on_validation_failed(node_id: int, reason: str) -> Remediation | None:
+    rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).first()
+    return escalate(rem, f"re-validation failed: {reason}") if rem else None
+
+
+# --- Operator verbs ------------------------------------------------------------------------------
+
+
+def _operator(actor: Actor, reason: str) -> str:
+    if actor.user is not None and not actor.user.has_perm(OPERATE):
+        raise RemediationForbidden(f"{actor.name} may not operate remediations.")
+    return clean_reason(reason)
+
+
+def approve(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
+    reason = _operator(actor, reason)
+    rem = Remediation.objects.get(pk=remediation_id)
+    if rem.status != Status.AWAITING_APPROVAL:
+        raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}, not awaiting approval.")
+    rem.status = Status.QUEUED
+    _decide(rem, f"approved: {reason}", actor=actor)
+    return admit(rem.pk, actor=actor)
+
+
+def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
+    """Stop the automated plan; the node stays where it is (usually triage) for people to decide."""
+    reason = _operator(actor, reason)
+    rem = Remediation.objects.get(pk=remediation_id)
+    if rem.status not in OPEN:
+        raise RemediationConflict(f"Remediation {rem.pk} is already {rem.get_status_display().lower()}.")
+    RemediationStep.objects.filter(remediation=rem, status=StepStatus.RUNNING).update(
+        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}")
+    rem.status, rem.finished = Status.STOPPED, timezone.now()
+    _decide(rem, f"stopped: {reason}", actor=actor)
+    return rem
+
+
+def skip_rung(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
+    """Skip the current rung and go to the next (e.g. a GPU reset known not to help)."""
+    reason = _operator(actor, reason)
+    rem = Remediation.objects.get(pk=remediation_id)
+    if rem.status not in (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL):
+        raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}: no rung to skip.")
+    RemediationStep.objects.filter(remediation=rem, rung=rem.rung, status=StepStatus.RUNNING).update(
+        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"skipped by {actor.name}: {reason}")
+    with transaction.atomic():
+        return escalate(rem, f"{Rung(rem.rung).label.lower()} skipped by {actor.name}: {reason}", actor=actor)
+
+
+# --- Safety verbs --------------------------------------------------------------------------------
+
+
+def place_hold(*, actor: Actor, reason: str, node_id: int | None = None, cluster_id: int | None = None,
+               rack_id: int | None = None, tenant_id: int | None = None, until: datetime | None = None) -> Any:
+    """No automated action on the node or domain (all None: the whole fleet) until released."""
+    from .models import Hold
+
+    reason = _operator(actor, reason)
+    hold = Hold.objects.create(node_id=node_id, cluster_id=cluster_id, rack_id=rack_id, tenant_id=tenant_id,
+                               reason=reason, actor_name=actor.name, until=until)
+    if node_id:
+        record_event(node_id, EventKind.NOTE, actor=actor, reason=f"Hold placed: {reason}", details={"hold": hold.pk})
+    return hold
+
+
+def release_hold(hold_id: int, *, actor: Actor, reason: str) -> Any:
+    from .models import Hold
+
+    reason = _operator(actor, reason)
+    hold = Hold.objects.get(pk=hold_id)
+    if hold.released_at is None:
+        hold.released_at, hold.released_reason = timezone.now(), f"{actor.name}: {reason}"
+        hold.save(update_fields=["released_at", "released_reason"])
+        if hold.node_id:
+            record_event(hold.node_id, EventKind.NOTE, actor=actor, reason=f"Hold released: {reason}",
+                         details={"hold": hold.pk})
+    return hold
+
+
+def reset_breaker(breaker_id: int, *, actor: Actor, reason: str) -> Any:
+    """An operator has looked at the spike: automated actions may resume in the cluster."""
+    from .models import CircuitBreaker
+
+    reason = _operator(actor, reason)
+    breaker = CircuitBreaker.objects.get(pk=breaker_id)
+    if breaker.reset_at is not None:
+        raise RemediationConflict(f"The breaker of {breaker.cluster} was already reset by {breaker.reset_by}.")
+    breaker.reset_at, breaker.reset_by, breaker.reset_reason = timezone.now(), actor.name, reason
+    breaker.save(update_fields=["reset_at", "reset_by", "reset_reason"])
+    return breaker

@@ -1,0 +1,23 @@
+"""Celery tasks of remediation: small, idempotent, safe to run twice."""
+from __future__ import annotations
+
+from celery import shared_task
+
+from . import ladder, reconciler, services
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def consider_finding(finding_id: int) -> str:
+    rem = services.consider_finding(finding_id)
+    return f"remediation {rem.pk}: {rem.status}" if rem else "no action"
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def run_step(step_id: int) -> str:
+    return ladder.run(step_id)
+
+
+@shared_task(ignore_result=True)
+def reconcile() -> dict[str, int]:
+    """Re-drive what stalled (beat, every minute)."""
+    return reconciler.reconcile()
