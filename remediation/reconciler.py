@@ -21,19 +21,27 @@ from . import services
 from .choices import Status, StepStatus
 from .models import Remediation, RemediationStep
 
-STALL = timedelta(minutes=2)
+STALL = timedelta(minutes=2)  # NODEWARDEN_REMEDIATION_STALL_SECONDS overrides it
 BATCH = 200
+
+
+def stall() -> timedelta:
+    from django.conf import settings
+
+    seconds = getattr(settings, "NODEWARDEN_REMEDIATION_STALL_SECONDS", None)
+    return timedelta(seconds=seconds) if seconds is not None else STALL
 S = NodeState
 
 
 def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     now = now or timezone.now()
     counts = {"timed_out": 0, "requeued": 0, "drained": 0, "admitted": 0, "restarted": 0}
+    stalled_after = stall()
     for step in RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH]:
         if step.deadline < now:
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             counts["timed_out"] += 1
-        elif step.started < now - STALL:
+        elif step.started < now - stalled_after:
             services._queue_step(step.pk)
             counts["requeued"] += 1
     for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
@@ -42,7 +50,7 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         if services.admit(rem.pk, now=now).status != Status.QUEUED:
             counts["admitted"] += 1
     stranded = Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
-                                          updated__lt=now - STALL).exclude(steps__status=StepStatus.RUNNING)
+                                          updated__lt=now - stalled_after).exclude(steps__status=StepStatus.RUNNING)
     for rem in stranded[:BATCH]:
         services.start_rung(rem.pk, now=now)
         counts["restarted"] += 1
