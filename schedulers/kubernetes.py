@@ -1,0 +1,315 @@
+"""Kubernetes: cordon, drain and evict nodes through the API server, with the official client.
+
+Nodewarden's cordon is three marks on the Node, so that anyone can see whose it is:
+``spec.unschedulable``, the taint ``nodewarden.io/maintenance=<short reason>:NoSchedule`` and the
+annotations ``nodewarden.io/cordoned-by=nodewarden`` + ``nodewarden.io/cordon-reason``. A node
+made unschedulable by anyone else (``kubectl cordon``, an autoscaler, a reboot daemon) is theirs:
+Nodewarden neither writes over it nor lifts it.
+
+Work on a node = its pods that are not DaemonSet pods, not mirror (static) pods and not finished.
+``drain`` only cordons (current work finishes by itself); ``evict`` also asks the API to evict
+each pod (policy/v1 Eviction, so PodDisruptionBudgets are honoured).
+
+Every write re-reads the node and sends its ``resourceVersion`` (compare-and-swap): a 409 from a
+concurrent writer is retried on a fresh read, as client-go's ``RetryOnConflict`` does.
+
+Credentials: ``settings.NODEWARDEN_KUBERNETES_TOKENS`` maps cluster name -> bearer token; the API
+server URL is ``Cluster.scheduler_endpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import urllib3
+from django.conf import settings
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.retry import retry_on_conflict
+
+from .base import OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
+
+T = TypeVar("T")
+
+TAINT_KEY = "nodewarden.io/maintenance"
+OWNER_ANNOTATION = "nodewarden.io/cordoned-by"
+REASON_ANNOTATION = "nodewarden.io/cordon-reason"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # static pods: the kubelet runs them from files
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+SOMEONE_ELSE = "someone else"  # the owner of a cordon that names none
+REQUEST_TIMEOUT = (5.0, 30.0)  # seconds: connect, read; every call carries it
+# The client's default for a dict body is a strategic merge. A JSON merge patch does the same to a
+# node (taints have no merge key, so both replace the whole list; annotations merge, null deletes)
+# and is the only kind the test stand-in (kmock) understands.
+MERGE_PATCH = "application/merge-patch+json"
+TAINT_VALUE_MAX = 63  # a taint value is a label value: 63 chars of [A-Za-z0-9._-], alnum at both ends
+REASON_MAX = 1024
+PODS_NAMED_MAX = 5  # how many leftover pods drain_state's detail names
+
+
+class KubernetesApiError(SchedulerError):
+    """The API server answered with an error; `status` and its `answer` are kept for callers."""
+
+    def __init__(self, message: str, *, status: int, answer: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.answer = answer
+
+
+class KubernetesAdapter(SchedulerAdapter):
+    """One Kubernetes cluster, reached at ``cluster.scheduler_endpoint``."""
+
+    kind = "kubernetes"
+
+    def __init__(self, cluster: Any) -> None:
+        super().__init__(cluster)
+        self._api: client.CoreV1Api | None = None
+        # Pods a PodDisruptionBudget kept on the node at this adapter's last evict (node -> lines).
+        self._refused: dict[str, list[str]] = {}
+
+    # --- the verbs ---------------------------------------------------------------------------
+
+    def is_running_work(self, node: Any) -> bool:
+        name = self.node_name(node)
+        self._read_node(name)  # a node the cluster does not know is an error, not an idle node
+        return bool(self._work_pods(name))
+
+    def cordon(self, node: Any, *, reason: str) -> None:
+        name = self.node_name(node)
+        retry_on_conflict(lambda: self._cordon_once(name, reason))
+
+    def drain(self, node: Any, *, reason: str) -> None:
+        """Cordon only: the node is drained once its current work has ended (see drain_state)."""
+        self.cordon(node, reason=reason)
+
+    def evict(self, node: Any, *, reason: str) -> None:
+        """Cordon, then evict each pod; a PDB's refusal (429) is kept for drain_state, not raised."""
+        self.cordon(node, reason=reason)
+        name = self.node_name(node)
+        refused = []
+        for pod in self._work_pods(name):
+            if pod.metadata.deletion_timestamp is not None:
+                continue  # already terminating: another eviction changes nothing
+            refusal = self._evict_pod(name, pod)
+            if refusal:
+                refused.append(refusal)
+        self._refused[name] = refused
+
+    def uncordon(self, node: Any, *, reason: str) -> None:
+        name = self.node_name(node)
+        retry_on_conflict(lambda: self._uncordon_once(name))
+        self._refused.pop(name, None)
+
+    def drain_state(self, node: Any) -> DrainState:
+        name = self.node_name(node)
+        current = self._read_node(name)
+        pods = self._work_pods(name)
+        cordoned = bool(current.spec and current.spec.unschedulable)
+        owner = (_owner(current) or SOMEONE_ELSE) if cordoned else None
+        return DrainState(
+            cordoned=cordoned,
+            drained=cordoned and not pods,
+            running_jobs=len(pods),
+            owner=owner,
+            detail=self._detail(name, current, pods, owner),
+        )
+
+    # --- cordon and uncordon, one attempt each (retried on 409) ------------------------------
+
+    def _cordon_once(self, name: str, reason: str) -> None:
+        current = self._read_node(name)
+        unschedulable = bool(current.spec and current.spec.unschedulable)
+        if unschedulable and _owner(current) != OWNER:
+            return  # someone else's cordon keeps work off already, and it stays theirs
+        reason = reason.strip()[:REASON_MAX] or "maintenance"
+        ours = {"key": TAINT_KEY, "value": _taint_value(reason), "effect": "NoSchedule"}
+        taints = self._taints(current)
+        annotations = _annotations(current)
+        if unschedulable and ours in taints and annotations.get(REASON_ANNOTATION) == reason:
+            return  # already cordoned by us for this reason
+        others = [taint for taint in taints if taint.get("key") != TAINT_KEY]
+        self._patch_node(
+            name,
+            {
+                "metadata": {
+                    "resourceVersion": current.metadata.resource_version,
+                    "annotations": {OWNER_ANNOTATION: OWNER, REASON_ANNOTATION: reason},
+                },
+                "spec": {"unschedulable": True, "taints": others + [ours]},
+            },
+        )
+
+    def _uncordon_once(self, name: str) -> None:
+        current = self._read_node(name)
+        owner = _owner(current)
+        if owner != OWNER:
+            if current.spec and current.spec.unschedulable:
+                by = f"{owner} ({OWNER_ANNOTATION}={owner})" if owner else f"{SOMEONE_ELSE} (no {OWNER_ANNOTATION})"
+                raise SchedulerConflict(
+                    f"node {name} in Kubernetes cluster {self.cluster.name} is cordoned by {by}: "
+                    "Nodewarden leaves it cordoned"
+                )
+            return  # not cordoned: nothing to lift
+        others = [taint for taint in self._taints(current) if taint.get("key") != TAINT_KEY]
+        self._patch_node(
+            name,
+            {
+                "metadata": {
+                    "resourceVersion": current.metadata.resource_version,
+                    "annotations": {OWNER_ANNOTATION: None, REASON_ANNOTATION: None},
+                },
+                "spec": {"unschedulable": False, "taints": others or None},
+            },
+        )
+
+    # --- pods ---------------------------------------------------------------------------------
+
+    def _work_pods(self, name: str) -> list[client.V1Pod]:
+        pods = self._call(
+            "list_pod_for_all_namespaces",
+            name,
+            lambda **kw: self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}", **kw),
+        )
+        return [pod for pod in pods.items if _is_work(pod, name)]
+
+    def _evict_pod(self, name: str, pod: client.V1Pod) -> str | None:
+        """Ask for one pod's eviction; a PDB's refusal comes back as a line for drain_state."""
+        pod_name, namespace = pod.metadata.name, pod.metadata.namespace
+        eviction = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=pod_name, namespace=namespace),
+        )
+        try:
+            # A real API server answers 201 with a Status, which the client reads into an
+            # Eviction leniently; _preload_content=False would skip its error checks too.
+            self._call(
+                "create_namespaced_pod_eviction",
+                f"{name} (pod {namespace}/{pod_name})",
+                lambda **kw: self.core.create_namespaced_pod_eviction(pod_name, namespace, eviction, **kw),
+            )
+        except KubernetesApiError as exc:
+            if exc.status == 429:  # a PodDisruptionBudget allows no disruption now: retry later
+                return f"{namespace}/{pod_name}: {exc.answer}"
+            if exc.status == 404:
+                return None  # the pod ended meanwhile
+            raise
+        return None
+
+    # --- node reads and writes ----------------------------------------------------------------
+
+    def _read_node(self, name: str) -> client.V1Node:
+        return self._call("read_node", name, lambda **kw: self.core.read_node(name, **kw))
+
+    def _patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        self._call("patch_node", name, lambda **kw: self.core.patch_node(name, patch, _content_type=MERGE_PATCH, **kw))
+
+    def _taints(self, node: client.V1Node) -> list[dict[str, Any]]:
+        """The node's taints as the API spells them (camelCase, RFC 3339 times), to send back."""
+        taints = (node.spec and node.spec.taints) or []
+        return [self.core.api_client.sanitize_for_serialization(taint) for taint in taints]
+
+    def _detail(self, name: str, node: client.V1Node, pods: list[client.V1Pod], owner: str | None) -> str:
+        if owner is None:
+            parts = ["schedulable"]
+        elif owner == OWNER:
+            parts = [f"cordoned by {OWNER}: {_annotations(node).get(REASON_ANNOTATION, '')}"]
+        else:
+            parts = [f"cordoned by {owner}"]
+        if pods:
+            named = ", ".join(f"{pod.metadata.namespace}/{pod.metadata.name}" for pod in pods[:PODS_NAMED_MAX])
+            more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
+            parts.append(f"{len(pods)} pod(s) left: {named}{more}")
+        else:
+            parts.append("no work pods left")
+        if self._refused.get(name):
+            parts.append("eviction refused by a PodDisruptionBudget: " + "; ".join(self._refused[name]))
+        return "; ".join(parts)
+
+    # --- the API client -------------------------------------------------------------------------
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """CoreV1Api for this cluster (nodes, pods, and pods' eviction subresource)."""
+        if self._api is None:
+            self._api = client.CoreV1Api(client.ApiClient(self._configuration()))
+        return self._api
+
+    def _configuration(self) -> client.Configuration:
+        cluster = self.cluster.name
+        endpoint = (self.cluster.scheduler_endpoint or "").strip().rstrip("/")
+        if not endpoint:
+            raise SchedulerError(f"Kubernetes cluster {cluster} has no API server URL (scheduler_endpoint)")
+        token = getattr(settings, "NODEWARDEN_KUBERNETES_TOKENS", {}).get(cluster)
+        if not token:
+            raise SchedulerError(f"no bearer token for Kubernetes cluster {cluster} in NODEWARDEN_KUBERNETES_TOKENS")
+        configuration = client.Configuration(
+            host=endpoint, api_key={"BearerToken": token}, api_key_prefix={"BearerToken": "Bearer"}
+        )
+        configuration.retries = 1  # one retry on a dropped connection, so a dead server fails fast
+        return configuration
+
+    def _call(self, call: str, name: str, fn: Callable[..., T]) -> T:
+        """One API call with our timeout; a failure becomes a SchedulerError naming call and node."""
+        try:
+            return fn(_request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            raise self._api_error(call, name, exc) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # refused, timed out, TLS
+            raise SchedulerError(
+                f"Kubernetes {call} for node {name}: cluster {self.cluster.name} "
+                f"({self.cluster.scheduler_endpoint}) did not answer: {exc}"
+            ) from exc
+
+    def _api_error(self, call: str, name: str, exc: ApiException) -> KubernetesApiError:
+        status = int(exc.status or 0)
+        answer = _answer(exc)
+        if status == 404 and call in ("read_node", "patch_node"):
+            message = f"no node {name} in Kubernetes cluster {self.cluster.name} ({call}: {answer})"
+        else:
+            message = f"Kubernetes {call} for node {name} in cluster {self.cluster.name}: HTTP {status} {answer}"
+        return KubernetesApiError(message, status=status, answer=answer)
+
+
+def _annotations(node: client.V1Node) -> dict[str, str]:
+    return dict(node.metadata.annotations or {}) if node.metadata else {}
+
+
+def _owner(node: client.V1Node) -> str | None:
+    return _annotations(node).get(OWNER_ANNOTATION) or None
+
+
+def _is_work(pod: client.V1Pod, name: str) -> bool:
+    """Customer work: not a DaemonSet or mirror pod, not finished, on this node."""
+    # The server filters by spec.nodeName already; checked again because a proxy or the test
+    # stand-in may ignore field selectors, and counting another node's pods would block a drain.
+    if pod.spec is None or pod.spec.node_name != name:
+        return False
+    if pod.status is not None and pod.status.phase in FINISHED_PHASES:
+        return False
+    if MIRROR_ANNOTATION in (pod.metadata.annotations or {}):
+        return False
+    return not any(ref.kind == "DaemonSet" for ref in pod.metadata.owner_references or [])
+
+
+def _taint_value(reason: str) -> str:
+    """A short, valid taint value from a free-text reason (the annotation keeps it whole)."""
+    value = re.sub(r"[^A-Za-z0-9._-]+", "-", reason)[:TAINT_VALUE_MAX]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def _answer(exc: ApiException) -> str:
+    """The API's own words: a Status body's reason, message and causes, or the raw answer."""
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else (exc.body or "")
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return (body.strip() or str(exc.reason or "no answer"))[:500]
+    if not isinstance(status, dict) or status.get("kind") != "Status":
+        return body.strip()[:500]
+    causes = [cause.get("message", "") for cause in (status.get("details") or {}).get("causes") or []]
+    words = " ".join(part for part in (status.get("reason"), status.get("message")) if part)
+    return words + (f" ({'; '.join(causes)})" if causes else "")
