@@ -49,6 +49,8 @@ app.conf.beat_schedule = {
     # Remediation: re-drive stalled steps, finished drains and queued plans.
     "reconcile-remediations": {"task": "remediation.tasks.reconcile", "schedule": 60.0,
                                "options": {"queue": "remediation"}},
+    # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
+    "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},

@@ -191,7 +191,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # NodeState appears as state, source_state, target_state and target: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState",
-                            "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind"},
+                            "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind",
+                            "RmaOutcomeEnum": "repairs.choices.RmaOutcome"},
 }
 
 LOGGING = {
@@ -223,3 +224,24 @@ NODEWARDEN_BMC_POLL_INTERVAL = env_int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # sec
 # host is not on the fabric (then upload the tools' output to /api/fabric/discoveries/).
 NODEWARDEN_FABRIC_COLLECT = env_bool("NODEWARDEN_FABRIC_COLLECT", False)
 NODEWARDEN_FABRIC_TOOL_TIMEOUT = env_int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300)  # seconds per diag tool
+
+# --- Workload schedulers and remediation ---------------------------------------------------------
+def _json_setting(name: str, default: str) -> object:
+    import json
+
+    raw = env_str(name, default) or default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from exc
+
+
+# Kubernetes API bearer tokens by cluster name, e.g. {"iad1-infer": "<token>"} (or a _FILE).
+NODEWARDEN_KUBERNETES_TOKENS = _json_setting("NODEWARDEN_KUBERNETES_TOKENS", "{}")
+NODEWARDEN_ESCALATION_WINDOW_HOURS = env_int("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72)
+NODEWARDEN_REPEAT_INCIDENTS = env_int("NODEWARDEN_REPEAT_INCIDENTS", 5)
+NODEWARDEN_REPEAT_DAYS = env_int("NODEWARDEN_REPEAT_DAYS", 7)
+# A step no worker has touched for this long is queued again: longer than a power action may
+# take (off and on, each up to NODEWARDEN_BMC_POWER_TIMEOUT), so a slow BMC is never doubled.
+NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int("NODEWARDEN_REMEDIATION_STALL_SECONDS",
+                                               2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60)

@@ -11,6 +11,7 @@ that follows. A BMC error fails the step, and the ladder climbs.
 """
 from __future__ import annotations
 
+from django.db.models import F
 from django.utils import timezone
 
 from .choices import Rung
@@ -26,7 +27,8 @@ def run(step_id: int) -> str:
     step = RemediationStep.objects.select_related("remediation__node").filter(pk=step_id).first()
     if step is None or step.status != "running":
         return "nothing to do"
-    RemediationStep.objects.filter(pk=step.pk).update(attempts=step.attempts + 1)
+    # F(): two overlapping deliveries each count; last_activity tells the reconciler a worker has it.
+    RemediationStep.objects.filter(pk=step.pk).update(attempts=F("attempts") + 1, last_activity=timezone.now())
     if step.deadline < timezone.now():
         step_failed(step, "timed out before it could run")
         return "timed out"

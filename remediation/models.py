@@ -86,6 +86,8 @@ class RemediationStep(models.Model):
     finished = models.DateTimeField(null=True, blank=True)
     deadline = models.DateTimeField()
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Task deliveries that worked on it.")
+    last_activity = models.DateTimeField(
+        null=True, blank=True, help_text="When a worker last took the step up, or the reconciler queued it again.")
     detail = models.TextField(blank=True)
 
     class Meta:

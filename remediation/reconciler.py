@@ -2,8 +2,10 @@
 
 Every minute it re-drives:
 - steps running past their deadline: failed as timed out, the ladder climbs;
-- steps running with no progress for ``STALL`` (the worker died, the message was lost):
-  queued again (the step's action is idempotent: a second power cycle harms nothing);
+- steps no worker has taken up for the stall delay (the worker died, the message was
+  lost): queued again, once per stall delay (a compare-and-swap on ``last_activity``); the
+  delay must exceed what a step may legitimately take (a power action waits up to twice
+  the BMC power timeout), so a slow power cycle is never doubled;
 - remediations waiting for a drain: the scheduler is asked whether the node is drained;
 - queued remediations: admitted when the hold, breaker or limit is gone;
 - remediations whose node is in triage but whose rung never started.
@@ -41,7 +43,7 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         if step.deadline < now:
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             counts["timed_out"] += 1
-        elif step.started < now - stalled_after:
+        elif (step.last_activity or step.started) < now - stalled_after and _claim(step, now):
             services._queue_step(step.pk)
             counts["requeued"] += 1
     for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
@@ -55,6 +57,13 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         services.start_rung(rem.pk, now=now)
         counts["restarted"] += 1
     return counts
+
+
+def _claim(step: RemediationStep, now) -> bool:  # type: ignore[no-untyped-def]
+    """Compare-and-swap on last_activity: of two reconcilers (or a worker taking the step up
+    meanwhile), only one re-queues it, and not again until it has stalled once more."""
+    return bool(RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING,
+                                               last_activity=step.last_activity).update(last_activity=now))
 
 
 def _check_drain(rem: Remediation) -> int:

@@ -10,6 +10,10 @@ from drf_spectacular.validation import validate_schema
 
 TRANSITION = "/api/nodes/{id}/transitions/{name}/"
 ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
+REPAIR_ACTIONS = tuple(f"/api/repairs/{{id}}/{verb}/" for verb in ("start", "resolve", "cancel"))
+RMA_ACTIONS = tuple(f"/api/rma/{{id}}/{verb}/" for verb in ("ship", "receive", "close", "cancel"))
+REMEDIATION_ACTIONS = (*(f"/api/remediations/{{id}}/{verb}/" for verb in ("approve", "skip-rung", "stop")),
+                       "/api/holds/", "/api/holds/{id}/release/", "/api/circuit-breakers/{id}/reset/")
 
 
 @pytest.fixture
@@ -49,6 +53,12 @@ def test_it_documents_every_endpoint(schema):
         "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/runs/", "/api/fabric/runs/{id}/",
         "/api/fabric/discrepancies/", "/api/fabric/links/", "/api/fabric/tickets/", "/api/fabric/tickets/{id}/",
         "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
+        # Repairs and RMA
+        "/api/repairs/", "/api/repairs/{id}/", *REPAIR_ACTIONS, "/api/repairs/export.csv", "/api/rma/", "/api/rma/{id}/",
+        *RMA_ACTIONS, "/api/rma/export.csv", "/api/nodes/{id}/repairs/", "/api/nodes/{id}/rma/",
+        # Remediation
+        "/api/remediations/", "/api/remediations/{id}/", *REMEDIATION_ACTIONS, "/api/circuit-breakers/",
+        "/api/nodes/{id}/remediations/",
     }
 
 
@@ -62,6 +72,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
         "/api/enrollments/", "/api/nodes/{id}/provision/", "/api/nodes/{id}/stages/start/",
         "/api/nodes/{id}/stages/skip/", "/api/nodes/{id}/persona/",
         "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
+        *REPAIR_ACTIONS, *RMA_ACTIONS, "/api/nodes/{id}/repairs/", "/api/nodes/{id}/rma/", *REMEDIATION_ACTIONS,
     )}
 
 

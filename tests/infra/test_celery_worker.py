@@ -170,8 +170,8 @@ def test_a_real_worker_carries_a_drain_request_through_to_triage(celery_worker):
         ("complete_drain", S.DRAINING, S.TRIAGE, "system:followup"),
     ]
     # Each follow-up names the transition that asked for it.
-    assert events[1].details == {"trigger_event": events[0].pk}
-    assert events[2].details == {"trigger_event": events[1].pk}
+    assert events[1].details == {"trigger_event": events[0].pk, "scheduler": "none"}
+    assert events[2].details == {"trigger_event": events[1].pk, "scheduler": "none", "detail": "no workload scheduler"}
 
     runs = {run.trigger_id: run for run in CheckRun.objects.filter(node=node)}
     assert set(runs) == {e.pk for e in events}
@@ -180,8 +180,8 @@ def test_a_real_worker_carries_a_drain_request_through_to_triage(celery_worker):
         assert run.started <= run.finished
         # Queued once on commit, and delivered once: the task id is the run's own.
         assert celery_worker.log().count(f"[{run.task_id}] received") == 1
-    assert runs[events[0].pk].summary == "No workload scheduler: started draining."
-    assert runs[events[1].pk].summary == "No workload scheduler: drain complete."
+    assert runs[events[0].pk].summary == "No customer job running: started draining."
+    assert runs[events[1].pk].summary == "Drain complete."
 
 
 def test_a_follow_up_delivered_again_changes_nothing(celery_worker):

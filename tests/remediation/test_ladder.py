@@ -128,9 +128,10 @@ def test_a_shadow_policy_records_and_does_nothing(fleet, eager):
     assert rem.status == Status.STOPPED and fleet[8].state == S.PRODUCTION
 
 
-def test_a_stalled_step_is_requeued_and_one_past_its_deadline_climbs(fleet, eager, monkeypatch):
+def test_a_stalled_step_is_requeued_and_one_past_its_deadline_climbs(fleet, eager, monkeypatch, settings):
     from remediation import services as svc
 
+    settings.NODEWARDEN_REMEDIATION_STALL_SECONDS = 120
     queued = []
     monkeypatch.setattr(svc, "_queue_step", lambda step_id: queued.append(step_id))  # the worker "dies"
     rem = catastrophic(fleet[9], eager)
@@ -138,6 +139,8 @@ def test_a_stalled_step_is_requeued_and_one_past_its_deadline_climbs(fleet, eage
     assert rem.status == Status.RUNNING and step.status == StepStatus.RUNNING and queued == [step.pk]
     reconciler.reconcile(now=step.started + timedelta(minutes=3))
     assert queued == [step.pk, step.pk]  # re-driven
+    reconciler.reconcile(now=step.started + timedelta(minutes=4))
+    assert queued == [step.pk, step.pk]  # once per stall delay, not at every pass
     reconciler.reconcile(now=step.deadline + timedelta(seconds=1))
     step.refresh_from_db()
     rem.refresh_from_db()
