@@ -145,3 +145,30 @@ def test_a_stalled_step_is_requeued_and_one_past_its_deadline_climbs(fleet, eage
     step.refresh_from_db()
     rem.refresh_from_db()
     assert step.status == StepStatus.FAILED and "timed out" in step.detail and rem.rung == Rung.REIMAGE
+
+
+def test_a_repeat_offender_goes_straight_to_repair_with_a_ticket(fleet, eager):
+    from repairs.models import RepairTicket
+
+    node = fleet[0]
+    long_ago = timezone.now() - timedelta(days=5)  # inside the 7 days, outside the 72 h escalation window
+    for _ in range(4):
+        Remediation.objects.create(node=node, status=Status.SUCCEEDED, urgency=Urgency.NOW, rung=Rung.REBOOT,
+                                   created=long_ago, finished=long_ago + timedelta(hours=1))
+    rem = catastrophic(node, eager)
+    assert rem.rung == Rung.REPAIR and rem.status == Status.HANDED_OFF
+    assert "repeat offender: 5 incidents in 7 days" in rem.decisions[0]["what"]
+    assert node.state == S.REPAIR
+    ticket = RepairTicket.objects.get(node=node)
+    assert ticket.remediation_id == rem.pk and "XID 79" in ticket.what
+
+
+def test_the_ladder_ends_with_a_technician_when_every_automated_rung_failed(fleet, eager):
+    from repairs.models import RepairTicket
+
+    node = fleet[1]
+    node.bmc.address = "http://127.0.0.1:9"
+    node.bmc.save()
+    rem = catastrophic(node, eager, action="reboot")
+    assert rem.status == Status.HANDED_OFF and node.state == S.REPAIR
+    assert "reboot (failed), bmc power cycle (failed), reimage (failed)" in RepairTicket.objects.get(node=node).what
