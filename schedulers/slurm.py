@@ -1,0 +1,229 @@
+"""Slurm: cordon, drain and evict nodes with ``scontrol``, read them with ``scontrol``/``squeue``.
+
+Written against Slurm 22.05 (Debian 12), tested against a real cluster (schedulers/slurmsim.py).
+Every command runs as a subprocess with a timeout; a failure becomes ``SchedulerError`` naming the
+command, its exit status and its stderr. Which cluster: ``Cluster.scheduler_endpoint`` when it is a
+path to a slurm.conf (starts with "/"), else whatever SLURM_CONF/the default config says.
+
+Slurm's words for our verbs:
+
+- drain: ``scontrol update nodename=N state=drain reason="nodewarden: <reason>"``. Running jobs
+  carry on, no new job starts (MIXED+DRAIN, "draining"), and the node is IDLE+DRAIN ("drained")
+  once they end.
+- cordon: the same command. Slurm has no "no new work" without the drain flag, and a drained node
+  simply stays drained, so a cordoned node and a draining one look alike.
+- evict: drain, then ``scontrol requeue <job>`` for each job on the node; a job that cannot be
+  requeued (``--no-requeue``, JobRequeue=0) is ``scancel``-ed, and the drain reason says so.
+- uncordon: ``scontrol update nodename=N state=resume``, only when the drain reason is ours
+  ("nodewarden: ..."). Another's drain raises SchedulerConflict; a node that is not drained is left
+  alone (Slurm itself refuses to resume it: "Invalid node state specified").
+
+Another's drain is never taken over either: draining a node an admin already drained keeps the
+admin's reason (and so the admin's ownership), since the node takes no new work anyway.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from .base import OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
+
+logger = logging.getLogger(__name__)
+
+REASON_PREFIX = f"{OWNER}:"
+# Job states that hold a node: running, completing (epilog, processes being killed),
+# configuring (nodes booting for it) and suspended (it keeps its allocation).
+ACTIVE_JOB_STATES = "R,CG,CF,S"
+# Jobs that evict moves off (completing ones are already on their way out).
+EVICTABLE_JOB_STATES = "R,CF,S"
+# A Slurm node name, never a hostlist expression: "gpu[01-04]" or "a,b" would act on many nodes.
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# "admin: bad DIMM [root@2026-11-22T07:40:57]": who set the reason and when.
+REASON_RE = re.compile(r"^(?P<text>.*?)(?: \[(?P<user>[^@\]\s]+)@(?P<when>[^\]\s]+)\])?$")
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """What ``scontrol show node`` says about one node."""
+
+    name: str
+    state: str  # e.g. "MIXED+DRAIN", "IDLE+DRAIN+NOT_RESPONDING"
+    alloc_cpus: int
+    reason: str  # without the "[user@time]" suffix
+    reason_user: str | None
+    reason_time: str | None
+
+    @property
+    def flags(self) -> set[str]:
+        return set(self.state.split("+"))
+
+    @property
+    def drain_flag(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith(REASON_PREFIX)
+
+    @property
+    def owner(self) -> str | None:
+        if not self.reason:
+            return None
+        return OWNER if self.ours else self.reason_user
+
+    def describe(self) -> str:
+        text = f"State={self.state}"
+        if self.reason:
+            text += f" Reason={self.reason}"
+            if self.reason_user:
+                text += f" [{self.reason_user}@{self.reason_time}]"
+        return text
+
+
+class SlurmAdapter(SchedulerAdapter):
+    """One Slurm cluster, reached with its command-line tools."""
+
+    kind = "slurm"
+    command_timeout = 30.0  # seconds per command: scontrol retries an unreachable slurmctld for ~10 s
+
+    # --- Reading --------------------------------------------------------------------------------
+    def is_running_work(self, node: Any) -> bool:
+        return bool(self.jobs_on(node, ACTIVE_JOB_STATES))
+
+    def drain_state(self, node: Any) -> DrainState:
+        info = self.show_node(node)
+        jobs = self.jobs_on(node, ACTIVE_JOB_STATES)
+        idle = info.alloc_cpus == 0 and "COMPLETING" not in info.flags and not jobs
+        return DrainState(cordoned=info.drain_flag, drained=info.drain_flag and idle, running_jobs=len(jobs),
+                          owner=info.owner, detail=info.describe())
+
+    def show_node(self, node: Any) -> SlurmNode:
+        """The node as ``scontrol show node`` has it.
+
+        The multi-line form, not ``-o``: there Comment= and Extra= follow Reason= on the one
+        line, and all three may hold spaces. (``scontrol --json`` prints nothing in 22.05, and
+        ``sinfo --json`` ignores ``-n`` and returns every node of the cluster.)
+        """
+        name = self.slurm_name(node)
+        fields: dict[str, str] = {}
+        reason = ""
+        for line in self._run("scontrol", "show", "node", name).splitlines():
+            line = line.strip()
+            if line.startswith("Reason="):
+                reason = line.removeprefix("Reason=")
+                continue
+            for token in line.split():
+                key, sep, value = token.partition("=")
+                if sep:
+                    fields.setdefault(key, value)
+        if fields.get("NodeName") != name:
+            raise SchedulerError(f"scontrol show node {name}: no such node in its answer")
+        match = REASON_RE.match(reason)
+        assert match is not None  # the pattern matches every string
+        return SlurmNode(name=name, state=fields.get("State", "UNKNOWN"),
+                         alloc_cpus=int(fields.get("CPUAlloc", "0") or 0), reason=match["text"],
+                         reason_user=match["user"], reason_time=match["when"])
+
+    def jobs_on(self, node: Any, states: str) -> list[str]:
+        """Ids of the jobs on the node in the given squeue states (%A: one id per array task)."""
+        out = self._run("squeue", "-h", "-w", self.slurm_name(node), "-t", states, "-o", "%A")
+        return out.split()
+
+    # --- Acting ---------------------------------------------------------------------------------
+    def cordon(self, node: Any, *, reason: str) -> None:
+        """No new jobs: in Slurm, a drain (see the module docstring)."""
+        self.drain(node, reason=reason)
+
+    def drain(self, node: Any, *, reason: str) -> None:
+        info = self.show_node(node)
+        if info.drain_flag and not info.ours:
+            logger.info("%s is already drained by %s (%s); leaving their drain in place",
+                        info.name, info.reason_user, info.reason)
+            return
+        if info.drain_flag:
+            return  # ours already: keep the original reason and time
+        self._set_drain(info.name, reason)
+
+    def uncordon(self, node: Any, *, reason: str) -> None:
+        info = self.show_node(node)
+        if not info.drain_flag:
+            return
+        if not info.ours:
+            raise SchedulerConflict(
+                f"{info.name} was drained by {info.reason_user or 'someone else'}"
+                f"{' at ' + info.reason_time if info.reason_time else ''} with reason {info.reason!r}; "
+                f"{OWNER} lifts only its own drains")
+        try:
+            self._run("scontrol", "update", f"nodename={info.name}", "state=resume")
+        except SchedulerError:
+            # A node with no slurmd (UNKNOWN) answers "Invalid node state specified" yet loses
+            # its DRAIN flag: what we asked for happened.
+            if self.show_node(node).drain_flag:
+                raise
+        logger.info("resumed %s (%s)", info.name, reason)
+
+    def evict(self, node: Any, *, reason: str) -> None:
+        """Drain, then requeue every job on the node now (cancel those that cannot be requeued)."""
+        self.drain(node, reason=reason)
+        name = self.slurm_name(node)
+        requeued, cancelled = [], []
+        for job in self.jobs_on(node, EVICTABLE_JOB_STATES):
+            try:
+                self._run("scontrol", "requeue", job)
+                requeued.append(job)
+            except SchedulerError as exc:
+                logger.warning("job %s on %s cannot be requeued, cancelling it: %s", job, name, exc)
+                self._run("scancel", job)
+                cancelled.append(job)
+        if requeued or cancelled:
+            summary = "; ".join(filter(None, [
+                f"requeued {','.join(requeued)}" if requeued else "",
+                f"cancelled {','.join(cancelled)} (not requeueable)" if cancelled else "",
+            ]))
+            logger.info("evicted %s: %s", name, summary)
+            if self.show_node(node).ours:
+                # The reason is the record Slurm's own admins see (sinfo -R) and drain_state's detail.
+                self._set_drain(name, f"{reason} (evicted: {summary})")
+
+    # --- Plumbing -------------------------------------------------------------------------------
+    def slurm_name(self, node: Any) -> str:
+        name = self.node_name(node)
+        if not NODE_NAME_RE.match(name):
+            raise SchedulerError(f"{name!r} is not a plain Slurm node name (hostlist characters are refused)")
+        return name
+
+    def _set_drain(self, name: str, reason: str) -> None:
+        text = " ".join(f"{REASON_PREFIX} {reason}".split())  # one line: scontrol keeps it verbatim
+        self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={text}")
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        endpoint = str(getattr(self.cluster, "scheduler_endpoint", "") or "")
+        if endpoint.startswith("/"):
+            # Checked here: every Slurm command retries a missing slurm.conf for 60 s before failing.
+            if not os.path.isfile(endpoint):
+                raise SchedulerError(f"Slurm configuration {endpoint} (the cluster's scheduler endpoint) "
+                                     "is not a file")
+            env["SLURM_CONF"] = endpoint
+        return env
+
+    def _run(self, *command: str) -> str:
+        """Run one Slurm command; its stdout, or SchedulerError saying what failed and how."""
+        env = self._env()
+        where = f" (SLURM_CONF={env['SLURM_CONF']})" if "SLURM_CONF" in env else ""
+        shown = " ".join(command)
+        try:
+            result = subprocess.run(list(command), env=env, capture_output=True, text=True,
+                                    timeout=self.command_timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise SchedulerError(f"{shown}{where} timed out after {self.command_timeout:g} s") from exc
+        except OSError as exc:
+            raise SchedulerError(f"{shown}{where} could not run: {exc}") from exc
+        if result.returncode != 0:
+            stderr = result.stderr.strip() or result.stdout.strip() or "(no output)"
+            raise SchedulerError(f"{shown}{where} exited {result.returncode}: {stderr}")
+        return result.stdout
