@@ -132,6 +132,7 @@ def ensure_devices(names: Iterable[str], *, hosts_by_switch: set[str] | None = N
     """The devices by name, created where missing (HCAs tied to their node by host name)."""
     names = set(names)
     found = {d.name: d for d in FabricDevice.objects.filter(name__in=names)}
+    _tie_to_nodes([d for d in found.values() if d.kind == DeviceKind.CA and d.node_id is None])
     missing = sorted(names - set(found))
     if missing:
         hostnames = {n.split(" ", 1)[0] for n in missing if " " in n}
@@ -156,6 +157,18 @@ def leaf_switches(links: Iterable[PlanLink]) -> set[str]:
             if " " not in end.device:
                 (to_hosts if " " in other.device else to_switches)[end.device] += 1
     return {name for name, hosts in to_hosts.items() if hosts >= to_switches[name]}
+
+
+def _tie_to_nodes(devices: list[FabricDevice]) -> None:
+    """HCAs planned or seen before their node was enrolled: tie them to it now (by host name)."""
+    if not devices:
+        return
+    nodes = dict(Node.objects.filter(hostname__in={d.name.split(" ", 1)[0] for d in devices})
+                 .values_list("hostname", "pk"))
+    tied = [d for d in devices if nodes.get(d.name.split(" ", 1)[0])]
+    for device in tied:
+        device.node_id = nodes[device.name.split(" ", 1)[0]]
+    FabricDevice.objects.bulk_update(tied, ["node"], batch_size=2000)
 
 
 def import_plan(text: str, *, actor: Actor, source: str = "", note: str = "") -> CablingPlan:

@@ -32,7 +32,8 @@ def collect_fabric() -> str:
     from .discovery import seen_from_topology
     from .services import record_run
 
-    outputs = collect(timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300))
+    outputs = collect(timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300),
+                      env=getattr(settings, "NODEWARDEN_FABRIC_TOOL_ENV", None) or None)
     topology, counters = outputs.parse()
     seen, by_port, guids = seen_from_topology(topology, counters)
     run = record_run(seen, by_port or {}, source=RunSource.COLLECTOR, outputs=outputs.texts(), guids=guids)

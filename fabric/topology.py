@@ -22,6 +22,7 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -388,12 +389,15 @@ class GeneratedFabric:
 
 def generate_fat_tree(*, hosts: int, hcas_per_host: int = 8, leaves: int | None = None, spines: int | None = None,
                       rail_optimized: bool = True, name_prefix: str = "gpu-node", switch_ports: int = 64,
-                      width: str = "4X", speed: str = "HDR") -> GeneratedFabric:
+                      width: str = "4X", speed: str = "HDR", host_names: Sequence[str] | None = None
+                      ) -> GeneratedFabric:
     """A two-level fat tree: leaves with half their ports down to HCAs and half up, every
     leaf's uplinks spread round-robin over the spines (a spine may take several of one
     leaf's). Rail-optimized: HCA k ("mlx5_k") of every host on rail k's leaves
     ("leaf-r<k>-NN"); otherwise HCAs fill the leaves ("leaf-NN") host by host. Leaves and
     spines default to the fewest that fit; too few raises ValueError."""
+    if host_names is not None and len(host_names) != hosts:
+        raise ValueError(f"{len(host_names)} host names for {hosts} hosts")
     if hosts < 1 or hcas_per_host < 1 or switch_ports < 2:
         raise ValueError("need at least one host, one HCA per host and two ports per switch")
     if width not in LANES or speed not in LANE_GBPS:
@@ -419,7 +423,8 @@ def generate_fat_tree(*, hosts: int, hcas_per_host: int = 8, leaves: int | None 
     nodes: dict[str, _Node] = {}
     for h in range(1, hosts + 1):
         for k in range(hcas_per_host):
-            name = f"{name_prefix}-{h:0{digits}d} mlx5_{k}"
+            host = host_names[h - 1] if host_names else f"{name_prefix}-{h:0{digits}d}"
+            name = f"{host} mlx5_{k}"
             nodes[name] = _Node(name, "ca", 1, CA_GUID_BASE + 2 * len(nodes), "H-" + name.replace(" ", "-"))
     leaf_names = [f"leaf-r{r}-{i:02d}" if rail_optimized else f"leaf-{i:02d}"
                   for r in range(rails) for i in range(1, leaves_per_rail + 1)]

@@ -224,6 +224,8 @@ NODEWARDEN_BMC_POLL_INTERVAL = env_int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # sec
 # host is not on the fabric (then upload the tools' output to /api/fabric/discoveries/).
 NODEWARDEN_FABRIC_COLLECT = env_bool("NODEWARDEN_FABRIC_COLLECT", False)
 NODEWARDEN_FABRIC_TOOL_TIMEOUT = env_int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300)  # seconds per diag tool
+# Extra environment for the diag tools, as JSON (e.g. the demo's simulated fabric: LD_PRELOAD of
+# libumad2sim and IBSIM_SOCKNAME, so the real tools talk to ibsim instead of an HCA).
 
 # --- Workload schedulers and remediation ---------------------------------------------------------
 def _json_setting(name: str, default: str) -> object:
@@ -245,3 +247,4 @@ NODEWARDEN_REPEAT_DAYS = env_int("NODEWARDEN_REPEAT_DAYS", 7)
 # take (off and on, each up to NODEWARDEN_BMC_POWER_TIMEOUT), so a slow BMC is never doubled.
 NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int("NODEWARDEN_REMEDIATION_STALL_SECONDS",
                                                2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60)
+NODEWARDEN_FABRIC_TOOL_ENV = _json_setting("NODEWARDEN_FABRIC_TOOL_ENV", "{}")
