@@ -24,7 +24,16 @@ OUT = (S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
 DEFAULT_LIMIT = BlastRadiusLimit(domain=Domain.CLUSTER, max_share=0.1, max_count=50, max_drains_per_hour=20)
 # Findings spike: at least this share of a cluster's nodes (and this many) with a degraded or
 # catastrophic finding within the window trips the cluster's breaker.
+# (Settings NODEWARDEN_BREAKER_SHARE, _MIN_NODES, _WINDOW_SECONDS override them.)
 BREAKER_SHARE, BREAKER_MIN_NODES, BREAKER_WINDOW = 0.3, 5, timedelta(minutes=10)
+
+
+def breaker_thresholds() -> tuple[float, int, timedelta]:
+    from django.conf import settings
+
+    return (float(getattr(settings, "NODEWARDEN_BREAKER_SHARE", BREAKER_SHARE)),
+            int(getattr(settings, "NODEWARDEN_BREAKER_MIN_NODES", BREAKER_MIN_NODES)),
+            timedelta(seconds=getattr(settings, "NODEWARDEN_BREAKER_WINDOW_SECONDS", BREAKER_WINDOW.total_seconds())))
 TAKE_OUT_TRANSITIONS = ("cordon", "request_drain", "start_draining")
 
 
@@ -54,8 +63,9 @@ def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     standing = tripped_breaker(node)
     if standing is not None or not node.cluster_id:
         return standing
+    share, min_nodes, window = breaker_thresholds()
     size = Node.objects.filter(cluster_id=node.cluster_id).exclude(state=S.DECOMMISSIONED).count()
-    since = now - BREAKER_WINDOW
+    since = now - window
     last_reset = (CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=False)
                   .order_by("-reset_at").values_list("reset_at", flat=True).first())
     if last_reset is not None and last_reset > since:
@@ -63,10 +73,10 @@ def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     hit = (Finding.objects.filter(node__cluster_id=node.cluster_id, shadow=False, created__gte=since,
                                   severity__in=(Severity.DEGRADED, Severity.CATASTROPHIC))
            .values("node_id").distinct().count())
-    if hit < BREAKER_MIN_NODES or hit < BREAKER_SHARE * size:
+    if hit < min_nodes or hit < share * size:
         return None
     reason = (f"{hit} of {size} nodes of {node.cluster} had degraded or catastrophic findings within "
-              f"{int(BREAKER_WINDOW.total_seconds() // 60)} min: automated actions stop until an operator resets it")
+              f"{int(window.total_seconds() // 60)} min: automated actions stop until an operator resets it")
     breaker, _ = CircuitBreaker.objects.get_or_create(cluster_id=node.cluster_id, reset_at__isnull=True,
                                                       defaults={"reason": reason, "tripped_at": now})
     return breaker

@@ -28,6 +28,7 @@ from django.utils import timezone
 from health.choices import Severity
 from nodes import services as node_services
 from nodes.choices import EventKind, NodeState
+from fleet.models import Cluster
 from nodes.models import OPERATE, Node
 from nodes.services import Actor, clean_reason, record_event
 
@@ -169,13 +170,23 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
     if rem.status not in (Status.QUEUED, Status.AWAITING_APPROVAL):
         return rem
     node = rem.node
-    blocked = safety.block_reason(node, taking_out=True, now=now)
-    if blocked:
-        if rem.queued_reason != blocked:
-            rem.status, rem.queued_reason = Status.QUEUED, blocked[:300]
-            _decide(rem, f"queued: {blocked}")
-        return rem
-    rem.queued_reason = ""
+    with transaction.atomic():
+        # One admission at a time per cluster: the limits are counted and the node taken out
+        # under the same lock, so a burst of findings cannot overshoot a blast-radius limit.
+        if node.cluster_id:
+            list(Cluster.objects.select_for_update().filter(pk=node.cluster_id).values_list("pk"))
+        blocked = safety.block_reason(node, taking_out=True, now=now)
+        if blocked:
+            if rem.queued_reason != blocked:
+                rem.status, rem.queued_reason = Status.QUEUED, blocked[:300]
+                _decide(rem, f"queued: {blocked}")
+            return rem
+        rem.queued_reason = ""
+        return _act(rem, node, actor, now)
+
+
+def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediation:
+    """Take the admitted node out of production as its urgency says, then start its rung."""
     if node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING) and rem.urgency == Urgency.NOW:
         _take_out_now(rem, actor)
         return start_rung(rem.pk, now=now)
@@ -197,13 +208,19 @@ def _finding_text(rem: Remediation) -> str:
 
 
 def _take_out_now(rem: Remediation, actor: Actor) -> None:
-    from schedulers.base import SchedulerError, adapter_for
-
     node = rem.node
     node_services.cordon(node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
                          details={"remediation": rem.pk})
+    # The scheduler is told once the cordon has committed: no external call under the cluster's lock.
+    transaction.on_commit(lambda: _evict(rem.pk))
+
+
+def _evict(remediation_id: int) -> None:
+    from schedulers.base import SchedulerError, adapter_for
+
+    rem = Remediation.objects.select_related("node__cluster", "finding").get(pk=remediation_id)
     try:
-        adapter_for(node.cluster).evict(node, reason=f"remediation {rem.pk}: {_finding_text(rem)}")
+        adapter_for(rem.node.cluster).evict(rem.node, reason=f"remediation {rem.pk}: {_finding_text(rem)}")
     except SchedulerError as exc:  # the node is out of production in Nodewarden either way
         _decide(rem, f"the workload scheduler could not evict: {exc}")
 
