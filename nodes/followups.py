@@ -66,3 +66,17 @@ def finish_drain_when_empty(node: Node, event: NodeEvent) -> str:
     services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",
                             details={"trigger_event": event.pk, "scheduler": adapter.kind, "detail": state.detail})
     return "Drain complete."
+
+
+@followup("release_to_production")
+def take_work_again(node: Node, event: NodeEvent) -> str:
+    """Back in production: the scheduler may give the node work (only a cordon we own is lifted)."""
+    from schedulers.base import SchedulerConflict, SchedulerError, adapter_for
+
+    try:
+        adapter_for(node.cluster).uncordon(node, reason=event.reason)
+    except SchedulerConflict as exc:
+        return f"The scheduler keeps the node out: {exc}"
+    except SchedulerError as exc:
+        return f"The scheduler could not be told to give the node work: {exc}"
+    return ""

@@ -29,5 +29,7 @@ urlpatterns = [
     path("", include("validation.api.urls")),
     path("", include("repairs.api.urls")),
     path("", include("remediation.api.urls")),
+    path("", include("trends.api.urls")),
     path("", include("fabric.api.urls")),
+    path("", include("reports.api.urls")),
 ]

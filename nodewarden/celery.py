@@ -51,6 +51,8 @@ app.conf.beat_schedule = {
                                "options": {"queue": "remediation"}},
     # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
     "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
+    # Trends: degrading figures, peer underperformers and lemon nodes, once a day.
+    "evaluate-trends": {"task": "trends.tasks.evaluate_trends", "schedule": crontab(hour=3, minute=30)},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},
@@ -62,5 +64,7 @@ if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     app.conf.beat_schedule["report-demo-telemetry"] = {"task": "nodes.demo.report_demo_telemetry", "schedule": 30.0}
     # ...and new servers are enrolled, booted, joined and validated through the real Day 0/Day 1 road.
     app.conf.beat_schedule["bring-up-demo-nodes"] = {"task": "nodes.demo.bring_up_demo_nodes", "schedule": 20.0}
+    # ...and the slurmd-backed nodes run short customer jobs, so a drain waits for the job to end.
+    app.conf.beat_schedule["submit-demo-jobs"] = {"task": "nodes.demo.submit_demo_jobs", "schedule": 60.0}
     app.conf.include = ["nodes.demo"]  # the worker must import the churn task
 app.autodiscover_tasks()

@@ -55,6 +55,8 @@ INSTALLED_APPS = [
     "schedulers",
     "repairs",
     "remediation",
+    "trends",
+    "reports",
 ]
 
 MIDDLEWARE = [

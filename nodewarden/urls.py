@@ -18,6 +18,8 @@ urlpatterns = [
     path("", include("validation.urls")),
     path("", include("repairs.urls")),
     path("", include("remediation.urls")),
+    path("", include("trends.urls")),
     path("", include("fabric.urls")),
+    path("", include("reports.urls")),
     path("", include("nodes.urls")),
 ]

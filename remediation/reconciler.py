@@ -6,7 +6,7 @@ Every minute it re-drives:
   lost): queued again, once per stall delay (a compare-and-swap on ``last_activity``); the
   delay must exceed what a step may legitimately take (a power action waits up to twice
   the BMC power timeout), so a slow power cycle is never doubled;
-- remediations waiting for a drain: the scheduler is asked whether the node is drained;
+- drains (a remediation's or anyone's): the scheduler is asked whether the node is drained;
 - queued remediations: admitted when the hold, breaker or limit is gone;
 - remediations whose node is in triage but whose rung never started.
 """
@@ -16,8 +16,11 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from django_fsm import ConcurrentTransition, TransitionNotAllowed
+
 from nodes import services as node_services
 from nodes.choices import NodeState
+from nodes.models import Node
 
 from . import services
 from .choices import Status, StepStatus
@@ -47,7 +50,12 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             services._queue_step(step.pk)
             counts["requeued"] += 1
     for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
-        counts["drained"] += _check_drain(rem)
+        counts["drained"] += _check_drain(rem.node, rem)
+    # Drains that no remediation asked for (an operator's, a re-role's) wait on the scheduler too.
+    others = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).exclude(
+        remediations__status=Status.DRAINING).select_related("cluster").order_by("state_changed_at")[:BATCH])
+    for node in others:
+        counts["drained"] += _check_drain(node, None)
     for rem in Remediation.objects.filter(status=Status.QUEUED).order_by("updated")[:BATCH]:
         if services.admit(rem.pk, now=now).status != Status.QUEUED:
             counts["admitted"] += 1
@@ -66,12 +74,11 @@ def _claim(step: RemediationStep, now) -> bool:  # type: ignore[no-untyped-def]
                                                last_activity=step.last_activity).update(last_activity=now))
 
 
-def _check_drain(rem: Remediation) -> int:
+def _check_drain(node: Node, rem: Remediation | None) -> int:
     """Move a draining node on once its scheduler reports it drained."""
     from schedulers.base import SchedulerError, adapter_for
 
-    node = rem.node
-    if node.state == S.TRIAGE:
+    if rem is not None and node.state == S.TRIAGE:
         services.on_drained(node.pk)
         return 1
     if node.state not in (S.DRAIN_PENDING, S.DRAINING):
@@ -83,8 +90,12 @@ def _check_drain(rem: Remediation) -> int:
     if not state.drained:
         return 0
     actor, reason = services.ACTOR, f"The workload scheduler reports the node drained ({state.detail})"
-    if node.state == S.DRAIN_PENDING:
-        node_services.start_draining(node.pk, actor=actor, reason=reason, details={"remediation": rem.pk})
-    else:
-        node_services.complete_drain(node.pk, actor=actor, reason=reason, details={"remediation": rem.pk})
+    details = {"remediation": rem.pk} if rem is not None else {}
+    try:
+        if node.state == S.DRAIN_PENDING:
+            node_services.start_draining(node.pk, actor=actor, reason=reason, details=details)
+        else:
+            node_services.complete_drain(node.pk, actor=actor, reason=reason, details=details)
+    except (TransitionNotAllowed, ConcurrentTransition):  # moved on meanwhile
+        return 0
     return 1

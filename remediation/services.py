@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 ACTOR = Actor.system("remediation")
 S = NodeState
 ACTIONABLE = (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE)
+# Findings of Day 0 and Day 1 themselves: the node is in triage for people to look at (a failed
+# re-validation after a rung climbs through ``on_validation_failed`` instead). A policy that
+# names one of these rules explicitly opts in.
+VALIDATION_RULES = ("day1_stage", "day0_timeout")
 RUNG_TIMEOUT = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
 
 
@@ -142,6 +146,9 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         return open_rem
     if node.state not in ACTIONABLE:
         return None  # Day 0/Day 1 (validation decides), already in repair or RMA, or gone
+    if finding.rule in VALIDATION_RULES and not RemediationPolicy.objects.filter(
+            enabled=True, match_rule=finding.rule).exists():
+        return None
     plan = plan_for(finding, node, now)
     if plan.urgency == Urgency.WATCH:
         return None  # the finding itself is on the record and its alert on the list
@@ -273,17 +280,28 @@ def _hand_off(rem: Remediation) -> Remediation:
     what = _finding_text(rem)
     if node.state == S.REMEDIATING:
         node_services.fail_remediation(node.pk, actor=ACTOR, reason=f"Handing off to {Rung(rem.rung).label.lower()}")
+    component = _component(rem)
     if rem.rung == Rung.RMA:
-        repairs.open_rma_case(node.pk, vendor="", part=rem.finding.subject if rem.finding else "", failed_serial="",
+        repairs.open_rma_case(node.pk, vendor="", part=component, failed_serial="",
                               actor=ACTOR, reason=f"Remediation {rem.pk}: {what}")
     else:
-        repairs.open_repair_ticket(node.pk, component=rem.finding.subject if rem.finding else "",
+        repairs.open_repair_ticket(node.pk, component=component,
                                    what=f"{what}. Tried: {_tried(rem) or 'nothing automated'}.", actor=ACTOR,
                                    reason=f"Remediation {rem.pk}: {what}",
                                    finding_id=rem.finding_id, remediation_id=rem.pk)
     rem.status, rem.finished = Status.HANDED_OFF, timezone.now()
     _decide(rem, f"handed off: {Rung(rem.rung).label.lower()}")
     return rem
+
+
+def _component(rem: Remediation) -> str:
+    """What the technician or vendor should look at: the finding's subject, its GPU, or its rule."""
+    finding = rem.finding
+    if finding is None:
+        return "node (no finding recorded)"
+    if finding.subject:
+        return finding.subject
+    return f"GPU {finding.gpu_index}" if finding.gpu_index is not None else finding.rule
 
 
 def _tried(rem: Remediation) -> str:

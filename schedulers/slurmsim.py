@@ -9,7 +9,12 @@ shared/reference/real-components.md section 4, with these changes:
   the demo each run their own cluster side by side;
 * no GRES (the adapter never asks for GPUs), and ``SlurmdParameters=config_overrides``
   so the node layout in slurm.conf is used whatever ``slurmd -C`` says on this machine;
-* short scheduler and ping intervals: a job starts within ~1 s, a resumed node answers in ~1 s.
+* short scheduler and ping intervals: a job starts within ~1 s, a resumed node answers in ~1 s;
+* optional ``cloud_nodes``: in slurm.conf with ``State=CLOUD`` and no slurmd (the recipe's
+  "Extra nodes without a slurmd"): they show ``idle~``, and drain and resume both succeed
+  (``drain~``, then ``idle~``), so a large fleet costs one slurmctld and a few slurmd.
+  ``PrivateData=cloud`` keeps them visible; power saving never suspends or resumes anything
+  (``SuspendTime=INFINITE``, programs ``/bin/true``), so never send a job to one.
 
 Usage::
 
@@ -87,10 +92,18 @@ KillWait=1
 # Seconds a finished job stays visible to "scontrol show job" (default 300).
 MinJobAge=10
 SlurmdParameters=config_overrides
-NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000
+{cloud_settings}NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000
 NodeName=DEFAULT State=UNKNOWN
 {node_lines}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+# Only with cloud nodes: without PrivateData=cloud, sinfo and scontrol do not show them at all.
+CLOUD_SETTINGS = """\
+PrivateData=cloud
+SuspendProgram=/bin/true
+ResumeProgram=/bin/true
+SuspendTime=INFINITE
+ResumeTimeout=30
 """
 
 
@@ -110,10 +123,12 @@ class SlurmCluster:
 
     def __init__(self, nodes: Sequence[str] = ("gpu-s-01", "gpu-s-02", "gpu-s-03"), *, cpus: int = 2,
                  slurmd_timeout: int = 4, scheduler_parameters: str = "",
-                 dead_nodes: Sequence[str] = ()) -> None:
+                 dead_nodes: Sequence[str] = (), cloud_nodes: Sequence[str] = ()) -> None:
         self.nodes = list(nodes)
         # Nodes in slurm.conf without a slurmd: their port has no listener (they show ``unk*``/``down*``).
         self.dead_nodes = list(dead_nodes)
+        # Nodes without a slurmd that drain and resume cleanly (State=CLOUD: ``idle~``).
+        self.cloud_nodes = list(cloud_nodes)
         self.cpus = cpus
         self.slurmd_timeout = slurmd_timeout
         self.scheduler_parameters = scheduler_parameters
@@ -242,11 +257,17 @@ class SlurmCluster:
         host = socket.gethostname().split(".", 1)[0]
         lines = [f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={self.ports[n]}"
                  for n in [*self.nodes, *self.dead_nodes]]
+        if self.cloud_nodes:
+            # Never pinged while powered down; one port nobody listens on serves them all.
+            cloud_port = free_port()
+            lines += [f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={cloud_port} State=CLOUD"
+                      for n in self.cloud_nodes]
         params = ",".join(filter(None, [FAST_SCHEDULING, self.scheduler_parameters]))
         self.conf_path.write_text(SLURM_CONF.format(
             cluster_name=f"nw{os.getpid()}n{next(_CLUSTER_NUMBERS)}", host=host, addr=LOCALHOST,
             ctld_port=self.ports["slurmctld"], dir=self.dir, slurmd_timeout=self.slurmd_timeout, cpus=self.cpus,
-            scheduler_parameters=params, node_lines="\n".join(lines)))
+            scheduler_parameters=params, node_lines="\n".join(lines),
+            cloud_settings=CLOUD_SETTINGS if self.cloud_nodes else ""))
 
     def _start_munged(self) -> None:
         assert self.dir is not None

@@ -26,6 +26,7 @@ from .catalog import (  # noqa: F401
 )
 from .bringup import bring_up_demo_nodes  # noqa: F401
 from .churn import churn_demo_fleet  # noqa: F401
+from .schedulers import submit_demo_jobs  # noqa: F401
 from .telemetry import report_demo_telemetry  # noqa: F401
 from .seed import (  # noqa: F401
     build_demo_fleet,

@@ -71,14 +71,13 @@ def _new_fault(rng: random.Random, now: datetime) -> list[str]:
 
 
 def _progress_drain(rng: random.Random, now: datetime) -> list[str]:
+    """Now and then a fault clears before the job ends and the drain is cancelled; draining
+    itself moves on when the workload scheduler reports the node drained (remediation's
+    reconciler asks it), never by the simulator's say-so."""
     changes: list[str] = []
-    for node in _ready(rng, now, (S.DRAIN_PENDING, S.DRAINING), 2):
-        if node.state == S.DRAINING:
-            changes += _run("complete_drain", node, "The workload scheduler reports the node empty")
-        elif rng.random() < 0.15:
+    for node in _ready(rng, now, (S.DRAIN_PENDING,), 2):
+        if rng.random() < 0.15:
             changes += _run("cancel_drain", node, "Fault cleared before the job ended: no errors for 2 h")
-        else:
-            changes += _run("start_draining", node, "The customer's job ended; draining")
     return changes
 
 

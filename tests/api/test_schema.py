@@ -59,6 +59,9 @@ def test_it_documents_every_endpoint(schema):
         # Remediation
         "/api/remediations/", "/api/remediations/{id}/", *REMEDIATION_ACTIONS, "/api/circuit-breakers/",
         "/api/nodes/{id}/remediations/",
+        # Trends
+        "/api/trends/flags/", "/api/trends/lemons/",
+        "/api/reports/availability/", "/api/reports/flows/",  # Reports
     }
 
 

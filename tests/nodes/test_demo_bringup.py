@@ -63,7 +63,8 @@ def test_bay_servers_are_enrolled_booted_joined_and_validated_and_defects_go_to_
     assert road[:4] == [S.INITIALIZING, S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK], road
     assert first.state not in (S.ENROLLED, S.INITIALIZING, S.TRIAGE), first.state
     # Planted: bay 3's BIOS is a major release behind, which the update cannot fix.
-    reason = NodeEvent.objects.filter(node=bay["iad1-bay-03"], transition="fail_validation").get().reason
+    reason = NodeEvent.objects.filter(node=bay["iad1-bay-03"], transition="fail_validation").order_by("created",
+                                                                                                     "id").first().reason
     assert "Firmware behind baseline after updating bios: bios 1.10.7 (baseline 2.1.7)" in reason
 
 

@@ -1,0 +1,180 @@
+"""Prometheus metrics of the fleet, computed when scraped (``GET /metrics``).
+
+A custom collector answers from a fixed, small number of aggregate queries (one per family,
+never one per node), plus one round trip to Redis for the Celery queue depths when the broker
+is Redis. Nothing is kept between scrapes: every figure is read from the database at scrape time.
+
+Access (``allowed``): with the setting ``NODEWARDEN_METRICS_TOKEN`` (or the environment variable
+of that name, or ``_FILE``), a scraper sends ``Authorization: Bearer <token>``; staff with a
+session may always look; with no token set, requests from the loopback (127.0.0.1, ::1) are let
+in too. Behind a reverse proxy on the same host every request comes from the loopback: set the
+token there.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count
+from django.http import HttpRequest
+from django.utils import timezone
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from fabric.choices import DiscrepancyKind, TicketStatus
+from fabric.models import Ticket
+from health.choices import AlertState, Severity
+from health.models import Alert, Finding
+from nodes.choices import NodeState
+from nodes.models import Node
+from nodes.scoping import is_operator_view
+from nodewarden.env import env_str
+from remediation.choices import LADDER, OPEN
+from remediation.models import Remediation, RemediationStep
+from telemetry.models import NodeHealth, NodeReport
+
+log = logging.getLogger(__name__)
+
+INGEST_WINDOW = timedelta(minutes=5)
+# Reports are read by their node's primary key (node, collected_at): one taken more than this long
+# before it arrived (an agent's spool sent after a long outage) is left out of the rate.
+COLLECTION_LAG = timedelta(minutes=30)
+LOOPBACK = ("127.0.0.1", "::1")
+REDIS_TIMEOUT = 1.0  # seconds: a scrape must not hang on a broker that is down
+
+
+def metrics_token() -> str:
+    """The scrapers' bearer token: the setting when there is one, else the environment; "" for none."""
+    token = getattr(settings, "NODEWARDEN_METRICS_TOKEN", None)
+    if token is None:
+        token = env_str("NODEWARDEN_METRICS_TOKEN")
+    return str(token or "").strip()
+
+
+def allowed(request: HttpRequest) -> bool:
+    """The right bearer token, a staff session, or (with no token set) the loopback."""
+    token = metrics_token()
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
+        return True
+    if is_operator_view(request.user):
+        return True
+    return not token and request.META.get("REMOTE_ADDR", "") in LOOPBACK
+
+
+class FleetCollector(Collector):
+    """Every fleet metric, read at collection time (see the module docstring)."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.now or timezone.now()
+        yield from self._nodes()
+        yield self._by_severity("nodewarden_findings_open", "Findings whose alert still fires, by severity.",
+                                Finding.objects.filter(shadow=False, alert__state=AlertState.FIRING))
+        yield self._by_severity("nodewarden_alerts_firing", "Firing alerts, by severity.",
+                                Alert.objects.filter(state=AlertState.FIRING))
+        yield from self._remediation()
+        queues = self._queue_lengths()
+        if queues is not None:
+            yield queues
+        yield self._ingest_rate(now)
+        yield self._fabric_tickets()
+
+    def _nodes(self) -> Iterator[Metric]:
+        by_state = GaugeMetricFamily("nodewarden_nodes", "Nodes per lifecycle state.", labels=["state"])
+        by_cluster = GaugeMetricFamily("nodewarden_cluster_nodes", "Nodes per cluster and lifecycle state "
+                                       "(cluster \"\": none).", labels=["cluster", "state"])
+        totals = dict.fromkeys(NodeState.values, 0)
+        for cluster, state, n in (Node.objects.values_list("cluster__name", "state").annotate(n=Count("id"))
+                                  .order_by("cluster__name", "state")):
+            totals[state] = totals.get(state, 0) + n
+            by_cluster.add_metric([cluster or "", state], n)
+        for state, n in totals.items():
+            by_state.add_metric([state], n)
+        yield by_state
+        yield by_cluster
+
+    @staticmethod
+    def _by_severity(name: str, documentation: str, queryset) -> Metric:  # type: ignore[no-untyped-def]
+        family = GaugeMetricFamily(name, documentation, labels=["severity"])
+        counts = dict(queryset.values_list("severity").annotate(n=Count("id")).order_by())
+        for severity in Severity.values:
+            family.add_metric([severity], counts.get(severity, 0))
+        return family
+
+    @staticmethod
+    def _remediation() -> Iterator[Metric]:
+        open_ = GaugeMetricFamily("nodewarden_remediations_open", "Open remediations by status and rung.",
+                                  labels=["status", "rung"])
+        for status, rung, n in (Remediation.objects.filter(status__in=OPEN).values_list("status", "rung")
+                                .annotate(n=Count("id")).order_by("status", "rung")):
+            open_.add_metric([status, rung], n)
+        yield open_
+        # A counter: steps are never deleted, so the number of rungs tried only grows.
+        actions = CounterMetricFamily("nodewarden_remediation_actions", "Remediation actions taken (steps tried), "
+                                      "by rung.", labels=["rung"])
+        counts = dict(RemediationStep.objects.values_list("rung").annotate(n=Count("id")).order_by())
+        for rung in LADDER:
+            actions.add_metric([rung], counts.get(rung, 0))
+        yield actions
+
+    @staticmethod
+    def _queue_lengths() -> Metric | None:
+        """LLEN of each Celery queue when the broker is Redis (kombu keeps a queue as a list named
+        after it); None otherwise, or when Redis does not answer (logged)."""
+        from nodewarden.celery import QUEUE_NAMES
+
+        url = str(getattr(settings, "CELERY_BROKER_URL", "") or "")
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            return None
+        import redis
+
+        try:
+            client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT, socket_connect_timeout=REDIS_TIMEOUT)
+            with client.pipeline(transaction=False) as pipe:
+                for queue in QUEUE_NAMES:
+                    pipe.llen(queue)
+                lengths = pipe.execute()
+            client.close()
+        except redis.RedisError as exc:
+            log.warning("metrics: Celery queue depths unavailable: %s", exc)
+            return None
+        family = GaugeMetricFamily("nodewarden_celery_queue_length", "Messages waiting in each Celery queue.",
+                                   labels=["queue"])
+        for queue, length in zip(QUEUE_NAMES, lengths, strict=True):
+            family.add_metric([queue], length)
+        return family
+
+    @staticmethod
+    def _ingest_rate(now: datetime) -> Metric:
+        """Reports received in the last 5 minutes, per second. Read through the nodes that reported
+        in that time (NodeHealth's index) and each one's recent reports (NodeReport's primary key)."""
+        since = now - INGEST_WINDOW
+        recent_nodes = NodeHealth.objects.filter(last_received_at__gte=since).values("node_id")
+        received = NodeReport.objects.filter(node_id__in=recent_nodes, collected_at__gte=since - COLLECTION_LAG,
+                                             received_at__gte=since, received_at__lte=now).count()
+        return GaugeMetricFamily("nodewarden_ingest_reports_per_second",
+                                 "Agent reports received per second over the last 5 minutes.",
+                                 value=received / INGEST_WINDOW.total_seconds())
+
+    @staticmethod
+    def _fabric_tickets() -> Metric:
+        family = GaugeMetricFamily("nodewarden_fabric_tickets_open", "Open InfiniBand fabric tickets by kind.",
+                                   labels=["kind"])
+        counts = dict(Ticket.objects.filter(status=TicketStatus.OPEN).values_list("kind").annotate(n=Count("id"))
+                      .order_by())
+        for kind in DiscrepancyKind.values:
+            family.add_metric([kind], counts.get(kind, 0))
+        return family
+
+
+def registry(now: datetime | None = None) -> CollectorRegistry:
+    """A registry of this scrape's own: the fleet collector alone (no process metrics of one web worker)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(FleetCollector(now))
+    return reg

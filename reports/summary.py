@@ -1,0 +1,130 @@
+"""Reads of the fleet reports: time to recover per cluster, failures by component and cause,
+remediations by rung, downtime by attribution. The availability and flow figures are in
+``charts`` and ``flows``; Day 1 yield is ``validation.summary.day1_yield``.
+
+Every read is a fixed number of aggregate queries whatever the fleet's size, with row caps
+where rows come back to Python.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+
+from fabric.choices import DiscrepancyKind
+from fleet.models import Cluster
+from health.models import Finding, XidDefinition
+from remediation.choices import LADDER, Rung, Status
+from remediation.models import Remediation
+from remediation.summary import duration_text, percentile
+
+from . import outages
+from .choices import Attribution, component_of
+from .filters import Period
+
+MAX_RECOVERIES = 20_000  # time to recover is read from at most this many recoveries, the newest
+TOP_CAUSES = 15
+FABRIC_RULE = "ib_fabric"
+
+
+def _stats(seconds: list[float]) -> dict[str, Any]:
+    median, p90 = percentile(seconds, 50), percentile(seconds, 90)
+    return {"count": len(seconds), "median_s": median, "p90_s": p90,
+            "median": duration_text(median), "p90": duration_text(p90)}
+
+
+def mttr(remediations: QuerySet[Remediation], period: Period) -> dict[str, Any]:
+    """From the finding to back in production, for remediations that succeeded in the period:
+    median and 90th percentile over all and per cluster (the same clock as remediation.summary.mttr)."""
+    rows = (remediations.filter(status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until)
+            .annotate(began=Coalesce("finding__created", "created")).order_by("-finished")
+            .values_list("node__cluster__name", "began", "finished")[:MAX_RECOVERIES])
+    overall: list[float] = []
+    per_cluster: dict[str, list[float]] = defaultdict(list)
+    for cluster, began, finished in rows:
+        seconds = max((finished - began).total_seconds(), 0.0)
+        overall.append(seconds)
+        per_cluster[cluster or ""].append(seconds)
+    return {"overall": _stats(overall), "capped": len(overall) == MAX_RECOVERIES,
+            "clusters": [{"cluster": name, **_stats(values)} for name, values in sorted(per_cluster.items())]}
+
+
+def failure_causes(findings: QuerySet[Finding], period: Period) -> list[dict[str, Any]]:
+    """Findings of the period (shadow ones left out) by component and cause: the rule, the XID for
+    XID rules, the discrepancy kind for fabric findings. Commonest first, the top ``TOP_CAUSES``."""
+    rows = list(findings.filter(shadow=False, created__gte=period.since, created__lt=period.until)
+                .annotate(fabric_kind=KT("evidence__kind")).values("rule", "xid", "fabric_kind")
+                .annotate(n=Count("id")).order_by("-n", "rule"))
+    xids = {r["xid"] for r in rows if r["xid"] is not None}
+    xid_names = dict(XidDefinition.objects.filter(xid__in=xids).values_list("xid", "name")) if xids else {}
+    kinds = dict(DiscrepancyKind.choices)
+    causes: dict[tuple[str, str], int] = defaultdict(int)
+    for r in rows:
+        causes[(component_of(r["rule"]), _cause(r, xid_names, kinds))] += r["n"]
+    ordered = sorted(causes.items(), key=lambda item: (-item[1], item[0]))
+    return [{"component": component, "cause": cause, "count": n} for (component, cause), n in ordered[:TOP_CAUSES]]
+
+
+def _cause(row: dict[str, Any], xid_names: dict[int, str], kinds: dict[str, str]) -> str:
+    if row["xid"] is not None:
+        name = xid_names.get(row["xid"])
+        return f"XID {row['xid']}" + (f": {name}" if name else "")
+    if row["rule"] == FABRIC_RULE:
+        return f"Fabric: {kinds.get(row['fabric_kind'] or '', row['fabric_kind'] or 'unknown')}"
+    return row["rule"]
+
+
+def failures_by_component(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The causes' counts summed per component, commonest first."""
+    totals: dict[str, int] = defaultdict(int)
+    for cause in causes:
+        totals[cause["component"]] += cause["count"]
+    return [{"component": c, "count": n} for c, n in sorted(totals.items(), key=lambda item: (-item[1], item[0]))]
+
+
+def remediations_by_rung(remediations: QuerySet[Remediation], period: Period) -> list[dict[str, Any]]:
+    """Remediations begun in the period by the rung they ended on (or are on), with how many succeeded:
+    one query."""
+    counts = {r["rung"]: r for r in remediations.filter(created__gte=period.since, created__lt=period.until)
+              .values("rung").annotate(n=Count("id"), ok=Count("id", filter=Q(status=Status.SUCCEEDED)))
+              .order_by()}
+    return [{"rung": rung, "label": Rung(rung).label, "count": counts[rung]["n"] if rung in counts else 0,
+             "succeeded": counts[rung]["ok"] if rung in counts else 0} for rung in LADDER]
+
+
+def downtime_totals(totals: dict[str, tuple[int, float]]) -> dict[str, Any]:
+    """Outages and node-hours per attribution (from ``outages.outage_page``), as ``downtime`` gives them."""
+    hours = {a: totals.get(a, (0, 0.0))[1] / 3600 for a in Attribution.values}
+    node_hours = sum(hours.values())
+    return {"totals": [{"attribution": a, "label": Attribution(a).label, "outages": totals.get(a, (0, 0.0))[0],
+                        "hours": round(hours[a], 1),
+                        "share": round(100 * hours[a] / node_hours, 1) if node_hours else None}
+                       for a in Attribution.values], "clusters": []}
+
+
+def downtime(scope: outages.Scope, period: Period) -> dict[str, Any]:
+    """Node-hours of downtime in the period, provider's and customer's, over all and per cluster."""
+    rows = outages.downtime_by_attribution(scope, period.since, period.until)
+    names = dict(Cluster.objects.filter(pk__in={r["cluster_id"] for r in rows if r["cluster_id"]})
+                 .values_list("pk", "name"))
+    totals = {a: {"outages": 0, "hours": 0.0} for a in Attribution.values}
+    clusters: dict[str, dict[str, dict[str, float]]] = {}
+    for r in rows:
+        name = names.get(r["cluster_id"], "")
+        per = clusters.setdefault(name, {a: {"outages": 0, "hours": 0.0} for a in Attribution.values})
+        for bucket in (totals[r["attribution"]], per[r["attribution"]]):
+            bucket["outages"] += r["outages"]
+            bucket["hours"] += r["seconds"] / 3600
+    node_hours = sum(t["hours"] for t in totals.values())
+    return {
+        "totals": [{"attribution": a, "label": Attribution(a).label, "outages": totals[a]["outages"],
+                    "hours": round(totals[a]["hours"], 1),
+                    "share": round(100 * totals[a]["hours"] / node_hours, 1) if node_hours else None}
+                   for a in Attribution.values],
+        "clusters": [{"cluster": name, **{a: {"outages": per[a]["outages"], "hours": round(per[a]["hours"], 1)}
+                                          for a in Attribution.values}}
+                     for name, per in sorted(clusters.items())],
+    }
