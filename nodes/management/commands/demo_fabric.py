@@ -72,6 +72,16 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
+        from fabric.sim import missing_components
+
+        missing = missing_components()
+        if missing:  # the demo goes on without a fabric; the pages say there is no plan
+            self.stderr.write(f"No simulated fabric: {', '.join(missing)} missing (bin/demo installs them as root).")
+            if ready_file is not None:
+                ready_file.write_text("# no simulated fabric\n")
+            while not stop.wait(1.0):
+                pass
+            return
         sim = start_demo_fabric()
         try:
             run = record_look(sim)
