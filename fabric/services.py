@@ -240,10 +240,18 @@ def record_manual_validation(*, actor: Actor, scope: str, result: str, notes: st
 
 
 def node_fabric_problems(node_id: int) -> list[Ticket]:
-    """Open tickets that touch the node's HCAs: what fails its Day 1 fabric and cable check."""
+    """Open tickets that touch the node's HCAs: what fails its Day 1 fabric and cable check.
+    A ticket opened before the node was enrolled names its ports, not the node: found by
+    its key, which lists the ports ("...|<host> mlx5_3/1|...")."""
+    from django.db.models import Q
+
+    from nodes.models import Node
+
     from .choices import BLOCKING_KINDS
 
-    return list(Ticket.objects.filter(status=TicketStatus.OPEN, nodes=node_id, kind__in=BLOCKING_KINDS)
+    hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first() or ""
+    mine = Q(nodes=node_id) | Q(key__contains=f"|{hostname} ")
+    return list(Ticket.objects.filter(mine, status=TicketStatus.OPEN, kind__in=BLOCKING_KINDS).distinct()
                 .order_by("opened_at"))
 
 
@@ -252,6 +260,13 @@ def last_run() -> DiscoveryRun | None:
 
 
 def plan_covers_node(node_id: int) -> bool:
+    """Whether the plan lists the node's HCAs (tying HCAs planned before it enrolled to it now)."""
+    from nodes.models import Node
+
+    hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first()
+    if hostname:
+        FabricDevice.objects.filter(in_plan=True, node__isnull=True, name__startswith=f"{hostname} ").update(
+            node_id=node_id)
     return FabricDevice.objects.filter(node_id=node_id, in_plan=True).exists()
 
 

@@ -69,3 +69,20 @@ def test_a_pulled_cable_on_the_node_fails_the_check_naming_the_ticket_and_ports(
     assert node.state == NodeState.TRIAGE
     reason = NodeEvent.objects.filter(node=node, transition="fail_validation").get().reason
     assert f"Link down: {node.hostname} mlx5_5/1 <-> leaf-r5/1" in reason and "leaf-r5/1 Down/Polling" in reason
+
+
+def test_a_ticket_opened_before_the_node_enrolled_still_fails_its_fabric_check(node_in, eager):
+    cables = [(Port(f"gpu-late-01 mlx5_{k}", 1), Port(f"leaf-r{k}", 1)) for k in range(8)]
+    import_plan("a_device,a_port,b_device,b_port,width,rate_gbps\n" + "".join(
+        f"{a.device},{a.port},{b.device},{b.port},4X,400\n" for a, b in cables), actor=TESTS)
+    record_run(seen(cables, pull=2), {}, actor=TESTS)  # the bay's fabric is checked before the server enrolls
+    node = node_in(NodeState.BURN_IN, hostname="gpu-late-01")
+    send(node, idle_report(node))
+    with eager():
+        node_services.pass_burn_in(node.pk, actor=TESTS, reason="burn-in passed")
+    record_run(seen(cables, pull=2), {}, actor=TESTS)
+    with eager():
+        services.advance_open_stages()
+    node.refresh_from_db()
+    assert node.state == NodeState.TRIAGE
+    assert "gpu-late-01 mlx5_2/1 <-> leaf-r2/1" in NodeEvent.objects.get(node=node, transition="fail_validation").reason
