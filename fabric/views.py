@@ -6,14 +6,12 @@ Every change goes through ``fabric.plan`` or ``fabric.services``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, QueryDict
@@ -24,7 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from nodes.models import OPERATE
-from nodes.scoping import is_operator_view
+from nodes.scoping import staff_only
 from nodes.services import Actor, ReasonRequired
 
 from . import charts, services
@@ -51,18 +49,6 @@ COUNTER_POINTS = 500  # snapshots drawn on a port's page, newest
 PORT_ROWS = 50  # flaps and tickets listed on a port's page
 TICKET_DISCREPANCIES = 100
 PLAN_MAX_BYTES = 20 * 1024 * 1024
-
-
-def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Log in first; anyone but staff gets 404, so the fabric's existence is not shown to customers."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_operator_view(request.user):
-            raise Http404("No such page")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
 
 
 class PlanUploadForm(forms.Form):

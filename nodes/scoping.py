@@ -51,3 +51,20 @@ def visible_node_or_404(user: Any, pk: int) -> Node:
     from django.shortcuts import get_object_or_404
 
     return get_object_or_404(visible_nodes(user).select_related("hardware_profile"), pk=pk)
+
+
+def staff_only(view: Any) -> Any:
+    """A page for staff only: log in first; anyone else gets 404, so fleet-wide pages
+    (fabric, remediation, trends, reports) do not even show customers that they exist."""
+    from functools import wraps
+
+    from django.contrib.auth.decorators import login_required
+    from django.http import Http404
+
+    @wraps(view)
+    def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
+        if not is_operator_view(request.user):
+            raise Http404("No such page")
+        return view(request, *args, **kwargs)
+
+    return login_required(wrapper)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
-from functools import wraps
 from typing import Any
 
 from django import forms
@@ -25,7 +24,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.models import Cluster
 from nodes.models import OPERATE, Node, StateCountSnapshot
-from nodes.scoping import is_operator_view, visible_node_or_404
+from nodes.scoping import is_operator_view, staff_only, visible_node_or_404
 from nodes.services import Actor, ReasonRequired
 
 from . import charts, services, summary
@@ -39,18 +38,6 @@ VERBS: dict[str, Callable[..., Remediation]] = {
     "approve": services.approve, "skip-rung": services.skip_rung, "stop": services.stop,
 }
 REFUSALS = (ReasonRequired, services.RemediationConflict)
-
-
-def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Log in first; anyone but staff gets 404 (the fleet's remediation is staff business)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_operator_view(request.user):
-            raise Http404("No such page")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
 
 
 class HoldForm(forms.Form):

@@ -8,9 +8,8 @@ Every queryset starts from ``nodes.scoping``; every read is a fixed number of qu
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -28,7 +27,7 @@ from fleet.models import Cluster, Tenant
 from health.models import Finding
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent, StateCountSnapshot
-from nodes.scoping import is_operator_view, user_tenant_id, visible_nodes, visible_tenants
+from nodes.scoping import is_operator_view, staff_only, user_tenant_id, visible_nodes, visible_tenants
 from remediation.models import Remediation
 from validation.summary import day1_yield
 
@@ -36,18 +35,6 @@ from . import availability, charts, flows, metrics, outages, summary
 from .filters import Period, ReportForm
 
 PAGE_SIZE = 50
-
-
-def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Log in first; anyone but staff gets 404 (the fleet's reports are staff business)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_operator_view(request.user):
-            raise Http404("No such page")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
 
 
 def _form(request: HttpRequest, *, drop: tuple[str, ...] = ()) -> ReportForm:

@@ -3,17 +3,14 @@ nodes, underperformers per hardware profile and degrading nodes; a node's trend 
 the node page's "Trends" partial (htmx), each flag with the chart of its evidence."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
-from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from nodes.models import Node
-from nodes.scoping import is_operator_view, visible_node_or_404
+from nodes.scoping import staff_only, visible_node_or_404
 
 from . import analysis, charts
 from .choices import FLAG_COLOURS, FlagKind
@@ -21,18 +18,6 @@ from .models import TrendFlag, TrendRun
 
 LIST_ROWS = 200  # open flags listed per kind on the fleet page; the API pages through the rest
 CLEARED_ROWS = 10  # cleared flags shown on a node's page
-
-
-def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Log in first; anyone but staff gets 404 (fleet-wide comparisons are staff business)."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not is_operator_view(request.user):
-            raise Http404("No such page")
-        return view(request, *args, **kwargs)
-
-    return login_required(wrapper)
 
 
 def _open(kind: str) -> Any:
