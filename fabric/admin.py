@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 
 from nodes.models import OPERATE
 from nodes.services import Actor, ReasonRequired
+from nodewarden.admin_actions import reason_or_page
 from nodewarden.records import ReadOnlyAdmin
 
 from . import services
@@ -92,10 +91,6 @@ class ManualValidationAdmin(ReadOnlyAdmin):
     search_fields = ["scope", "notes", "actor_name"]
 
 
-class CloseReasonForm(forms.Form):
-    reason = forms.CharField(max_length=250, widget=forms.Textarea(attrs={"rows": 2}))
-
-
 @admin.register(Ticket)
 class TicketAdmin(ReadOnlyAdmin):
     list_display = ["id", "title", "kind", "status", "opened_at", "times_seen", "closed_at"]
@@ -109,17 +104,16 @@ class TicketAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Close (reason required; the next run reopens a persisting problem)")
     def close_action(self, request: HttpRequest, queryset: QuerySet[Ticket]) -> HttpResponse | None:
-        form = CloseReasonForm(request.POST if "apply" in request.POST else None)
-        if not form.is_valid():
-            return TemplateResponse(request, "fabric/admin_close_tickets.html", {
-                **self.admin_site.each_context(request), "title": "Close fabric tickets", "form": form,
-                "tickets": queryset, "action": "close_action", "opts": self.model._meta,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            })
+        reason, page = reason_or_page(
+            self, request, queryset, title="Close fabric tickets", button="Close tickets",
+            intro="Your name and your reason are kept with each ticket and on its nodes' histories. "
+                  "A problem that persists is reopened by the next run.")
+        if page is not None:
+            return page
         closed = 0
         for pk in queryset.filter(status="open").values_list("pk", flat=True):
             try:
-                services.close_ticket(pk, actor=Actor(user=request.user), reason=form.cleaned_data["reason"])
+                services.close_ticket(pk, actor=Actor(user=request.user), reason=reason)
                 closed += 1
             except ReasonRequired as exc:
                 self.message_user(request, f"Ticket {pk}: {exc}", messages.ERROR)

@@ -19,6 +19,7 @@ from bmc.choices import BmcDriverKind
 from fleet.models import Cluster, HardwareProfile, Persona, Site, Tenant
 from nodes.models import OPERATE
 from nodes.services import Actor, ReasonRequired, TransitionForbidden
+from nodewarden.admin_actions import reason_or_page
 from nodewarden.records import ReadOnlyAdmin
 
 from . import cloudinit, services
@@ -117,11 +118,6 @@ class BootConfigAdmin(admin.ModelAdmin):
         })
 
 
-class RevokeForm(forms.Form):
-    reason = forms.CharField(max_length=300, widget=forms.Textarea(attrs={"rows": 2}),
-                             help_text="Recorded in each node's history.")
-
-
 @admin.register(JoinToken)
 class JoinTokenAdmin(ReadOnlyAdmin):
     """Only the prefix is shown; the hash, the salt and the kubeadm secret hash never are."""
@@ -140,18 +136,16 @@ class JoinTokenAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Revoke (reason required, audited)", permissions=["revoke"])
     def revoke_action(self, request: HttpRequest, queryset: QuerySet[JoinToken]) -> HttpResponse | None:
-        form = RevokeForm(request.POST if "apply" in request.POST else None)
-        if not form.is_valid():
-            return TemplateResponse(request, "provisioning/admin_revoke_join_tokens.html", {
-                **self.admin_site.each_context(request), "title": "Revoke join tokens", "form": form,
-                "tokens": queryset.select_related("node"), "opts": self.model._meta,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            })
+        reason, page = reason_or_page(
+            self, request, queryset, title="Revoke join tokens", button="Revoke",
+            intro="A revoked join token can no longer be used to join. Your name and your reason are "
+                  "recorded in each node's history.")
+        if page is not None:
+            return page
         revoked = 0
         for pk in queryset.values_list("pk", flat=True):
             try:
-                revoked += services.revoke_join_token(pk, actor=Actor(user=request.user),
-                                                      reason=form.cleaned_data["reason"])
+                revoked += services.revoke_join_token(pk, actor=Actor(user=request.user), reason=reason)
             except (ReasonRequired, TransitionForbidden) as exc:
                 self.message_user(request, f"Join token {pk}: {exc}", messages.ERROR)
         skipped = queryset.count() - revoked

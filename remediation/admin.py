@@ -11,10 +11,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 
 from nodes.models import OPERATE
 from nodes.services import Actor, ReasonRequired
+from nodewarden.admin_actions import reason_or_page
 from nodewarden.records import ReadOnlyAdmin
 
 from . import services
@@ -31,24 +31,16 @@ from .models import (
 TARGETS = ("node", "cluster", "rack", "tenant")
 
 
-class ReasonForm(forms.Form):
-    reason = forms.CharField(max_length=1000, widget=forms.Textarea(attrs={"rows": 2}))
-
-
 def _with_reason(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any], *, title: str,
                  button: str, verb: Callable[[int, Actor, str], object]) -> HttpResponse | None:
     """Ask for a reason (an intermediate page), then run ``verb`` on each selected row."""
-    form = ReasonForm(request.POST if "apply" in request.POST else None)
-    if not form.is_valid():
-        return TemplateResponse(request, "remediation/admin_reason.html", {
-            **modeladmin.admin_site.each_context(request), "title": title, "button": button, "form": form,
-            "objects": queryset, "action": request.POST.get("action", ""), "opts": modeladmin.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-        })
+    reason, page = reason_or_page(modeladmin, request, queryset, title=title, button=button)
+    if page is not None:
+        return page
     done = 0
     for pk in queryset.values_list("pk", flat=True):
         try:
-            verb(pk, Actor(user=request.user), form.cleaned_data["reason"])
+            verb(pk, Actor(user=request.user), reason)
             done += 1
         except (ReasonRequired, services.RemediationConflict, services.RemediationForbidden) as exc:
             modeladmin.message_user(request, f"#{pk}: {exc}", messages.ERROR)
