@@ -47,7 +47,7 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             counts["timed_out"] += 1
         elif (step.last_activity or step.started) < now - stalled_after and _claim(step, now):
-            services._queue_step(step.pk)
+            services.queue_step(step.pk)
             counts["requeued"] += 1
     for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
         counts["drained"] += _check_drain(rem.node, rem)

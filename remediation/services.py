@@ -33,7 +33,20 @@ from nodes.models import OPERATE, Node
 from nodes.services import Actor, clean_reason, record_event
 
 from . import safety
-from .choices import DONE, HAND_OFF, LADDER, OPEN, RECOMMENDED_RUNG, Rung, Status, StepStatus, Urgency, next_rung
+from .choices import (
+    APPROVABLE,
+    DONE,
+    HAND_OFF,
+    LADDER,
+    OPEN,
+    RECOMMENDED_RUNG,
+    SKIPPABLE,
+    Rung,
+    Status,
+    StepStatus,
+    Urgency,
+    next_rung,
+)
 from .models import Remediation, RemediationPolicy, RemediationStep
 
 log = logging.getLogger(__name__)
@@ -262,11 +275,11 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
                                             details={"remediation": rem.pk, "rung": rem.rung})
         rem.status, rem.queued_reason = Status.RUNNING, ""
         _decide(rem, f"{Rung(rem.rung).label.lower()} started", event=False)
-        transaction.on_commit(lambda: _queue_step(step.pk))
+        transaction.on_commit(lambda: queue_step(step.pk))
     return rem
 
 
-def _queue_step(step_id: int) -> None:
+def queue_step(step_id: int) -> None:
     from .tasks import run_step
 
     run_step.apply_async(args=[step_id], queue="remediation")
@@ -389,7 +402,7 @@ def _operator(actor: Actor, reason: str) -> str:
 def approve(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     reason = _operator(actor, reason)
     rem = Remediation.objects.get(pk=remediation_id)
-    if rem.status != Status.AWAITING_APPROVAL:
+    if rem.status not in APPROVABLE:
         raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}, not awaiting approval.")
     rem.status = Status.QUEUED
     _decide(rem, f"approved: {reason}", actor=actor)
@@ -413,7 +426,7 @@ def skip_rung(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     """Skip the current rung and go to the next (e.g. a GPU reset known not to help)."""
     reason = _operator(actor, reason)
     rem = Remediation.objects.get(pk=remediation_id)
-    if rem.status not in (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL):
+    if rem.status not in SKIPPABLE:
         raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}: no rung to skip.")
     RemediationStep.objects.filter(remediation=rem, rung=rem.rung, status=StepStatus.RUNNING).update(
         status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"skipped by {actor.name}: {reason}")

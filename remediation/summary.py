@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 from nodes.models import Node
 from nodes.scoping import is_operator_view, visible_nodes
 
-from .choices import LADDER, OPEN, Rung, Status, StepStatus
+from .choices import APPROVABLE, LADDER, OPEN, SKIPPABLE, STATUS_COLOURS, STEP_COLOURS, Rung, Status, StepStatus
 from .models import CircuitBreaker, Hold, Remediation, RemediationStep
 
 MTTR_WINDOW = timedelta(days=30)
@@ -29,21 +29,11 @@ MAX_RECOVERIES = 20_000  # MTTR is read from at most this many recent recoveries
 OLDER = 10  # earlier remediations listed on a node's panel
 MAX_HOLDS = 200
 
-STATUS_COLOURS: dict[str, str] = {
-    Status.AWAITING_APPROVAL: "#7b61c9", Status.QUEUED: "#8b95a5", Status.DRAINING: "#d9a21b",
-    Status.RUNNING: "#e0641e", Status.VALIDATING: "#4a78c2", Status.HANDED_OFF: "#c0392b",
-    Status.SUCCEEDED: "#2e9e5b", Status.STOPPED: "#555c66", Status.FAILED: "#8e2a20",
-}
-STEP_COLOURS: dict[str, str] = {
-    StepStatus.RUNNING: "#e0641e", StepStatus.PASSED: "#2e9e5b", StepStatus.FAILED: "#c0392b",
-    StepStatus.SKIPPED: "#8b95a5",
-}
-
 # The operator verbs on a remediation and the statuses each accepts: the same guards as
 # remediation.services (approve, skip_rung, stop), so the panel offers only what can work.
 ACTIONS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("approve", "Approve", "primary", (Status.AWAITING_APPROVAL,)),
-    ("skip-rung", "Skip rung", "warning", (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL)),
+    ("approve", "Approve", "primary", APPROVABLE),
+    ("skip-rung", "Skip rung", "warning", SKIPPABLE),
     ("stop", "Stop", "danger", OPEN),
 )
 

@@ -133,7 +133,7 @@ def test_a_stalled_step_is_requeued_and_one_past_its_deadline_climbs(fleet, eage
 
     settings.NODEWARDEN_REMEDIATION_STALL_SECONDS = 120
     queued = []
-    monkeypatch.setattr(svc, "_queue_step", lambda step_id: queued.append(step_id))  # the worker "dies"
+    monkeypatch.setattr(svc, "queue_step", lambda step_id: queued.append(step_id))  # the worker "dies"
     rem = catastrophic(fleet[9], eager)
     step = rem.steps.get()
     assert rem.status == Status.RUNNING and step.status == StepStatus.RUNNING and queued == [step.pk]
