@@ -12,10 +12,9 @@ ticket's opening and closing on the affected nodes' histories as a finding (heal
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Sum
@@ -269,11 +268,3 @@ def plan_covers_node(node_id: int) -> bool:
             node_id=node_id)
     return FabricDevice.objects.filter(node_id=node_id, in_plan=True).exists()
 
-
-def summary_by_kind(run: DiscoveryRun | None) -> dict[str, Any]:
-    if run is None:
-        return {}
-    counts: dict[str, int] = defaultdict(int)
-    for kind in run.discrepancies.values_list("kind", flat=True):
-        counts[kind] += 1
-    return dict(counts)

@@ -260,9 +260,5 @@ def skip_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
     return conclude(run.pk, Verdict(True, f"Skipped by {actor.name}: {reason}"), skipped=True, actor=actor)
 
 
-def stage_of(run: CheckRun) -> str:
-    return BY_RUN_KIND[run.kind].stage
-
-
 def stage_info(stage: str) -> StageInfo:
     return BY_STAGE[stage]

@@ -17,7 +17,6 @@ itself: every move is a service call, and the Day 1 stages decide.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 import shlex
@@ -273,9 +272,3 @@ def bring_up_demo_nodes(seed: int | None = None) -> str:
                + _open_missing_stages())
     return f"{len(changes)} changes" + (": " + "; ".join(changes) if changes else "")
 
-
-def write_systems_file(path: str) -> int:
-    systems = demo_bmc_systems()
-    with open(path, "w") as handle:
-        json.dump(systems, handle)
-    return len(systems)
