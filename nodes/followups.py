@@ -8,7 +8,8 @@ several may answer one transition, in registration order.
 The drain road is the workload scheduler's (``schedulers.adapter_for``): a requested
 drain asks the scheduler to let the current work finish and take no more; the node
 moves to Draining, then to Triage, once the scheduler reports it drained (at once
-without a scheduler; otherwise ``remediation``'s reconciler polls the scheduler).
+without a scheduler; otherwise ``remediation``'s reconciler polls the scheduler, and asks
+again for the drain if the scheduler could not be reached the first time).
 """
 from __future__ import annotations
 
@@ -42,11 +43,15 @@ def run_followups(node: Node, event: NodeEvent) -> str | None:
 @followup("request_drain")
 def drain_when_idle(node: Node, event: NodeEvent) -> str:
     """Ask the scheduler to drain (no new work, current work finishes); without work, drain on at once."""
-    from schedulers.base import adapter_for
+    from schedulers.base import SchedulerError, adapter_for
 
     adapter = adapter_for(node.cluster)
-    adapter.drain(node, reason=event.reason)
-    if adapter.is_running_work(node):
+    try:
+        adapter.drain(node, reason=event.reason)
+        busy = adapter.is_running_work(node)
+    except SchedulerError as exc:  # the node stays drain pending; the reconciler asks again
+        return f"The scheduler could not be asked to drain ({exc}); asking again later."
+    if busy:
         return f"{node.cluster.get_scheduler_kind_display()} drains the node; waiting for its job to end."
     services.start_draining(node.pk, actor=ACTOR, reason="No customer job running: draining now.",
                             details={"trigger_event": event.pk, "scheduler": adapter.kind})
@@ -56,11 +61,14 @@ def drain_when_idle(node: Node, event: NodeEvent) -> str:
 @followup("start_draining")
 def finish_drain_when_empty(node: Node, event: NodeEvent) -> str:
     """The drain is complete once the scheduler reports no customer work left on the node."""
-    from schedulers.base import adapter_for
+    from schedulers.base import SchedulerError, adapter_for
 
     adapter = adapter_for(node.cluster)
-    adapter.drain(node, reason=event.reason)
-    state = adapter.drain_state(node)
+    try:
+        adapter.drain(node, reason=event.reason)
+        state = adapter.drain_state(node)
+    except SchedulerError as exc:  # the node stays draining; the reconciler asks again
+        return f"The scheduler could not be asked about the drain ({exc}); asking again later."
     if not state.drained:
         return f"Waiting for the scheduler to report the node drained ({state.detail})."
     services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",

@@ -83,8 +83,10 @@ def _check_drain(node: Node, rem: Remediation | None) -> int:
         return 1
     if node.state not in (S.DRAIN_PENDING, S.DRAINING):
         return 0
+    adapter = adapter_for(node.cluster)
     try:
-        state = adapter_for(node.cluster).drain_state(node)
+        adapter.drain(node, reason="drain requested in Nodewarden")  # idempotent; re-asks one that failed
+        state = adapter.drain_state(node)
     except SchedulerError:
         return 0
     if not state.drained:
