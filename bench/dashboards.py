@@ -8,7 +8,10 @@
    rungs of the ladder (reboot, power cycle, ... repair, RMA), the re-validation back to
    production; warning findings that resolve by themselves; and the hourly state-count
    snapshots per cluster, tenant and state derived from those lives. Rows go in with COPY,
-   5,000 nodes at a time, on one connection; nothing is written through the ORM.
+   5,000 nodes at a time, on one connection; nothing is written through the ORM. Then the derived
+   tables are filled the way a deployment fills them after a bulk load: the daily roll-ups of the
+   snapshots (``nodes.statecounts.roll_up``, which the hourly snapshot task runs) and the outage
+   rows (``reports.outages.rebuild``, which each recorded state change runs for its node).
 2. Measurement: Django's test client (no HTTP server) as an operator, each page and API
    endpoint requested ``--requests`` times after one warm-up: p50 and p95 of the wall time,
    and the number of queries of one request.
@@ -470,6 +473,16 @@ def write_snapshots(fleet: Fleet) -> int:
     return table.written
 
 
+def derive() -> dict[str, int]:
+    """The daily roll-ups of the snapshots and the outage rows, by the code that keeps them."""
+    from nodes import statecounts
+    from nodes.models import DailyStateCount
+    from reports import outages
+
+    DailyStateCount.objects.all().delete()  # the snapshots were rewritten whole (a second --sizes round)
+    return {"daily": statecounts.roll_up(), "outages": outages.rebuild()}
+
+
 def finish(fleet: Fleet) -> None:
     """Sequences past the ids handed out; history tables laid out in time order; fresh statistics.
 
@@ -478,14 +491,16 @@ def finish(fleet: Fleet) -> None:
     CLUSTER on the time index restores that layout: without it, every query over a period reads
     every page of the table, which no real deployment does."""
     from health.models import Finding
-    from nodes.models import NodeEvent, StateCountSnapshot
+    from nodes.models import DailyStateCount, NodeEvent, StateCountSnapshot
+    from reports.models import Outage
 
     with connection.cursor() as cursor:
         for table in [*fleet.tables]:
             name = table.model._meta.db_table
             cursor.execute(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
                            f"(SELECT COALESCE(MAX(id), 1) FROM {name}))")
-        for model, column in ((NodeEvent, "created"), (Finding, "created"), (StateCountSnapshot, "taken_at")):
+        for model, column in ((NodeEvent, "created"), (Finding, "created"), (StateCountSnapshot, "taken_at"),
+                              (DailyStateCount, "day"), (Outage, "started")):
             table = model._meta.db_table
             index = next(name for name, c in connection.introspection.get_constraints(cursor, table).items()
                          if c["index"] and c["columns"] == [column])
@@ -559,11 +574,12 @@ def report(size: int, results: list[dict[str, Any]], target: float) -> None:
 def counts() -> dict[str, int]:
     from checks.models import CheckRun
     from health.models import Alert, Finding
-    from nodes.models import Node, NodeEvent, StateCountSnapshot
+    from nodes.models import DailyStateCount, Node, NodeEvent, StateCountSnapshot
     from remediation.models import Remediation, RemediationStep
+    from reports.models import Outage
 
     return {m.__name__: m.objects.count() for m in (Node, NodeEvent, Finding, Alert, Remediation, RemediationStep,
-                                                     CheckRun, StateCountSnapshot)}
+                                                     CheckRun, StateCountSnapshot, DailyStateCount, Outage)}
 
 
 def run(sizes: list[int], days: int, requests: int, seed: int, target: float) -> None:
@@ -583,13 +599,16 @@ def run(sizes: list[int], days: int, requests: int, seed: int, target: float) ->
         generate(fleet, made + 1, size)
         lives = time.perf_counter() - started
         snapshots = write_snapshots(fleet)
+        derived = derive()
         finish(fleet)
         made = size
         took = time.perf_counter() - started
         rows = counts()
         print(f"\ngenerated {size:,} nodes x {days} days in {took:.0f} s (lives and COPY {lives:.0f} s; snapshots, "
-              f"CLUSTER and ANALYZE {took - lives:.0f} s): " + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
+              f"roll-ups, outages, CLUSTER and ANALYZE {took - lives:.0f} s): "
+              + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
         assert rows["StateCountSnapshot"] == snapshots
+        assert (rows["DailyStateCount"], rows["Outage"]) == (derived["daily"], derived["outages"])
         results = [measure(name, clients[who], url, requests) for name, who, url in endpoints(fleet, users)]
         report(size, results, target)
 

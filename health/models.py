@@ -185,6 +185,9 @@ class Alert(models.Model):
         ]
         indexes = [
             models.Index(fields=["state", "-severity_rank", "-last_seen"], name="alert_list"),
+            # /api/alerts/ and the alert page without a state filter: worst first, read in index order
+            # (without it, every request sorts the whole table to keep the first 50).
+            models.Index(fields=["-severity_rank", "-last_seen", "-id"], name="alert_rank"),
             models.Index(fields=["node", "state"], name="alert_node_state"),
         ]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
-from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from .choices import STATE_COLOURS, STATE_LAYOUT, NodeState
-from .models import Node, NodeEvent, StateCountSnapshot
+from .models import Node, NodeEvent
+from .statecounts import DayCount
 
 Figure = dict[str, Any]
 
@@ -23,26 +23,27 @@ _BASE_LAYOUT: dict[str, Any] = {
 }
 
 
-def state_counts_over_time(snapshots: QuerySet[StateCountSnapshot]) -> Figure:
-    """Stacked area of node counts per state, one trace per state that ever had nodes."""
-    rows = snapshots.values("taken_at", "state").annotate(n=Sum("count")).order_by("taken_at")
-    times: list[datetime] = []
-    per_state: dict[str, dict[datetime, int]] = defaultdict(dict)
-    for row in rows:
-        if not times or times[-1] != row["taken_at"]:
-            times.append(row["taken_at"])
-        per_state[row["state"]][row["taken_at"]] = row["n"]
+def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
+    """Stacked area of the average number of nodes per state and day (``statecounts.daily_counts``),
+    one trace per state that had nodes; today's point averages the snapshots taken so far."""
+    days = sorted({c.day for c in counts})
+    samples = {c.day: c.samples for c in counts}
+    per_state: dict[str, dict[date, int]] = defaultdict(lambda: defaultdict(int))
+    for c in counts:
+        per_state[c.state][c.day] += c.node_hours
     data = [
         {
             "type": "scatter", "mode": "lines", "stackgroup": "states", "name": state.label,
-            "x": [t.isoformat() for t in times], "y": [per_state[state].get(t, 0) for t in times],
+            "x": [d.isoformat() for d in days],
+            "y": [round(per_state[state][d] / samples[d], 1) if samples[d] else 0 for d in days],
             "line": {"width": 0.5, "color": STATE_COLOURS[state]},
-            "hovertemplate": f"{state.label}: %{{y}}<extra></extra>",
+            "hovertemplate": f"{state.label}: %{{y}} (day's average)<extra></extra>",
         }
         for state in NodeState if state in per_state
     ]
     layout = {**_BASE_LAYOUT, "height": 300, "hovermode": "x unified", "showlegend": True,
-              "legend": {"orientation": "h", "y": -0.2}, "yaxis": {"title": {"text": "nodes"}}}
+              "legend": {"orientation": "h", "y": -0.2}, "xaxis": {"type": "date"},
+              "yaxis": {"title": {"text": "nodes"}}}
     return {"data": data, "layout": layout}
 
 

@@ -264,3 +264,23 @@ class StateCountSnapshot(models.Model):
     class Meta:
         ordering = ["taken_at"]
         indexes = [models.Index(fields=["tenant", "taken_at"])]
+
+
+class DailyStateCount(models.Model):
+    """The hourly snapshots of one finished day rolled up per state, cluster and tenant.
+
+    Written by ``nodes.statecounts.roll_up`` (the hourly snapshot task runs it); charts of weeks and
+    months read these rows for finished days and the hourly snapshots only for the rest, so a
+    90-day chart reads about 130 rows a day instead of 3,000.
+    """
+
+    day = models.DateField()
+    state = models.CharField(max_length=30, choices=NodeState.choices)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    node_hours = models.PositiveIntegerField(help_text="The day's hourly counts summed.")
+    samples = models.PositiveSmallIntegerField(help_text="Snapshots taken that day, fleet-wide (24 when none missed).")
+
+    class Meta:
+        ordering = ["day"]
+        indexes = [models.Index(fields=["day"]), models.Index(fields=["tenant", "day"])]

@@ -11,6 +11,7 @@ from django.utils import timezone
 from checks.choices import FINISHED, RunKind, RunStatus
 from checks.models import CheckRun
 
+from . import statecounts
 from .followups import run_followups
 from .models import Node, NodeEvent, StateCountSnapshot
 
@@ -59,7 +60,8 @@ def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-unty
 
 @shared_task
 def snapshot_state_counts() -> int:
-    """Store the current number of nodes per state, cluster and tenant (for the history chart)."""
+    """Store the current number of nodes per state, cluster and tenant (for the history chart), then
+    roll the finished days up (``statecounts.roll_up``: the charts of weeks and months read those)."""
     now = timezone.now().replace(second=0, microsecond=0)
     rows = (
         Node.objects.values("state", "cluster_id", "tenant_id").annotate(n=Count("id")).order_by()
@@ -72,4 +74,5 @@ def snapshot_state_counts() -> int:
     with transaction.atomic():
         StateCountSnapshot.objects.filter(taken_at=now).delete()  # idempotent within the minute
         StateCountSnapshot.objects.bulk_create(snapshots)
+    statecounts.roll_up()
     return len(snapshots)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from datetime import date
 from typing import Any
 
-from django.db.models import Q, QuerySet, Sum
-from django.db.models.functions import TruncDate
-
 from nodes.choices import STATE_COLOURS, NodeState
-from nodes.models import StateCountSnapshot
+from nodes.statecounts import DayCount
 
 from .choices import ATTRIBUTION_COLOURS, SERVING, Attribution
 
@@ -25,21 +23,23 @@ _BASE_LAYOUT: dict[str, Any] = {
 NONE_LABEL = "(none)"
 
 
-def availability_over_time(snapshots: QuerySet[StateCountSnapshot], by: str) -> Figure:
-    """Per ``by`` (``cluster__name`` or ``tenant__name``) and day, the share (%) of its nodes in
-    production, one line each: one query.
+def availability_over_time(counts: Sequence[DayCount]) -> Figure:
+    """Per group (``statecounts.daily_counts`` by cluster or tenant name) and day, the share (%) of
+    its nodes in production, one line each.
 
-    A day's share is its snapshots' production counts over their totals (node-hours, the snapshots
-    being hourly); decommissioned nodes are no longer anyone's and count nowhere.
+    A day's share is its production node-hours over all its node-hours (the snapshots being
+    hourly); decommissioned nodes are no longer anyone's and count nowhere.
     """
-    rows = (snapshots.exclude(state=NodeState.DECOMMISSIONED).annotate(day=TruncDate("taken_at"))
-            .values(by, "day").annotate(total=Sum("count"), serving=Sum("count", filter=Q(state__in=SERVING)))
-            .order_by(by, "day"))
+    totals: dict[tuple[str, date], list[int]] = defaultdict(lambda: [0, 0])
+    for c in counts:
+        if c.state != NodeState.DECOMMISSIONED:
+            total = totals[(c.group or NONE_LABEL, c.day)]
+            total[0] += c.node_hours
+            total[1] += c.node_hours if c.state in SERVING else 0
     lines: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for row in rows:
-        if row["total"]:
-            share = round(100 * (row["serving"] or 0) / row["total"], 1)
-            lines[row[by] or NONE_LABEL].append((row["day"].isoformat(), share))
+    for (name, day), (total, serving) in sorted(totals.items()):
+        if total:
+            lines[name].append((day.isoformat(), round(100 * serving / total, 1)))
     data = [{
         "type": "scatter", "mode": "lines+markers", "name": name,
         "x": [day for day, _ in points], "y": [share for _, share in points],

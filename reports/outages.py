@@ -16,10 +16,12 @@ whose downtime each one is.
   customer) drained or cordoned it with their reason, and it came back without remediation,
   repair or RMA.
 
-Everything is one SQL statement over the state changes in the period and ``LOOKBACK`` before it
-(window functions, the same text on PostgreSQL and SQLite), grouped in the database: a fixed
-number of queries whatever the fleet's size. An outage that began more than ``LOOKBACK`` before
-the period is not counted (its opening change is not read).
+The derivation is one SQL statement over the state changes (window functions, the same text on
+PostgreSQL and SQLite). Its results are kept as ``Outage`` rows, rewritten per node with each state
+change (``rebuild``), so the reports read a period's outages from an index instead of sorting weeks
+of state changes per request: a fixed number of queries whatever the fleet's size. An outage that
+began more than ``LOOKBACK`` before the period is not counted (the period's figures stay those of
+reading its state changes and ``LOOKBACK`` before it).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from django.utils.dateparse import parse_datetime
 
 from nodes.models import Node, NodeEvent
 
+from . import models
 from .choices import GONE, HARDWARE_STATES, REQUESTED_COMPONENTS, SERVING, STATE_CHANGE_KINDS, Attribution
 
 LOOKBACK = timedelta(days=30)
@@ -121,16 +124,16 @@ def _clipped(start: str, end: str) -> str:
     return _later("0", _seconds(_later(start, "%(since)s"), f"COALESCE({end}, %(until)s)"))
 
 
-def _outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
-    """Per outage overlapping the period: node, start, end (NULL: still out), seconds in the
-    period, attribution, the initiating change and its actor.
+def _derived_sql(scope: Scope, since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
+    """The ``outages`` CTE: per outage begun from ``LOOKBACK`` before the period to its end, the
+    node, start, end (NULL: still out at ``until``), first entry into the hardware states, the
+    initiating change and its actor, derived from the state changes.
 
     An outage's rows are its opening change (from serving), visits to remediation, repair or RMA,
     its end (back to serving, or out of the fleet), and changes after it until the next outage
     (a drain asked for: serving to serving), which the CASEs ignore."""
     cte, params = _changes_cte(scope, since, until)
     serving, hardware, gone = _sql_list(SERVING), _sql_list(HARDWARE_STATES), _sql_list(GONE)
-    requested = _sql_list(REQUESTED_COMPONENTS)
     opener = f"source_state IN {serving} AND target_state NOT IN {serving}"
     closer = f"(source_state NOT IN {serving} AND target_state IN {serving}) OR target_state IN {gone}"
     sql = f"""{cte},
@@ -138,22 +141,93 @@ def _outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[str, d
             SELECT node_id, outage,
                    MIN(CASE WHEN {opener} THEN created END) AS started,
                    MIN(CASE WHEN {closer} THEN created END) AS ended,
-                   MAX(CASE WHEN target_state IN {hardware} THEN 1 ELSE 0 END) AS hardware,
+                   MIN(CASE WHEN target_state IN {hardware} THEN created END) AS hardware_at,
                    MAX(CASE WHEN {opener} THEN init_id END) AS init_id,
                    MAX(CASE WHEN {opener} THEN init_kind END) AS init_kind,
                    MAX(CASE WHEN {opener} THEN init_name END) AS init_name
             FROM changes
             WHERE outage > 0
             GROUP BY node_id, outage
-        ),
-        attributed AS (
-            SELECT node_id, started, ended, {_clipped("started", "ended")} AS seconds, init_id, init_name,
-                   CASE WHEN hardware = 1 OR (init_kind = 'system' AND init_name NOT IN {requested})
-                        THEN '{Attribution.PROVIDER.value}' ELSE '{Attribution.CUSTOMER.value}' END AS attribution
-            FROM outages
-            WHERE ended IS NULL OR ended > %(since)s
         )"""
     return sql, params
+
+
+def _attributed(source: str) -> str:
+    """The ``attributed`` CTE over ``source`` (outages with ``ended`` before ``until`` or NULL):
+    those overlapping the period, with their seconds in it and their attribution."""
+    requested = _sql_list(REQUESTED_COMPONENTS)
+    return f"""
+        attributed AS (
+            SELECT node_id, started, ended, {_clipped("started", "ended")} AS seconds, init_id, init_name,
+                   CASE WHEN hardware_at IS NOT NULL OR (init_kind = 'system' AND init_name NOT IN {requested})
+                        THEN '{Attribution.PROVIDER.value}' ELSE '{Attribution.CUSTOMER.value}' END AS attribution
+            FROM {source}
+            WHERE ended IS NULL OR ended > %(since)s
+        )"""
+
+
+def _live_outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
+    """Per outage overlapping the period, computed from the state changes at each call (the
+    reference that the stored rows must match)."""
+    sql, params = _derived_sql(scope, since, until)
+    return f"{sql},{_attributed('outages')}", params
+
+
+def _outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
+    """Per outage overlapping the period: node, start, end (NULL: still out), seconds in the
+    period, attribution, the initiating change and its actor; read from the ``Outage`` rows, cut
+    at ``until`` as the state changes would be (an end or a visit to repair after the period's end
+    is not known yet), and limited to outages begun from ``LOOKBACK`` before the period like them."""
+    table, node = models.Outage._meta.db_table, Node._meta.db_table
+    params: dict[str, Any] = {"since": _ts(since), "until": _ts(until), "lower": _ts(since - LOOKBACK)}
+    where = ["o.started >= %(lower)s", "o.started < %(until)s", "(o.ended IS NULL OR o.ended > %(since)s)"]
+    nodes = []
+    if scope.cluster_id is not None:
+        nodes.append("cluster_id = %(cluster)s")
+        params["cluster"] = scope.cluster_id
+    if scope.tenant_id is not None:
+        nodes.append("tenant_id = %(tenant)s")
+        params["tenant"] = scope.tenant_id
+    if nodes:
+        where.append(f"o.node_id IN (SELECT id FROM {node} WHERE {' AND '.join(nodes)})")
+    if scope.node_ids is not None:
+        ids = ", ".join(str(int(pk)) for pk in scope.node_ids)  # int(): never anything but numbers
+        where.append(f"o.node_id IN ({ids})" if ids else "1 = 0")
+    sql = f"""
+        WITH stored AS (
+            SELECT o.node_id, o.started,
+                   CASE WHEN o.ended < %(until)s THEN o.ended END AS ended,
+                   CASE WHEN o.hardware_at < %(until)s THEN o.hardware_at END AS hardware_at,
+                   o.initiating_event_id AS init_id, o.init_kind, o.init_name
+            FROM {table} o
+            WHERE {" AND ".join(where)}
+        ),{_attributed("stored")}"""
+    return sql, params
+
+
+# All of a node's history: the bounds of the rewrite (any instant a deployment will ever record).
+HISTORY = (datetime(1971, 1, 1, tzinfo=UTC), datetime(3000, 1, 1, tzinfo=UTC))
+
+
+def rebuild(node_ids: Sequence[int] | None = None) -> int:
+    """Rewrite the ``Outage`` rows of these nodes (None: every node) from their whole history: one
+    DELETE and one INSERT ... SELECT. Idempotent. Returns the rows written."""
+    table = models.Outage._meta.db_table
+    scope = Scope(node_ids=node_ids)
+    derived, params = _derived_sql(scope, *HISTORY)
+    insert = (f"INSERT INTO {table} (node_id, started, ended, hardware_at, initiating_event_id, init_kind, init_name)"
+              f" {derived} SELECT node_id, started, ended, hardware_at, init_id, init_kind, init_name FROM outages")
+    delete = f"DELETE FROM {table}"
+    if node_ids is not None:
+        if not node_ids:
+            return 0
+        delete += " WHERE node_id IN (" + ", ".join(str(int(pk)) for pk in node_ids) + ")"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and node_ids is None:
+            cursor.execute("SELECT set_config('work_mem', %s, true)", ["256MB"])
+        cursor.execute(delete)
+        cursor.execute(insert, params)
+        return cursor.rowcount
 
 
 def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -181,9 +255,10 @@ class Outage:
 
 
 def outages(scope: Scope, since: datetime, until: datetime, *, limit: int | None = None,
-            offset: int = 0) -> list[Outage]:
-    """The scope's outages overlapping the period, newest first (a page of them with ``limit``)."""
-    sql, params = _outages_sql(scope, since, until)
+            offset: int = 0, live: bool = False) -> list[Outage]:
+    """The scope's outages overlapping the period, newest first (a page of them with ``limit``).
+    ``live``: derived from the state changes now instead of read from the rows (the reference)."""
+    sql, params = (_live_outages_sql if live else _outages_sql)(scope, since, until)
     sql += " SELECT node_id, started, ended, seconds, attribution, init_name, init_id FROM attributed" \
            " ORDER BY started DESC, node_id"
     if limit is not None:
@@ -264,9 +339,10 @@ def serving_seconds(node_ids: Sequence[int], since: datetime, until: datetime) -
 
 
 def _dt(value: Any) -> datetime:
-    """Raw SQL answers timestamps as datetimes on PostgreSQL and as text (UTC) on SQLite."""
+    """Raw SQL answers timestamps as datetimes on PostgreSQL, and on SQLite as text (UTC), or as naive
+    datetimes (UTC) for a column read as it is stored."""
     if isinstance(value, datetime):
-        return value
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
     parsed = parse_datetime(value)
     if parsed is None:
         raise ValueError(f"Not a timestamp: {value!r}")

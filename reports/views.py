@@ -26,7 +26,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from fleet.models import Cluster, Tenant
 from health.models import Finding
 from nodes.choices import NodeState
-from nodes.models import Node, NodeEvent, StateCountSnapshot
+from nodes import statecounts
+from nodes.models import Node, NodeEvent
 from nodes.scoping import is_operator_view, staff_only, user_tenant_id, visible_nodes, visible_tenants
 from remediation.models import Remediation
 from validation.summary import day1_yield
@@ -83,9 +84,10 @@ class FleetScope:
         """Rows of a model with a ``node``, of the scope's nodes (all rows, unfiltered, for the fleet)."""
         return model.objects.filter(node__in=self.nodes()) if (self.cluster or self.tenant) else model.objects.all()
 
-    def snapshots(self) -> QuerySet[StateCountSnapshot]:
-        return StateCountSnapshot.objects.filter(taken_at__gte=self.period.since, taken_at__lt=self.period.until,
-                                                 **{k: v for k, v in self.ids.items() if v is not None})
+    def daily_counts(self, by: str) -> list[statecounts.DayCount]:
+        """Node-hours per day, state and ``by`` of the scope in the period (daily roll-ups)."""
+        return statecounts.daily_counts(self.period.since, self.period.until, by=by,
+                                        scope={k: v for k, v in self.ids.items() if v is not None})
 
     def flow_link(self, source: str, target: str) -> str:
         """The list of the nodes behind one band of the flow, for exactly this period and scope."""
@@ -109,8 +111,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     downtime = summary.downtime(outages.Scope(**scope.ids), period)
     return render(request, "reports/overview.html", {
         "form": form, "period": period, "cluster": scope.cluster, "tenant": scope.tenant,
-        "availability_clusters": charts.availability_over_time(scope.snapshots(), "cluster__name"),
-        "availability_tenants": charts.availability_over_time(scope.snapshots(), "tenant__name"),
+        "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
+        "availability_tenants": charts.availability_over_time(scope.daily_counts("tenant__name")),
         "mttr": summary.mttr(remediations, period),
         "causes": causes, "components": summary.failures_by_component(causes),
         "causes_chart": charts.failure_causes(causes),
@@ -179,12 +181,12 @@ def tenant_availability(request: HttpRequest) -> HttpResponse:
     listed = availability.IncidentList(outages.Scope(tenant_id=tenant.pk), period, page=_page_number(request, "ipage"),
                                        page_size=PAGE_SIZE)
     incidents = Paginator(listed, PAGE_SIZE).get_page(request.GET.get("ipage"))
-    snapshots = StateCountSnapshot.objects.filter(tenant=tenant, taken_at__gte=period.since, taken_at__lt=period.until)
+    counts = statecounts.daily_counts(period.since, period.until, by="tenant__name", scope={"tenant_id": tenant.pk})
     return render(request, "reports/availability.html", {
         "form": form, "period": period, "tenant": tenant, "staff": is_operator_view(request.user),
         "page": page, "rows": availability.node_availability(list(page.object_list), period),
         "incidents": incidents, "downtime": summary.downtime_totals(listed.totals()),
-        "chart": charts.availability_over_time(snapshots, "tenant__name"),
+        "chart": charts.availability_over_time(counts),
         "query": _query(request, "page"), "iquery": _query(request, "ipage"),
         "csv_query": period.query(tenant=tenant.slug),
     })

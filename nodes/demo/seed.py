@@ -150,6 +150,12 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         NodeEvent.objects.bulk_create(events, batch_size=BATCH)
         snapshots = _snapshots(node_rows, lives, now, days)
         StateCountSnapshot.objects.bulk_create(snapshots, batch_size=BATCH)
+        # bulk_create sends no post_save: the stored outages and the daily roll-up are built here.
+        from reports.outages import rebuild
+        from nodes.statecounts import roll_up
+
+        rebuild([n.pk for n in node_rows])
+        roll_up()
     return {"sites": len(SITES), "clusters": len(CLUSTERS), "racks": len(racks), "tenants": len(TENANTS),
             "nodes": len(node_rows), "gpus": len(gpus), "events": len(events), "snapshots": len(snapshots)}
 

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from health.models import Finding
+from nodes import statecounts
 from nodes.models import StateCountSnapshot
 from reports import charts
 from tests.factories import ClusterFactory, NodeFactory
@@ -114,10 +115,15 @@ def test_availability_per_cluster_and_tenant_is_the_share_of_node_hours_in_produ
                                           count=2)
         StateCountSnapshot.objects.create(taken_at=at, state="decommissioned", cluster=week.west, tenant=None,
                                           count=9)
-    by_cluster = charts.availability_over_time(StateCountSnapshot.objects.all(), "cluster__name")
+    week_ = (NOW - 7 * D, NOW)
+    by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name"))
     assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
-    by_tenant = charts.availability_over_time(StateCountSnapshot.objects.all(), "tenant__name")
+    by_tenant = charts.availability_over_time(statecounts.daily_counts(*week_, by="tenant__name"))
     assert {t["name"]: t["y"] for t in by_tenant["data"]} == {"Acme AI": [75.0], "(none)": [100.0]}
+    # The same from the daily roll-up once the day is over.
+    statecounts.roll_up(today=NOW.date())
+    by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name"))
+    assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
 
 
 def test_customers_and_strangers_get_no_fleet_report(client, week, acme_user):

@@ -1,0 +1,58 @@
+"""Outage rows: kept in step with every recorded state change, rewritten whole by ``rebuild``, and
+read by the reports with the same figures as deriving the outages from the state changes."""
+from __future__ import annotations
+
+import pytest
+
+from reports import outages
+from reports.models import Outage
+
+from .conftest import NOW, D, H, change
+
+pytestmark = pytest.mark.django_db
+
+PERIODS = [(NOW - 7 * D, NOW), (NOW - 3 * D, NOW), (NOW - 30 * D, NOW), (NOW - 7 * D, NOW - 3 * D + 3 * H),
+           (NOW - 6 * D + 2 * H, NOW - D + H), (NOW - 50 * D, NOW - 7 * D)]
+
+
+def _rows():
+    return sorted(Outage.objects.values_list("node_id", "started", "ended", "hardware_at", "initiating_event_id",
+                                             "init_kind", "init_name"))
+
+
+@pytest.mark.parametrize("since, until", PERIODS)
+def test_stored_outages_read_like_the_state_changes(week, since, until):
+    scopes = [outages.Scope(), outages.Scope(cluster_id=week.east.pk), outages.Scope(tenant_id=week.globex.pk),
+              outages.Scope(node_ids=[week.a.pk, week.b.pk]), outages.Scope(node_ids=[])]
+    for scope in scopes:
+        assert outages.outages(scope, since, until) == outages.outages(scope, since, until, live=True)
+        assert outages.outages(scope, since, until, limit=2, offset=1) == \
+            outages.outages(scope, since, until, limit=2, offset=1, live=True)
+
+
+def test_each_recorded_state_change_rewrites_its_nodes_rows(week):
+    assert Outage.objects.filter(node=week.e).count() == 0
+    change(week.e, NOW - 2 * D, "production", "triage", actor="operator", reason="looks odd")
+    [row] = Outage.objects.filter(node=week.e)
+    assert (row.started, row.ended, row.hardware_at, row.init_name) == (NOW - 2 * D, None, None, "operator")
+    change(week.e, NOW - 2 * D + H, "triage", "repair", actor="operator")
+    change(week.e, NOW - D, "repair", "production", actor="technician")
+    [row] = Outage.objects.filter(node=week.e)
+    assert (row.ended, row.hardware_at) == (NOW - D, NOW - 2 * D + H)
+
+
+def test_a_drain_is_initiated_by_whoever_asked_for_it(week):
+    [row] = Outage.objects.filter(node=week.a, started=NOW - 3 * D + H)
+    assert row.init_name == "operator" and row.initiating_event.target_state == "drain_pending"
+
+
+def test_rebuild_is_idempotent_and_matches_the_rows_kept_up_to_date(week):
+    kept = _rows()
+    assert kept and outages.rebuild() == len(kept)
+    assert _rows() == kept
+    outages.rebuild()
+    outages.rebuild([week.a.pk])
+    assert _rows() == kept
+    Outage.objects.all().delete()
+    outages.rebuild([week.a.pk, week.c.pk])
+    assert _rows() == [r for r in kept if r[0] in (week.a.pk, week.c.pk)]
