@@ -7,4 +7,5 @@ class SchedulerKind(models.TextChoices):
 
     SLURM = "slurm", "Slurm"
     KUBERNETES = "kubernetes", "Kubernetes"
+    SIMULATED = "simulated", "Simulated (fleet simulator)"
     NONE = "none", "None"

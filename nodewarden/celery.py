@@ -66,5 +66,7 @@ if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     app.conf.beat_schedule["bring-up-demo-nodes"] = {"task": "nodes.demo.bring_up_demo_nodes", "schedule": 20.0}
     # ...and the slurmd-backed nodes run short customer jobs, so a drain waits for the job to end.
     app.conf.beat_schedule["submit-demo-jobs"] = {"task": "nodes.demo.submit_demo_jobs", "schedule": 60.0}
-    app.conf.include = ["nodes.demo"]  # the worker must import the churn task
+    # ...and the fleet simulator plants faults at the published rates (sped up) for all of it to handle.
+    app.conf.beat_schedule["keep-demo-fleet-failing"] = {"task": "simulator.live.keep_failing", "schedule": 60.0}
+    app.conf.include = ["nodes.demo", "simulator.live"]  # the worker must import the demo tasks
 app.autodiscover_tasks()

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "remediation",
     "trends",
     "reports",
+    "simulator",
 ]
 
 MIDDLEWARE = [

@@ -102,4 +102,8 @@ def adapter_for(cluster: Any) -> SchedulerAdapter:
         from .kubernetes import KubernetesAdapter
 
         return KubernetesAdapter(cluster)
+    if kind == "simulated":
+        from .simulated import SimulatedScheduler
+
+        return SimulatedScheduler(cluster)
     return NoScheduler(cluster)

@@ -11,12 +11,10 @@ from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services
-from nodes.choices import TROUBLE_STATES, EventKind
 from nodes.models import Node
 from nodewarden.env import env_bool
 
 from .catalog import S
-from .lives import _fill, _finding_details, _parts, _pick_cause
 from .seed import demo_fleet_exists, demo_nodes
 
 SIMULATOR = services.Actor.system("demo-simulator")
@@ -26,7 +24,6 @@ MIN_AGE = {
     S.FABRIC_CHECK: 2, S.RELIABILITY_ASSESSMENT: 4, S.DRAIN_PENDING: 3, S.DRAINING: 1, S.TRIAGE: 2,
     S.REMEDIATING: 2, S.REPAIR: 10, S.RMA: 30,
 }
-TROUBLE_CAP = 0.08  # no new faults while this share of the demo fleet is out of production
 Move = Callable[[random.Random, datetime], list[str]]
 
 
@@ -46,28 +43,6 @@ def _run(verb: str, node: Node, reason: str, **details: Any) -> list[str]:
     except (TransitionNotAllowed, ConcurrentTransition, Node.DoesNotExist):
         return []
     return [f"{node.hostname}: {verb}"]
-
-
-def _gpu_uuids(node: Node) -> list[str]:
-    return list(node.gpus.order_by("index").values_list("uuid", flat=True)) or [""] * 8
-
-
-def _new_fault(rng: random.Random, now: datetime) -> list[str]:
-    fleet = demo_nodes()
-    if rng.random() > 0.3 or fleet.filter(state__in=TROUBLE_STATES).count() >= TROUBLE_CAP * fleet.count():
-        return []
-    candidates = list(fleet.filter(state=S.PRODUCTION).order_by("pk").values_list("pk", flat=True))
-    if not candidates:
-        return []
-    node = Node.objects.get(pk=rng.choice(candidates))
-    cause = _pick_cause(rng, None, planned=False)
-    finding, details = _fill(cause.finding, _parts(rng, _gpu_uuids(node)))
-    tag = {"cause": cause.key, "incident": f"INC-{rng.randrange(16**6):06X}"}
-    services.record_event(node.pk, EventKind.FINDING, actor=SIMULATOR, reason=finding,
-                          details=_finding_details(cause, details, tag))
-    if cause.cordon:
-        return _run("cordon", node, f"{finding}: cordoned at once", **tag)
-    return _run("request_drain", node, f"{finding}: drain when the running job ends", **tag)
 
 
 def _progress_drain(rng: random.Random, now: datetime) -> list[str]:
@@ -101,8 +76,9 @@ def _work_the_queue(rng: random.Random, now: datetime) -> list[str]:
     return changes
 
 
-# Day 0 and Day 1 are not moved by fiat any more: the real pipeline drives them (bringup.py).
-MOVES: tuple[Move, ...] = (_new_fault, _progress_drain, _work_the_queue)
+# Day 0 and Day 1 are not moved by fiat any more: the real pipeline drives them (bringup.py), and
+# faults come from the fleet simulator (simulator.live) through the agents' reports and the real rules.
+MOVES: tuple[Move, ...] = (_progress_drain, _work_the_queue)
 
 
 @shared_task(name="nodes.demo.churn_demo_fleet")

@@ -83,19 +83,6 @@ def test_history_stays_consistent_after_churning(enabled):
         assert state == node.state
 
 
-def test_new_faults_are_recorded_as_findings_before_the_node_leaves_production(enabled):
-    seed()
-    churn(runs=10)
-    findings = NodeEvent.objects.filter(actor_name=SIMULATOR, kind=EventKind.FINDING)
-    assert findings.exists()
-    for finding in findings:
-        assert finding.source_state == S.PRODUCTION and finding.details["cause"]
-        follow = NodeEvent.objects.filter(node=finding.node, kind=EventKind.TRANSITION, actor_name=SIMULATOR,
-                                          source_state=S.PRODUCTION).first()
-        assert follow.transition in ("request_drain", "cordon")
-        assert follow.details["incident"] == finding.details["incident"]
-
-
 def test_it_never_touches_nodes_outside_the_demo_sites(enabled):
     seed()
     outsider = NodeFactory(state=S.TRIAGE)

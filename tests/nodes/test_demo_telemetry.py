@@ -12,8 +12,8 @@ from django.core.management import call_command
 from health.choices import Severity
 from health.models import Alert, Finding
 from nodes import demo
-from nodes.demo import telemetry as demo_telemetry
 from nodes.demo.telemetry import REPORTING_STATES, report_demo_telemetry
+from simulator.models import LiveFault
 from telemetry.models import GpuState, NodeHealth
 
 SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
@@ -41,30 +41,31 @@ def test_it_does_nothing_unless_the_demo_is_on(fleet, monkeypatch):
     assert not NodeHealth.objects.exists()
 
 
-def test_every_reporting_demo_node_reports_with_its_eight_gpus(fleet, monkeypatch):
-    monkeypatch.setattr(demo_telemetry, "fault_for", lambda node_id, now: None)
+def plant(node, fault: str, *, gpu: int = 0, at: datetime = NOW, **kwargs) -> LiveFault:
+    return LiveFault.objects.create(node=node, fault=fault, gpu=gpu, started=at, **kwargs)
+
+
+def test_every_reporting_demo_node_reports_with_its_eight_gpus(fleet):
     assert tick() == f"{len(fleet)} reports"
     assert NodeHealth.objects.filter(node__in=fleet, last_report_at=NOW).count() == len(fleet)
     assert GpuState.objects.filter(node__in=fleet).count() == 8 * len(fleet)
     assert not Finding.objects.exists()  # a healthy fleet raises nothing
 
 
-def test_a_gpu_fallen_off_the_bus_becomes_a_catastrophic_finding_on_that_gpu(fleet, monkeypatch):
+def test_a_gpu_fallen_off_the_bus_becomes_a_catastrophic_finding_on_that_gpu(fleet):
     victim = fleet[0]
-    monkeypatch.setattr(demo_telemetry, "fault_for",
-                        lambda node_id, now: ("xid_79", 3, NOW) if node_id == victim.pk and now >= NOW else None)
     tick(NOW - timedelta(seconds=30))  # a healthy report first: the portal learns which bus is GPU 3
+    plant(victim, "faulty_gpu", gpu=3, xid=79, cure="power_cycle")
     tick(NOW)  # GPU 3 is gone from NVML and the kernel printed XID 79 for its bus
     finding = Finding.objects.get(node=victim, xid=79)
     assert (finding.gpu_index, finding.severity) == (3, Severity.CATASTROPHIC)
     assert victim.events.filter(kind="finding").exists()
+    assert LiveFault.objects.get(node=victim).announced  # the XID line is printed once
 
 
-def test_a_hot_gpu_alert_fires_then_resolves_when_the_fault_window_ends(fleet, monkeypatch):
+def test_a_hot_gpu_alert_fires_then_resolves_when_the_heat_goes_away(fleet):
     victim = fleet[0]
-    hot_until = NOW + timedelta(minutes=20)
-    monkeypatch.setattr(demo_telemetry, "fault_for",
-                        lambda node_id, now: ("hot_gpu", 5, NOW) if node_id == victim.pk and now < hot_until else None)
+    plant(victim, "thermal", gpu=5, ends=NOW + timedelta(minutes=20))  # ends: a passing signal
     tick(NOW)
     alert = Alert.objects.get(node=victim, rule="gpu_temperature")
     assert (alert.gpu_index, alert.state) == (5, "firing")
@@ -72,3 +73,9 @@ def test_a_hot_gpu_alert_fires_then_resolves_when_the_fault_window_ends(fleet, m
         tick(NOW + timedelta(minutes=minutes))
     alert.refresh_from_db()
     assert alert.state == "resolved"
+
+
+def test_a_dead_host_sends_nothing(fleet):
+    plant(fleet[0], "psu", cure="repair")
+    assert tick() == f"{len(fleet) - 1} reports"
+    assert not NodeHealth.objects.filter(node=fleet[0]).exists()
