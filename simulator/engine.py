@@ -188,7 +188,12 @@ class Simulation:
             self.traveller.move_to(at)
 
     def _start_emulators(self) -> None:
+        import importlib.util
+
         from bmc.emulator import RedfishEmulator
+
+        if importlib.util.find_spec("sushy_tools") is None:
+            raise RuntimeError("The simulator's BMCs run on sushy-tools' Redfish emulator: pip install -e '.[demo]'")
 
         per = self.config.nodes_per_emulator
         for first in range(0, self.config.nodes, per):
