@@ -10,8 +10,9 @@
    snapshots per cluster, tenant and state derived from those lives. Rows go in with COPY,
    5,000 nodes at a time, on one connection; nothing is written through the ORM. Then the derived
    tables are filled the way a deployment fills them after a bulk load: the daily roll-ups of the
-   snapshots (``nodes.statecounts.roll_up``, which the hourly snapshot task runs) and the outage
-   rows (``reports.outages.rebuild``, which each recorded state change runs for its node).
+   snapshots (``nodes.statecounts.roll_up``, which the hourly snapshot task runs) and of the state
+   changes (``reports.flows.roll_up``, hourly too), and the outage rows (``reports.outages.rebuild``,
+   which each recorded state change runs for its node).
 2. Measurement: Django's test client (no HTTP server) as an operator, each page and API
    endpoint requested ``--requests`` times after one warm-up: p50 and p95 of the wall time,
    and the number of queries of one request.
@@ -474,13 +475,16 @@ def write_snapshots(fleet: Fleet) -> int:
 
 
 def derive() -> dict[str, int]:
-    """The daily roll-ups of the snapshots and the outage rows, by the code that keeps them."""
+    """The daily roll-ups of the snapshots and of the state changes, and the outage rows, by the code
+    that keeps them."""
     from nodes import statecounts
     from nodes.models import DailyStateCount
-    from reports import outages
+    from reports import flows, outages
+    from reports.models import DailyTransitionCount
 
     DailyStateCount.objects.all().delete()  # the snapshots were rewritten whole (a second --sizes round)
-    return {"daily": statecounts.roll_up(), "outages": outages.rebuild()}
+    DailyTransitionCount.objects.all().delete()  # a second round's lives reach back a year too
+    return {"daily": statecounts.roll_up(), "flows": flows.roll_up(), "outages": outages.rebuild()}
 
 
 def finish(fleet: Fleet) -> None:
@@ -576,10 +580,11 @@ def counts() -> dict[str, int]:
     from health.models import Alert, Finding
     from nodes.models import DailyStateCount, Node, NodeEvent, StateCountSnapshot
     from remediation.models import Remediation, RemediationStep
-    from reports.models import Outage
+    from reports.models import DailyTransitionCount, Outage
 
     return {m.__name__: m.objects.count() for m in (Node, NodeEvent, Finding, Alert, Remediation, RemediationStep,
-                                                     CheckRun, StateCountSnapshot, DailyStateCount, Outage)}
+                                                     CheckRun, StateCountSnapshot, DailyStateCount,
+                                                     DailyTransitionCount, Outage)}
 
 
 def run(sizes: list[int], days: int, requests: int, seed: int, target: float) -> None:
@@ -608,7 +613,8 @@ def run(sizes: list[int], days: int, requests: int, seed: int, target: float) ->
               f"roll-ups, outages, CLUSTER and ANALYZE {took - lives:.0f} s): "
               + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
         assert rows["StateCountSnapshot"] == snapshots
-        assert (rows["DailyStateCount"], rows["Outage"]) == (derived["daily"], derived["outages"])
+        assert (rows["DailyStateCount"], rows["DailyTransitionCount"], rows["Outage"]) == (
+            derived["daily"], derived["flows"], derived["outages"])
         results = [measure(name, clients[who], url, requests) for name, who, url in endpoints(fleet, users)]
         report(size, results, target)
 

@@ -47,6 +47,8 @@ class CheckRun(models.Model):
         ordering = ["-created", "-id"]
         indexes = [
             models.Index(fields=["node", "-created"]),
+            # Day 1 yield, durations and failures: stage runs of one kind and status finished in a window.
+            models.Index(fields=["kind", "status", "finished"], name="checkrun_kind_status_finished"),
             # The sweep for claimed runs past their deadline reads only the few running rows.
             models.Index(fields=["deadline"], condition=Q(status=RunStatus.RUNNING), name="checkrun_running_deadline"),
         ]

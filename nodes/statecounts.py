@@ -10,13 +10,13 @@ ones included, in three queries whatever the fleet's size.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Case, CharField, Count, F, Max, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -67,10 +67,16 @@ class DayCount:
 
 
 def daily_counts(since: datetime, until: datetime, *, by: str | None = None,
-                 scope: dict[str, Any] | None = None) -> list[DayCount]:
+                 scope: dict[str, Any] | None = None,
+                 buckets: Mapping[str, Sequence[str]] | None = None) -> list[DayCount]:
     """Per day in [since, until), state and ``by`` (a snapshot field such as ``cluster__name``), the
     node-hours of the snapshots taken in the period, of the ``scope`` (snapshot filters). Finished
-    days wholly inside the period come from the roll-up; the rest from the hourly snapshots."""
+    days wholly inside the period come from the roll-up; the rest from the hourly snapshots.
+
+    With ``buckets`` (a name -> its states), the states are summed per bucket in the database and a
+    ``DayCount``'s state is its bucket's name; states in no bucket are left out (and so are the hourly
+    snapshots with none in a bucket from ``samples``). A chart that needs a few sums per day reads a
+    few rows instead of one per state."""
     scope = scope or {}
     first_full = timezone.localtime(since).date()
     if _midnight(first_full) < since:
@@ -82,23 +88,32 @@ def daily_counts(since: datetime, until: datetime, *, by: str | None = None,
     fields = [by] if by else []
     counts: list[DayCount] = []
     if end_full > first_full:
-        rolled = (DailyStateCount.objects.filter(day__gte=first_full, day__lt=end_full, **scope)
-                  .values("day", "state", *fields).annotate(hours=Sum("node_hours"), samples=Max("samples"))
+        rolled = (_bucketed(DailyStateCount.objects.filter(day__gte=first_full, day__lt=end_full, **scope), buckets)
+                  .values("day", "bucket", *fields).annotate(hours=Sum("node_hours"), samples=Max("samples"))
                   .order_by())
-        counts += [DayCount(r["day"], r["state"], r[by] if by else None, r["hours"], r["samples"]) for r in rolled]
+        counts += [DayCount(r["day"], r["bucket"], r[by] if by else None, r["hours"], r["samples"]) for r in rolled]
         live = Q(taken_at__gte=since, taken_at__lt=_midnight(first_full)) | Q(taken_at__gte=_midnight(end_full),
                                                                                  taken_at__lt=until)
     else:
         live = Q(taken_at__gte=since, taken_at__lt=until)
-    return counts + _live(StateCountSnapshot.objects.filter(live, **scope), fields)
+    return counts + _live(_bucketed(StateCountSnapshot.objects.filter(live, **scope), buckets), fields)
 
 
-def _live(snapshots: Any, fields: Sequence[str]) -> list[DayCount]:
+def _bucketed(rows: QuerySet[Any], buckets: Mapping[str, Sequence[str]] | None) -> QuerySet[Any]:
+    """The rows annotated with ``bucket``: their state, or the name of the bucket that holds it."""
+    if buckets is None:
+        return rows.annotate(bucket=F("state"))
+    return rows.filter(state__in=[state for states in buckets.values() for state in states]).annotate(
+        bucket=Case(*(When(state__in=states, then=Value(name)) for name, states in buckets.items()),
+                    output_field=CharField()))
+
+
+def _live(snapshots: QuerySet[Any], fields: Sequence[str]) -> list[DayCount]:
     """Hourly snapshots summed per day in Python (a day or two of them: a few hundred rows)."""
     hours: dict[tuple[date, str, Any], int] = defaultdict(int)
     taken: dict[date, set[datetime]] = defaultdict(set)
-    for r in snapshots.values("taken_at", "state", *fields).annotate(n=Sum("count")).order_by():
+    for r in snapshots.values("taken_at", "bucket", *fields).annotate(n=Sum("count")).order_by():
         day = timezone.localtime(r["taken_at"]).date()
         taken[day].add(r["taken_at"])
-        hours[(day, r["state"], r[fields[0]] if fields else None)] += r["n"]
+        hours[(day, r["bucket"], r[fields[0]] if fields else None)] += r["n"]
     return [DayCount(day, state, group, n, len(taken[day])) for (day, state, group), n in hours.items()]

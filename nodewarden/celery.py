@@ -30,6 +30,8 @@ app.conf.beat_schedule = {
         "task": "nodes.tasks.snapshot_state_counts",
         "schedule": crontab(minute=0),
     },
+    # The lifecycle flow's daily roll-up of state changes (the Sankey reads whole days from it).
+    "roll-up-flows": {"task": "reports.tasks.roll_up_flows", "schedule": crontab(minute=5)},
     # A node that stops reporting is a finding of its own (health rule "heartbeat_missing").
     "check-heartbeats": {"task": "health.tasks.check_heartbeats", "schedule": 60.0},
     # Pull dcgm-exporter endpoints that operators registered (telemetry.DcgmExporterTarget).

@@ -58,7 +58,11 @@ class Remediation(models.Model):
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["status", "updated"]), models.Index(fields=["node", "-created"])]
+        indexes = [models.Index(fields=["status", "updated"]), models.Index(fields=["node", "-created"]),
+                   # The reports' time to recover: the remediations that succeeded in a period.
+                   models.Index(fields=["status", "finished"], name="remediation_status_finished"),
+                   # The reports' remediations by rung: those begun in a period.
+                   models.Index(fields=["created"], name="remediation_created")]
         constraints = [models.UniqueConstraint(fields=["node"], condition=Q(status__in=[s.value for s in OPEN]),
                                                name="one_open_remediation_per_node")]
 

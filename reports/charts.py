@@ -23,9 +23,18 @@ _BASE_LAYOUT: dict[str, Any] = {
 NONE_LABEL = "(none)"
 
 
+# The sums availability_over_time needs, for statecounts.daily_counts(buckets=...) to add up in the
+# database: decommissioned nodes are in neither.
+SERVING_BUCKET = "serving"
+AVAILABILITY_BUCKETS: dict[str, tuple[str, ...]] = {
+    SERVING_BUCKET: SERVING,
+    "not serving": tuple(s for s in NodeState.values if s not in SERVING and s != NodeState.DECOMMISSIONED),
+}
+
+
 def availability_over_time(counts: Sequence[DayCount]) -> Figure:
-    """Per group (``statecounts.daily_counts`` by cluster or tenant name) and day, the share (%) of
-    its nodes in production, one line each.
+    """Per group (``statecounts.daily_counts`` by cluster or tenant name, per state or in
+    ``AVAILABILITY_BUCKETS``) and day, the share (%) of its nodes in production, one line each.
 
     A day's share is its production node-hours over all its node-hours (the snapshots being
     hourly); decommissioned nodes are no longer anyone's and count nowhere.
@@ -35,7 +44,7 @@ def availability_over_time(counts: Sequence[DayCount]) -> Figure:
         if c.state != NodeState.DECOMMISSIONED:
             total = totals[(c.group or NONE_LABEL, c.day)]
             total[0] += c.node_hours
-            total[1] += c.node_hours if c.state in SERVING else 0
+            total[1] += c.node_hours if c.state in SERVING or c.state == SERVING_BUCKET else 0
     lines: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for (name, day), (total, serving) in sorted(totals.items()):
         if total:

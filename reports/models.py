@@ -1,4 +1,5 @@
-"""Outages kept as rows: each node's time out of production, derived from its state changes.
+"""Rows derived from the state changes for the reports: outages (each node's time out of
+production) and the fleet's daily transition counts (the lifecycle flow).
 
 The rows are a cache of ``reports.outages`` applied to a node's whole history: the reports read them
 instead of sorting weeks of state changes per request. They are rewritten per node whenever a state
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 
 
@@ -35,3 +37,25 @@ class Outage(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id}: {self.started:%Y-%m-%d %H:%M} to {self.ended or 'now'}"
+
+
+class DailyTransitionCount(models.Model):
+    """The fleet's state changes on one finished day from one state to another.
+
+    Written by ``flows.roll_up`` (hourly, ``tasks.roll_up_flows``): the lifecycle flow of a month or a
+    quarter reads these instead of counting every change of the period per request. A state change
+    saved into a day already rolled up (a back-dated import) drops that day and the later ones
+    (``signals.py``), and the reads count them from the changes until the next roll-up."""
+
+    day = models.DateField()
+    source_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
+    target_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["day", "source_state", "target_state"]
+        constraints = [models.UniqueConstraint(fields=["day", "source_state", "target_state"],
+                                               name="one_transition_count_per_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day}: {self.source_state} -> {self.target_state} x{self.count}"

@@ -80,14 +80,25 @@ class FleetScope:
     def nodes(self) -> QuerySet[Node]:
         return Node.objects.filter(**{k: v for k, v in self.ids.items() if v is not None})
 
+    def scoped_nodes(self) -> QuerySet[Node] | None:
+        """The scope's nodes, or None for the whole fleet (readers then skip the filter on nodes)."""
+        return self.nodes() if (self.cluster or self.tenant) else None
+
     def of_nodes(self, model: type[Any]) -> QuerySet[Any]:
         """Rows of a model with a ``node``, of the scope's nodes (all rows, unfiltered, for the fleet)."""
         return model.objects.filter(node__in=self.nodes()) if (self.cluster or self.tenant) else model.objects.all()
 
     def daily_counts(self, by: str) -> list[statecounts.DayCount]:
-        """Node-hours per day, state and ``by`` of the scope in the period (daily roll-ups)."""
+        """Node-hours per day, availability bucket and ``by`` of the scope in the period (daily roll-ups)."""
         return statecounts.daily_counts(self.period.since, self.period.until, by=by,
-                                        scope={k: v for k, v in self.ids.items() if v is not None})
+                                        scope={k: v for k, v in self.ids.items() if v is not None},
+                                        buckets=charts.AVAILABILITY_BUCKETS)
+
+    def transition_counts(self) -> list[dict[str, Any]]:
+        """The period's flows: the fleet's from the daily roll-up, a cluster's or tenant's from the changes."""
+        if self.cluster or self.tenant:
+            return flows.transition_counts(flows.state_changes(NodeEvent.objects.all(), self.period, **self.ids))
+        return flows.fleet_transition_counts(self.period)
 
     def flow_link(self, source: str, target: str) -> str:
         """The list of the nodes behind one band of the flow, for exactly this period and scope."""
@@ -104,7 +115,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         return _bad(request, form, "reports/overview.html")
     scope = FleetScope(form.period(), form.cleaned_data.get("cluster"), form.cleaned_data.get("tenant"))
     period, remediations = scope.period, scope.of_nodes(Remediation)
-    transitions = flows.transition_counts(flows.state_changes(NodeEvent.objects.all(), period, **scope.ids))
+    transitions = scope.transition_counts()
     for flow in transitions:
         flow["url"] = scope.flow_link(flow["source"], flow["target"])
     causes = summary.failure_causes(scope.of_nodes(Finding), period)
@@ -117,7 +128,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "causes": causes, "components": summary.failures_by_component(causes),
         "causes_chart": charts.failure_causes(causes),
         "rungs": summary.remediations_by_rung(remediations, period),
-        "day1": day1_yield(scope.nodes(), now=period.until),
+        "day1": day1_yield(scope.scoped_nodes(), now=period.until),
         "downtime": downtime, "downtime_chart": charts.downtime_by_cluster(downtime),
         "flows": transitions, "flow_total": sum(f["count"] for f in transitions),
         "sankey": charts.lifecycle_sankey(transitions, scope.flow_link),
@@ -181,7 +192,8 @@ def tenant_availability(request: HttpRequest) -> HttpResponse:
     listed = availability.IncidentList(outages.Scope(tenant_id=tenant.pk), period, page=_page_number(request, "ipage"),
                                        page_size=PAGE_SIZE)
     incidents = Paginator(listed, PAGE_SIZE).get_page(request.GET.get("ipage"))
-    counts = statecounts.daily_counts(period.since, period.until, by="tenant__name", scope={"tenant_id": tenant.pk})
+    counts = statecounts.daily_counts(period.since, period.until, by="tenant__name", scope={"tenant_id": tenant.pk},
+                                      buckets=charts.AVAILABILITY_BUCKETS)
     return render(request, "reports/availability.html", {
         "form": form, "period": period, "tenant": tenant, "staff": is_operator_view(request.user),
         "page": page, "rows": availability.node_availability(list(page.object_list), period),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from checks.choices import STAGE_KINDS, RunStatus
@@ -62,8 +62,11 @@ def stage_counts(nodes: QuerySet[Node]) -> list[dict[str, Any]]:
             for s in STAGES]
 
 
-def _recent_runs(nodes: QuerySet[Node], now: datetime) -> QuerySet[CheckRun]:
-    return CheckRun.objects.filter(kind__in=STAGE_KINDS, node__in=nodes, finished__gte=now - WINDOW)
+def _recent_runs(nodes: QuerySet[Node] | None, now: datetime) -> QuerySet[CheckRun]:
+    """Stage runs that finished in the window, of the given nodes (None: every node's, without the
+    semi-join over the whole node table that ``node__in=Node.objects.all()`` costs)."""
+    runs = CheckRun.objects.filter(kind__in=STAGE_KINDS, finished__gte=now - WINDOW)
+    return runs if nodes is None else runs.filter(node__in=nodes)
 
 
 def stage_durations(nodes: QuerySet[Node], now: datetime | None = None) -> list[dict[str, Any]]:
@@ -94,12 +97,15 @@ def failure_reasons(nodes: QuerySet[Node], now: datetime | None = None) -> list[
              "count": n} for (kind, reason), n in counter.most_common(TOP_FAILURES)]
 
 
-def day1_yield(nodes: QuerySet[Node], now: datetime | None = None) -> dict[str, Any]:
-    """Of the passes that ended in the window: how many reached production, how many went to triage."""
+def day1_yield(nodes: QuerySet[Node] | None, now: datetime | None = None) -> dict[str, Any]:
+    """Of the passes that ended in the window: how many reached production, how many went to triage.
+    ``nodes`` None: the whole fleet's. One query."""
     now = now or timezone.now()
-    recent = _recent_runs(nodes, now)
-    released = recent.filter(kind=STAGES[-1].run_kind, status__in=(RunStatus.PASSED, RunStatus.SKIPPED)).count()
-    failed = recent.filter(status=RunStatus.FAILED).count()
+    is_released = Q(kind=STAGES[-1].run_kind, status__in=(RunStatus.PASSED, RunStatus.SKIPPED))
+    is_failed = Q(status=RunStatus.FAILED)
+    counts = _recent_runs(nodes, now).filter(is_released | is_failed).aggregate(
+        released=Count("id", filter=is_released), failed=Count("id", filter=is_failed))
+    released, failed = counts["released"], counts["failed"]
     total = released + failed
     return {"released": released, "failed": failed, "yield_pct": round(100 * released / total, 1) if total else None}
 

@@ -151,11 +151,13 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         snapshots = _snapshots(node_rows, lives, now, days)
         StateCountSnapshot.objects.bulk_create(snapshots, batch_size=BATCH)
         # bulk_create sends no post_save: the stored outages and the daily roll-up are built here.
-        from reports.outages import rebuild
         from nodes.statecounts import roll_up
+        from reports.flows import roll_up as roll_up_flows
+        from reports.outages import rebuild
 
         rebuild([n.pk for n in node_rows])
         roll_up()
+        roll_up_flows()
     return {"sites": len(SITES), "clusters": len(CLUSTERS), "racks": len(racks), "tenants": len(TENANTS),
             "nodes": len(node_rows), "gpus": len(gpus), "events": len(events), "snapshots": len(snapshots)}
 

@@ -120,10 +120,16 @@ def test_availability_per_cluster_and_tenant_is_the_share_of_node_hours_in_produ
     assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
     by_tenant = charts.availability_over_time(statecounts.daily_counts(*week_, by="tenant__name"))
     assert {t["name"]: t["y"] for t in by_tenant["data"]} == {"Acme AI": [75.0], "(none)": [100.0]}
-    # The same from the daily roll-up once the day is over.
+    # The same from the states summed in the database (what the pages read), and from the daily roll-up
+    # once the day is over.
+    buckets = charts.AVAILABILITY_BUCKETS
+    assert charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name", buckets=buckets)) \
+        == by_cluster
     statecounts.roll_up(today=NOW.date())
-    by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name"))
-    assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
+    for summed in (None, buckets):
+        by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name",
+                                                                            buckets=summed))
+        assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
 
 
 def test_customers_and_strangers_get_no_fleet_report(client, week, acme_user):
