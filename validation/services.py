@@ -172,6 +172,7 @@ def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Act
         else:
             run.status = RunStatus.PASSED if verdict.passed else RunStatus.FAILED
         run.save(update_fields=["status", "finished", "summary", "figures", "details"])
+        _withdraw_queued_checks(run, actor, f"{label} stage ended: {run.get_status_display().lower()}")
         if run.status == RunStatus.SUPERSEDED:
             return run
         details = {"stage": info.stage, "stage_run": run.pk}
@@ -182,6 +183,16 @@ def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Act
         else:
             _fail(run, info, verdict, actor, details)
     return run
+
+
+def _withdraw_queued_checks(run: CheckRun, actor: Actor, why: str) -> None:
+    """The stage's active checks nobody has taken yet are withdrawn: a node that failed burn-in
+    (or left it) must not run a stress test later, in triage or repair, for a stage long over."""
+    from checks.services import cancel_check
+
+    ids = [pk for pk in (run.details.get("checks") or {}).values() if pk]
+    for pk in CheckRun.objects.filter(pk__in=ids, status=RunStatus.QUEUED).values_list("pk", flat=True):
+        cancel_check(pk, actor=actor, reason=why)
 
 
 def _fail(run: CheckRun, info: StageInfo, verdict: Verdict, actor: Actor, details: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checks.choices import RunKind, RunStatus
+from checks.choices import ACTIVE_KINDS, RunKind, RunStatus
 from checks.models import CheckRun
 from health.models import Finding
 from health.services import raise_finding
@@ -176,6 +176,9 @@ def test_a_catastrophic_finding_during_burn_in_fails_it_before_the_checks_end(at
     advance(eager)
     node.refresh_from_db()
     assert node.state == S.TRIAGE and "Catastrophic finding during burn-in" in last_event(node).reason
+    # The checks no agent took are withdrawn: nothing stresses the node later for a stage long over.
+    checks = CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS)
+    assert checks.count() == 4 and set(checks.values_list("status", flat=True)) == {RunStatus.CANCELLED}
 
 
 def test_a_degraded_finding_during_the_soak_fails_reliability(node_in, spec, eager):
