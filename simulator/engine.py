@@ -32,7 +32,9 @@ the database at the end.
 from __future__ import annotations
 
 import heapq
+import importlib.util
 import itertools
+from collections import deque
 import logging
 import math
 import random
@@ -42,8 +44,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import time_machine
+from celery.signals import task_failure
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Count
+from django.db.models.signals import post_save
+from django.utils import timezone
+
+from bmc.emulator import RedfishEmulator
+from checks.choices import ACTIVE_KINDS, RunStatus
+from checks.models import CheckRun
+from health.tasks import check_heartbeats
+from nodes.models import Node, NodeEvent
+from nodewarden.celery import app
+from remediation.choices import Status
+from remediation.models import Remediation, RemediationStep
+from remediation.tasks import reconcile
+from repairs import services as repairs
+from repairs.models import RepairTicket, RmaCase
+from schedulers import simulated
+from telemetry.models import NodeHealth
+from validation.tasks import advance_day1_stages
 
 from . import agents as A
 from . import faults as F
@@ -97,6 +119,7 @@ class Ledger:
     task_errors: list[str] = field(default_factory=list)
     phase_seconds: Counter[str] = field(default_factory=Counter)
     ticks: int = 0
+    busy: Counter[str] = field(default_factory=Counter)  # ticks by what kept the loop polling
 
 
 class Simulation:
@@ -111,6 +134,7 @@ class Simulation:
         self.nodes: dict[str, A.VirtualNode] = {}
         self.api = A.AgentApi()
         self.events: list[tuple[datetime, int, str, Any]] = []
+        self.routine: deque[tuple[datetime, str]] = deque()
         self._order = itertools.count()
         self.emulators: list[Any] = []
         self.traveller: Any = None
@@ -127,33 +151,21 @@ class Simulation:
         return self.job.state == RUNNING and host in self.job.members
 
     def evict(self, host: str, reason: str) -> None:
-        from django.utils import timezone
-
         if self.job.interrupt(timezone.now(), host, "evicted") is not None:
             self.ledger.evictions += 1
 
     # --- running ---------------------------------------------------------------------------------
     def run(self) -> Ledger:
-        import time_machine
-
-        from schedulers import simulated
-
         travel = time_machine.travel(self.config.start, tick=True)
         self.traveller = travel.start()
         eager = (settings.CELERY_TASK_ALWAYS_EAGER, settings.CELERY_TASK_EAGER_PROPAGATES)
         self._eager(True, False)
         poll = getattr(settings, "NODEWARDEN_BMC_POLL_INTERVAL", 2.0)
         settings.NODEWARDEN_BMC_POLL_INTERVAL = 0.02  # the emulators apply power at once: no need to wait 2 s
-        from celery.signals import task_failure
-
         def failed(sender: Any = None, exception: Any = None, **kwargs: Any) -> None:
             self._task_error(f"{getattr(sender, 'name', sender)}: {exception!r}")
 
         task_failure.connect(failed, weak=False)
-        from django.db.models.signals import post_save
-
-        from nodes.models import NodeEvent
-
         post_save.connect(self._on_event_saved, sender=NodeEvent, weak=False)
         try:
             self._start_emulators()
@@ -174,24 +186,16 @@ class Simulation:
 
     @staticmethod
     def _eager(always: bool, propagates: bool) -> None:
-        from nodewarden.celery import app
-
         settings.CELERY_TASK_ALWAYS_EAGER = always
         settings.CELERY_TASK_EAGER_PROPAGATES = propagates
         app.conf.task_always_eager = always
         app.conf.task_eager_propagates = propagates
 
     def _move_to(self, at: datetime) -> None:
-        from django.utils import timezone
-
         if at > timezone.now():
             self.traveller.move_to(at)
 
     def _start_emulators(self) -> None:
-        import importlib.util
-
-        from bmc.emulator import RedfishEmulator
-
         if importlib.util.find_spec("sushy_tools") is None:
             raise RuntimeError("The simulator's BMCs run on sushy-tools' Redfish emulator: pip install -e '.[demo]'")
 
@@ -280,29 +284,35 @@ class Simulation:
         beat = timedelta(minutes=self.config.heartbeat_minutes)
         cycle = timedelta(hours=self.config.report_hours)
         n = len(self.nodes)
-        for node in self.nodes.values():  # full reports staggered over the cycle
-            self._push(self.config.start + cycle * (node.index + 1) / n, "routine", node.hostname)
+        # Full reports staggered over the cycle: a queue of their own, always in time order (one
+        # cycle for all), which does not cut quiet spells short as faults do.
+        self.routine = deque((self.config.start + cycle * (node.index + 1) / n, node.hostname)
+                             for node in self.nodes.values())
         now, next_beat, next_sample, busy = self.config.start, self.config.start + beat, self.config.start, True
-        next_busy_report = now
+        next_busy_report = next_technicians = now
         while now < self.end:
             quiet_until = min([next_beat, self.end, *([self.events[0][0]] if self.events else []),
                                *self.due.values()])
             now = min(now + tick, self.end) if busy else max(min(quiet_until, self.end), now + tick)
             self._timed("events", self._run_events, now)
             self._move_to(now)
-            if now >= next_beat:
+            beat_now = now >= next_beat
+            if beat_now:
                 self._timed("heartbeats", self._heartbeats, now)
                 next_beat = now + beat
             if now >= next_busy_report:
                 self._timed("reports of nodes being worked on", self._busy_reports, now)
                 next_busy_report = now + timedelta(minutes=self.config.busy_report_minutes)
-            self._timed("periodic tasks", self._periodic)
+            self._timed("periodic tasks", self._periodic, heartbeats=beat_now)
             self._timed("reports after restarts", self._send_news, now)
             self._timed("active checks", self._answer_checks, now)
             self._timed("reports after restarts", self._send_news, now)
-            self._timed("technicians", self._technicians, now)
+            if now >= next_technicians:
+                self._timed("technicians", self._technicians, now)
+                next_technicians = now + timedelta(minutes=15)
             self._timed("job", self._advance_job, now)
             busy = self._timed("poll", self._needs_polling)
+            self.ledger.busy[busy or "nothing"] += 1
             while next_sample <= now:
                 self._timed("state samples", self._sample, next_sample)
                 next_sample += timedelta(hours=1)
@@ -329,15 +339,25 @@ class Simulation:
         if ahead > 0:
             time.sleep(min(ahead, 60))
 
-    def _timed(self, phase: str, fn: Any, *args: Any) -> Any:
+    def _timed(self, phase: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             self.ledger.phase_seconds[phase] += time.perf_counter() - started
 
     def _run_events(self, until: datetime) -> None:
-        while self.events and self.events[0][0] <= until:
+        cycle = timedelta(hours=self.config.report_hours)
+        while True:
+            if self.routine and self.routine[0][0] <= until and (
+                    not self.events or self.routine[0][0] <= self.events[0][0]):
+                at, hostname = self.routine.popleft()
+                self._move_to(at)
+                self._report(self.nodes[hostname], at)
+                self.routine.append((at + cycle, hostname))
+                continue
+            if not self.events or self.events[0][0] > until:
+                return
             at, _, kind, payload = heapq.heappop(self.events)
             self._move_to(at)
             if kind == "fault":
@@ -354,9 +374,6 @@ class Simulation:
                 self._cure(node, "technician (manual)", at)
                 self.cordons.pop(payload, None)
                 self._report(node, at)
-            elif kind == "routine":
-                self._report(self.nodes[payload], at)
-                self._push(at + timedelta(hours=self.config.report_hours), "routine", payload)
 
     def _busy(self, host: str) -> bool:
         return self.job_runs_on(host)
@@ -368,45 +385,39 @@ class Simulation:
 
     def _busy_reports(self, now: datetime) -> None:
         """Nodes Nodewarden works on send full reports more often (their agents report every 30 s)."""
-        from nodes.models import Node
-
         out = Node.objects.filter(cluster_id=self.cluster_id, state__in=POLL_STATES).values_list("hostname", flat=True)
         for hostname in out:
             self._report(self.nodes[hostname], now)
 
-    def _needs_polling(self) -> bool:
-        from checks.choices import RunStatus
-        from checks.models import CheckRun
-        from nodes.models import Node
-
-        from remediation.choices import OPEN
-        from remediation.models import Remediation
-
-        return (Node.objects.filter(cluster_id=self.cluster_id, state__in=POLL_STATES).exists()
-                or CheckRun.objects.filter(node__cluster_id=self.cluster_id, status=RunStatus.QUEUED).exists()
-                or Remediation.objects.filter(node__cluster_id=self.cluster_id, status__in=OPEN).exists())
+    def _needs_polling(self) -> str:
+        """What Nodewarden is working on that the periodic tasks move on ("" for nothing). A drain
+        that waits for the job to end is not (the job ends at its next interruption); nor is a
+        remediation waiting for a person's approval or a technician."""
+        for hostname, state in (Node.objects.filter(cluster_id=self.cluster_id, state__in=POLL_STATES)
+                                .values_list("hostname", "state")):
+            if state not in ("drain_pending", "draining") or not self.job_runs_on(hostname):
+                return f"a node in {state}"
+        if CheckRun.objects.filter(node__cluster_id=self.cluster_id, status=RunStatus.QUEUED).exists():
+            return "a queued check"
+        status = (Remediation.objects.filter(node__cluster_id=self.cluster_id, status__in=(
+            Status.QUEUED, Status.RUNNING, Status.VALIDATING)).values_list("status", flat=True).first())
+        return f"a remediation {status}" if status else ""
 
     def _heartbeats(self, now: datetime) -> None:
-        from telemetry.models import NodeHealth
-
         silent = [n.node_id for n in self.nodes.values() if n.silent]
         NodeHealth.objects.filter(node__cluster_id=self.cluster_id).exclude(node_id__in=silent).update(
             last_received_at=now)
 
-    def _periodic(self, only: tuple[str, ...] = ()) -> None:
-        """What Celery beat runs every minute or so, run at this tick (``only``: just those)."""
-        from health.tasks import check_heartbeats
-        from remediation.tasks import reconcile
-        from validation.tasks import advance_day1_stages
-
-        tasks = {"heartbeats": check_heartbeats, "reconcile": reconcile, "day1": advance_day1_stages}
-        for name, task in tasks.items():
-            if only and name not in only:
-                continue
+    def _periodic(self, *, heartbeats: bool) -> None:
+        """What Celery beat runs every minute or so, run at this tick; the heartbeat check right
+        after the agents' heartbeats were applied (in between, nothing can have gone missing)."""
+        for task in ((check_heartbeats,) if heartbeats else ()) + (reconcile, advance_day1_stages):
+            started = time.perf_counter()
             try:
                 task.apply()
             except Exception as exc:  # a bug in the system under test: counted and reported, never hidden
                 self._task_error(f"{task.name}: {exc!r}")
+            self.ledger.phase_seconds[f"  of which {task.name}"] += time.perf_counter() - started
 
     def _task_error(self, what: str) -> None:
         log.error("simulation task error: %s", what)
@@ -414,8 +425,6 @@ class Simulation:
             self.ledger.task_errors.append(what)
 
     def _answer_checks(self, now: datetime) -> None:
-        from checks.choices import ACTIVE_KINDS, RunStatus
-        from checks.models import CheckRun
 
         hosts = set(CheckRun.objects.filter(node__cluster_id=self.cluster_id, kind__in=ACTIVE_KINDS,
                                             status=RunStatus.QUEUED).values_list("node__hostname", flat=True))
@@ -434,8 +443,6 @@ class Simulation:
         node = self.by_id.get(instance.node_id)
         if not created or remediation_id is None or node is None:
             return
-        from remediation.models import RemediationStep
-
         rung = (RemediationStep.objects.filter(remediation_id=remediation_id, status="passed")
                 .order_by("-finished").values_list("rung", flat=True).first())
         if rung is None:
@@ -461,9 +468,6 @@ class Simulation:
 
     def _technicians(self, now: datetime) -> None:
         """Simulated technicians and vendors: tickets resolved after repair_hours, RMA cases after rma_days."""
-        from repairs.models import RepairTicket, RmaCase
-        from repairs import services as repairs
-
         tickets = RepairTicket.objects.filter(node__cluster_id=self.cluster_id, state__in=("open", "in_progress"))
         for ticket_id, hostname in tickets.values_list("pk", "node__hostname"):
             due = self.due.setdefault(("ticket", ticket_id), now + timedelta(
@@ -485,8 +489,6 @@ class Simulation:
                 self.ledger.rmas_done += 1
 
     def _close_rma(self, case_id: int, status: str) -> None:
-        from repairs import services as repairs
-
         who = self.technician
         if status == "opened":
             repairs.ship_rma(case_id, actor=who, reason="Simulated: part shipped to the vendor")
@@ -507,7 +509,8 @@ class Simulation:
         self._report(node, now)
 
     def _advance_job(self, now: datetime) -> None:
-        usable = {h for h, n in self.nodes.items() if h not in self.cordons and not n.silent}
+        usable = set() if self.job.state == RUNNING else {
+            h for h, n in self.nodes.items() if h not in self.cordons and not n.silent}
         was = self.job.state
         self.job.advance(now, usable)
         if was != RUNNING and self.job.state == RUNNING:
@@ -529,10 +532,6 @@ class Simulation:
         self._push(now + timedelta(hours=self.rng.uniform(*self.config.repair_hours)), "manual_fix", host)
 
     def _sample(self, now: datetime) -> None:
-        from django.db.models import Count
-
-        from nodes.models import Node
-
         counts = dict(Node.objects.filter(cluster_id=self.cluster_id).values_list("state").annotate(n=Count("id"))
                       .values_list("state", "n"))
         self.ledger.states.append((now, counts))
