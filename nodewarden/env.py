@@ -6,9 +6,12 @@ and every secret may also be given as ``NAME_FILE`` (Docker/Kubernetes secrets).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
+T = TypeVar("T")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -36,24 +39,22 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false, 1/0, yes/no)")
 
 
-def env_int(name: str, default: int) -> int:
+def _env_number(name: str, default: T, cast: Callable[[str], T], what: str) -> T:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        return cast(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from exc
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}") from exc
+
+
+def env_int(name: str, default: int) -> int:
+    return _env_number(name, default, int, "an integer")
 
 
 def env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    return _env_number(name, default, float, "a number")
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
