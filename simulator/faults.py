@@ -95,6 +95,14 @@ NOISE: tuple[FaultClass, ...] = (
     FaultClass("app_xid", "Application XID 13/31", "Noise", 80, XID, (13, 31), interrupts_job=False, noise=True),
 )
 BY_KEY = {f.key: f for f in FAULTS + NOISE}
+# All-cause failure rates per 1000 node-days published for other fleets (failure-rates.md §2-§3):
+# the simulator keeps the Llama 3 mix of causes and scales it to these totals.
+PUBLISHED_RATES = {
+    "llama3": 3.79,  # Meta, Llama 3 405B pre-training, 16,384 H100 (Table 5)
+    "rsc1": 6.50,  # Meta RSC-1, 16k A100 (Kokolis et al., HPCA 2025)
+    "rsc2": 2.34,  # Meta RSC-2, 8k A100 (same)
+    "crusoe": 8.5,  # Crusoe H200 cluster, ~205 failures in 4 months (GTC 2025; our estimate for 200 nodes)
+}
 assert sum(f.count for f in FAULTS) == LLAMA3_INTERRUPTIONS  # the paper's Table 5 adds up
 
 

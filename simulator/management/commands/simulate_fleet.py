@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from simulator import policies
+from simulator.faults import PUBLISHED_RATES
 
 
 class Command(BaseCommand):
@@ -41,8 +42,11 @@ class Command(BaseCommand):
                             help=f"Policy setting: {', '.join(policies.PRESETS)}, or a .json file of policies.")
         parser.add_argument("--compare-policy", default="", help="A second policy setting, run on the same fleet "
                                                                  "and faults; both reports side by side.")
-        parser.add_argument("--rate-scale", type=float, default=1.0,
-                            help="x the Llama 3 failure rates (1.71 = Meta RSC-1's 6.50 per 1000 node-days).")
+        parser.add_argument("--rates", choices=sorted(PUBLISHED_RATES), default="llama3",
+                            help="Whose all-cause failure rate (per 1000 node-days): " + ", ".join(
+                                f"{k} {v:g}" for k, v in PUBLISHED_RATES.items()) + "; the mix of causes is "
+                                 "always the Llama 3 table's.")
+        parser.add_argument("--rate-scale", type=float, default=1.0, help="And x this on top.")
         parser.add_argument("--noise-scale", type=float, default=1.0, help="x the rate of signals with no defect.")
         parser.add_argument("--checkpoint-minutes", type=float, default=20.0)
         parser.add_argument("--restart-minutes", type=float, default=10.0)
@@ -98,6 +102,7 @@ class Command(BaseCommand):
         env.update(CELERY_TASK_ALWAYS_EAGER="true", NODEWARDEN_VAR_DIR=str(rundir))
         argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "simulate_fleet", "--child", str(out),
                 "--policy", policy]
+        opts = {**opts, "rate_scale": opts["rate_scale"] * PUBLISHED_RATES[opts["rates"]] / PUBLISHED_RATES["llama3"]}
         for name in ("nodes", "days", "seed", "rate_scale", "noise_scale", "checkpoint_minutes", "restart_minutes",
                      "report_hours", "tick_minutes", "speedup"):
             argv += [f"--{name.replace('_', '-')}", str(opts[name])]
