@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from nodes.choices import STATE_PHASE, NodeState, Phase
+from nodes.models import STATE_CHANGE_KINDS as NODE_STATE_CHANGE_KINDS
 
 S = NodeState
 
@@ -19,7 +20,7 @@ SERVING: tuple[str, ...] = tuple(state for state, phase in STATE_PHASE.items() i
 HARDWARE_STATES: tuple[str, ...] = (S.REMEDIATING, S.REPAIR, S.RMA)
 # An outage ends here without a return: the node is no longer anyone's.
 GONE: tuple[str, ...] = (S.DECOMMISSIONED,)
-STATE_CHANGE_KINDS: tuple[str, ...] = ("transition", "forced")
+STATE_CHANGE_KINDS = NODE_STATE_CHANGE_KINDS  # the partial indexes on NodeEvent cover exactly these
 
 
 class Attribution(models.TextChoices):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from fleet.models import Cluster
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 
@@ -29,6 +30,9 @@ class Outage(models.Model):
     initiating_event = models.ForeignKey(NodeEvent, on_delete=models.CASCADE, related_name="+")
     init_kind = models.CharField(max_length=10)
     init_name = models.CharField(max_length=150)
+    # A copy of the node's cluster (now, not when the outage began, like every report), kept by
+    # ``rebuild`` and by ``signals.py`` when a node moves: downtime per cluster reads no node row.
+    cluster = models.ForeignKey(Cluster, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     class Meta:
         ordering = ["-started"]

@@ -74,22 +74,21 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
     row per cluster instead of every recovery: percentile_cont interpolates between the closest ranks
     as ``percentile`` does, and ROLLUP adds the overall row.
 
-    The findings are read by the ids of these recoveries (``= ANY``): a join lets the planner hash
-    every finding ever recorded (PostgreSQL 15 cannot hash the small side of a parallel left join),
-    which costs more each year. The newest recoveries are picked before any join: the index
-    (status, finished) reads them in order, with no sort of the whole period."""
-    sql, params = (recoveries.values_list("node_id", "finding_id", "created", "finished")[:MAX_RECOVERIES]
-                   .query.sql_with_params())
-    node, cluster, finding = (connection.ops.quote_name(m._meta.db_table) for m in (Node, Cluster, Finding))
+    The newest recoveries are picked before any join, from the index (status, finished) alone: it
+    holds the node, the finding and the finding's time (copied onto the remediation), so no finding
+    is read. A remediation whose finding was deleted counts from its own start, as the join would."""
+    sql, params = (recoveries.values_list("node_id", "finding_id", "finding_created", "created", "finished")
+                   [:MAX_RECOVERIES].query.sql_with_params())
+    node, cluster = (connection.ops.quote_name(m._meta.db_table) for m in (Node, Cluster))
+    began = "COALESCE(CASE WHEN r.finding_id IS NOT NULL THEN r.finding_created END, r.created)"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH r (node_id, finding_id, created, finished) AS MATERIALIZED ({sql}) "
+            f"WITH r (node_id, finding_id, finding_created, created, finished) AS MATERIALIZED ({sql}) "
             "SELECT GROUPING(s.cluster), s.cluster, COUNT(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds), "
             "percentile_cont(0.9) WITHIN GROUP (ORDER BY s.seconds) FROM ("
             "SELECT COALESCE(c.name, '') AS cluster, "
-            "GREATEST(EXTRACT(EPOCH FROM r.finished - COALESCE(f.created, r.created)), 0)::float8 AS seconds "
-            f"FROM r JOIN {node} n ON n.id = r.node_id LEFT JOIN {cluster} c ON c.id = n.cluster_id "
-            f"LEFT JOIN {finding} f ON f.id = r.finding_id AND f.id = ANY(ARRAY(SELECT finding_id FROM r))"
+            f"GREATEST(EXTRACT(EPOCH FROM r.finished - {began}), 0)::float8 AS seconds "
+            f"FROM r JOIN {node} n ON n.id = r.node_id LEFT JOIN {cluster} c ON c.id = n.cluster_id"
             ") AS s GROUP BY ROLLUP (s.cluster)", params)
         return {None if total else name: _figures(count, median, p90)
                 for total, name, count, median, p90 in cursor.fetchall()}

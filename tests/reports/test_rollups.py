@@ -109,3 +109,10 @@ def test_the_fleets_day1_yield_reads_every_nodes_runs(week):
     assert day1_yield(None, now=NOW) == day1_yield(Node.objects.all(), now=NOW) == {
         "released": 2, "failed": 1, "yield_pct": 66.7}
     assert day1_yield(Node.objects.filter(cluster=week.west), now=NOW)["failed"] == 1
+
+
+def test_a_remediation_keeps_its_findings_time(week):
+    rem = remediation(week.c, NOW - 2 * D, NOW - D)
+    assert rem.finding_created == rem.finding.created == NOW - 2 * D
+    rem.refresh_from_db()
+    assert rem.finding_created == NOW - 2 * D

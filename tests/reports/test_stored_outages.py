@@ -17,7 +17,7 @@ PERIODS = [(NOW - 7 * D, NOW), (NOW - 3 * D, NOW), (NOW - 30 * D, NOW), (NOW - 7
 
 def _rows():
     return sorted(Outage.objects.values_list("node_id", "started", "ended", "hardware_at", "initiating_event_id",
-                                             "init_kind", "init_name"))
+                                             "init_kind", "init_name", "cluster_id"))
 
 
 @pytest.mark.parametrize("since, until", PERIODS)
@@ -56,3 +56,38 @@ def test_rebuild_is_idempotent_and_matches_the_rows_kept_up_to_date(week):
     Outage.objects.all().delete()
     outages.rebuild([week.a.pk, week.c.pk])
     assert _rows() == [r for r in kept if r[0] in (week.a.pk, week.c.pk)]
+
+
+def _downtime_by_the_nodes_cluster_now(since, until):
+    """The reference: the outages derived from the state changes, by the cluster of each node now."""
+    from collections import Counter
+
+    from nodes.models import Node
+
+    clusters = dict(Node.objects.values_list("pk", "cluster_id"))
+    counts, seconds = Counter(), Counter()
+    for o in outages.outages(outages.Scope(), since, until, live=True):
+        counts[(clusters[o.node_id], o.attribution)] += 1
+        seconds[(clusters[o.node_id], o.attribution)] += o.seconds
+    return {key: (counts[key], pytest.approx(seconds[key])) for key in counts}
+
+
+def _downtime(since, until):
+    return {(r["cluster_id"], r["attribution"]): (r["outages"], r["seconds"])
+            for r in outages.downtime_by_attribution(outages.Scope(), since, until)}
+
+
+@pytest.mark.parametrize("since, until", PERIODS)
+def test_downtime_per_cluster_reads_the_rows_copy_of_the_nodes_cluster(week, since, until):
+    assert _downtime(since, until) == _downtime_by_the_nodes_cluster_now(since, until)
+
+
+def test_a_node_moved_to_another_cluster_takes_its_outages_along(week):
+    week.a.cluster = week.west
+    week.a.save()
+    assert set(Outage.objects.filter(node=week.a).values_list("cluster_id", flat=True)) == {week.west.pk}
+    week.a.cluster = None
+    week.a.save(update_fields=["cluster"])
+    assert set(Outage.objects.filter(node=week.a).values_list("cluster_id", flat=True)) == {None}
+    for since, until in PERIODS:
+        assert _downtime(since, until) == _downtime_by_the_nodes_cluster_now(since, until)
