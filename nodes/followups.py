@@ -77,8 +77,10 @@ def finish_drain_when_empty(node: Node, event: NodeEvent) -> str:
 
 
 @followup("release_to_production")
+@followup("cancel_drain")
 def take_work_again(node: Node, event: NodeEvent) -> str:
-    """Back in production: the scheduler may give the node work (only a cordon we own is lifted)."""
+    """Back in production (or a drain cancelled before the job ended): the scheduler may give the
+    node work (only a cordon we own is lifted)."""
     from schedulers.base import SchedulerConflict, SchedulerError, adapter_for
 
     try:

@@ -53,7 +53,8 @@ class RemediationPolicyAdmin(admin.ModelAdmin):
     """Which findings lead to which plan, first match by priority (lowest first)."""
 
     list_display = ["name", "enabled", "priority", "match_rule", "match_xid", "match_severity", "match_component",
-                    "urgency", "first_rung", "requires_approval", "disruptive_only_in_window", "shadow"]
+                    "urgency", "first_rung", "requires_approval", "disruptive_only_in_window", "stand_down_if_cleared",
+                    "shadow"]
     list_display_links = ["name"]
     list_editable = ["enabled"]
     list_filter = ["enabled", "urgency", "first_rung", "requires_approval", "shadow"]

@@ -48,12 +48,13 @@ class Status(models.TextChoices):
     VALIDATING = "validating", "Re-validating"
     HANDED_OFF = "handed_off", "Handed to repair or RMA"
     SUCCEEDED = "succeeded", "Back in production"
+    CLEARED = "cleared", "Cleared by itself before the job ended: stood down"
     STOPPED = "stopped", "Stopped by an operator"
     FAILED = "failed", "Failed"
 
 
 OPEN = (Status.AWAITING_APPROVAL, Status.QUEUED, Status.DRAINING, Status.RUNNING, Status.VALIDATING)
-DONE = (Status.HANDED_OFF, Status.SUCCEEDED, Status.STOPPED, Status.FAILED)
+DONE = (Status.HANDED_OFF, Status.SUCCEEDED, Status.CLEARED, Status.STOPPED, Status.FAILED)
 # What the operator verbs accept (remediation.services guards; the node panel offers the same).
 APPROVABLE = (Status.AWAITING_APPROVAL,)
 SKIPPABLE = (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL)
@@ -69,7 +70,7 @@ class StepStatus(models.TextChoices):
 STATUS_COLOURS: dict[str, str] = {
     Status.AWAITING_APPROVAL: "#7b61c9", Status.QUEUED: "#8b95a5", Status.DRAINING: "#d9a21b",
     Status.RUNNING: "#e0641e", Status.VALIDATING: "#4a78c2", Status.HANDED_OFF: "#c0392b",
-    Status.SUCCEEDED: "#2e9e5b", Status.STOPPED: "#555c66", Status.FAILED: "#8e2a20",
+    Status.SUCCEEDED: "#2e9e5b", Status.CLEARED: "#7fb89a", Status.STOPPED: "#555c66", Status.FAILED: "#8e2a20",
 }
 STEP_COLOURS: dict[str, str] = {
     StepStatus.RUNNING: "#e0641e", StepStatus.PASSED: "#2e9e5b", StepStatus.FAILED: "#c0392b",

@@ -40,7 +40,7 @@ S = NodeState
 
 def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     now = now or timezone.now()
-    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "admitted": 0, "restarted": 0}
+    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "stood_down": 0, "admitted": 0, "restarted": 0}
     stalled_after = stall()
     for step in RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH]:
         if step.deadline < now:
@@ -49,7 +49,11 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         elif (step.last_activity or step.started) < now - stalled_after and _claim(step, now):
             services.queue_step(step.pk)
             counts["requeued"] += 1
-    for rem in Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster")[:BATCH]:
+    for rem in (Remediation.objects.filter(status=Status.DRAINING)
+                .select_related("node__cluster", "finding__alert", "policy")[:BATCH]):
+        if rem.node.state == S.DRAIN_PENDING and services.cleared_by_itself(rem):
+            counts["stood_down"] += services.stand_down(rem.pk).status == Status.CLEARED
+            continue
         counts["drained"] += _check_drain(rem.node, rem)
     # Drains that no remediation asked for (an operator's, a re-role's) wait on the scheduler too.
     others = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).exclude(

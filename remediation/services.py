@@ -364,6 +364,37 @@ def escalate(rem: Remediation, why: str, *, actor: Actor = ACTOR) -> Remediation
 # --- Events of the node's lifecycle --------------------------------------------------------------
 
 
+def cleared_by_itself(rem: Remediation) -> bool:
+    """The finding's condition is gone while its drain still waits for the job: its alert resolved
+    because the rule saw the condition clear (not XIDs, whose alerts resolve by going quiet), and the
+    policy lets a remediation stand down."""
+    from health.choices import AlertState
+    from health.tasks import QUIET_RULES
+
+    finding = rem.finding
+    if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
+        return False
+    if rem.policy is not None and not rem.policy.stand_down_if_cleared:
+        return False
+    return finding.alert.state == AlertState.RESOLVED
+
+
+def stand_down(remediation_id: int) -> Remediation:
+    """Cancel the drain of a remediation whose condition cleared before the job ended: the node stays
+    in production (the scheduler gives it work again), nothing disruptive was done, and the
+    remediation ends as cleared. Idempotent: anything but a drain still pending is left alone."""
+    with transaction.atomic():
+        rem = Remediation.objects.select_for_update().select_related("node", "finding").get(pk=remediation_id)
+        if rem.status != Status.DRAINING or rem.node.state != S.DRAIN_PENDING:
+            return rem
+        why = f"{_finding_text(rem)} cleared by itself before the job ended: standing down"
+        node_services.cancel_drain(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
+                                   details={"remediation": rem.pk})
+        rem.status, rem.finished = Status.CLEARED, timezone.now()
+        _decide(rem, why)
+    return rem
+
+
 def on_drained(node_id: int) -> Remediation | None:
     rem = Remediation.objects.filter(node_id=node_id, status=Status.DRAINING).first()
     return start_rung(rem.pk) if rem else None

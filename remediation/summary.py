@@ -94,6 +94,8 @@ def outlook(rem: Remediation, steps: Sequence[RemediationStep]) -> str:
     ended = f"{rem.finished:%Y-%m-%d %H:%M} UTC" if rem.finished else "an unknown time"
     if rem.status == Status.SUCCEEDED:
         return f"Back in production since {ended}."
+    if rem.status == Status.CLEARED:
+        return f"The problem went away by itself before the job ended ({ended}); the node stayed in production."
     if rem.status == Status.HANDED_OFF:
         who = "the vendor (RMA)" if rem.rung == Rung.RMA else "a technician"
         return f"Handed to {who} on {ended}; the node returns after the repair and a re-validation."

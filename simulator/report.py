@@ -11,7 +11,9 @@ remediations and their steps, tickets, RMA cases, state changes).
   faults never taken out of production or still out at the end.
 - Nodes in each state over time (daily means of hourly samples; the JSON has every sample).
 - Actions by rung (steps run, passed, failed), remediations by outcome, tickets and RMA cases.
-- False actions: remediations that acted on a node carrying no real fault at the time.
+- False actions: remediations that acted on a node carrying no real fault at the time; drains
+  stood down because the condition cleared before the job ended are counted apart (nothing
+  disruptive was done).
 """
 from __future__ import annotations
 
@@ -119,7 +121,8 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
             windows[fault.host].append((fault.at, (fault.cured_at or sim.end) + timedelta(minutes=30)))
     false_by_rule: Counter[str] = Counter()
     acted = 0
-    for host, created, rule in (remediations.filter(urgency__in=ACTING)
+    stood_down = remediations.filter(status="cleared").count()
+    for host, created, rule in (remediations.filter(urgency__in=ACTING).exclude(status="cleared")
                                 .values_list("node__hostname", "created", "finding__rule")):
         acted += 1
         if not any(start <= created <= end for start, end in windows.get(host, [])):
@@ -154,6 +157,7 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
                     "repairs_resolved": ledger.repairs_done, "rmas_closed": ledger.rmas_done},
         "manual": [{"host": h, "fault": F.BY_KEY[k].component, "at": at.isoformat()} for h, k, at in ledger.manual],
         "false_actions": {"count": sum(false_by_rule.values()), "by_rule": dict(false_by_rule.most_common()),
+                          "stood_down": stood_down,
                           "share_of_acting": round(sum(false_by_rule.values()) / acted, 3) if acted else 0.0},
         "states": {"daily_mean": daily, "out_of_production_mean": round(statistics.fmean(out_of_production), 1)
                    if out_of_production else 0, "out_of_production_max": max(out_of_production, default=0),
@@ -199,6 +203,7 @@ def headline(report: dict[str, Any]) -> list[tuple[str, Any]]:
         ("remediations that acted", actions["acting_remediations"]),
         ("manual interventions (paper: 3 in 54 days)", len(report["manual"])),
         ("false actions (share)", f"{report['false_actions']['count']} ({report['false_actions']['share_of_acting']:.0%})"),
+        ("drains stood down (cleared before job end)", report["false_actions"]["stood_down"]),
     ]
     for rung in ("gpu_reset", "reboot", "power_cycle", "reimage", "repair", "rma"):
         done = steps.get(rung, {})

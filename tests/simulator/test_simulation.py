@@ -41,7 +41,7 @@ def planted_run(policy: str = "default") -> tuple[Simulation, dict]:
     sim = Simulation(config)
     sim.plant(timedelta(hours=1), "faulty_gpu", "sim-00001", cure=F.POWER_CYCLE, gpu=3)
     sim.plant(timedelta(hours=2), "hbm", "sim-00002", cure=F.RMA, gpu=5, xid=48)
-    sim.plant(timedelta(hours=3), "link_flap", "sim-00003")
+    sim.plant(timedelta(minutes=20), "link_flap", "sim-00003")  # while the job runs on every node
     sim.plant(timedelta(hours=4), "ssd", "sim-00004", cure=F.REPAIR)
     sim.run()
     return sim, build(sim, wall_seconds=1.0, policy_about=policy)
@@ -65,8 +65,9 @@ def test_planted_faults_take_their_roads_through_the_real_system():
     assert cures[("sim-00002", "hbm")] == "technician"
     assert report["actions"]["repair_tickets"] >= 1 and report["actions"]["repairs_resolved"] >= 1
 
-    # The flap: one degraded finding on a healthy node, drained when the job ends: a false action.
-    assert report["false_actions"]["by_rule"] == {"ib_port_down": 1}
+    # The flap: one degraded finding on a healthy node; its drain waits for the job, the port is
+    # back meanwhile, so the remediation stands down: no false action.
+    assert report["false_actions"]["count"] == 0 and report["false_actions"]["stood_down"] == 1
 
     # The SSD: watched, never taken out by Nodewarden; the restarted job dies on it until a person steps in.
     assert report["mttr"]["never_taken_out"] == {"ssd": 1}
@@ -76,16 +77,19 @@ def test_planted_faults_take_their_roads_through_the_real_system():
     assert report["job"]["by_cause"]["Faulty GPU"] == 1 and report["job"]["by_cause"]["GPU HBM3 Memory"] == 1
     assert report["mttr"]["by_cause"]["Faulty GPU"]["count"] == 1
     assert 0 < report["job"]["ettr"] < 1
-    assert report["states"]["out_of_production_max"] >= 2  # the GPU and the HBM node were out together
+    assert report["states"]["out_of_production_max"] >= 1  # hourly samples saw a node out
     assert sum(v for k, v in report["states"]["hourly"][-1].items() if k != "at") == 12
     text = render(report)
     assert "Faulty GPU" in text and "false actions" in text
 
 
-def test_the_patient_policy_watches_the_flap_and_compares_side_by_side():
+def test_the_aggressive_policy_evicts_the_job_for_a_flap_and_compares_side_by_side():
     _, default = planted_run("default")
     call_command("flush", interactive=False, verbosity=0)  # each run gets a database of its own
-    _, patient = planted_run("patient")
-    assert default["false_actions"]["count"] == 1 and patient["false_actions"]["count"] == 0
-    text = render_side_by_side(default, patient)
-    assert "default" in text and "patient" in text and "false actions" in text
+    _, aggressive = planted_run("aggressive")
+    assert default["false_actions"]["count"] == 0 and default["job"]["evicted_by_nodewarden"] == 0
+    # Degraded means "cordon now" there: the flap takes its node out and kills the running job.
+    assert aggressive["false_actions"]["by_rule"] == {"ib_port_down": 1}
+    assert aggressive["job"]["evicted_by_nodewarden"] == 1
+    text = render_side_by_side(default, aggressive)
+    assert "default" in text and "aggressive" in text and "false actions" in text
