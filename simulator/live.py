@@ -3,7 +3,7 @@
 ``keep_failing`` (a Celery task, every minute from beat while NODEWARDEN_DEMO_CHURN is on)
 draws the faults of the last minute for the demo's production nodes from the same classes
 and rates as the batch simulator (``simulator.faults``: the Llama 3 table), multiplied by
-``NODEWARDEN_DEMO_FAULT_SCALE`` (default 30,000: about one fault every three minutes on the
+``NODEWARDEN_DEMO_FAULT_SCALE`` (default 300: about one fault every two or three minutes on the
 demo's 500 nodes, where a real fleet of that size sees one every 13 hours). Each becomes a
 ``LiveFault`` row; the demo's agents (``nodes.demo.telemetry``) put its signature in their
 reports, which go through the real ingest, so the real rules, policies, remediation ladder,
@@ -30,7 +30,7 @@ from . import faults as F
 from .models import LiveFault
 
 NOISE_LASTS = {"link_flap": timedelta(minutes=2), "heat_wave": timedelta(minutes=40)}
-DEFAULT_SCALE = 30_000.0
+DEFAULT_SCALE = 300.0
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
