@@ -72,6 +72,23 @@ def _ts(value: datetime) -> Any:
     return connection.ops.adapt_datetimefield_value(value)
 
 
+def _scope_sql(alias: str, scope: Scope, params: dict[str, Any]) -> list[str]:
+    """WHERE terms limiting ``alias``'s rows to the scope's nodes (params filled in as needed)."""
+    terms, nodes = [], []
+    if scope.cluster_id is not None:
+        nodes.append("cluster_id = %(cluster)s")
+        params["cluster"] = scope.cluster_id
+    if scope.tenant_id is not None:
+        nodes.append("tenant_id = %(tenant)s")
+        params["tenant"] = scope.tenant_id
+    if nodes:
+        terms.append(f"{alias}.node_id IN (SELECT id FROM {Node._meta.db_table} WHERE {' AND '.join(nodes)})")
+    if scope.node_ids is not None:
+        ids = ", ".join(str(int(pk)) for pk in scope.node_ids)  # int(): never anything but numbers
+        terms.append(f"{alias}.node_id IN ({ids})" if ids else "1 = 0")
+    return terms
+
+
 def _changes_cte(scope: Scope, since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
     """The scope's state changes that bound a stay in production or an outage, before ``until``
     (from ``LOOKBACK`` before ``since``): those from or to a serving state, into repair, remediation
@@ -82,24 +99,13 @@ def _changes_cte(scope: Scope, since: datetime, until: datetime) -> tuple[str, d
     ``until``; exact for serving states, whose next change is always kept), the number of the
     outage it belongs to, and the outage's initiator (see the module docstring). Parameters are
     named (``since``, ``until``, ...) so the statements built on it can reuse them."""
-    event, node = NodeEvent._meta.db_table, Node._meta.db_table
+    event = NodeEvent._meta.db_table
     serving, bounds = _sql_list(SERVING), _sql_list((*HARDWARE_STATES, *GONE))
     where = [f"e.kind IN {_sql_list(STATE_CHANGE_KINDS)}", "e.node_id IS NOT NULL", "e.created < %(until)s",
              "e.created >= %(lower)s",
              f"(e.source_state IN {serving} OR e.target_state IN {serving} OR e.target_state IN {bounds})"]
     params: dict[str, Any] = {"since": _ts(since), "until": _ts(until), "lower": _ts(since - LOOKBACK)}
-    nodes = []
-    if scope.cluster_id is not None:
-        nodes.append("cluster_id = %(cluster)s")
-        params["cluster"] = scope.cluster_id
-    if scope.tenant_id is not None:
-        nodes.append("tenant_id = %(tenant)s")
-        params["tenant"] = scope.tenant_id
-    if nodes:
-        where.append(f"e.node_id IN (SELECT id FROM {node} WHERE {' AND '.join(nodes)})")
-    if scope.node_ids is not None:
-        ids = ", ".join(str(int(pk)) for pk in scope.node_ids)  # int(): never anything but numbers
-        where.append(f"e.node_id IN ({ids})" if ids else "1 = 0")
+    where += _scope_sql("e", scope, params)
     # The drain's asker is the change just before the one that left drain pending.
     asked = f"e.source_state = '{DRAIN_PENDING}' AND LAG(e.id) OVER w IS NOT NULL"
     sql = f"""
@@ -178,21 +184,10 @@ def _outages_sql(scope: Scope, since: datetime, until: datetime, *, cluster: boo
     period, attribution, the initiating change and its actor; read from the ``Outage`` rows, cut
     at ``until`` as the state changes would be (an end or a visit to repair after the period's end
     is not known yet), and limited to outages begun from ``LOOKBACK`` before the period like them."""
-    table, node = models.Outage._meta.db_table, Node._meta.db_table
+    table = models.Outage._meta.db_table
     params: dict[str, Any] = {"since": _ts(since), "until": _ts(until), "lower": _ts(since - LOOKBACK)}
     where = ["o.started >= %(lower)s", "o.started < %(until)s", "(o.ended IS NULL OR o.ended > %(since)s)"]
-    nodes = []
-    if scope.cluster_id is not None:
-        nodes.append("cluster_id = %(cluster)s")
-        params["cluster"] = scope.cluster_id
-    if scope.tenant_id is not None:
-        nodes.append("tenant_id = %(tenant)s")
-        params["tenant"] = scope.tenant_id
-    if nodes:
-        where.append(f"o.node_id IN (SELECT id FROM {node} WHERE {' AND '.join(nodes)})")
-    if scope.node_ids is not None:
-        ids = ", ".join(str(int(pk)) for pk in scope.node_ids)  # int(): never anything but numbers
-        where.append(f"o.node_id IN ({ids})" if ids else "1 = 0")
+    where += _scope_sql("o", scope, params)
     sql = f"""
         WITH stored AS (
             SELECT o.node_id, o.started,
