@@ -384,7 +384,8 @@ def stand_down(remediation_id: int) -> Remediation:
     in production (the scheduler gives it work again), nothing disruptive was done, and the
     remediation ends as cleared. Idempotent: anything but a drain still pending is left alone."""
     with transaction.atomic():
-        rem = Remediation.objects.select_for_update().select_related("node", "finding").get(pk=remediation_id)
+        rem = Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(
+            pk=remediation_id)
         if rem.status != Status.DRAINING or rem.node.state != S.DRAIN_PENDING:
             return rem
         why = f"{_finding_text(rem)} cleared by itself before the job ended: standing down"
