@@ -85,6 +85,7 @@ class AgentApi:
         self.reports = 0
         self.requests = 0
         self.errors: list[str] = []
+        self.refused = 0
 
     def _call(self, method: str, path: str, token: str, body: Any = None) -> Any:
         self.requests += 1
@@ -94,10 +95,9 @@ class AgentApi:
         else:
             response = self.client.post(path, data=json.dumps(body), content_type="application/json", **headers)
         if response.status_code >= 300:
-            if len(self.errors) < 50:
+            self.refused += 1
+            if len(self.errors) < 50:  # the first ones in full; the count says how many there were
                 self.errors.append(f"{method.upper()} {path}: {response.status_code} {response.content[:300]!r}")
-            else:
-                self.errors.append("...")
             return None
         return response.json() if response.content else {}
 

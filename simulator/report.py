@@ -164,8 +164,10 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
                    "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states]},
         "run": {"wall_seconds": round(wall_seconds, 1),
                 "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
-                "ticks": ledger.ticks, "ticks_by_work": dict(ledger.busy.most_common()), "agent_requests": sim.api.requests, "agent_reports": sim.api.reports,
-                "agent_errors": sim.api.errors[:20], "task_errors": ledger.task_errors[:20],
+                "ticks": ledger.ticks, "ticks_by_work": dict(ledger.busy.most_common()),
+                "agent_requests": sim.api.requests, "agent_reports": sim.api.reports,
+                "agent_errors": sim.api.errors[:20], "agent_refused": sim.api.refused,
+                "task_errors": ledger.task_errors[:20],
                 "phase_seconds": {k: round(v, 1) for k, v in ledger.phase_seconds.most_common()}},
     }
 
