@@ -44,7 +44,9 @@ def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-unty
     run.save(update_fields=["status", "started", "task_id"])
     try:
         if node.state != event.target_state:
-            run.status, run.summary = RunStatus.SUPERSEDED, f"Node is now {node.get_state_display()}."
+            summary = run_followups(node, event, moved_on=True)
+            run.status = RunStatus.SUPERSEDED
+            run.summary = " ".join(filter(None, [f"Node is now {node.get_state_display()}.", summary]))[:300]
         else:
             summary = run_followups(node, event)
             run.summary = (summary or "No follow-up action for this transition.")[:300]

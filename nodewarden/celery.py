@@ -51,6 +51,9 @@ app.conf.beat_schedule = {
     # Remediation: re-drive stalled steps, finished drains and queued plans.
     "reconcile-remediations": {"task": "remediation.tasks.reconcile", "schedule": 60.0,
                                "options": {"queue": "remediation"}},
+    # What transitions owe the workload schedulers (retried), and drains moved on as they report.
+    "follow-drains": {"task": "schedulers.tasks.follow_drains", "schedule": 60.0,
+                      "options": {"queue": "remediation"}},
     # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
     "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
     # Trends: degrading figures, peer underperformers and lemon nodes, once a day.

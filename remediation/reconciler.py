@@ -6,7 +6,9 @@ Every minute it re-drives:
   lost): queued again, once per stall delay (a compare-and-swap on ``last_activity``); the
   delay must exceed what a step may legitimately take (a power action waits up to twice
   the BMC power timeout), so a slow power cycle is never doubled;
-- drains (a remediation's or anyone's): the scheduler is asked whether the node is drained;
+- drains: a remediation whose condition cleared by itself before the drain ended stands down;
+  one whose node drained into triage without its rung starting starts it (moving drains on as
+  the scheduler reports them is ``schedulers.reactions.follow_drains``'s);
 - queued remediations: admitted when the hold, breaker or limit is gone;
 - remediations whose node is in triage but whose rung never started.
 """
@@ -16,11 +18,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from django_fsm import ConcurrentTransition, TransitionNotAllowed
-
-from nodes import services as node_services
 from nodes.choices import NodeState
-from nodes.models import Node
 
 from . import services
 from .choices import Status, StepStatus
@@ -53,15 +51,14 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
                 .select_related("node__cluster", "finding__alert", "policy")[:BATCH]):
         if rem.node.state == S.DRAIN_PENDING and services.cleared_by_itself(rem):
             counts["stood_down"] += services.stand_down(rem.pk).status == Status.CLEARED
-            continue
-        counts["drained"] += _check_drain(rem.node, rem)
-    # Drains that no remediation asked for (an operator's, a re-role's) wait on the scheduler too.
-    others = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).exclude(
-        remediations__status=Status.DRAINING).select_related("cluster").order_by("state_changed_at")[:BATCH])
-    for node in others:
-        counts["drained"] += _check_drain(node, None)
-    for rem in Remediation.objects.filter(status=Status.QUEUED).order_by("updated")[:BATCH]:
-        if services.admit(rem.pk, now=now).status != Status.QUEUED:
+        elif rem.node.state == S.TRIAGE:  # drained, but its follow-up did not start the rung
+            services.on_drained(rem.node_id)
+            counts["drained"] += 1
+    for rem in Remediation.objects.filter(status=Status.QUEUED).select_related(
+            "node", "finding__alert", "policy").order_by("updated")[:BATCH]:
+        if rem.node.state == S.TRIAGE and services.cleared_by_itself(rem):
+            counts["stood_down"] += services.stand_down(rem.pk).status == Status.CLEARED
+        elif services.admit(rem.pk, now=now).status != Status.QUEUED:
             counts["admitted"] += 1
     stranded = Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
                                           updated__lt=now - stalled_after).exclude(steps__status=StepStatus.RUNNING)
@@ -77,31 +74,3 @@ def _claim(step: RemediationStep, now) -> bool:  # type: ignore[no-untyped-def]
     return bool(RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING,
                                                last_activity=step.last_activity).update(last_activity=now))
 
-
-def _check_drain(node: Node, rem: Remediation | None) -> int:
-    """Move a draining node on once its scheduler reports it drained."""
-    from schedulers.base import SchedulerError, adapter_for
-
-    if rem is not None and node.state == S.TRIAGE:
-        services.on_drained(node.pk)
-        return 1
-    if node.state not in (S.DRAIN_PENDING, S.DRAINING):
-        return 0
-    adapter = adapter_for(node.cluster)
-    try:
-        adapter.drain(node, reason="drain requested in Nodewarden")  # idempotent; re-asks one that failed
-        state = adapter.drain_state(node)
-    except SchedulerError:
-        return 0
-    if not state.drained:
-        return 0
-    actor, reason = services.ACTOR, f"The workload scheduler reports the node drained ({state.detail})"
-    details = {"remediation": rem.pk} if rem is not None else {}
-    try:
-        if node.state == S.DRAIN_PENDING:
-            node_services.start_draining(node.pk, actor=actor, reason=reason, details=details)
-        else:
-            node_services.complete_drain(node.pk, actor=actor, reason=reason, details=details)
-    except (TransitionNotAllowed, ConcurrentTransition):  # moved on meanwhile
-        return 0
-    return 1

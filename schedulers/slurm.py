@@ -19,7 +19,9 @@ Slurm's words for our verbs:
   alone (Slurm itself refuses to resume it: "Invalid node state specified").
 
 Another's drain is never taken over either: draining a node an admin already drained keeps the
-admin's reason (and so the admin's ownership), since the node takes no new work anyway.
+admin's reason (and so the admin's ownership), since the node takes no new work anyway. Our own
+drain's reason is rewritten when a later reaction gives another (the node's state comes first in
+it: ``schedulers.reactions``), so ``sinfo -R`` says what Nodewarden says of the node.
 """
 from __future__ import annotations
 
@@ -144,9 +146,9 @@ class SlurmAdapter(SchedulerAdapter):
             logger.info("%s is already drained by %s (%s); leaving their drain in place",
                         info.name, info.reason_user, info.reason)
             return
-        if info.drain_flag:
-            return  # ours already: keep the original reason and time
-        self._set_drain(info.name, reason)
+        if info.drain_flag and info.reason == _reason_text(reason):
+            return  # ours already, for this reason
+        self._set_drain(info.name, reason)  # ours: the reason follows the node's state
 
     def uncordon(self, node: Any, *, reason: str) -> None:
         info = self.show_node(node)
@@ -197,8 +199,7 @@ class SlurmAdapter(SchedulerAdapter):
         return name
 
     def _set_drain(self, name: str, reason: str) -> None:
-        text = " ".join(f"{REASON_PREFIX} {reason}".split())  # one line: scontrol keeps it verbatim
-        self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={text}")
+        self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={_reason_text(reason)}")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -227,3 +228,8 @@ class SlurmAdapter(SchedulerAdapter):
             stderr = result.stderr.strip() or result.stdout.strip() or "(no output)"
             raise SchedulerError(f"{shown}{where} exited {result.returncode}: {stderr}")
         return result.stdout
+
+
+def _reason_text(reason: str) -> str:
+    """The drain reason as Slurm keeps it: ours marked, on one line (scontrol keeps it verbatim)."""
+    return " ".join(f"{REASON_PREFIX} {reason}".split())

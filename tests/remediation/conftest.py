@@ -36,3 +36,19 @@ def fleet(db, emulator):
                            system_id=emulator.systems[i]["uuid"])
         nodes.append(node)
     return nodes
+
+
+@pytest.fixture
+def settle(eager):  # noqa: F811
+    """What Celery beat runs every minute for remediation: the reconciler, then the drain follower
+    (``schedulers.reactions``), inline; ``settle(n)`` runs both n times."""
+    from remediation import reconciler
+    from schedulers.reactions import follow_drains
+
+    def run(rounds: int = 1, now=None) -> None:
+        for _ in range(rounds):
+            with eager():
+                reconciler.reconcile(now=now)
+                follow_drains(now=now)
+
+    return run

@@ -35,9 +35,12 @@ def on_slurm(fleet, slurm):  # noqa: F811
 
 
 def settle(eager, rounds=1):
+    from schedulers.reactions import follow_drains
+
     for _ in range(rounds):
         with eager():
             reconciler.reconcile()
+            follow_drains()
 
 
 def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, eager):  # noqa: F811
@@ -45,8 +48,8 @@ def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, ea
     job = slurm.submit("gpu-s-01", 4, "customer-train")
     slurm.wait_job_running(job)
     with eager():
-        raise_finding(node.pk, rule="ecc_uncorrectable", severity="degraded", gpu_index=2, subject="gpu2",
-                      summary="Uncorrectable ECC on GPU 2", recommended_action="power_cycle")
+        raise_finding(node.pk, rule="xid", severity="degraded", xid=94, gpu_index=2, subject="xid:94",
+                      summary="XID 94: contained ECC error on GPU 2", recommended_action="power_cycle")
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     state = SlurmAdapter(node.cluster).drain_state(node)

@@ -77,10 +77,13 @@ def test_draining_and_resuming_twice_is_harmless(slurm, adapter, slurm_node):
 
     adapter.drain(node, reason="burn-in")
     first = adapter.drain_state(node)
-    adapter.drain(node, reason="burn-in again")
-    adapter.cordon(node, reason="and cordoned")
-    assert adapter.drain_state(node) == first  # same reason, same timestamp
+    adapter.drain(node, reason="burn-in")
+    adapter.cordon(node, reason="burn-in")
+    assert adapter.drain_state(node) == first  # same reason: untouched, same timestamp
     assert (first.cordoned, first.drained, first.running_jobs, first.owner) == (True, True, 0, OWNER)
+    adapter.cordon(node, reason="Triage: burn-in failed")  # our reason follows the node's state
+    again = adapter.drain_state(node)
+    assert "nodewarden: Triage: burn-in failed" in again.detail and again.owner == OWNER
 
     adapter.uncordon(node, reason="burn-in passed")
     adapter.uncordon(node, reason="burn-in passed")

@@ -1,0 +1,255 @@
+"""What each lifecycle transition asks of the node's workload scheduler: declared here, run here.
+
+One table (``REACTIONS``: verb -> reaction), one owner (``react``, the follow-up every
+transition runs first, even when the node has moved on since), and one follower of drains
+(``follow_drains``, Celery beat every minute) that moves draining nodes on when the scheduler
+says so and retries what could not reach the scheduler. No other code cordons, drains, evicts
+or resumes a node in its scheduler as a consequence of a transition.
+
+The reactions:
+- evict: no new work, and the work on the node is moved off now (an operator's or remediation's
+  "Cordon now"; a forced move out of production);
+- drain: no new work, the current work finishes (the drain verbs); the node moves on from
+  drain pending to draining to triage as the scheduler reports it idle, unless a drain hold
+  (``drain_hold``, e.g. remediation confirming that a condition did not clear by itself) keeps
+  it pending;
+- cordon: no new work (the node runs none): every state out of production; the reason follows
+  the node's state, so ``sinfo -R`` never says "Drain pending" for a node in triage;
+- resume: take work again, lifting only a cordon Nodewarden set (back to production, a drain
+  cancelled).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+from django_fsm import ConcurrentTransition, TransitionNotAllowed
+
+from nodes import services as node_services
+from nodes.choices import DAY1_STAGES, EventKind, NodeState
+from nodes.followups import followup
+from nodes.models import Node, NodeEvent
+
+from . import base
+from .base import SchedulerConflict, SchedulerError
+from .models import PendingReaction
+
+log = logging.getLogger(__name__)
+S = NodeState
+ACTOR = node_services.Actor.system("scheduler")
+BATCH = 200  # nodes per run of the drain follower; the next run takes the rest
+RETRY_MAX = timedelta(hours=1)
+
+
+class Reaction(models.TextChoices):
+    EVICT = "evict", "No new work; work on the node moved off now"
+    DRAIN = "drain", "No new work; the current work finishes"
+    CORDON = "cordon", "No new work (the node runs none)"
+    RESUME = "resume", "Take work again (only Nodewarden's own cordon is lifted)"
+
+
+R = Reaction
+# What the scheduler must say for a node in each state (forced states, retries, the auditor).
+# Enrolled and initializing nodes are not in a scheduler yet: nothing is asked of it.
+STATE_REACTION: dict[str, str | None] = {
+    S.ENROLLED: None, S.INITIALIZING: None, S.ONBOARD: R.CORDON,
+    **{stage: R.CORDON for stage in DAY1_STAGES},
+    S.PRODUCTION: R.RESUME, S.DRAIN_PENDING: R.DRAIN, S.DRAINING: R.DRAIN,
+    S.TRIAGE: R.CORDON, S.REMEDIATING: R.CORDON, S.REPAIR: R.CORDON, S.RMA: R.CORDON,
+    S.DECOMMISSIONED: R.CORDON,
+}
+
+# The reaction of every verb (nodes.services.VERBS and force_state). A test walks each against
+# a real Slurm and checks what ``scontrol show node`` says afterwards.
+REACTIONS: dict[str, str | None] = {
+    "start_initialization": None,
+    "mark_onboard": R.CORDON,  # the node's scheduler daemon may register now: no work before Day 1
+    "start_validation": R.CORDON,
+    "revalidate": R.CORDON,
+    "pass_firmware": R.CORDON,
+    "pass_inventory_check": R.CORDON,
+    "pass_burn_in": R.CORDON,
+    "pass_fabric_check": R.CORDON,
+    "release_to_production": R.RESUME,
+    "fail_validation": R.CORDON,
+    "request_drain": R.DRAIN,
+    "cancel_drain": R.RESUME,
+    "start_draining": R.DRAIN,
+    "complete_drain": R.CORDON,
+    "cordon": R.EVICT,
+    "start_remediation": R.CORDON,
+    "fail_remediation": R.CORDON,
+    "send_to_repair": R.CORDON,
+    "send_to_rma": R.CORDON,
+    "decommission": R.CORDON,
+    "force_state": None,  # by the target state: see reaction_for
+}
+
+
+def reaction_for(transition: str, target: str) -> str | None:
+    """The reaction a transition into ``target`` asks for. A forced move out of production
+    evicts (an admin override acts at once), into production resumes, into a drain drains."""
+    if transition != "force_state":
+        return REACTIONS.get(transition, STATE_REACTION.get(target))
+    wanted = STATE_REACTION.get(target)
+    return R.EVICT if wanted == R.CORDON else wanted
+
+
+def still_wanted(reaction: str, state: str) -> bool:
+    """A reaction queued for an earlier state is carried out only if the node is still on the same
+    side: out of production for evict/drain/cordon, in production for resume (a later
+    transition's own reaction covers the rest)."""
+    if reaction == R.RESUME:
+        return state == S.PRODUCTION
+    return STATE_REACTION.get(state) is not None and state != S.PRODUCTION
+
+
+def scheduler_reason(state: str, reason: str) -> str:
+    """The reason the scheduler shows (``sinfo -R``, the Kubernetes annotation): the node's state first."""
+    return " ".join(f"{NodeState(state).label}: {reason}".split())[:200]
+
+
+# --- Drain holds ---------------------------------------------------------------------------------
+DrainHold = Callable[[Node], str | None]
+DRAIN_HOLDS: list[DrainHold] = []
+
+
+def drain_hold(fn: DrainHold) -> DrainHold:
+    """Register a check that may keep a drain-pending node pending (it returns why, or None).
+    Remediation registers one: a condition that can clear by itself is confirmed first."""
+    DRAIN_HOLDS.append(fn)
+    return fn
+
+
+def held_by(node: Node) -> str | None:
+    for hold in DRAIN_HOLDS:
+        why = hold(node)
+        if why:
+            return why
+    return None
+
+
+# --- The owner ------------------------------------------------------------------------------------
+
+
+def apply(node: Node, reaction: str, reason: str) -> str:
+    """Ask the node's scheduler for ``reaction``; a failure is owed and retried by the follower."""
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    try:
+        if reaction == R.EVICT:
+            adapter.evict(node, reason=reason)
+        elif reaction == R.DRAIN:
+            adapter.drain(node, reason=reason)
+        elif reaction == R.CORDON:
+            adapter.cordon(node, reason=reason)
+        else:
+            adapter.uncordon(node, reason=reason)
+    except SchedulerConflict as exc:  # someone else's cordon: theirs to lift, not retried
+        PendingReaction.objects.filter(node=node).delete()
+        node_services.record_event(node.pk, EventKind.NOTE, actor=ACTOR,
+                                   reason=f"The scheduler keeps the node out: {exc}",
+                                   details={"scheduler_reaction": reaction, "conflict": True})
+        return f"The scheduler keeps the node out: {exc}"
+    except SchedulerError as exc:
+        _owe(node, reaction, reason, str(exc))
+        return f"The scheduler could not be asked to {reaction} ({exc}); asking again later."
+    PendingReaction.objects.filter(node=node).delete()
+    return "" if adapter.kind == "none" else f"{adapter.kind}: {reaction}."
+
+
+def _owe(node: Node, reaction: str, reason: str, error: str, now: datetime | None = None) -> None:
+    now = now or timezone.now()
+    owed = PendingReaction.objects.filter(node=node).first()
+    if owed is None:
+        PendingReaction.objects.create(node=node, reaction=reaction, reason=reason, last_error=error[:2000],
+                                       next_attempt_at=now + timedelta(minutes=1))
+        node_services.record_event(node.pk, EventKind.ACTION, actor=ACTOR,
+                                   reason=f"The scheduler could not be asked to {reaction}: {error}"[:1000],
+                                   details={"scheduler_reaction": reaction, "ok": False})
+        return
+    owed.attempts += 1
+    owed.reaction, owed.reason, owed.last_error = reaction, reason, error[:2000]
+    owed.next_attempt_at = now + min(timedelta(minutes=2 ** min(owed.attempts, 10)), RETRY_MAX)
+    owed.save(update_fields=["attempts", "reaction", "reason", "last_error", "next_attempt_at"])
+
+
+def react(node: Node, event: NodeEvent) -> str:
+    """The scheduler reaction of a committed transition (see the module docstring)."""
+    reaction = reaction_for(event.transition, event.target_state)
+    if reaction is None:
+        return ""
+    node = Node.objects.select_related("cluster").get(pk=node.pk)  # the state now, not at the event
+    if not still_wanted(reaction, node.state):
+        return f"Scheduler {reaction} superseded: the node is now {node.get_state_display()}."
+    return apply(node, reaction, scheduler_reason(event.target_state, event.reason))
+
+
+for _verb in REACTIONS:
+    followup(_verb, even_if_moved_on=True)(react)
+
+
+# --- The drain road -------------------------------------------------------------------------------
+
+
+def advance_drain(node: Node, *, trigger: int | None = None) -> str:
+    """Move a drain-pending or draining node on as far as its scheduler says it can go."""
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    details: dict[str, Any] = {"scheduler": adapter.kind, **({"trigger_event": trigger} if trigger else {})}
+    try:
+        if node.state == S.DRAIN_PENDING:
+            hold = held_by(node)
+            if hold:
+                return f"Kept drain pending: {hold}"
+            if adapter.is_running_work(node):
+                return f"{adapter.kind} drains the node; waiting for its job to end."
+            node_services.start_draining(node.pk, actor=ACTOR, reason="No customer job running: draining now.",
+                                         details=details)
+            return "No customer job running: started draining."
+        if node.state == S.DRAINING:
+            state = adapter.drain_state(node)
+            if not state.drained:
+                return f"Waiting for the scheduler to report the node drained ({state.detail})."
+            node_services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",
+                                         details={**details, "detail": state.detail})
+            return "Drain complete."
+    except SchedulerError as exc:  # the node stays where it is; the follower asks again
+        return f"The scheduler could not be asked about the drain ({exc}); asking again later."
+    except (TransitionNotAllowed, ConcurrentTransition):  # moved on meanwhile
+        return ""
+    return ""
+
+
+@followup("request_drain")
+@followup("start_draining")
+def drain_on(node: Node, event: NodeEvent) -> str:
+    """After the drain reaction: the node moves on at once when nothing runs on it."""
+    return advance_drain(Node.objects.select_related("cluster").get(pk=node.pk), trigger=event.pk)
+
+
+def follow_drains(now: datetime | None = None) -> dict[str, int]:
+    """Celery beat, every minute: retry the reactions owed to schedulers, re-ask drains that did not
+    reach the scheduler, and move drain-pending and draining nodes on as their schedulers allow."""
+    now = now or timezone.now()
+    counts = {"retried": 0, "still_owed": 0, "moved": 0}
+    for owed in PendingReaction.objects.filter(next_attempt_at__lte=now).select_related("node__cluster")[:BATCH]:
+        node = owed.node
+        wanted = STATE_REACTION.get(node.state)
+        if wanted is None:
+            owed.delete()
+            continue
+        # An eviction owed to a node still out of production is still an eviction.
+        reaction = owed.reaction if owed.reaction == R.EVICT and wanted == R.CORDON else wanted
+        apply(node, reaction, scheduler_reason(node.state, owed.reason.split(": ", 1)[-1]))
+        still = PendingReaction.objects.filter(node=node).exists()
+        counts["still_owed" if still else "retried"] += 1
+    draining = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).select_related("cluster")
+                .order_by("state_changed_at")[:BATCH])
+    for node in draining:
+        before = node.state
+        advance_drain(node)
+        counts["moved"] += Node.objects.filter(pk=node.pk).exclude(state=before).exists()
+    return counts
