@@ -61,7 +61,11 @@ SKIPPABLE = (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL)
 
 
 class StepStatus(models.TextChoices):
+    """A step is passed only once its success check has: the re-validation that follows the
+    action (or, for a reimage, the reinstalled node's rejoin and then re-validation)."""
+
     RUNNING = "running", "Running"
+    VERIFYING = "verifying", "Done; re-validating"
     PASSED = "passed", "Passed"
     FAILED = "failed", "Failed"
     SKIPPED = "skipped", "Skipped"
@@ -73,7 +77,7 @@ STATUS_COLOURS: dict[str, str] = {
     Status.SUCCEEDED: "#2e9e5b", Status.CLEARED: "#7fb89a", Status.STOPPED: "#555c66", Status.FAILED: "#8e2a20",
 }
 STEP_COLOURS: dict[str, str] = {
-    StepStatus.RUNNING: "#e0641e", StepStatus.PASSED: "#2e9e5b", StepStatus.FAILED: "#c0392b",
+    StepStatus.RUNNING: "#e0641e", StepStatus.VERIFYING: "#4a78c2", StepStatus.PASSED: "#2e9e5b", StepStatus.FAILED: "#c0392b",
     StepStatus.SKIPPED: "#8b95a5",
 }
 

@@ -9,8 +9,11 @@ from django.dispatch import receiver
 from health.models import Finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
+from schedulers.reactions import drain_hold
 
 from . import services
+from .choices import Status
+from .models import Remediation
 
 
 @receiver(post_save, sender=Finding, dispatch_uid="remediation.consider_finding")
@@ -38,3 +41,12 @@ def remediation_done(node: Node, event: NodeEvent) -> str:
 def climb_after_failed_validation(node: Node, event: NodeEvent) -> str:
     rem = services.on_validation_failed(node.pk, event.reason)
     return f"Remediation {rem.pk}: climbing to {rem.get_rung_display().lower()}." if rem else ""
+
+
+@drain_hold
+def confirming_before_leaving(node: Node) -> str | None:
+    """A node drained for a condition that may clear by itself stays drain pending (no new work, no
+    disruption) until its confirmation window has run: the reconciler stands it down if it clears."""
+    rem = (Remediation.objects.filter(node_id=node.pk, status=Status.DRAINING)
+           .select_related("finding__alert", "policy").first())
+    return services.confirming(rem) or None if rem is not None else None

@@ -6,8 +6,9 @@
 - BMC power cycle: off, then on, through the BMC.
 - Reimage: a one-time PXE boot override, then a power cycle: the installer reinstalls the
   image (the node's boot config decides which).
-Each waits until the BMC reports the node on again; the success check is the re-validation
-that follows. A BMC error fails the step, and the ladder climbs.
+Each waits until the BMC reports the node on again; the step then verifies: its success check is
+the re-validation that follows, and only that passes it. A BMC error fails the step, and the
+ladder climbs.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from .choices import Rung
 from .models import RemediationStep
-from .services import step_failed, step_passed
+from .services import action_done, step_failed
 
 
 def run(step_id: int) -> str:
@@ -54,5 +55,5 @@ def run(step_id: int) -> str:
     except BmcError as exc:
         step_failed(step, f"BMC: {exc}")
         return "failed"
-    step_passed(step, detail)
+    action_done(step, detail)
     return "passed"

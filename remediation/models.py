@@ -105,6 +105,8 @@ class RemediationStep(models.Model):
     status = models.CharField(max_length=10, choices=StepStatus.choices, default=StepStatus.RUNNING)
     started = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
+    acted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the rung's action was carried out (its success check follows).")
     deadline = models.DateTimeField()
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Task deliveries that worked on it.")
     last_activity = models.DateTimeField(

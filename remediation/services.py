@@ -23,6 +23,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from health.choices import Severity
@@ -35,6 +37,7 @@ from nodes.services import Actor, clean_reason, record_event
 from . import safety
 from .choices import (
     APPROVABLE,
+    DISRUPTIVE,
     DONE,
     HAND_OFF,
     LADDER,
@@ -97,12 +100,18 @@ def match_policy(finding: Any) -> RemediationPolicy | None:
     return None
 
 
-def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
-    """Urgency and rung for this finding on this node, with the reasons (see the module docstring)."""
+def urgency_and_rung(finding: Any) -> tuple[str, str, RemediationPolicy | None]:
+    """What the finding alone calls for: its policy's urgency and first rung, else the defaults."""
     policy = match_policy(finding)
     urgency = policy.urgency if policy else DEFAULT_URGENCY.get(finding.severity, Urgency.WATCH)
     rung = (policy.first_rung if policy and policy.first_rung else
             RECOMMENDED_RUNG.get(finding.recommended_action, Rung.REBOOT))
+    return urgency, rung, policy
+
+
+def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
+    """Urgency and rung for this finding on this node, with the reasons (see the module docstring)."""
+    urgency, rung, policy = urgency_and_rung(finding)
     reasons = [f"policy {policy.name!r}" if policy else f"default for {finding.severity} findings",
                f"{Urgency(urgency).label.lower()}", f"first rung {Rung(rung).label.lower()}"
                + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})")]
@@ -156,6 +165,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
     if open_rem is not None:
         if finding.severity in DEFAULT_URGENCY:
             _decide(open_rem, f"further finding during the remediation: {finding.summary}", finding=finding.pk)
+            return hasten(open_rem.pk, finding, now=now)
         return open_rem
     if node.state not in ACTIONABLE:
         return None  # Day 0/Day 1 (validation decides), already in repair or RMA, or gone
@@ -181,6 +191,38 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         _decide(rem, "waiting for an operator's approval")
         return rem
     return admit(rem.pk, now=now)
+
+
+URGENCY_RANK = {Urgency.WATCH: 0, Urgency.WHEN_IDLE: 1, Urgency.NOW: 2}
+
+
+def hasten(remediation_id: int, finding: Any, *, now: datetime | None = None) -> Remediation:
+    """A further finding during an open remediation: the most severe finding decides, whatever the
+    order they arrived in. A more urgent one makes the remediation act now (a pending drain becomes
+    a cordon, the job is evicted); a higher first rung not yet started replaces the planned one."""
+    now = now or timezone.now()
+    urgency, rung, _policy = urgency_and_rung(finding)
+    with transaction.atomic():
+        rem = Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(
+            pk=remediation_id)
+        more_urgent = URGENCY_RANK.get(urgency, 0) > URGENCY_RANK.get(rem.urgency, 0)
+        not_started = rem.status in (Status.AWAITING_APPROVAL, Status.QUEUED, Status.DRAINING)
+        higher_rung = not_started and LADDER.index(rung) > LADDER.index(rem.rung)
+        if not (more_urgent or higher_rung):
+            return rem
+        if more_urgent:
+            rem.urgency = urgency
+            Remediation.objects.filter(pk=rem.pk).update(urgency=urgency)
+        if higher_rung:
+            rem.rung = rung
+        _decide(rem, f"{finding.summary} is more severe: " + ", ".join(filter(None, [
+            f"now {Urgency(urgency).label.lower()}" if more_urgent else "",
+            f"first rung {Rung(rung).label.lower()}" if higher_rung else ""])), finding=finding.pk)
+        if not (more_urgent and rem.status == Status.DRAINING and urgency == Urgency.NOW):
+            return rem
+        if rem.node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING):
+            _take_out_now(rem, ACTOR)
+    return start_rung(rem.pk, now=now)
 
 
 def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = ACTOR) -> Remediation:
@@ -228,21 +270,10 @@ def _finding_text(rem: Remediation) -> str:
 
 
 def _take_out_now(rem: Remediation, actor: Actor) -> None:
-    node = rem.node
-    node_services.cordon(node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
+    """Cordon: out of production at once; the cordon's scheduler reaction (``schedulers.reactions``)
+    evicts the job once the transition has committed."""
+    node_services.cordon(rem.node_id, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
                          details={"remediation": rem.pk})
-    # The scheduler is told once the cordon has committed: no external call under the cluster's lock.
-    transaction.on_commit(lambda: _evict(rem.pk))
-
-
-def _evict(remediation_id: int) -> None:
-    from schedulers.base import SchedulerError, adapter_for
-
-    rem = Remediation.objects.select_related("node__cluster", "finding").get(pk=remediation_id)
-    try:
-        adapter_for(rem.node.cluster).evict(rem.node, reason=f"remediation {rem.pk}: {_finding_text(rem)}")
-    except SchedulerError as exc:  # the node is out of production in Nodewarden either way
-        _decide(rem, f"the workload scheduler could not evict: {exc}")
 
 
 # --- The ladder ----------------------------------------------------------------------------------
@@ -255,6 +286,13 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
     node = rem.node
     if rem.status in DONE or node.state not in (S.TRIAGE, S.REMEDIATING):
         return rem
+    if (rem.rung in HAND_OFF or rem.rung in DISRUPTIVE) and not rem.steps.exists():
+        waiting = confirming(rem, now)
+        if waiting:
+            if rem.queued_reason != waiting[:300]:
+                rem.status, rem.queued_reason = Status.QUEUED, waiting[:300]
+                _decide(rem, f"queued: {waiting}")
+            return rem
     if rem.rung in HAND_OFF:
         return _hand_off(rem)
     if rem.policy is not None and rem.policy.disruptive_only_in_window:
@@ -321,11 +359,12 @@ def _tried(rem: Remediation) -> str:
     return ", ".join(f"{Rung(s.rung).label.lower()} ({s.status})" for s in rem.steps.all())
 
 
-def step_passed(step: RemediationStep, detail: str) -> None:
-    """The rung's action is done: re-validate the node (the Day 1 road for a remediated node)."""
+def action_done(step: RemediationStep, detail: str) -> None:
+    """The rung's action is done: re-validate the node (the Day 1 road for a remediated node). The step
+    is not passed yet: it waits, verifying, for its success check (``on_back_in_production``)."""
     with transaction.atomic():
         if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
-                status=StepStatus.PASSED, finished=timezone.now(), detail=detail[:2000]):
+                status=StepStatus.VERIFYING, acted_at=timezone.now(), detail=detail[:2000]):
             return  # another delivery finished it
         rem = Remediation.objects.select_related("node").get(pk=step.remediation_id)
         rem.status = Status.VALIDATING
@@ -333,6 +372,12 @@ def step_passed(step: RemediationStep, detail: str) -> None:
         if rem.node.state == S.REMEDIATING:
             node_services.revalidate(rem.node_id, actor=ACTOR, reason=f"{Rung(step.rung).label} done: re-validating",
                                      details={"remediation": rem.pk})
+
+
+def _verified(rem: Remediation, status: str, detail: str) -> None:
+    """The verifying step of the remediation has its answer: passed or failed, with why."""
+    RemediationStep.objects.filter(remediation=rem, status=StepStatus.VERIFYING).update(
+        status=status, finished=timezone.now(), detail=Concat(F("detail"), Value(f"; {detail}"[:1000])))
 
 
 def step_failed(step: RemediationStep, detail: str) -> None:
@@ -364,6 +409,49 @@ def escalate(rem: Remediation, why: str, *, actor: Actor = ACTOR) -> Remediation
 # --- Events of the node's lifecycle --------------------------------------------------------------
 
 
+def confirm_window(finding: Any) -> timedelta:
+    """How long a disruptive step or a ticket waits, for this finding, to see whether its condition
+    clears by itself: the rule's ``confirm_seconds`` parameter (per hardware profile), by default
+    set on the rules whose conditions come and go without a defect (a link flap, a hot aisle:
+    see health.rules), 0 for the rest."""
+    from health.ruleconfig import rule_config
+    from health.rules import REGISTRY
+
+    spec = REGISTRY.get(finding.rule)
+    if spec is None:
+        return timedelta(0)
+    profile_id = Node.objects.filter(pk=finding.node_id).values_list("hardware_profile_id", flat=True).first()
+    seconds = rule_config(finding.rule, profile_id).param("confirm_seconds", spec.params.get("confirm_seconds", 0))
+    return timedelta(seconds=float(seconds or 0))
+
+
+def confirming(rem: Remediation, now: datetime | None = None) -> str:
+    """Why the remediation does not act yet on a condition that may clear by itself ('' if it may act):
+    its confirmation window has not run, or its condition is clearing or has cleared (then the
+    reconciler stands it down). Idle node or busy, the same rule."""
+    from health.choices import AlertState
+    from health.tasks import QUIET_RULES
+
+    finding = rem.finding
+    if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
+        return ""
+    if rem.policy is not None and not rem.policy.stand_down_if_cleared:
+        return ""
+    window = confirm_window(finding)
+    if not window:
+        return ""
+    alert = finding.alert
+    if alert.state == AlertState.RESOLVED:
+        return f"{finding.summary} cleared by itself"
+    if alert.clearing_since is not None:
+        return f"{finding.summary} is clearing (seen clear since {alert.clearing_since:%H:%M:%S} UTC)"
+    until = finding.created + window
+    now = now or timezone.now()
+    if now < until:
+        return f"confirming {finding.summary} does not clear by itself (until {until:%H:%M:%S} UTC)"
+    return ""
+
+
 def cleared_by_itself(rem: Remediation) -> bool:
     """The finding's condition is gone while its drain still waits for the job: its alert resolved
     because the rule saw the condition clear (not XIDs, whose alerts resolve by going quiet), and the
@@ -380,17 +468,26 @@ def cleared_by_itself(rem: Remediation) -> bool:
 
 
 def stand_down(remediation_id: int) -> Remediation:
-    """Cancel the drain of a remediation whose condition cleared before the job ended: the node stays
-    in production (the scheduler gives it work again), nothing disruptive was done, and the
-    remediation ends as cleared. Idempotent: anything but a drain still pending is left alone."""
+    """A remediation whose condition cleared by itself before anything disruptive was done ends as
+    cleared: a drain still pending is cancelled (the node stays in production, the scheduler gives
+    it work again); a node already out, waiting in triage for its confirmation, re-validates.
+    Idempotent: anything else is left alone."""
     with transaction.atomic():
         rem = Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(
             pk=remediation_id)
-        if rem.status != Status.DRAINING or rem.node.state != S.DRAIN_PENDING:
+        in_drain = rem.status == Status.DRAINING and rem.node.state == S.DRAIN_PENDING
+        confirming_in_triage = (rem.status == Status.QUEUED and rem.node.state == S.TRIAGE
+                                and not rem.steps.exists())
+        if not (in_drain or confirming_in_triage):
             return rem
-        why = f"{_finding_text(rem)} cleared by itself before the job ended: standing down"
-        node_services.cancel_drain(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
-                                   details={"remediation": rem.pk})
+        if in_drain:
+            why = f"{_finding_text(rem)} cleared by itself before the job ended: standing down"
+            node_services.cancel_drain(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
+                                       details={"remediation": rem.pk})
+        else:  # out of production already: back through re-validation, nothing disruptive done
+            why = f"{_finding_text(rem)} cleared by itself while being confirmed: standing down, re-validating"
+            node_services.revalidate(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
+                                     details={"remediation": rem.pk})
         rem.status, rem.finished = Status.CLEARED, timezone.now()
         _decide(rem, why)
     return rem
@@ -402,24 +499,36 @@ def on_drained(node_id: int) -> Remediation | None:
 
 
 def on_back_in_production(node_id: int) -> Remediation | None:
-    from schedulers.base import SchedulerError, adapter_for
+    """Re-validation passed and the node is back: the step passed, and the remediation succeeded if
+    its finding's condition has cleared since the action (the release gate,
+    ``health.gates.blocking_alerts``, holds back a node whose condition still fires; a node an
+    operator put back by hand while it fires is recorded as such, not as a success)."""
+    from health.gates import still_firing
 
-    rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).select_related("node__cluster").first()
+    rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).select_related("finding__alert").first()
     if rem is None:
         return None
-    rem.status, rem.finished = Status.SUCCEEDED, timezone.now()
+    since = rem.steps.filter(status=StepStatus.VERIFYING).values_list("acted_at", flat=True).first() or rem.created
+    firing = still_firing(rem.finding, since=since) if rem.finding else None
+    rem.finished = timezone.now()
+    if firing:
+        _verified(rem, StepStatus.FAILED, f"back in production while still firing: {firing}")
+        rem.status = Status.STOPPED
+        _decide(rem, f"back in production by other hands while {firing} still fires: not a success")
+        return rem
+    _verified(rem, StepStatus.PASSED, "re-validation passed")
+    rem.status = Status.SUCCEEDED
     _decide(rem, f"back in production after {Rung(rem.rung).label.lower()} and re-validation "
                  f"({_ago(rem.finished - rem.created)} after the finding)")
-    try:
-        adapter_for(rem.node.cluster).uncordon(rem.node, reason=f"remediation {rem.pk} done")
-    except SchedulerError as exc:  # someone else's cordon, or the scheduler is down: noted, not forced
-        _decide(rem, f"the scheduler was not told to take work again: {exc}")
     return rem
 
 
 def on_validation_failed(node_id: int, reason: str) -> Remediation | None:
     rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).first()
-    return escalate(rem, f"re-validation failed: {reason}") if rem else None
+    if rem is None:
+        return None
+    _verified(rem, StepStatus.FAILED, f"re-validation failed: {reason}")
+    return escalate(rem, f"re-validation failed: {reason}")
 
 
 # --- Operator verbs ------------------------------------------------------------------------------
@@ -447,7 +556,7 @@ def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     rem = Remediation.objects.get(pk=remediation_id)
     if rem.status not in OPEN:
         raise RemediationConflict(f"Remediation {rem.pk} is already {rem.get_status_display().lower()}.")
-    RemediationStep.objects.filter(remediation=rem, status=StepStatus.RUNNING).update(
+    RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
         status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}")
     rem.status, rem.finished = Status.STOPPED, timezone.now()
     _decide(rem, f"stopped: {reason}", actor=actor)

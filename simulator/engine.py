@@ -64,6 +64,7 @@ from remediation.tasks import reconcile
 from repairs import services as repairs
 from repairs.models import RepairTicket, RmaCase
 from schedulers import simulated
+from schedulers.tasks import follow_drains
 from telemetry.models import NodeHealth
 from validation.tasks import advance_day1_stages
 
@@ -411,7 +412,7 @@ class Simulation:
     def _periodic(self, *, heartbeats: bool) -> None:
         """What Celery beat runs every minute or so, run at this tick; the heartbeat check right
         after the agents' heartbeats were applied (in between, nothing can have gone missing)."""
-        for task in ((check_heartbeats,) if heartbeats else ()) + (reconcile, advance_day1_stages):
+        for task in ((check_heartbeats,) if heartbeats else ()) + (reconcile, follow_drains, advance_day1_stages):
             started = time.perf_counter()
             try:
                 task.apply()
@@ -437,14 +438,14 @@ class Simulation:
                 self.api.post_result(node, check["id"], A.check_result(node, check["kind"], now, self.rng))
 
     def _on_event_saved(self, sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
-        """A rung passed (the node is sent to re-validation): the host restarted, and the fault is cured
+        """A rung acted (the node is sent to re-validation): the host restarted, and the fault is cured
         if the rung reaches far enough: at once, as the hardware would, before any check is asked for."""
         remediation_id = (instance.details or {}).get("remediation") if instance.transition == "revalidate" else None
         node = self.by_id.get(instance.node_id)
         if not created or remediation_id is None or node is None:
             return
-        rung = (RemediationStep.objects.filter(remediation_id=remediation_id, status="passed")
-                .order_by("-finished").values_list("rung", flat=True).first())
+        rung = (RemediationStep.objects.filter(remediation_id=remediation_id, acted_at__isnull=False)
+                .order_by("-acted_at").values_list("rung", flat=True).first())
         if rung is None:
             return
         node.booted_at = instance.created

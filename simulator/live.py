@@ -85,8 +85,8 @@ def cure(now: datetime | None = None) -> list[LiveFault]:
             if remediation is None:  # back from repair, RMA or triage: a person fixed it
                 fault.cured_at, fault.cured_by = event.created, "technician"
                 break
-            rung = (RemediationStep.objects.filter(remediation_id=remediation, status="passed")
-                    .order_by("-finished").values_list("rung", flat=True).first())
+            rung = (RemediationStep.objects.filter(remediation_id=remediation, acted_at__isnull=False)
+                    .order_by("-acted_at").values_list("rung", flat=True).first())
             if rung and F.rung_cures(rung, fault.cure):
                 fault.cured_at, fault.cured_by = event.created, f"rung {rung}"
                 break

@@ -7,7 +7,9 @@ and the stage's ``start`` runs. A stage that needs time (burn-in, the soak, wait
 the agent's report) stays open and ``advance_open_stages`` (Celery beat) polls it.
 ``conclude`` ends a run: in one transaction the run's outcome, then either the verb that
 moves the node to the next stage or, on a failure, a finding and ``fail_validation``
-(triage, with the stage and the exact difference as the reason). Stage work that talks
+(triage, with the stage and the exact difference as the reason). The last stage releases the
+node to production only through the release gate (``health.gates``): nothing at or above the
+blocking severity may still fire on it since the pass began. Stage work that talks
 to a BMC or waits never holds a transaction open.
 """
 from __future__ import annotations
@@ -176,6 +178,12 @@ def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Act
         if run.status == RunStatus.SUPERSEDED:
             return run
         details = {"stage": info.stage, "stage_run": run.pk}
+        if verdict.passed and info.pass_verb == "release_to_production":
+            verdict = _release_gate(node, verdict)
+            if not verdict.passed:
+                run.status, run.summary = RunStatus.FAILED, verdict.summary[:300]
+                run.details = {**run.details, "evidence": verdict.evidence}
+                run.save(update_fields=["status", "summary", "details"])
         if verdict.passed:
             verb = getattr(node_services, info.pass_verb)
             word = "skipped" if skipped else "passed"
@@ -183,6 +191,20 @@ def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Act
         else:
             _fail(run, info, verdict, actor, details)
     return run
+
+
+def _release_gate(node: Node, verdict: Verdict) -> Verdict:
+    """The last stage passed: the node goes back to customers only if nothing serious still fires on
+    it since this pass began (``health.gates``); otherwise the stage fails, saying what fires."""
+    from health.gates import blocking_alerts, describe
+
+    pass_event = current_pass(node.pk)
+    since = pass_event.created if pass_event is not None else node.state_changed_at
+    blocking = blocking_alerts(node.pk, since)
+    if not blocking:
+        return verdict
+    return Verdict.fail(f"Still firing, not released: {describe(blocking)}"[:300],
+                        alerts=[a.pk for a in blocking], rules=sorted({a.rule for a in blocking}))
 
 
 def _withdraw_queued_checks(run: CheckRun, actor: Actor, why: str) -> None:

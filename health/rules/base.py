@@ -16,6 +16,11 @@ from typing import Any
 from ..choices import RecommendedAction, Severity
 
 FIRE, CLEAR, HOLD = "fire", "clear", "hold"
+# ``confirm_seconds`` (a rule parameter): how long remediation waits before a disruptive step or a
+# technician ticket, to see whether the condition clears by itself. Set on conditions that come
+# and go without a defect; the defaults cover the fleet simulator's noise with its 5-minute
+# hysteresis: a link flap (down ~2 min) and a hot aisle (~40 min).
+CONFIRM_LINK, CONFIRM_HEAT = 15 * 60, 60 * 60
 GPU, NODE, TASK, EXTERNAL = "gpu", "node", "task", "external"
 
 

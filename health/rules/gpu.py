@@ -10,7 +10,7 @@ from typing import Any
 
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, gpu_rule, hold, node_rule
+from .base import CONFIRM_HEAT, Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, gpu_rule, hold, node_rule
 
 Gpu = Any  # telemetry.schema.GpuReading
 Prev = dict[str, Any]
@@ -31,7 +31,7 @@ def _above(cfg: RuleConfig, value: float | None, limit: float | None, gpu: int, 
 
 
 @gpu_rule("gpu_temperature", severity=S.DEGRADED, recommended_action=A.INSPECT, threshold=87, clear_threshold=5,
-          clear_after_seconds=300, params={"use_gpu_limit": True})
+          clear_after_seconds=300, params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT})
 def gpu_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """GPU core above its own Max Operating temperature when reported, else above ``threshold`` °C.
     ``clear_threshold`` is the hysteresis margin in °C below the limit."""
@@ -40,7 +40,7 @@ def gpu_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator
 
 
 @gpu_rule("hbm_temperature", severity=S.DEGRADED, recommended_action=A.INSPECT, threshold=95, clear_threshold=5,
-          clear_after_seconds=300, params={"use_gpu_limit": True})
+          clear_after_seconds=300, params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT})
 def hbm_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """HBM above its Memory Max Operating temperature when reported, else above ``threshold`` °C."""
     own = gpu.hbm_max_operating_temp_c

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, hold, node_rule
+from .base import CONFIRM_LINK, Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, hold, node_rule
 from .windows import record_events
 
 
@@ -14,7 +14,8 @@ def port_subject(port: Any) -> str:
     return f"{port.device}/{port.port}"
 
 
-@node_rule("ib_port_down", severity=S.DEGRADED, recommended_action=A.INSPECT, clear_after_seconds=300)
+@node_rule("ib_port_down", severity=S.DEGRADED, recommended_action=A.INSPECT, clear_after_seconds=300,
+           params={"confirm_seconds": CONFIRM_LINK})
 def ib_port_down(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """A port not ACTIVE or not LinkUp ("Polling" means the cable or switch is gone). The clear
     delay keeps a flapping port to one alert."""

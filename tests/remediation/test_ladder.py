@@ -47,23 +47,20 @@ def test_a_catastrophic_finding_cordons_power_cycles_revalidates_and_returns_the
     assert emulator.system(0)["PowerState"] == "On"
 
 
-def test_a_degraded_finding_waits_for_the_job_to_end(fleet, eager, busy_scheduler):
+def test_a_degraded_finding_waits_for_the_job_to_end(fleet, eager, busy_scheduler, settle):
     node = fleet[1]
-    with eager():
-        raise_finding(node.pk, rule="ecc_uncorrectable", severity="degraded", gpu_index=1, subject="gpu1",
-                      summary="Uncorrectable ECC on GPU 1", recommended_action="reboot")
+    with eager():  # an event (not a condition that a clean report must be seen to clear: see test_release_gate)
+        raise_finding(node.pk, rule="xid", severity="degraded", xid=94, gpu_index=1, subject="xid:94",
+                      summary="XID 94: contained ECC error on GPU 1", recommended_action="reboot")
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert (node.state, rem.status, rem.urgency) == (S.DRAIN_PENDING, Status.DRAINING, Urgency.WHEN_IDLE)
     assert ("drain", node.hostname) in busy_scheduler.calls
-    with eager():
-        reconciler.reconcile()  # the job still runs
+    settle()  # the job still runs
     node.refresh_from_db()
     assert node.state == S.DRAIN_PENDING
     busy_scheduler.running = False  # the customer's job ended
-    with eager():
-        reconciler.reconcile()
-        reconciler.reconcile()
+    settle(2)
     node.refresh_from_db()
     rem.refresh_from_db()
     assert node.state == S.PRODUCTION and rem.status == Status.SUCCEEDED and rem.rung == Rung.REBOOT

@@ -29,8 +29,9 @@ def revalidated(node, at: datetime, **details) -> None:
 
 
 def passed_step(node, rung: str) -> Remediation:
+    """A rung whose action was carried out: the node is re-validating (its step verifying)."""
     rem = Remediation.objects.create(node=node, status="validating", urgency="now", rung=rung)
-    RemediationStep.objects.create(remediation=rem, rung=rung, status="passed", deadline=NOW, finished=NOW)
+    RemediationStep.objects.create(remediation=rem, rung=rung, status="verifying", deadline=NOW, acted_at=NOW)
     return rem
 
 

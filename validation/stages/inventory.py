@@ -1,23 +1,37 @@
 """Stage 2, inventory check: what the node holds against its hardware profile.
 
 Reads the agent's first report made after the stage started (so it describes the node as
-it booted now, not before a repair) and, where a BMC is configured, its inventory. Any
+it booted now, not before a repair), and the GPUs of that report only (not GPU rows kept
+from earlier reports) and, where a BMC is configured, its inventory. Any
 mismatch fails the stage with the exact difference: GPU model and count, InfiniBand HCA
 count and link rate, host memory, and every GPU's PCIe link (width and generation) at
 its maximum.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from telemetry.models import GpuState, NodeHealth
 
 from .base import StageContext, Verdict
 
+CLOCK_SKEW = timedelta(minutes=2)  # how far behind the portal an agent's clock may be
+
 
 def _fresh_health(ctx: StageContext) -> NodeHealth | None:
+    """The node's newest report, if it was received since the stage started and taken since the
+    stage started (less a clock-skew allowance): a report the agent buffered before a reboot and
+    flushed afterwards describes the node as it was, not as it is."""
     started = ctx.run.started or ctx.run.created
-    return NodeHealth.objects.filter(node_id=ctx.node.pk, last_received_at__gte=started).first()
+    return NodeHealth.objects.filter(node_id=ctx.node.pk, last_received_at__gte=started,
+                                     last_report_at__gte=started - CLOCK_SKEW).first()
+
+
+def _reported_gpus(ctx: StageContext, health: NodeHealth) -> list[GpuState]:
+    """The GPUs of that newest report only. ``GpuState`` keeps a row per GPU ever reported: a GPU
+    that fell off the bus keeps its old row, so counting rows would count it still there."""
+    return list(GpuState.objects.filter(node_id=ctx.node.pk, updated_at__gte=health.last_report_at).order_by("index"))
 
 
 def _ib_devices(ports: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -84,7 +98,7 @@ def poll(ctx: StageContext) -> Verdict | None:
     health = _fresh_health(ctx)
     if health is None:
         return None  # waiting for the agent's first report since the stage began
-    gpus = list(GpuState.objects.filter(node_id=ctx.node.pk).order_by("index"))
+    gpus = _reported_gpus(ctx, health)
     bmc_memory, bmc_facts = _bmc_memory(ctx)
     problems, facts = compare(ctx, health, gpus, bmc_memory)
     evidence = {**facts, **bmc_facts, "report_at": health.last_report_at.isoformat()}

@@ -1,0 +1,69 @@
+"""The release gate: which firing alerts keep a node from going back to customers.
+
+A node returns to production only when nothing serious still fires on it *now*. An alert at or
+above ``NODEWARDEN_RELEASE_BLOCKING_SEVERITY`` (default: degraded) blocks the release when
+- its condition was seen (again) since the action being verified (``last_seen >= since``), or
+- it is a condition the agent's reports evaluate (a health rule run per report) and it has not
+  been seen to clear since: no clean report has started its hysteresis clock. A GPU that is still
+  missing after a reboot keeps "7 GPUs visible, expected 8" firing and refreshed; a condition no
+  report has looked at since the action has not been seen to clear either.
+Events (XIDs, failed checks, failed Day 1 stages) are not conditions: they block only when one
+was seen since the action; an XID from before the reboot does not.
+The fleet auditor reads the same rule for the nodes already in production.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from .choices import SEVERITY_RANK, AlertState, Severity
+from .models import Alert
+from .rules import REGISTRY
+from .rules.base import EXTERNAL, TASK
+from .services import is_event_rule
+
+QUIET = ("xid", "xid_repeated")  # events whose alerts resolve by going quiet (health.tasks.QUIET_RULES)
+
+
+def threshold_rank() -> int:
+    severity = getattr(settings, "NODEWARDEN_RELEASE_BLOCKING_SEVERITY", Severity.DEGRADED)
+    return SEVERITY_RANK[Severity(severity)]
+
+
+def is_report_condition(rule: str) -> bool:
+    """A condition a health rule evaluates on every agent report (so a clean report clears it)."""
+    spec = REGISTRY.get(rule)
+    return (spec is not None and spec.fn is not None and spec.scope not in (TASK, EXTERNAL)
+            and not is_event_rule(rule) and rule not in QUIET)
+
+
+def blocks(alert: Any, since: datetime) -> bool:
+    """Does this firing alert keep its node out of production (see the module docstring)?"""
+    if alert.state != AlertState.FIRING or alert.severity_rank < threshold_rank():
+        return False
+    if alert.last_seen >= since:
+        return True
+    return is_report_condition(alert.rule) and alert.clearing_since is None
+
+
+def blocking_alerts(node_id: int, since: datetime, limit: int = 20) -> list[Alert]:
+    """The node's firing alerts that block its release, worst first (bounded)."""
+    candidates = (Alert.objects.filter(node_id=node_id, state=AlertState.FIRING, severity_rank__gte=threshold_rank())
+                  .order_by("-severity_rank", "-last_seen")[:200])
+    return [a for a in candidates if blocks(a, since)][:limit]
+
+
+def describe(alerts: list[Alert]) -> str:
+    shown = "; ".join(f"{a.summary} ({a.get_severity_display().lower()}, {a.rule})" for a in alerts[:3])
+    return shown + (f"; and {len(alerts) - 3} more" if len(alerts) > 3 else "")
+
+
+def still_firing(finding: Any, since: datetime) -> str:
+    """The finding's own alert, if it still blocks: its summary; else ''."""
+    alert = getattr(finding, "alert", None)
+    if alert is None:
+        return ""
+    alert.refresh_from_db(fields=["state", "last_seen", "clearing_since", "severity_rank"])
+    return alert.summary if blocks(alert, since) else ""
