@@ -26,25 +26,31 @@ SEVERITY_MAP: dict[str, str] = {
     "CRITICAL": Severity.CATASTROPHIC, "WARNING": Severity.WARNING, "INFO": Severity.INFO, "N/A": Severity.WARNING,
 }
 
-# NVIDIA's immediate-action bucket -> the first rung we recommend.
+# NVIDIA's immediate-action bucket -> the first rung we recommend. IGNORE and the two
+# "follow the other Xid" buckets (45: preemptive cleanup after another error or a killed
+# job; 154: the recovery action is in the line, rules/xid.py reads it) start nothing of
+# their own: the XID they accompany carries the severity and the action.
 BUCKET_ACTIONS: dict[str, str] = {
     "RESET_GPU": A.RESET_GPU, "WORKFLOW_XID_48": A.RESET_GPU, "WORKFLOW_NVLINK_ERR": A.RESET_GPU,
     "WORKFLOW_NVLINK5_ERR": A.RESET_GPU,
     "RESTART_BM": A.REBOOT, "RESTART_VM": A.REBOOT,
     "CHECK_MECHANICALS": A.INSPECT, "CONTACT_SUPPORT": A.INSPECT,
-    "RESTART_APP": A.CHECK_APPLICATION, "WORKFLOW_XID_45": A.CHECK_APPLICATION, "CHECK_UVM": A.CHECK_APPLICATION,
+    "RESTART_APP": A.CHECK_APPLICATION, "CHECK_UVM": A.CHECK_APPLICATION,
     "UPDATE_SWFW": A.REIMAGE,  # driver or firmware update: our reimage rung carries the new image
-    "IGNORE": A.NONE, "XID_154": A.NONE,
+    "IGNORE": A.NONE, "WORKFLOW_XID_45": A.NONE, "XID_154": A.NONE,
 }
 
-# Per-XID overrides of the bucket mapping, with why.
+# Per-XID overrides of the bucket mapping, with why. Each agrees with NVIDIA's bucket and
+# only pins it down (a test keeps IGNORE and the follow-the-other-Xid buckets at "none").
 XID_ACTIONS: dict[int, str] = {
     79: A.REBOOT,  # fallen off the bus: only a reboot (or power cycle) brings it back
     48: A.RESET_GPU, 64: A.RESET_GPU, 95: A.RESET_GPU, 140: A.RESET_GPU,  # memory errors: a reset clears them
-    # Application faults: the job did something wrong, the GPU is fine.
-    13: A.CHECK_APPLICATION, 31: A.CHECK_APPLICATION, 43: A.CHECK_APPLICATION,
-    45: A.CHECK_APPLICATION, 68: A.CHECK_APPLICATION,
+    # Application faults: the job did something wrong, the GPU is fine; restart the job.
+    13: A.CHECK_APPLICATION, 31: A.CHECK_APPLICATION, 68: A.CHECK_APPLICATION,
 }
+# XIDs that are the application's doing, not the node's: 43 (the application hit a fault and
+# was stopped) and 45 (cleanup after it was killed or after another XID) among them, though
+# neither asks for an action. Trends leave them out of a node's XID count.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
 
 

@@ -104,6 +104,10 @@ class XidEvent(Strict):
     process: Text | None = None  # "name=python3"
     message: Annotated[str, msgspec.Meta(max_length=2000)] = ""
     kmsg_seq: Count | None = None  # /dev/kmsg sequence number: the agent's resume cursor
+    # XID 154 only: the nvmlGpuRecoveryAction_t the line changes to ("... to 0x2 (Node Reboot
+    # Required)"): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset; newer
+    # drivers add values, so any small number is accepted and an unknown one is inspected.
+    recovery_action: Annotated[int, msgspec.Meta(ge=0, le=255)] | None = None
 
 
 class IbPortReading(Strict):

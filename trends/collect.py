@@ -15,12 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from checks.choices import ACTIVE_KINDS, STAGE_KINDS, RunKind, RunStatus
 from checks.models import CheckRun
 from health.choices import RecommendedAction
 from health.models import XidDefinition
+from health.xid import APPLICATION_XIDS
 from nodes.choices import STATE_PHASE, EventKind, NodeState, Phase
 from nodes.models import Node, NodeEvent
 from remediation.models import Remediation
@@ -81,9 +82,12 @@ def nodes() -> list[NodeRow]:
 
 
 def application_xids() -> list[int]:
-    """XIDs the catalog blames on the application (13, 31, 43, 45, ...): not the node's fault."""
-    return list(XidDefinition.objects.filter(recommended_action=RecommendedAction.CHECK_APPLICATION)
-                .values_list("xid", flat=True))
+    """XIDs blamed on the application, not the node: those the catalog sends to the application
+    (13, 31, ...) and 43/45, which NVIDIA blames on it but asks no action for (unless an
+    operator gave them one)."""
+    blamed = (Q(recommended_action=RecommendedAction.CHECK_APPLICATION)
+              | Q(xid__in=APPLICATION_XIDS, recommended_action=RecommendedAction.NONE))
+    return list(XidDefinition.objects.filter(blamed).values_list("xid", flat=True))
 
 
 def read_batch(rows: Sequence[NodeRow], *, now: datetime, trend_since: datetime, lemon_since: datetime,

@@ -255,12 +255,16 @@ def clock_slowdown(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[
         yield clear(gpu=gpu.index)
 
 
-# nvmlGpuRecoveryAction -> (severity, action, label); DCGM: 1, 2, 4 FAIL; 3 WARN.
+# nvmlGpuRecoveryAction -> (severity, action, label); DCGM: 1, 2, 4 FAIL; 3 WARN. Also what
+# XID 154 lines name (rules/xid.py). 5-7 came with R610 drivers (NVML and XID 154 only).
 RECOVERY_ACTIONS = {
     1: (S.DEGRADED, A.RESET_GPU, "GPU reset required"),
     2: (S.CATASTROPHIC, A.REBOOT, "Node reboot required"),
     3: (S.WARNING, A.NONE, "Drain peer-to-peer traffic"),
     4: (S.DEGRADED, A.RESET_GPU, "Drain and reset the GPU"),
+    5: (S.DEGRADED, A.INSPECT, "Recover the IMEX domain"),
+    6: (S.DEGRADED, A.REBOOT, "Reset the GPU's PCIe bus"),  # a reboot resets the bus; nvidia-smi -r may not
+    7: (S.CATASTROPHIC, A.REBOOT, "System reboot required"),
 }
 
 

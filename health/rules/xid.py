@@ -5,6 +5,7 @@ task resolves them after ``clear_after_seconds`` of quiet.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -14,7 +15,13 @@ from .. import xid as catalog
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
 from .base import Condition, RuleConfig, fire, node_rule
+from .gpu import RECOVERY_ACTIONS
 from .windows import record_events
+
+XID_RECOVERY_ACTION_CHANGED = 154
+# "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)": read here too
+# for agents that predate XidEvent.recovery_action (the agent's kmsg collector reads it first).
+_RECOVERY_IN_MESSAGE = re.compile(r"recovery action changed from .*? to 0x([0-9A-Fa-f]+)", re.IGNORECASE)
 
 
 def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
@@ -44,6 +51,27 @@ def resolve_gpu(ctx: Any, bus_id: str | None, mapping: dict[tuple[int, int, int]
     return (mapping if mapping is not None else gpu_index_by_pci(ctx)).get(pci_key(bus_id))  # type: ignore[arg-type]
 
 
+def recovery_action(event: Any) -> int | None:
+    """The nvmlGpuRecoveryAction_t an XID 154 line changes to, or None if it names none."""
+    if event.recovery_action is not None:
+        return int(event.recovery_action)
+    match = _RECOVERY_IN_MESSAGE.search(event.message or event.raw)
+    return int(match[1], 16) if match else None
+
+
+def recovery_verdict(event: Any) -> tuple[str, str, int | None]:
+    """XID 154's severity and action come from the line, not the catalog: "GPU Reset Required"
+    is a reset, "Node Reboot Required" a reboot, "None" that the GPU recovered. A line we cannot
+    read, or an action newer than this table, is a warning to inspect rather than silence."""
+    value = recovery_action(event)
+    if value == 0:
+        return S.INFO, A.NONE, value
+    if value in RECOVERY_ACTIONS:
+        severity, action, _label = RECOVERY_ACTIONS[value]
+        return severity, action, value
+    return S.WARNING, A.INSPECT, value
+
+
 @node_rule("xid", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=6 * 3600,
            params={"sxid_severity": S.WARNING, "sxid_action": A.INSPECT})
 def xid_events(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
@@ -62,8 +90,11 @@ def xid_events(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
             continue
         info = catalog.lookup(event.xid)
         evidence.update({"name": info.name, "meaning": info.meaning, "in_catalog": info.known})
+        severity, action = info.severity, info.recommended_action
+        if event.xid == XID_RECOVERY_ACTION_CHANGED:
+            severity, action, evidence["recovery_action"] = recovery_verdict(event)
         yield fire(f"XID {event.xid} {info.name}: {event.message or info.meaning}"[:500], gpu=gpu,
-                   subject=f"xid:{event.xid}", severity=info.severity, recommended_action=info.recommended_action,
+                   subject=f"xid:{event.xid}", severity=severity, recommended_action=action,
                    xid=event.xid, evidence=evidence, observed_at=event.observed_at)
 
 

@@ -36,11 +36,33 @@ def test_it_parses_real_nvidia_driver_lines(expected, message):
         assert event is None
         return
     kind, xid, rest = expected.split(":", 2)
-    pci, pid, process = rest.rsplit(":", 2)
+    domain, bus, device, rest = rest.split(":", 3)  # the process name may hold ":" (VLLM::Worker)
+    pci, (pid, process) = f"{domain}:{bus}:{device}", rest.split(":", 1)
     assert event["kind"] == kind and event["xid"] == int(xid) and event["pci_bus_id"] == pci
     assert event.get("pid") == (None if pid == "-" else int(pid))
     assert event.get("process") == (None if process == "-" else process)
     assert event["message"] and event["message"] in message
+
+
+def _xid154_cases():
+    for line in (FIXTURES / "kmsg" / "xid154-lines.txt").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        expected, _, message = line.partition("\t")
+        yield pytest.param(int(expected), message, id=message[message.index(" to ") + 4:])
+
+
+@pytest.mark.parametrize("expected,message", list(_xid154_cases()))
+def test_it_reads_the_recovery_action_an_xid_154_asks_for(expected, message):
+    event = parse_nvidia_event(message)
+    assert (event["xid"], event["recovery_action"]) == (154, expected)
+    assert event["message"] == message.split("154, ", 1)[1]
+
+
+def test_only_xid_154_carries_a_recovery_action():
+    event = parse_nvidia_event("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus. "
+                               "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+    assert event["xid"] == 79 and "recovery_action" not in event
 
 
 def test_it_keeps_the_message_after_pid_and_name():
@@ -52,10 +74,39 @@ def test_it_keeps_the_message_after_pid_and_name():
 
 def test_it_reads_a_kmsg_record_and_converts_monotonic_time_to_wall_clock():
     line = parse_kmsg_record("4,1205,700000250000,-;NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>'", BOOT_TIME)
-    assert line.seq == 1205 and line.message.startswith("NVRM: Xid")
+    assert line.seq == 1205 and line.message.startswith("NVRM: Xid") and line.from_kernel
     assert line.observed_at == pytest.approx(BOOT_TIME + 700000.25)
     assert parse_kmsg_record("not a record", BOOT_TIME) is None
     assert parse_kmsg_record("4,x,1,-;text", BOOT_TIME) is None
+    assert parse_kmsg_record("x,1,1,-;text", BOOT_TIME) is None
+
+
+@pytest.mark.parametrize(("priority", "from_kernel"), [
+    (0, True), (3, True), (4, True), (7, True),  # facility 0 (LOG_KERN), any level
+    (12, False),  # echo > /dev/kmsg: the kernel forces LOG_USER (1) on user space
+    (14, False),  # "<6>text" from user space: still LOG_USER, a facility of 0 is not honoured
+    (30, False),  # systemd and other daemons: LOG_DAEMON (3)
+    (38, False),  # LOG_AUTH (4)
+])
+def test_a_kmsg_record_is_the_kernels_only_with_facility_zero(priority, from_kernel):
+    """The first field is (facility << 3) | level (Documentation/ABI/testing/dev-kmsg); the kernel
+    gives user-space writes LOG_USER unless they name another non-zero facility (devkmsg_write)."""
+    line = parse_kmsg_record(f"{priority},7,1000,-;NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.",
+                             BOOT_TIME)
+    assert line.from_kernel is from_kernel
+
+
+def test_what_user_space_writes_to_kmsg_is_never_an_event(tmp_path):
+    """A script that echoes an Xid line into /dev/kmsg (a drill, a health check quoting what it
+    saw) must not become a catastrophic XID 79 or a reboot-wanted XID 154."""
+    kmsg = tmp_path / "kmsg"
+    shutil.copy(FIXTURES / "kmsg" / "user-space.kmsg", kmsg)
+    (tmp_path / "state").mkdir()
+    collector = _collector(tmp_path, kmsg)
+    assert [(e["xid"], e["kmsg_seq"]) for e in collector.collect().fields["xid_events"]] == [(13, 2206)]
+    collector.commit()
+    # The cursor still moves past the user-space records: they are read once, not re-read forever.
+    assert json.loads((tmp_path / "state" / "kmsg-cursor.json").read_text())["position"] == 2206
 
 
 def _collector(tmp_path, kmsg_file, boot_id=BOOT_A):
@@ -149,8 +200,8 @@ def test_it_caps_events_per_report_and_carries_the_rest_over(tmp_path, kmsg_file
     assert [e["kmsg_seq"] for e in restarted.collect().fields["xid_events"]] == [1206]
 
 
-def _journal_runner(calls):
-    lines = (FIXTURES / "kmsg" / "journal-kernel.jsonl").read_text().splitlines()
+def _journal_runner(calls, fixture="journal-kernel.jsonl"):
+    lines = (FIXTURES / "kmsg" / fixture).read_text().splitlines()
 
     def run(argv, timeout):
         calls.append(argv)
@@ -173,3 +224,15 @@ def test_it_falls_back_to_journalctl_and_resumes_from_its_cursor(tmp_path):
     restarted = KmsgCollector(JournalSource(runner=_journal_runner(calls)), tmp_path, boot_id=lambda: BOOT_B)
     assert restarted.collect().fields["xid_events"] == []
     assert calls[0][-1] == "-b" and calls[-1][-1].startswith("--after-cursor=s=6c2b")
+
+
+def test_journal_entries_are_events_only_when_the_kernel_logged_them(tmp_path):
+    """journald files user-space writes to /dev/kmsg under _TRANSPORT=kernel too (with their own
+    SYSLOG_FACILITY), so ``journalctl -k`` alone lets them through; ``logger -p kern.warning``
+    sends facility 0 over syslog. Only _TRANSPORT=kernel with SYSLOG_FACILITY=0 is the kernel."""
+    collector = KmsgCollector(JournalSource(runner=_journal_runner([], "journal-user.jsonl")), tmp_path,
+                              boot_id=lambda: BOOT_A)
+    events = collector.collect().fields["xid_events"]
+    assert [(e["xid"], e["process"]) for e in events] == [(13, "python3")]
+    collector.commit()
+    assert json.loads((tmp_path / "journal-cursor.json").read_text())["position"].endswith("x=15")

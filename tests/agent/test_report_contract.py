@@ -52,6 +52,20 @@ def test_a_full_agent_report_decodes_with_the_portals_schema(tmp_path, ib_root, 
     assert decoded.collector_errors["nvml.gpu5"] == "unreadable: GPU is lost"
 
 
+def test_every_xid_line_shape_the_agent_parses_decodes_with_the_portals_schema(tmp_path):
+    """XID 154's recovery action, MIG attribution, pid without name: fields the portal must accept."""
+    messages = [line.partition("\t")[2] for name in ("nvrm-lines.txt", "xid154-lines.txt")
+                for line in (FIXTURES / "kmsg" / name).read_text().splitlines()
+                if line and not line.startswith("#") and not line.startswith("ignore")]
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("".join(f"4,{seq},{seq * 1000},-;{m}\n" for seq, m in enumerate(messages, start=1)))
+    collector = KmsgCollector(DevKmsgSource(str(kmsg), boot_time=lambda: 1717100000.0), tmp_path,
+                              boot_id=lambda: "b1")
+    [decoded] = decode_batch(json.dumps({"reports": [build_report("gpu-node-03", 1, [collector])]}).encode())
+    assert len(decoded.xid_events) == len(messages)
+    assert [e.recovery_action for e in decoded.xid_events if e.xid == 154] == [1, 1, 2, 3, 4, 0, 2, 7]
+
+
 def test_a_report_from_a_node_where_every_collector_failed_still_decodes(tmp_path):
     report = build_report("gpu-node-02", 1, [NvmlCollector(FakeNvml(init_error=9)),
                                              InfinibandCollector(tmp_path / "none")])

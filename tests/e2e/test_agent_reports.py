@@ -93,6 +93,21 @@ def test_xid_79_in_the_kernel_log_raises_a_catastrophic_finding_on_the_gpu_at_th
     assert Finding.objects.filter(node=node, rule="xid").count() == 1
 
 
+def test_an_xid_line_user_space_writes_to_the_kernel_log_is_no_event(live_server, node, agent_token, hardware):
+    """A script echoing an Xid line into /dev/kmsg gets facility LOG_USER (priority 12 = user.warning)."""
+    agent = hardware.agent(live_server.url, agent_token)
+    hardware.kernel_log(XID_79_LINE, priority=12)
+    hardware.kernel_log(f"xid-drill[4242]: {XID_79_LINE}", priority=14)
+    hardware.kernel_log("NVRM: Xid (PCI:0000:53:00 GPU-I:05): 43, pid=18231, name=python3, Ch 00000008")
+
+    agent.cycle()
+
+    assert len(agent.spool) == 0
+    assert list(XidRecord.objects.filter(node=node).values_list("xid", "gpu_index")) == [(43, XID_GPU)]
+    [finding] = Finding.objects.filter(node=node)
+    assert (finding.xid, finding.severity, finding.recommended_action) == (43, Severity.INFO, RecommendedAction.NONE)
+
+
 def test_reports_spooled_while_the_portal_is_down_arrive_in_order_after_a_restart(live_server, node, agent_token,
                                                                                   hardware, refused_url):
     down = hardware.agent(refused_url, agent_token)

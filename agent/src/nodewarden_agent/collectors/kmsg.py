@@ -9,7 +9,14 @@ Sources, in order of preference:
 * ``journalctl -k -o json`` when /dev/kmsg cannot be opened (containers, hardening);
   its ``__CURSOR`` is the resume point.
 
-Only lines the NVIDIA drivers print as events are kept; everything else is ignored.
+Only records the kernel itself logged can be events: user space may write anything to
+/dev/kmsg (a script echoing an Xid line it saw, a drill), and those records carry the
+facility the writer named or LOG_USER, never LOG_KERN (0), which the kernel keeps for
+its own messages (devkmsg_write). So a /dev/kmsg record counts only with facility 0 and
+a journal entry only with ``_TRANSPORT=kernel`` and ``SYSLOG_FACILITY=0`` (journald files
+user-space /dev/kmsg writes under the kernel transport too, with their own facility).
+Of those, only lines the NVIDIA drivers print as events are kept, matched from the
+start of the message; everything else is ignored.
 The cursor moves in :meth:`KmsgCollector.commit`, after the report holding the events
 is on disk, so a crash can repeat events (each carries ``kmsg_seq``) but never loses them.
 """
@@ -35,31 +42,48 @@ log = logging.getLogger(__name__)
 MAX_EVENTS_PER_REPORT = 1000  # telemetry.schema.MAX_XID_EVENTS
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 
-# "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-# Drivers before R470 print no pid/name; very old ones omit "PCI:".
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+),\s*(?P<rest>.*)$")
-_PID_NAME = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+), name=(?P<name>.*?), (?P<msg>.*)$")
+LOG_KERN = 0  # syslog facility of the kernel's own messages
+
+# The driver's format (open-gpu-kernel-modules, kernel_rc.c), anchored at the start of the
+# message so that text quoting an Xid line is not one:
+#   "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+#   "NVRM: Xid (PCI:0000:9a:00 GPU-I:05 GPU-CI:02): 43, pid=1234, name=python3, Ch 00000008" (MIG)
+#   "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: ..."  (pid without name)
+# Drivers before R470 print no pid/name; very old ones omit "PCI:". The domain can be non-zero.
+_XID = re.compile(r"^NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): "
+                  r"(?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")
+_PID_NAME = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+)(?:, name=(?P<name>.*?))?,\s*(?P<msg>.*)$")
 # "nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 46 egress ... (First)".
 # The driver follows each SXid with detail lines ("12028, Severity 0 Engine ...",
 # "12028, Data {...}") that carry no Fatal/Non-fatal word: they are not new events.
-_SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+), (?P<msg>(?:Fatal|Non-fatal)\b.*)$",
-                   re.IGNORECASE)
+_SXID = re.compile(r"^nvidia-nvswitch\d*: SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+), "
+                   r"(?P<msg>(?:Fatal|Non-fatal)\b.*)$", re.IGNORECASE)
+# XID 154: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)". The
+# number is nvmlGpuRecoveryAction_t (1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
+# reset, ...) and the bracketed text its name for people; the number is what the portal acts on.
+XID_RECOVERY_ACTION_CHANGED = 154
+_RECOVERY = re.compile(r"recovery action changed from .*? to 0x(?P<value>[0-9A-Fa-f]+)", re.IGNORECASE)
 
 
 def parse_nvidia_event(message: str) -> dict[str, Any] | None:
     """XidEvent fields (without time and cursor) from one kernel message, or None."""
-    match = _XID.search(message)
+    match = _XID.match(message)
     if match:
         event: dict[str, Any] = {"kind": "xid", "xid": int(match["xid"]), "pci_bus_id": match["pci"]}
-        detail = _PID_NAME.match(match["rest"])
+        rest = match["rest"] or ""
+        detail = _PID_NAME.match(rest)
         if detail:
             event["pid"] = int(detail["pid"]) if detail["pid"].isdigit() else None
-            event["process"] = None if detail["name"] == "<unknown>" else detail["name"]
+            event["process"] = None if detail["name"] in (None, "<unknown>") else detail["name"]
             event["message"] = detail["msg"].strip()
         else:
-            event["message"] = match["rest"].strip()
+            event["message"] = rest.strip()
+        if event["xid"] == XID_RECOVERY_ACTION_CHANGED:
+            recovery = _RECOVERY.search(event["message"])
+            if recovery:
+                event["recovery_action"] = int(recovery["value"], 16)
         return event
-    match = _SXID.search(message)
+    match = _SXID.match(message)
     if match:
         return {"kind": "sxid", "xid": int(match["xid"]), "pci_bus_id": match["pci"],
                 "message": match["msg"].strip()}
@@ -74,20 +98,24 @@ class KernelLine:
     observed_at: float  # epoch seconds
     position: Any  # kmsg seq (int) or journal cursor (str)
     seq: int | None = None
+    from_kernel: bool = False  # logged by the kernel itself, not written into the log by user space
 
 
 def parse_kmsg_record(record: str, boot_time: float) -> KernelLine | None:
-    """``6,1234,5678901234,-;message`` (continuation lines " KEY=value" are dropped)."""
+    """``6,1234,5678901234,-;message`` (continuation lines " KEY=value" are dropped).
+
+    The first field is ``(facility << 3) | level``: facility 0 is the kernel's own record."""
     header, sep, rest = record.partition(";")
     if not sep:
         return None
     parts = header.split(",")
     try:
-        seq, usec = int(parts[1]), int(parts[2])
+        priority, seq, usec = int(parts[0]), int(parts[1]), int(parts[2])
     except (IndexError, ValueError):
         return None
     message = rest.split("\n", 1)[0]
-    return KernelLine(message=message, observed_at=boot_time + usec / 1e6, position=seq, seq=seq)
+    return KernelLine(message=message, observed_at=boot_time + usec / 1e6, position=seq, seq=seq,
+                      from_kernel=priority >> 3 == LOG_KERN)
 
 
 def default_boot_time() -> float:
@@ -159,6 +187,12 @@ def _journal_message(entry: dict[str, Any]) -> str:
     return message
 
 
+def journal_entry_from_kernel(entry: dict[str, Any]) -> bool:
+    """The kernel logged this entry: journald's trusted ``_TRANSPORT`` says it came from
+    /dev/kmsg and ``SYSLOG_FACILITY`` that it was not a user-space write to /dev/kmsg."""
+    return entry.get("_TRANSPORT") == "kernel" and str(entry.get("SYSLOG_FACILITY")) == str(LOG_KERN)
+
+
 class JournalSource:
     """``journalctl -k -o json`` from the last cursor (all boots) or this boot's start."""
 
@@ -179,7 +213,8 @@ class JournalSource:
             except ValueError:
                 continue
             yield KernelLine(message=_journal_message(entry), position=entry.get("__CURSOR"),
-                             observed_at=int(entry.get("__REALTIME_TIMESTAMP", 0)) / 1e6)
+                             observed_at=int(entry.get("__REALTIME_TIMESTAMP", 0)) / 1e6,
+                             from_kernel=journal_entry_from_kernel(entry))
 
     def close(self) -> None:
         """Nothing held open."""
@@ -217,15 +252,20 @@ class KmsgCollector:
         committed = self._committed_position(boot)
         after = self._read_position if self._read_position is not None else committed
         notes: dict[str, str] = {}
+        not_kernel = 0
         try:
             for line in self.source.read(after):
                 self._note_gap(after, line, notes)
                 after = self._read_position = line.position
                 event = parse_nvidia_event(line.message)
-                if event:
+                if event and not line.from_kernel:
+                    not_kernel += 1  # user space wrote it: text, not an event
+                elif event:
                     self._pending.append(_event(event, line))
         except OSError as exc:
             raise CollectorError(f"{self.source.kind}: {exc}") from exc
+        if not_kernel:
+            log.warning("ignored %d NVIDIA event lines that user space wrote to the kernel log", not_kernel)
         events, self._pending = self._pending[: self.max_events], self._pending[self.max_events:]
         self._to_commit = (boot, events[-1]["_position"] if self._pending else self._read_position)
         self._note_overwrites(notes)
