@@ -18,6 +18,9 @@ DEFAULTS = {
     "TELEMETRY_HOURLY_RETENTION_DAYS": 730,
     # Largest accepted ingest body (bytes); larger answers 413.
     "TELEMETRY_MAX_BODY_BYTES": 8 * 1024 * 1024,
+    # A report or event dated more than this many seconds after the portal's clock is
+    # refused (400): it would otherwise hold the node's latest state until that date.
+    "NODEWARDEN_REPORT_MAX_FUTURE_SECONDS": 300,
 }
 
 

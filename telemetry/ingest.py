@@ -7,6 +7,12 @@ lines (≤1). Elsewhere the reads and writes are separate statements (3 and 3). 
 rules then run in a savepoint that is only opened if they touch the database (a healthy
 report: they do not). A resent report is counted as a duplicate and stores nothing; a
 report older than the latest one goes to history without rolling the latest state back.
+
+Trust: a report, or an event in it, dated more than NODEWARDEN_REPORT_MAX_FUTURE_SECONDS
+ahead of the portal's clock is refused, so no report can pin the latest state in the
+future; a latest state already stored beyond that bound is pulled back before it is
+compared with. An XID event counts once by its identity (``event_identity``): a resent
+event, in a new report or a concurrent request, is neither stored again nor evaluated.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import logging
 import operator
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -26,8 +32,9 @@ from health.evaluation import ReportContext, evaluate_reports, open_alerts_from_
 from nodes.models import Node
 
 from . import store
+from .conf import setting
 from .models import GpuSample, GpuState, IngestRejection
-from .schema import AgentReport
+from .schema import MAX_UTC_OFFSET, AgentReport, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +78,17 @@ def normalise_bus_id(bus_id: str | None) -> str | None:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
 
 
-def check_reports(reports: list[AgentReport]) -> None:
-    """What msgspec cannot say: a GPU index appears once per report."""
+def check_reports(reports: list[AgentReport], *, now: datetime | None = None) -> None:
+    """What msgspec cannot say: a GPU index appears once per report; every time has a UTC
+    offset a clock can have and lies at most NODEWARDEN_REPORT_MAX_FUTURE_SECONDS after
+    ``now`` (the portal's clock)."""
+    allowance = setting("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS")
+    now = now or timezone.now()
+    limit = now + timedelta(seconds=allowance)
     for r, report in enumerate(reports):
+        _check_time(report.collected_at, limit, now, allowance, f"$.reports[{r}].collected_at")
+        for x, event in enumerate(report.xid_events):
+            _check_time(event.observed_at, limit, now, allowance, f"$.reports[{r}].xid_events[{x}].observed_at")
         seen: set[int] = set()
         for g, gpu in enumerate(report.gpus):
             if gpu.index in seen:
@@ -81,19 +96,37 @@ def check_reports(reports: list[AgentReport]) -> None:
             seen.add(gpu.index)
 
 
+def _check_time(value: datetime, limit: datetime, now: datetime, allowance: int, path: str) -> None:
+    offset = value.utcoffset()
+    if offset:  # None cannot happen (msgspec refuses naive times); zero is the common case
+        if abs(offset) > MAX_UTC_OFFSET:
+            # No clock is that far from UTC, and PostgreSQL refuses such an offset (a 500).
+            raise IngestRefused(f"UTC offset {value:%z} of {value.isoformat()} is out of range"
+                                f" (at most ±15:59) - at `{path}`")
+        try:
+            value.astimezone(UTC)
+        except OverflowError:  # year 1 at +01:00 is still year 0 in UTC
+            raise IngestRefused(f"{value.isoformat()} is out of range in UTC - at `{path}`") from None
+    if value > limit:
+        raise IngestRefused(
+            f"{value.isoformat()} is more than {allowance} s after the portal's clock ({now.isoformat()}):"
+            f" the node's clock is wrong (NODEWARDEN_REPORT_MAX_FUTURE_SECONDS is {allowance} s) - at `{path}`")
+
+
 def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "agent") -> IngestResult:
     """Store a batch of one node's reports and evaluate the health rules over the new ones.
 
     Raises IngestRefused (nothing stored) for a batch that cannot be stored as sent.
     """
-    check_reports(reports)
     received_at = timezone.now()
+    check_reports(reports, now=received_at)
     unique, duplicates = _unique_in_batch(reports)
     with transaction.atomic():
         node, latest, firing = _read_node(node_id)
+        _unpin_latest(node_id, latest, received_at)
         new = _store_reports(node_id, unique, latest, received_at, source)
-        _store_history(node_id, new, latest, source)
-        contexts = _contexts(node, new, latest, source)
+        evaluated = _store_history(node_id, new, latest, source)
+        contexts = _contexts(node, evaluated, latest, source)
         _evaluate(node_id, contexts, source, firing)
     duplicates += len(unique) - len(new)
     return IngestResult(accepted=len(new), duplicates=duplicates, accepted_ids=[r.report_id for r in new])
@@ -133,6 +166,21 @@ def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]
     node = dict(zip(NODE_COLUMNS, rows[0], strict=True))
     gpus = _gpu_read.fetch(node_id) if node["health__last_report_at"] is not None else []
     return node, _latest(node, [dict(zip(store.GPU_READ_COLUMNS, row, strict=True)) for row in gpus]), None
+
+
+def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
+    """A latest state dated beyond what check_reports lets in now (stored before that check
+    existed, or before the portal's clock stepped back) would win every comparison and
+    freeze the node's state: pull it back to when the portal last heard from the node.
+    Nearly never true: no statement on the normal path."""
+    bound = received_at + timedelta(seconds=setting("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS"))
+    if latest.at is None or latest.at <= bound:
+        return
+    latest.at = store.unpin_latest(node_id, bound)
+    log.warning("node %s: latest state dated beyond %s pulled back to %s", node_id, bound, latest.at)
+    for gpu in latest.gpus.values():
+        if gpu["updated_at"] > bound:
+            gpu["updated_at"] = latest.at
 
 
 def _latest(node: dict[str, Any], gpus: list[dict[str, Any]]) -> _Latest:
@@ -176,22 +224,55 @@ def _report_row(node_id: int, report: AgentReport, received_at: datetime, source
     }
 
 
-def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> None:
+def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> list[AgentReport]:
+    """GPU samples and XID lines of the new reports. Returns the new reports as the rules
+    must see them: with only the XID events stored now (an event stored by an earlier
+    request, or earlier in this batch, was already evaluated)."""
     # In store.SAMPLE_COLUMNS order: the key columns, then SAMPLE_FIELDS.
     store.store_samples([(node_id, r.collected_at, g.index, *_sample_values(g)) for r in new for g in r.gpus])
-    if any(r.xid_events for r in new):
-        known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}
-        store.store_xids([_xid_row(node_id, r, x, known_buses, source) for r in new for x in r.xid_events])
+    if not any(r.xid_events for r in new):
+        return new
+    known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}
+    rows = [[_xid_row(node_id, r, x, known_buses, source) for x in r.xid_events] for r in new]
+    fresh = store.store_xids([row for report_rows in rows for row in report_rows])
+    evaluated = []
+    for report, report_rows in zip(new, rows, strict=True):
+        events = []
+        for event, row in zip(report.xid_events, report_rows, strict=True):
+            if row["fingerprint"] in fresh:
+                fresh.discard(row["fingerprint"])  # the batch's first copy is the one evaluated
+                events.append(event)
+        same = len(events) == len(report.xid_events)
+        evaluated.append(report if same else msgspec.structs.replace(report, xid_events=events))
+    return evaluated
 
 
-def _xid_row(node_id: int, report: AgentReport, event: Any, known_buses: dict[str | None, int],
+def event_identity(event: XidEvent, boot_id: str | None) -> str:
+    """What makes two XID events the same event (a SHA-1, XidIdentity.fingerprint).
+
+    A /dev/kmsg record is (boot, sequence number): the kernel numbers records from 0 at
+    each boot, so the pair names one record whatever wall-clock time a restarted agent
+    computes for it. An agent that sends no boot id: the sequence number, the line and
+    its time to the second (a restart shifts the computed time by microseconds to
+    milliseconds). A line without a sequence number (journalctl, dcgm-exporter): the line
+    and its time, which come from the journal or the scrape and do not move.
+    """
+    if event.kmsg_seq is not None and boot_id:
+        key = f"kmsg|{boot_id}|{event.kmsg_seq}"
+    elif event.kmsg_seq is not None:
+        key = f"kmsg|?|{event.kmsg_seq}|{round(event.observed_at.timestamp())}|{event.raw}"
+    else:
+        key = f"line|{event.kind}|{event.xid}|{event.observed_at.timestamp()!r}|{event.raw}"
+    return hashlib.sha1(key.encode()).hexdigest()
+
+
+def _xid_row(node_id: int, report: AgentReport, event: XidEvent, known_buses: dict[str | None, int],
              source: str) -> dict[str, Any]:
     bus = normalise_bus_id(event.pci_bus_id)
     buses = {normalise_bus_id(g.pci_bus_id): g.index for g in report.gpus}
     gpu_index = buses.get(bus, known_buses.get(bus)) if bus else None
-    key = f"{event.kind}|{event.xid}|{event.kmsg_seq}|{event.raw}".encode()
     return {
-        "node_id": node_id, "observed_at": event.observed_at, "fingerprint": hashlib.sha1(key).hexdigest(),
+        "node_id": node_id, "observed_at": event.observed_at, "fingerprint": event_identity(event, report.boot_id),
         "gpu_index": gpu_index, "xid": event.xid, "kind": event.kind, "pci_bus_id": event.pci_bus_id or "",
         "pid": event.pid, "process": event.process or "", "message": event.message, "raw": event.raw,
         "kmsg_seq": event.kmsg_seq, "report_id": report.report_id, "source": source,

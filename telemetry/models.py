@@ -202,8 +202,9 @@ class GpuSample(models.Model):
 class XidRecord(models.Model):
     """Every XID/SXID line a node reported: evidence, kept far longer than raw samples.
 
-    ``fingerprint`` hashes (xid, kmsg_seq, raw): the same kernel line sent twice (an agent
-    resending after a restart) is stored once."""
+    ``fingerprint`` is the event's identity (``telemetry.ingest.event_identity``): a line is
+    stored only if its identity was new to ``XidIdentity`` in the same transaction, so the
+    same kernel record sent twice (an agent resending after a restart) is stored once."""
 
     pk = models.CompositePrimaryKey("node", "observed_at", "fingerprint")
     node = _history_node()
@@ -223,6 +224,29 @@ class XidRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind.upper()} {self.xid} on node {self.node_id} GPU {self.gpu_index}"
+
+
+class XidIdentity(models.Model):
+    """The identity of every XID/SXID event a node reported: what makes an event count once.
+
+    The identity (``telemetry.ingest.event_identity``) is (boot id, kernel sequence number)
+    where the agent knows them, else the line and its kernel time. ``XidRecord`` cannot be
+    the arbiter: a resent event can carry a wall-clock time a few milliseconds off (the agent
+    recomputes the boot time when it restarts), and its primary key must hold the time to
+    be partitioned by it. This small table holds no time in its key: two requests carrying
+    the same event, concurrent or years apart, insert one row; only the request that
+    inserted it stores the line and hands it to the health rules. Pruned with XidRecord."""
+
+    pk = models.CompositePrimaryKey("node", "fingerprint")
+    node = _history_node()
+    fingerprint = models.CharField(max_length=40)
+    observed_at = models.DateTimeField(help_text="when the event happened, for retention")
+
+    class Meta:
+        indexes = [models.Index(fields=["observed_at"], name="xididentity_observed")]
+
+    def __str__(self) -> str:
+        return f"XID event {self.fingerprint} of node {self.node_id}"
 
 
 class GpuSampleHourly(models.Model):

@@ -20,7 +20,7 @@ from django.db.models import Max, Min, Model
 from django.utils import timezone
 
 from .conf import setting
-from .models import GpuSample, GpuSampleHourly, NodeReport, XidRecord
+from .models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
         result.rolled_up += _roll_up_hour(hour, budget)
     for model, column, name in ((NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
                                 (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
+                                # An event's identity goes with its line: resent later, it is new again.
+                                (XidIdentity, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
                                 (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS")):
         cutoff = now - timedelta(days=setting(name))
         result.deleted[model._meta.model_name] = _prune(model, column, cutoff, budget)

@@ -14,7 +14,7 @@ Schema version 1. docs/agent-report.md shows a full example.
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 import msgspec
@@ -30,6 +30,9 @@ Watts = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 Text = Annotated[str, msgspec.Meta(max_length=200)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]  # a naive timestamp is refused
+# msgspec takes offsets up to ±23:59; no clock is past +14:00 and PostgreSQL refuses past
+# ±15:59, so telemetry.ingest.check_reports refuses more (with a 400 naming the field).
+MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -156,6 +159,9 @@ class AgentReport(Strict):
     collected_at: AwareTime
     schema: Literal[1] = SCHEMA_VERSION
     seq: Count = 0  # per-agent counter, persisted across agent restarts
+    # /proc/sys/kernel/random/boot_id of the boot the report was taken in: with an event's
+    # kmsg_seq it names one kernel record, however often a restarted agent resends it.
+    boot_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     agent_version: Text = ""
     driver_version: Text | None = None
     cuda_version: Text | None = None

@@ -30,13 +30,14 @@ from health.evaluation import OPEN_ALERT_FIELDS
 from health.models import Alert
 from nodes.models import Node
 
-from .models import GpuSample, GpuState, NodeHealth, NodeReport, XidRecord
+from .models import GpuSample, GpuState, NodeHealth, NodeReport, XidIdentity, XidRecord
 from .schema import GpuReading
 
 Row = dict[str, Any]
 
 SAMPLE_COLUMNS = [f.attname for f in GpuSample._meta.concrete_fields]
 XID_COLUMNS = [f.attname for f in XidRecord._meta.concrete_fields]
+XID_IDENTITY_COLUMNS = [f.attname for f in XidIdentity._meta.concrete_fields]
 REPORT_COLUMNS = [f.attname for f in NodeReport._meta.concrete_fields]
 GPU_STATE_COLUMNS = [f.attname for f in GpuState._meta.concrete_fields if f.attname not in ("id", "xid_gauge")]
 HEALTH_COLUMNS = [f.attname for f in NodeHealth._meta.concrete_fields]
@@ -140,6 +141,7 @@ def _health_suffix() -> str:
 class _Statements:
     reports: _Table
     xids: _Table
+    xid_identities: _Table
     samples: _Table
     gpu_states: _Table
     health: _Table
@@ -157,6 +159,7 @@ def _sql() -> _Statements:
         built = _statements[connection.vendor] = _Statements(
             reports=_table(NodeReport, REPORT_COLUMNS, " ON CONFLICT DO NOTHING RETURNING report_id"),
             xids=_table(XidRecord, XID_COLUMNS, " ON CONFLICT DO NOTHING"),
+            xid_identities=_table(XidIdentity, XID_IDENTITY_COLUMNS, " ON CONFLICT DO NOTHING RETURNING fingerprint"),
             samples=_table(GpuSample, SAMPLE_COLUMNS),
             gpu_states=_table(GpuState, GPU_STATE_COLUMNS, _gpu_state_suffix()),
             health=_table(NodeHealth, HEALTH_COLUMNS, _health_suffix()),
@@ -188,10 +191,7 @@ def insert_new_reports(rows: Sequence[Row]) -> set[str]:
             cursor.execute(table.json, [_encode(rows).decode()])
             return {row[0] for row in cursor.fetchall()}
         # executemany cannot return rows: one multi-row VALUES (the batch is at most 500 rows).
-        row = "(" + ", ".join(["%s"] * len(table.columns)) + ")"
-        sql = table.values.replace(f"VALUES {row}", "VALUES " + ", ".join([row] * len(rows)), 1)
-        cursor.execute(sql, [value for values in table.prepared(rows) for value in values])
-        return {row[0] for row in cursor.fetchall()}
+        return _insert_returning(cursor, table, rows)
 
 
 def store_samples(rows: Sequence[Sequence[Any]]) -> None:
@@ -214,11 +214,58 @@ def store_samples(rows: Sequence[Sequence[Any]]) -> None:
                 copy.write_row(row)
 
 
-def store_xids(rows: Sequence[Row]) -> None:
-    """XidRecord rows; a line already stored (same fingerprint and instant) is skipped."""
-    if rows:
-        with connection.cursor() as cursor:
-            _write(cursor, _sql().xids, rows)
+def _insert_returning(cursor: Any, table: _Table, rows: Sequence[Row]) -> set[Any]:
+    """One multi-row INSERT ... RETURNING (executemany cannot return rows); the first
+    returned column of the rows that went in. Not for PostgreSQL, which sends JSON."""
+    row = "(" + ", ".join(["%s"] * len(table.columns)) + ")"
+    sql = table.values.replace(f"VALUES {row}", "VALUES " + ", ".join([row] * len(rows)), 1)
+    cursor.execute(sql, [value for values in table.prepared(rows) for value in values])
+    return {found[0] for found in cursor.fetchall()}
+
+
+def _xids_sql() -> str:
+    """PostgreSQL: the identities' insert and, for those that went in, the lines' insert,
+    in one statement; returns the new fingerprints."""
+    statements = _sql()
+    source, end, on_conflict = statements.xids.json.partition("::json)")
+    fresh = " WHERE fingerprint IN (SELECT fingerprint FROM fresh)"
+    return (f"WITH fresh AS ({statements.xid_identities.json}),"
+            f" lines AS ({source}{end}{fresh}{on_conflict})"
+            f" SELECT fingerprint FROM fresh")
+
+
+def store_xids(rows: Sequence[Row]) -> set[str]:
+    """XidRecord rows (``fingerprint``: the event's identity), storing only events whose
+    identity no earlier request stored; returns the fingerprints stored now.
+
+    The identity row is the arbiter: ``ON CONFLICT DO NOTHING`` on (node, fingerprint), so
+    of two concurrent requests with the same event the second waits on the first's row and
+    then skips it. Rows repeating a fingerprint within ``rows`` are dropped (first kept).
+    At most 500 reports of 1,000 events each: SQLite's multi-row VALUES is split in chunks.
+    """
+    first: dict[str, Row] = {}
+    for row in rows:
+        first.setdefault(row["fingerprint"], row)
+    unique = list(first.values())
+    if not unique:
+        return set()
+    identities = [{c: row[c] for c in XID_IDENTITY_COLUMNS} for row in unique]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            sql = _pg_statements.get("xids") or _pg_statements.setdefault("xids", _xids_sql())
+            cursor.execute(sql, [_encode(identities).decode(), _encode(unique).decode()])
+            return {row[0] for row in cursor.fetchall()}
+        statements, fresh = _sql(), set()
+        for start in range(0, len(identities), _SQLITE_ROWS):
+            fresh |= _insert_returning(cursor, statements.xid_identities, identities[start:start + _SQLITE_ROWS])
+        new_rows = [row for row in unique if row["fingerprint"] in fresh]
+        if new_rows:
+            cursor.executemany(statements.xids.values, statements.xids.prepared(new_rows))
+        return fresh
+
+
+# Rows per multi-row VALUES elsewhere than PostgreSQL: 3 columns each, under SQLite's 32,766 parameters.
+_SQLITE_ROWS = 5000
 
 
 def upsert_gpu_states(rows: Sequence[Row]) -> None:
@@ -234,6 +281,24 @@ def upsert_node_health(row: Row) -> None:
     ``last_received_at`` always moves (the node is alive whatever it sent)."""
     with connection.cursor() as cursor:
         _write(cursor, _sql().health, [row])
+
+
+def unpin_latest(node_id: int, bound: datetime) -> datetime:
+    """Pull the node's latest rows dated after ``bound`` back to the newest report in its
+    history dated at most ``bound`` (else to when the portal last heard from the node),
+    so that the next report replaces them; returns the node's ``last_report_at`` after.
+    For a state no report may set any more (``telemetry.ingest._unpin_latest``): five
+    statements, on that rare path only."""
+    health = NodeHealth.objects.select_for_update().filter(node_id=node_id)
+    received = health.values_list("last_received_at", flat=True).first()
+    if received is None:
+        return bound
+    believable = NodeReport.objects.filter(node_id=node_id, collected_at__lte=bound).aggregate(
+        at=models.Max("collected_at"))["at"]
+    at = believable or min(received, bound)
+    health.filter(last_report_at__gt=bound).update(last_report_at=at)
+    GpuState.objects.filter(node_id=node_id, updated_at__gt=bound).update(updated_at=at)
+    return health.values_list("last_report_at", flat=True).first() or at
 
 
 # --- PostgreSQL: a single-report request in two statements and a COPY ---------------------

@@ -41,10 +41,12 @@ def _collectors(tmp_path, ib_root, proc_root, edac_root):
 
 def test_a_full_agent_report_decodes_with_the_portals_schema(tmp_path, ib_root, proc_root, edac_root):
     report = build_report("gpu-node-01", SeqCounter(tmp_path / "seq.json").next(),
-                          _collectors(tmp_path, ib_root, proc_root, edac_root))
+                          _collectors(tmp_path, ib_root, proc_root, edac_root),
+                          boot_id=lambda: "3b1e8c52-9d4f-4a1e-b2c7-6f0a9e5d3c21")
     body = json.dumps({"reports": [report]}).encode()
     [decoded] = decode_batch(body)
     assert decoded.hostname == "gpu-node-01" and decoded.seq == 1 and decoded.collected_at.tzinfo is not None
+    assert decoded.boot_id == "3b1e8c52-9d4f-4a1e-b2c7-6f0a9e5d3c21"  # with kmsg_seq: an event's identity
     assert len(decoded.gpus) == 7 and decoded.gpus[0].max_operating_temp_c == 87
     assert [(e.kind, e.xid) for e in decoded.xid_events] == [("xid", 13), ("xid", 79), ("sxid", 12028)]
     assert len(decoded.ib_ports) == 8 and decoded.ib_ports[7].phys_state == "Polling"
@@ -71,3 +73,10 @@ def test_a_report_from_a_node_where_every_collector_failed_still_decodes(tmp_pat
                                              InfinibandCollector(tmp_path / "none")])
     [decoded] = decode_batch(json.dumps({"reports": [report]}).encode())
     assert decoded.gpus == [] and decoded.collector_errors == {"nvml": "nvmlInit failed: Driver Not Loaded"}
+
+
+def test_a_node_whose_boot_id_cannot_be_read_sends_none(tmp_path):
+    report = build_report("gpu-node-03", 1, [], boot_id=lambda: "")
+    assert "boot_id" not in report
+    [decoded] = decode_batch(json.dumps({"reports": [report]}).encode())
+    assert decoded.boot_id is None

@@ -8,6 +8,7 @@ InfiniBand sysfs, /proc and EDAC are small folders with the kernel's formats.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,57 @@ def test_reports_spooled_while_the_portal_is_down_arrive_in_order_after_a_restar
     assert NodeReport.objects.filter(node=node).count() == 6
     assert GpuSample.objects.filter(node=node).count() == 6 * 8
     assert Finding.objects.filter(node=node, rule="xid").count() == 1
+
+
+def test_an_xid_79_resent_by_an_agent_restarted_before_it_saved_its_cursor_is_one_finding_not_rma(
+        live_server, node, agent_token, hardware, monkeypatch):
+    """Issue 13, defect 3: the agent spools and sends a report with an XID 79, then dies before
+    its kmsg cursor is saved; restarted, it reads the record again into a new report."""
+    agent = hardware.agent(live_server.url, agent_token)
+    agent.cycle()  # healthy: the portal learns which GPU sits at 0000:53:00
+    hardware.kernel_log(XID_79_LINE)
+    kmsg = next(c for c in agent.collectors if c.name == "kmsg")
+    monkeypatch.setattr(kmsg, "commit", lambda: None)  # killed between spooling and saving the cursor
+    agent.collect()
+    agent.flush()
+    assert Finding.objects.filter(node=node, rule="xid").count() == 1
+    hardware.boot_time += 0.004  # the new process computes the boot's wall-clock time again
+
+    restarted = hardware.agent(live_server.url, agent_token)
+    restarted.cycle()
+
+    assert len(restarted.spool) == 0
+    first, second = NodeReport.objects.filter(node=node, xid_count=1).order_by("collected_at")
+    assert first.report_id != second.report_id and first.seq < second.seq, "the event came back in a new report"
+    assert XidRecord.objects.filter(node=node).count() == 1
+    assert Finding.objects.filter(node=node, rule="xid").count() == 1
+    assert not Finding.objects.filter(node=node, rule="xid_repeated").exists(), "no '2 XID 79 in 168 h -> RMA'"
+    assert Alert.objects.get(node=node, rule="xid").occurrences == 1
+
+
+def test_a_spooled_report_from_a_clock_in_2999_is_set_aside_and_the_others_go_in(live_server, node, agent_token,
+                                                                                 hardware, refused_url):
+    """Issue 13, defect 6: the portal refuses the report (400 naming the field); the agent
+    resends its batch report by report, sets that one aside, and the node's state moves on."""
+    down = hardware.agent(refused_url, agent_token)
+    for _ in range(3):
+        down.cycle()
+    path, bad = down.spool.peek(10)[1]
+    bad["collected_at"] = "2999-01-01T00:00:00+00:00"
+    path.write_text(json.dumps(bad))
+
+    restarted = hardware.agent(live_server.url, agent_token)
+    restarted.cycle()
+
+    assert len(restarted.spool) == 0
+    assert [r.seq for r in NodeReport.objects.filter(node=node).order_by("collected_at")] == [1, 3, 4]
+    assert NodeHealth.objects.get(node=node).last_report_at.year == timezone.now().year
+    # The batch's refusal (the report at $.reports[1]) and then the report's own.
+    batch, alone = IngestRejection.objects.filter(node=node).order_by("received_at")
+    assert (batch.status, alone.status) == (400, 400)
+    assert "$.reports[1].collected_at" in batch.reason and "$.reports[0].collected_at" in alone.reason
+    assert "2999" in alone.reason and "300 s" in alone.reason
+    assert len(list(restarted.spool.rejected_dir.iterdir())) >= 1
 
 
 def test_a_token_used_for_another_node_is_refused_and_the_agent_keeps_the_report(live_server, node, agent_token,

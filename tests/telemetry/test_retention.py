@@ -9,7 +9,7 @@ import time_machine
 from django.test import override_settings
 
 from telemetry.ingest import ingest_reports
-from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, XidRecord
+from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 from telemetry.retention import roll_up_and_prune
 from telemetry.schema import AgentReport
 from telemetry.tasks import roll_up_and_prune as roll_up_task
@@ -28,7 +28,8 @@ def send(node, start, count, seed=0, every_s=30.0):
 
 def test_it_rolls_samples_older_than_the_window_into_hours_and_deletes_them(node):
     send(node, T0, 4, every_s=600)  # 12:00 .. 12:30: one hour
-    send(node, T0 + timedelta(days=10), 2, seed=100)  # recent: stays raw
+    with time_machine.travel(T0 + timedelta(days=10, minutes=1), tick=False):  # ingest refuses the future
+        send(node, T0 + timedelta(days=10), 2, seed=100)  # recent: stays raw
     temps = list(GpuSample.objects.filter(node=node, gpu_index=2, collected_at__lt=T0 + timedelta(hours=1))
                  .values_list("temperature_c", flat=True))
     with time_machine.travel(T0 + timedelta(days=15), tick=False):
@@ -69,11 +70,11 @@ def test_reports_and_xid_records_are_pruned_after_their_own_windows(node):
     with time_machine.travel(T0 + timedelta(days=40), tick=False):
         result = roll_up_and_prune()
     assert not NodeReport.objects.exists()
-    assert XidRecord.objects.count() == 1  # evidence outlives the reports
+    assert XidRecord.objects.count() == XidIdentity.objects.count() == 1  # evidence outlives the reports
     assert result.deleted["nodereport"] == 1
     with time_machine.travel(T0 + timedelta(days=366), tick=False):
         roll_up_and_prune()
-    assert not XidRecord.objects.exists()
+    assert not XidRecord.objects.exists() and not XidIdentity.objects.exists()
 
 
 def test_a_run_stops_after_its_batch_budget_and_the_next_one_carries_on(node):

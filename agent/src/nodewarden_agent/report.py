@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 from .collectors import Collector, CollectorError, Contribution
+from .collectors.kmsg import read_boot_id
 from .util import atomic_write_json, clip, read_json, utc_iso
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,14 @@ def run_collector(collector: Collector) -> Contribution:
 
 
 def build_report(hostname: str, seq: int, collectors: Iterable[Collector],
-                 extra_errors: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run every collector and assemble the report dict."""
+                 extra_errors: dict[str, str] | None = None,
+                 boot_id: Callable[[], str] = read_boot_id) -> dict[str, Any]:
+    """Run every collector and assemble the report dict.
+
+    ``boot_id`` (the kernel's, empty where unknown) goes with the report: with each event's
+    ``kmsg_seq`` it names one kernel record, so the portal counts an event that a restarted
+    agent sends again (its cursor was not saved before the crash) only once.
+    """
     report: dict[str, Any] = {
         "report_id": uuid.uuid4().hex,
         "hostname": hostname,
@@ -58,6 +65,9 @@ def build_report(hostname: str, seq: int, collectors: Iterable[Collector],
         "seq": seq,
         "agent_version": __version__,
     }
+    boot = clip(boot_id(), 64)
+    if boot:
+        report["boot_id"] = boot
     errors: dict[str, str] = dict(extra_errors or {})
     for collector in collectors:
         contribution = run_collector(collector)
