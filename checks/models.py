@@ -42,6 +42,12 @@ class CheckRun(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True, help_text="When the node agent took the run.")
     deadline = models.DateTimeField(null=True, blank=True,
                                     help_text="A claimed run without a result by then becomes an error.")
+    scheduler_hold = models.BooleanField(
+        default=False,
+        help_text="The node may be held (drained/cordoned) in its workload scheduler for this run and not "
+                  "given back yet: true from just before the hold is taken until it is released or found "
+                  "no longer the check's. A production node drained by us is legitimate only while a run "
+                  "has this set.")
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -51,6 +57,8 @@ class CheckRun(models.Model):
             models.Index(fields=["kind", "status", "finished"], name="checkrun_kind_status_finished"),
             # The sweep for claimed runs past their deadline reads only the few running rows.
             models.Index(fields=["deadline"], condition=Q(status=RunStatus.RUNNING), name="checkrun_running_deadline"),
+            # The few runs whose scheduler hold is not given back yet: the release sweep and the fleet audit.
+            models.Index(fields=["node"], condition=Q(scheduler_hold=True), name="checkrun_scheduler_hold"),
         ]
         constraints = [
             # A re-delivered task finds its run instead of doing the work twice.

@@ -5,15 +5,26 @@ the node is idle takes the queued runs (``claim_checks_for_agent``), runs the to
 and posts each outcome (``record_check_result``). A claimed run with no result by its
 deadline becomes an error (``expire_stale_checks``, run by ``checks.tasks``).
 Every verb writes its history row in the same transaction as the change.
+
+A node in production is also held in its workload scheduler while a check runs there
+(``schedulers.base.SchedulerAdapter.hold_for_check``: a Slurm drain "nodewarden: active
+check ...", a Kubernetes cordon + taint), so no job lands on top of a burn-in; the hold is
+given back after the result commits, the run expires or the sweep finds it left over
+(``give_back_check_hold``). Runs with ``scheduler_hold`` set are the ones whose hold may
+still be in the scheduler.
 """
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from nodes.choices import EventKind, NodeState
@@ -31,6 +42,15 @@ BUSY_STATES = (NodeState.DRAIN_PENDING, NodeState.DRAINING)
 # States where an active check makes no sense: no agent yet, or the node has left for good.
 NO_CHECK_STATES = (NodeState.ENROLLED, NodeState.RMA, NodeState.DECOMMISSIONED)
 EXPIRE_BATCH = 500
+# Runs one poll may take at once (a node has at most one open run per active kind anyway).
+CLAIM_BATCH = 20
+# Nodes whose left-over holds one sweep gives back.
+RELEASE_BATCH = 100
+# pg_try_advisory_lock(HOLD_LOCK_SPACE, node id): taking and giving back one node's hold never overlap.
+HOLD_LOCK_SPACE = 0x6E77
+HOLD_LOCK_WAIT = 10.0  # seconds a poll or a release waits for the other (a scheduler call or two)
+
+logger = logging.getLogger(__name__)
 
 
 class CheckConflict(Exception):
@@ -56,9 +76,13 @@ def node_is_idle(node: Node, now: datetime | None = None) -> tuple[bool, str]:
     The node is idle when all of these hold:
     - it is not in drain_pending or draining (a customer job is still running there);
     - its latest report (``telemetry.NodeHealth``) counts 0 GPU compute processes;
-    - that report is fresh: collected and received within ``IDLE_REPORT_MAX_AGE``.
+    - that report is fresh: collected and received within ``IDLE_REPORT_MAX_AGE``;
+    - in production, its workload scheduler has no job allocated there (any state that holds
+      an allocation: running, configuring, completing, suspended; a job still loading its data
+      shows no GPU process yet). A scheduler that cannot be asked counts as busy.
     Anything unknown (no report, no process count, a stale report) counts as busy:
     a stress test on top of a customer's job would be far worse than a late check.
+    Out of production the lifecycle has cordoned the node already; the scheduler is not asked.
     """
     from telemetry.models import NodeHealth  # telemetry depends on nodes, not on checks
 
@@ -75,7 +99,25 @@ def node_is_idle(node: Node, now: datetime | None = None) -> tuple[bool, str]:
         return False, "Latest report does not say how many GPU processes are running."
     if health.gpu_compute_processes > 0:
         return False, f"{health.gpu_compute_processes} GPU compute process(es) running."
+    if node.state == NodeState.PRODUCTION:
+        return _scheduler_idle(node)
     return True, "No GPU compute processes in a fresh report."
+
+
+def _scheduler_idle(node: Node) -> tuple[bool, str]:
+    """Whether the node's workload scheduler has no job allocated on it, and why (or why not)."""
+    from schedulers.base import SchedulerError, adapter_for
+
+    adapter = adapter_for(node.cluster)
+    try:
+        work = adapter.work_summary(node)
+    except SchedulerError as exc:
+        return False, f"The workload scheduler could not be asked whether a job is allocated: {exc}"
+    if work:
+        return False, f"The workload scheduler has work on the node: {work}"
+    if adapter.kind == "none":
+        return True, "No GPU compute processes in a fresh report."
+    return True, f"No GPU compute processes in a fresh report; no job allocated in {adapter.kind}."
 
 
 def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, reason: str) -> CheckRun:
@@ -126,21 +168,84 @@ def claim_checks_for_agent(node_id: int, now: datetime | None = None) -> Claim:
 
     Each run is taken with a compare-and-swap ``UPDATE ... WHERE status = 'queued'``;
     only the rows this call changed are handed out, so two overlapping polls (a retry,
-    a restarted agent) never get the same run.
+    a restarted agent) never get the same run. A node in production is held in its
+    scheduler first (``_claim_held``); no hold, no check.
     """
     now = now or timezone.now()
-    node = Node.objects.only("id", "state").get(pk=node_id)
+    node = Node.objects.select_related("cluster").get(pk=node_id)
     idle, reason = node_is_idle(node, now)
     if not idle:
         return Claim(False, reason)
-    queued = CheckRun.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+    queued = list(CheckRun.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+                  .only("id", "kind", "params").order_by("created", "id")[:CLAIM_BATCH])
+    if not queued:
+        return Claim(True, reason)
+    if node.state != NodeState.PRODUCTION or not needs_hold(node):
+        return Claim(True, reason, _claim(queued, now))  # the lifecycle's cordon keeps work off already
+    with _hold_lock(node.pk) as locked:
+        if not locked:
+            return Claim(False, "The node's scheduler hold is being taken or given back; asking again later.")
+        return _claim_held(node, queued, reason, now)
+
+
+def needs_hold(node: Node) -> bool:
+    """Whether a check on this node needs a hold: a workload scheduler could start a job there."""
+    from schedulers.base import adapter_for
+
+    return adapter_for(node.cluster).kind != "none"
+
+
+def _claim(queued: list[CheckRun], now: datetime) -> list[CheckRun]:
     claimed = []
-    for run in queued.only("id", "kind", "params").order_by("created", "id"):
+    for run in queued:
         deadline = now + run_timeout(run.kind, run.params)
         if CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
                 status=RunStatus.RUNNING, claimed_at=now, deadline=deadline):
             run.status, run.claimed_at, run.deadline = RunStatus.RUNNING, now, deadline
             claimed.append(run)
+    return claimed
+
+
+def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) -> Claim:
+    """Hold the node in its scheduler, make sure no job slipped in meanwhile, then claim.
+
+    Runs under the node's hold lock and outside any transaction (the scheduler calls are not
+    undone by a rollback). The runs are marked ``scheduler_hold`` before the hold is taken, so
+    a hold whose poll dies half-way is still found and given back by the sweep.
+    """
+    from schedulers.base import CHECK_HOLD, SchedulerError, adapter_for
+
+    adapter = adapter_for(node.cluster)
+    pks = [run.pk for run in queued]
+    CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=True)
+    text = f"{CHECK_HOLD}: {', '.join(sorted({run.kind for run in queued}))} (run {', '.join(map(str, pks))})"
+    try:
+        ours = adapter.hold_for_check(node, reason=text)
+        # The idleness answer is older than the hold: a job may have started in between.
+        work = adapter.work_summary(node)
+    except SchedulerError as exc:
+        _give_back(node, why="the hold could not be taken or checked")
+        return Claim(False, f"The node could not be held in its workload scheduler for the check: {exc}")
+    if work:
+        _give_back(node, why="a job started before the hold")
+        return Claim(False, f"A job started on the node before it was held for the check ({work}); "
+                            "the hold was given back.")
+    if not ours:  # another's cordon keeps work off; it is theirs, there is nothing of ours to give back
+        CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=False)
+    claimed = _claim(queued, now)
+    if not claimed:  # cancelled meanwhile
+        _give_back(node, why="no run left to hand out")
+        return Claim(True, reason)
+    for run in claimed:
+        run.scheduler_hold = ours
+        run.details = {**run.details, "scheduler_hold": {"scheduler": adapter.kind, "reason": text,
+                                                          "ours": ours, "at": now.isoformat()}}
+        CheckRun.objects.filter(pk=run.pk).update(details=run.details)
+    held = (f"held in {adapter.kind} ({text})" if ours
+            else f"kept free of new work in {adapter.kind} by a cordon that is not the check's")
+    record_event(node.pk, EventKind.ACTION, actor=Actor.system("checks"),
+                 reason=f"Node {held} while the agent runs the check",
+                 details={"check_runs": [run.pk for run in claimed], "scheduler_hold": ours})
     return Claim(True, reason, claimed)
 
 
@@ -183,6 +288,9 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
             raise CheckConflict(f"Run {run.pk} is {run.get_status_display()}; a different result was not recorded.")
         _apply_result(run, result, late=bool(expired))
         _record_outcome(run)
+        if run.scheduler_hold:
+            # After the commit: a scheduler call is not undone by a rollback, and must see the run finished.
+            transaction.on_commit(lambda: give_back_check_hold(run.node_id))
     return run, True
 
 
@@ -222,7 +330,11 @@ def _record_outcome(run: CheckRun) -> None:
 
 
 def expire_stale_checks(now: datetime | None = None) -> int:
-    """Turn claimed runs past their deadline into errors; returns how many (at most a batch)."""
+    """Turn claimed runs past their deadline into errors; returns how many (at most a batch).
+
+    Then gives back every scheduler hold that is no longer needed (``release_left_over_holds``):
+    the holds of the runs expired now, and those whose release failed before (scheduler down).
+    """
     now = now or timezone.now()
     stale = CheckRun.objects.filter(status=RunStatus.RUNNING, deadline__lt=now, kind__in=ACTIVE_KINDS)
     expired = 0
@@ -237,4 +349,82 @@ def expire_stale_checks(now: datetime | None = None) -> int:
                          reason=f"{RunKind(run.kind).label} expired: no result from the node agent in time",
                          details={"check_run": run.pk, "check_status": RunStatus.ERROR})
             expired += 1
+    release_left_over_holds()
     return expired
+
+
+def release_left_over_holds() -> int:
+    """Give back the holds of nodes where no held run is running any more; returns how many nodes
+    were given back (a release that fails keeps the runs' flags, so the next sweep tries again)."""
+    nodes = list(CheckRun.objects.filter(scheduler_hold=True).exclude(status=RunStatus.RUNNING)
+                 .order_by().values_list("node_id", flat=True).distinct()[:RELEASE_BATCH])
+    return sum(give_back_check_hold(node_id) for node_id in nodes)
+
+
+def give_back_check_hold(node_id: int) -> bool:
+    """Release the node's check hold in its scheduler once no held run is running there.
+
+    Only a node still in production is given back, and only while the scheduler's cordon is
+    still the check's (a finding's cordon, an admin's drain, a lifecycle drain stay). True when
+    the hold is settled (released, or found not ours to release); False when it is still needed
+    or the scheduler could not be reached (the flags stay set for the sweep).
+    """
+    with _hold_lock(node_id) as locked:
+        if not locked:
+            return False
+        node = Node.objects.select_related("cluster").get(pk=node_id)
+        return _give_back(node, why="the check is over")
+
+
+def _give_back(node: Node, *, why: str) -> bool:
+    """Under the node's hold lock: release if no held run still runs, then clear the flags."""
+    from schedulers.base import CHECK_HOLD, SchedulerError, adapter_for
+
+    holders = CheckRun.objects.filter(node_id=node.pk, scheduler_hold=True)
+    if holders.filter(status=RunStatus.RUNNING).exists():
+        return False  # another check on the node still needs the hold
+    pks = list(holders.values_list("pk", flat=True))
+    if not pks:
+        return True
+    adapter = adapter_for(node.cluster)
+    if node.state != NodeState.PRODUCTION:
+        outcome, released = f"left in place: the node is {node.get_state_display().lower()} now", False
+    else:
+        try:
+            released = adapter.release_check_hold(node, reason=f"{CHECK_HOLD} over: {why}")
+        except SchedulerError as exc:
+            logger.warning("could not give back the check hold on %s (runs %s): %s", node.hostname, pks, exc)
+            return False
+        outcome = "released" if released else "left in place: the cordon there is no longer the check's"
+    CheckRun.objects.filter(pk__in=pks, scheduler_hold=True).exclude(status=RunStatus.RUNNING).update(
+        scheduler_hold=False)
+    record_event(node.pk, EventKind.ACTION, actor=Actor.system("checks"),
+                 reason=f"Scheduler hold for the active check {outcome} ({why})",
+                 details={"check_runs": pks, "scheduler_hold_released": released, "scheduler": adapter.kind})
+    return True
+
+
+@contextmanager
+def _hold_lock(node_id: int, *, wait: float = HOLD_LOCK_WAIT) -> Iterator[bool]:
+    """Serialise taking and giving back one node's check hold across processes; yields whether held.
+
+    A PostgreSQL session advisory lock: it spans the scheduler calls without a transaction being
+    open around them. On SQLite (one process, tests) there is nothing to serialise against.
+    """
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    deadline = time.monotonic() + wait
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [HOLD_LOCK_SPACE, node_id])
+            locked = bool(cursor.fetchone()[0])
+        if locked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    try:
+        yield locked
+    finally:
+        if locked:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [HOLD_LOCK_SPACE, node_id])

@@ -5,7 +5,13 @@ An adapter per scheduler kind (``Cluster.scheduler_kind``), picked by ``adapter_
 - ``cordon`` / ``uncordon``: no new work (existing work carries on) / take work again;
 - ``drain``: no new work, and the node leaves when its current work ends;
 - ``evict``: move work off now (the node is failing anyway);
-- ``drain_state``: where a drain stands (drained yet? how many jobs left? who owns it?).
+- ``drain_state``: where a drain stands (drained yet? how many jobs left? who owns it?);
+- ``work_summary``: what customer work holds the node ("" when none), for the idleness answer;
+- ``hold_for_check`` / ``release_check_hold``: keep new work off while an active check runs on a
+  node in production, then give the node back. The hold is Nodewarden's cordon with a reason that
+  starts with ``CHECK_HOLD`` ("active check"), so anyone (an admin, the fleet auditor, the lifecycle)
+  can tell it from a lifecycle cordon. A lifecycle cordon or drain set meanwhile replaces the
+  reason, and so takes the cordon over: the check's release then leaves it in place.
 
 Nodewarden respects others' decisions: a cordon or drain it did not set is never lifted by
 it (``SchedulerConflict``), and every cordon it sets records it as the owner.
@@ -17,6 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 OWNER = "nodewarden"
+# How a check's hold starts its reason (Slurm: "nodewarden: active check ..."; Kubernetes: the
+# cordon-reason annotation): a cordon with any other reason is not the check's to lift.
+CHECK_HOLD = "active check"
+
+
+def check_hold_reason(reason: str) -> str:
+    """The reason, one line, starting with CHECK_HOLD (added when it does not already)."""
+    reason = " ".join(reason.split())
+    return reason if reason.startswith(CHECK_HOLD) else f"{CHECK_HOLD}: {reason}".rstrip(": ")
 
 
 class SchedulerError(Exception):
@@ -66,6 +81,27 @@ class SchedulerAdapter(ABC):
     @abstractmethod
     def drain_state(self, node: Any) -> DrainState: ...
 
+    def work_summary(self, node: Any) -> str:
+        """What customer work holds the node, in the scheduler's words; "" when none."""
+        return "customer work is running" if self.is_running_work(node) else ""
+
+    @abstractmethod
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        """Keep new work off the node while an active check runs (current work is not touched).
+
+        True: the check's own hold is in place (set now, or already there) and is the check's to
+        give back. False: a cordon that is not the check's (an admin's, the lifecycle's) already
+        keeps work off; it is left as it is and there is nothing of the check's to give back.
+        """
+
+    @abstractmethod
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        """Give the node back after a check: lift the cordon only while it is still the check's.
+
+        True: lifted, or no cordon at all. False: the cordon there now is not the check's (a
+        lifecycle cordon or someone else's took it over) and stays.
+        """
+
 
 class NoScheduler(SchedulerAdapter):
     """A cluster without a workload scheduler: nothing can run there that we do not know of."""
@@ -89,6 +125,12 @@ class NoScheduler(SchedulerAdapter):
 
     def drain_state(self, node: Any) -> DrainState:
         return DrainState(cordoned=True, drained=True, running_jobs=0, owner=OWNER, detail="no workload scheduler")
+
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        return False  # no scheduler starts work here: nothing to hold, nothing to give back
+
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        return True
 
 
 def adapter_for(cluster: Any) -> SchedulerAdapter:

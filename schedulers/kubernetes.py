@@ -6,6 +6,10 @@ annotations ``nodewarden.io/cordoned-by=nodewarden`` + ``nodewarden.io/cordon-re
 made unschedulable by anyone else (``kubectl cordon``, an autoscaler, a reboot daemon) is theirs:
 Nodewarden neither writes over it nor lifts it.
 
+An active check's hold is the same cordon with a cordon-reason that starts with "active check"
+(``schedulers.base.CHECK_HOLD``). A later cordon of ours with another reason (the lifecycle's)
+rewrites the annotation and so takes the cordon over; the check's release then leaves it.
+
 Work on a node = its pods that are not DaemonSet pods, not mirror (static) pods and not finished.
 ``drain`` only cordons (current work finishes by itself); ``evict`` also asks the API to evict
 each pod (policy/v1 Eviction, so PodDisruptionBudgets are honoured).
@@ -30,7 +34,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.retry import retry_on_conflict
 
-from .base import OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
+from .base import (
+    CHECK_HOLD,
+    OWNER,
+    DrainState,
+    SchedulerAdapter,
+    SchedulerConflict,
+    SchedulerError,
+    check_hold_reason,
+)
 
 T = TypeVar("T")
 
@@ -103,6 +115,30 @@ class KubernetesAdapter(SchedulerAdapter):
         retry_on_conflict(lambda: self._uncordon_once(name))
         self._refused.pop(name, None)
 
+    def work_summary(self, node: Any) -> str:
+        name = self.node_name(node)
+        self._read_node(name)  # a node the cluster does not know is an error, not an idle node
+        pods = self._work_pods(name)
+        if not pods:
+            return ""
+        named = ", ".join(f"{pod.metadata.namespace}/{pod.metadata.name}" for pod in pods[:PODS_NAMED_MAX])
+        more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
+        return f"{len(pods)} work pod(s) on {name}: {named}{more}"
+
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        """Cordon + taint + owner annotation, the reason starting "active check"; an existing
+        cordon is left as it is (True only when it is already a check's hold)."""
+        name = self.node_name(node)
+        return retry_on_conflict(lambda: self._hold_once(name, check_hold_reason(reason)))
+
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        """Uncordon only while the cordon is still a check's hold of ours."""
+        name = self.node_name(node)
+        released = retry_on_conflict(lambda: self._release_once(name))
+        if released:
+            self._refused.pop(name, None)
+        return released
+
     def drain_state(self, node: Any) -> DrainState:
         name = self.node_name(node)
         current = self._read_node(name)
@@ -119,8 +155,8 @@ class KubernetesAdapter(SchedulerAdapter):
 
     # --- cordon and uncordon, one attempt each (retried on 409) ------------------------------
 
-    def _cordon_once(self, name: str, reason: str) -> None:
-        current = self._read_node(name)
+    def _cordon_once(self, name: str, reason: str, current: client.V1Node | None = None) -> None:
+        current = current or self._read_node(name)
         unschedulable = bool(current.spec and current.spec.unschedulable)
         if unschedulable and _owner(current) != OWNER:
             return  # someone else's cordon keeps work off already, and it stays theirs
@@ -142,8 +178,24 @@ class KubernetesAdapter(SchedulerAdapter):
             },
         )
 
-    def _uncordon_once(self, name: str) -> None:
+    def _hold_once(self, name: str, reason: str) -> bool:
         current = self._read_node(name)
+        if current.spec and current.spec.unschedulable:
+            return _check_hold(current)
+        self._cordon_once(name, reason, current)  # the read's resourceVersion: a concurrent cordon wins
+        return True
+
+    def _release_once(self, name: str) -> bool:
+        current = self._read_node(name)
+        if not (current.spec and current.spec.unschedulable):
+            return True
+        if not _check_hold(current):
+            return False
+        self._uncordon_once(name, current)  # sent with this read's resourceVersion: a takeover wins
+        return True
+
+    def _uncordon_once(self, name: str, current: client.V1Node | None = None) -> None:
+        current = current or self._read_node(name)
         owner = _owner(current)
         if owner != OWNER:
             if current.spec and current.spec.unschedulable:
@@ -280,6 +332,11 @@ def _annotations(node: client.V1Node) -> dict[str, str]:
 
 def _owner(node: client.V1Node) -> str | None:
     return _annotations(node).get(OWNER_ANNOTATION) or None
+
+
+def _check_hold(node: client.V1Node) -> bool:
+    """Cordoned by us for an active check, and not taken over since."""
+    return _owner(node) == OWNER and _annotations(node).get(REASON_ANNOTATION, "").startswith(CHECK_HOLD)
 
 
 def _is_work(pod: client.V1Pod, name: str) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from django.utils import timezone
 
-from .base import OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
+from .base import CHECK_HOLD, OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
 
 
 class World(Protocol):
@@ -25,6 +25,8 @@ class World(Protocol):
 
 
 _WORLDS: dict[int, World] = {}
+# The owner recorded for an active check's hold: ours, and told apart from a lifecycle cordon.
+CHECK_OWNER = f"{OWNER}: {CHECK_HOLD}"
 
 
 def attach(cluster_id: int, world: World) -> None:
@@ -49,16 +51,32 @@ class SimulatedScheduler(SchedulerAdapter):
         return self.world.job_runs_on(self.node_name(node))
 
     def cordon(self, node: Any, *, reason: str) -> None:
-        self.world.cordons.setdefault(self.node_name(node), OWNER)
+        host = self.node_name(node)
+        if self.world.cordons.get(host) in (None, CHECK_OWNER):  # a check's hold is taken over
+            self.world.cordons[host] = OWNER
 
     drain = cordon  # the job keeps the node until it ends (or crashes); a cordoned node is never picked again
 
     def uncordon(self, node: Any, *, reason: str) -> None:
         host = self.node_name(node)
         owner = self.world.cordons.get(host)
-        if owner not in (None, OWNER):
+        if owner not in (None, OWNER, CHECK_OWNER):
             raise SchedulerConflict(f"{host} is cordoned by {owner}, not by Nodewarden: left as it is.")
         self.world.cordons.pop(host, None)
+
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        owner = self.world.cordons.setdefault(self.node_name(node), CHECK_OWNER)
+        return owner == CHECK_OWNER
+
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        host = self.node_name(node)
+        owner = self.world.cordons.get(host)
+        if owner is None:
+            return True
+        if owner != CHECK_OWNER:
+            return False
+        del self.world.cordons[host]
+        return True
 
     def evict(self, node: Any, *, reason: str) -> None:
         """Cordon, then take the node from the job (as Slurm's adapter drains, then requeues)."""

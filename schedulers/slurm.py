@@ -22,6 +22,13 @@ Another's drain is never taken over either: draining a node an admin already dra
 admin's reason (and so the admin's ownership), since the node takes no new work anyway. Our own
 drain's reason is rewritten when a later reaction gives another (the node's state comes first in
 it: ``schedulers.reactions``), so ``sinfo -R`` says what Nodewarden says of the node.
+
+An active check's hold is a drain too, with the reason "nodewarden: active check ..." (a drain,
+not a reservation: it is the one mark Slurm's admins, ``sinfo -R`` and our own ownership rule
+already read; a reservation would need its own name, account ACL and IGNORE_JOBS semantics,
+and would not show in the node's state). A lifecycle drain or cordon on a held node replaces the
+reason, so the check's release (``release_check_hold``) then finds the drain no longer its own
+and leaves it.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from .base import OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError
+from .base import CHECK_HOLD, OWNER, DrainState, SchedulerAdapter, SchedulerConflict, SchedulerError, check_hold_reason
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +47,9 @@ REASON_PREFIX = f"{OWNER}:"
 # Job states that hold a node: running, completing (epilog, processes being killed),
 # configuring (nodes booting for it) and suspended (it keeps its allocation).
 ACTIVE_JOB_STATES = "R,CG,CF,S"
+# Every job state that keeps an allocation on the node, for "is the node free for a check":
+# also stopped, staging out, signaling and resizing jobs.
+ALLOCATED_JOB_STATES = "R,CG,CF,S,ST,SO,SI,RS"
 # Jobs that evict moves off (completing ones are already on their way out).
 EVICTABLE_JOB_STATES = "R,CF,S"
 # A Slurm node name, never a hostlist expression: "gpu[01-04]" or "a,b" would act on many nodes.
@@ -72,6 +82,11 @@ class SlurmNode:
         return self.reason.startswith(REASON_PREFIX)
 
     @property
+    def check_hold(self) -> bool:
+        """A drain that an active check set (and nothing has taken over since)."""
+        return self.reason.startswith(f"{REASON_PREFIX} {CHECK_HOLD}")
+
+    @property
     def owner(self) -> str | None:
         if not self.reason:
             return None
@@ -95,6 +110,17 @@ class SlurmAdapter(SchedulerAdapter):
     # --- Reading --------------------------------------------------------------------------------
     def is_running_work(self, node: Any) -> bool:
         return bool(self.jobs_on(node, ACTIVE_JOB_STATES))
+
+    def work_summary(self, node: Any) -> str:
+        """Jobs holding an allocation on the node, or CPUs still allocated there (a job being set
+        up or torn down shows there before or after squeue lists it); "" when the node is free."""
+        jobs = self.jobs_on(node, ALLOCATED_JOB_STATES)
+        info = self.show_node(node)
+        if jobs:
+            return f"Slurm job(s) {', '.join(jobs)} allocated on {info.name} ({info.describe()})"
+        if info.alloc_cpus or "COMPLETING" in info.flags:
+            return f"Slurm has {info.alloc_cpus} CPU(s) allocated on {info.name} ({info.describe()})"
+        return ""
 
     def drain_state(self, node: Any) -> DrainState:
         info = self.show_node(node)
@@ -148,7 +174,9 @@ class SlurmAdapter(SchedulerAdapter):
             return
         if info.drain_flag and info.reason == _reason_text(reason):
             return  # ours already, for this reason
-        self._set_drain(info.name, reason)  # ours: the reason follows the node's state
+        # Not drained, ours for another reason (the reason follows the node's state), or only held for
+        # an active check: the lifecycle's drain takes it over.
+        self._set_drain(info.name, reason)
 
     def uncordon(self, node: Any, *, reason: str) -> None:
         info = self.show_node(node)
@@ -159,14 +187,26 @@ class SlurmAdapter(SchedulerAdapter):
                 f"{info.name} was drained by {info.reason_user or 'someone else'}"
                 f"{' at ' + info.reason_time if info.reason_time else ''} with reason {info.reason!r}; "
                 f"{OWNER} lifts only its own drains")
-        try:
-            self._run("scontrol", "update", f"nodename={info.name}", "state=resume")
-        except SchedulerError:
-            # A node with no slurmd (UNKNOWN) answers "Invalid node state specified" yet loses
-            # its DRAIN flag: what we asked for happened.
-            if self.show_node(node).drain_flag:
-                raise
-        logger.info("resumed %s (%s)", info.name, reason)
+        self._resume(node, info, reason)
+
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        """Drain with "nodewarden: active check ..."; a drain already there is left as it is."""
+        info = self.show_node(node)
+        if info.drain_flag:
+            return info.check_hold  # another check's hold is ours to share; any other drain is not
+        self._set_drain(info.name, check_hold_reason(reason))
+        return True
+
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        """Resume the node only while its drain reason is still the check's."""
+        info = self.show_node(node)
+        if not info.drain_flag:
+            return True
+        if not info.check_hold:
+            logger.info("%s: drain is no longer the check's (%s); leaving it", info.name, info.describe())
+            return False
+        self._resume(node, info, reason)
+        return True
 
     def evict(self, node: Any, *, reason: str) -> None:
         """Drain, then requeue every job on the node now (cancel those that cannot be requeued)."""
@@ -197,6 +237,16 @@ class SlurmAdapter(SchedulerAdapter):
         if not NODE_NAME_RE.match(name):
             raise SchedulerError(f"{name!r} is not a plain Slurm node name (hostlist characters are refused)")
         return name
+
+    def _resume(self, node: Any, info: SlurmNode, reason: str) -> None:
+        try:
+            self._run("scontrol", "update", f"nodename={info.name}", "state=resume")
+        except SchedulerError:
+            # A node with no slurmd (UNKNOWN) answers "Invalid node state specified" yet loses
+            # its DRAIN flag: what we asked for happened.
+            if self.show_node(node).drain_flag:
+                raise
+        logger.info("resumed %s (%s)", info.name, reason)
 
     def _set_drain(self, name: str, reason: str) -> None:
         self._run("scontrol", "update", f"nodename={name}", "state=drain", f"reason={_reason_text(reason)}")

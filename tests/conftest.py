@@ -85,6 +85,14 @@ def busy_scheduler(monkeypatch):
         def evict(self, node, *, reason):
             Busy.calls.append(("evict", node.hostname))
 
+        def hold_for_check(self, node, *, reason):
+            Busy.calls.append(("hold_for_check", node.hostname))
+            return True
+
+        def release_check_hold(self, node, *, reason):
+            Busy.calls.append(("release_check_hold", node.hostname))
+            return True
+
         def drain_state(self, node):
             return base.DrainState(cordoned=True, drained=not Busy.running, running_jobs=int(Busy.running),
                                    owner=base.OWNER, detail="stand-in")
