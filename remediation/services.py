@@ -335,6 +335,19 @@ def step_passed(step: RemediationStep, detail: str) -> None:
                                      details={"remediation": rem.pk})
 
 
+def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
+    """The reimaged node's agent joined with the reimage's token: the reimage's success check passed,
+    so the step passes and re-validation starts. Called inside the join's transaction; the step row is
+    locked so the deadline cannot fail it meanwhile. False (nothing written) if it is no longer running."""
+    with transaction.atomic():
+        running = RemediationStep.objects.select_for_update().filter(
+            pk=step.pk, rung=Rung.REIMAGE, status=StepStatus.RUNNING).first()
+        if running is None:
+            return False
+        step_passed(running, detail)
+        return True
+
+
 def step_failed(step: RemediationStep, detail: str) -> None:
     """The rung did not work (or could not run): climb."""
     with transaction.atomic():
