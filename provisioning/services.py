@@ -5,6 +5,13 @@ ENROLLED -> INITIALIZING), then the node boots with ``ds=nocloud;s=<seed URL>``,
 cloud-init runs ``nodewarden-agent join`` and ``join`` consumes the token, issues the
 agent's long-lived token and moves the node INITIALIZING -> ONBOARD. Each verb runs in
 one transaction with its history rows; state changes go through ``nodes.services``.
+
+A reimage (the remediation ladder's rung) takes the same road without leaving
+REMEDIATING: ``prepare_reimage`` issues a new boot generation (so a new cloud-init
+instance-id: cloud-init runs its first-boot modules again on the reinstalled disk) and a
+new join token, living only as long as the reimage step; the reinstalled node's ``join``
+replaces the agent's token and completes the step, whose success check is exactly that
+the node came back and joined (``remediation.services.reimage_rejoined``).
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from nodes import services as lifecycle
 from nodes.choices import EventKind, NodeState
 from nodes.models import OPERATE, Node
 from nodes.services import Actor, TransitionForbidden, clean_reason, record_event
-from telemetry.services import issue_agent_token
+from telemetry.services import issue_agent_token, revoke_agent_tokens
 
 from .models import BootConfig, JoinToken
 from .tokens import JOIN_TOKEN_PREFIX, hash_token, join_token_for, new_kubeadm_token_id, new_salt
@@ -88,6 +95,35 @@ def prepare_boot(node_id: int, *, actor: Actor, reason: str,
             record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Re-provisioned: {reason}",
                          details=details)
     return boot, clear
+
+
+def prepare_reimage(node_id: int, *, actor: Actor, reason: str,
+                    expires_at: datetime | None = None) -> tuple[BootConfig, JoinToken]:
+    """Get a remediating node ready to be reinstalled: a new boot generation and join token.
+
+    Bumps the node's boot config generation (a new cloud-init instance-id), revokes its
+    unused join tokens and issues a new one for the new generation, expiring at
+    ``expires_at`` (the reimage step's deadline: a token is no use once the step has
+    failed) or after the usual TTL, whichever is sooner. The node stays REMEDIATING; its
+    ``join`` then completes the running reimage step. A node without a boot config gets
+    one (defaults: DHCP). Raises ``TransitionNotAllowed`` unless the node is REMEDIATING.
+    """
+    reason = clean_reason(reason)
+    with transaction.atomic():
+        node = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node_id)
+        if node.state != NodeState.REMEDIATING:
+            raise TransitionNotAllowed(f"Cannot reimage a node in state {node.get_state_display()!r}: only a node "
+                                       "under remediation is reimaged (Day 0 uses prepare_boot).")
+        boot = _updated_boot_config(node, {})
+        revoked = _revoke_unused(node.pk)
+        token, _ = _issue_join_token(node, boot.generation, actor)
+        if expires_at is not None and expires_at < token.expires_at:
+            token.expires_at = expires_at
+            token.save(update_fields=["expires_at"])
+        record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Reimage prepared: {reason}", details={
+            "boot_generation": boot.generation, "join_token": token.prefix,
+            "join_token_expires_at": token.expires_at.isoformat(), "join_tokens_revoked": revoked})
+    return boot, token
 
 
 def _updated_boot_config(node: Node, changes: Mapping[str, Any]) -> BootConfig:
@@ -159,7 +195,8 @@ class JoinResult:
 
 
 def join(join_token: str, *, hostname: str, agent_facts: dict[str, Any]) -> JoinResult:
-    """Let a booted node's agent join: consume its join token, issue its agent token, mark it onboard.
+    """Let a booted node's agent join: consume its join token, issue its agent token, mark it onboard
+    (Day 0), or, for a node reinstalled by a reimage, complete that reimage (``_rejoin_after_reimage``).
 
     The token is consumed by a compare-and-swap ``UPDATE ... WHERE used_at IS NULL AND
     revoked_at IS NULL AND expires_at > now``: of two joins racing with one token,
@@ -185,15 +222,48 @@ def join(join_token: str, *, hostname: str, agent_facts: dict[str, Any]) -> Join
             token.refresh_from_db()
             raise _refusal(token, now)
         node.refresh_from_db(fields=["state"])
-        if node.state != NodeState.INITIALIZING:
+        if node.state == NodeState.REMEDIATING:
+            agent_token = _rejoin_after_reimage(node, token, hostname, facts)
+        elif node.state != NodeState.INITIALIZING:
             # Rolls the consumption back with the rest: the token stays usable once the node is ready.
             raise NodeNotJoinable(f"{node.hostname} is {node.get_state_display()!r}, not 'Initializing': "
                                   "an operator must provision it first.")
-        agent_token = issue_agent_token(node.pk, actor=ACTOR, reason=f"Agent token issued at join ({token.prefix}…)")
-        lifecycle.mark_onboard(node.pk, actor=ACTOR, reason="The node booted and its agent joined.", details={
-            "join_token": token.prefix, "agent_token": agent_token[:12], "hostname": hostname, "facts": facts,
-        })
+        else:
+            agent_token = issue_agent_token(node.pk, actor=ACTOR,
+                                            reason=f"Agent token issued at join ({token.prefix}…)")
+            lifecycle.mark_onboard(node.pk, actor=ACTOR, reason="The node booted and its agent joined.", details={
+                "join_token": token.prefix, "agent_token": agent_token[:12], "hostname": hostname, "facts": facts,
+            })
     return JoinResult(node_id=node.pk, hostname=node.hostname, agent_token=agent_token)
+
+
+def _rejoin_after_reimage(node: Node, token: JoinToken, hostname: str, facts: dict[str, Any]) -> str:
+    """A remediating node joins only as the end of its running reimage: the token must be the one
+    that reimage issued (its boot generation, issued once the step started). The reinstalled disk
+    has no agent token any more: the old ones are revoked and a new one issued, and the reimage
+    step passes (its success check is this join). Raises ``NodeNotJoinable`` otherwise (the
+    caller's transaction rolls the token's consumption back)."""
+    from remediation import ladder
+    from remediation import services as remediation
+
+    step = ladder.reimage_awaiting_join(node.pk)
+    current = BootConfig.objects.filter(node_id=node.pk).values_list("generation", flat=True).first()
+    if step is None:
+        raise NodeNotJoinable(f"{node.hostname} is {node.get_state_display()!r} with no reimage waiting for it to "
+                              "rejoin: only a reinstalled node joins during a remediation.")
+    if token.generation != current or token.created < step.started:
+        raise NodeNotJoinable(f"Join token {token.prefix}… was not issued for the running reimage of "
+                              f"{node.hostname} (boot generation {token.generation}, current {current}).")
+    revoke_agent_tokens(node.pk, actor=ACTOR, reason="Reimaged: the reinstalled node's agent joins with a new token")
+    agent_token = issue_agent_token(node.pk, actor=ACTOR,
+                                    reason=f"Agent token issued at the rejoin after a reimage ({token.prefix}…)")
+    record_event(node.pk, EventKind.ACTION, actor=ACTOR, reason="The reimaged node booted and its agent rejoined.",
+                 details={"join_token": token.prefix, "agent_token": agent_token[:12], "hostname": hostname,
+                          "boot_generation": token.generation, "remediation": step.remediation_id, "facts": facts})
+    if not remediation.reimage_rejoined(step, f"the reinstalled node (boot generation {token.generation}) "
+                                              f"rejoined with join token {token.prefix}…"):
+        raise NodeNotJoinable(f"The reimage of {node.hostname} ended before its agent rejoined.")
+    return agent_token
 
 
 def _refusal(token: JoinToken, now: datetime) -> JoinRefused:

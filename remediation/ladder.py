@@ -4,20 +4,25 @@
   fails at once with that reason and the ladder climbs (nothing is pretended).
 - Reboot: a graceful restart through the BMC (in-band through the agent when it can).
 - BMC power cycle: off, then on, through the BMC.
-- Reimage: a one-time PXE boot override, then a power cycle: the installer reinstalls the
-  image (the node's boot config decides which).
-Each waits until the BMC reports the node on again; the step then verifies: its success check is
-the re-validation that follows, and only that passes it. A BMC error fails the step, and the
-ladder climbs.
+- Reimage: provisioning issues a re-install (a new boot generation, so a new cloud-init
+  instance-id, and a new join token living as long as the step), then a one-time PXE boot
+  override and a power cycle: the installer reinstalls the image and cloud-init runs the
+  agent's join. The step then waits on the node, not on a worker: its action is done only when
+  the reinstalled node's agent rejoined with that token (``provisioning.services.join`` ->
+  ``services.reimage_rejoined``); a node that never rejoins fails it at its deadline (the
+  reconciler), and the ladder climbs.
+Reboot and power cycle wait until the BMC reports the node on again. Then every step verifies:
+its success check is the re-validation that follows, and only that passes it. A BMC error fails
+the step, and the ladder climbs.
 """
 from __future__ import annotations
 
 from django.db.models import F
 from django.utils import timezone
 
-from .choices import Rung
+from .choices import Rung, Status, StepStatus
 from .models import RemediationStep
-from .services import action_done, step_failed
+from .services import ACTOR, action_done, step_failed
 
 
 def run(step_id: int) -> str:
@@ -28,6 +33,8 @@ def run(step_id: int) -> str:
     step = RemediationStep.objects.select_related("remediation__node").filter(pk=step_id).first()
     if step is None or step.status != "running":
         return "nothing to do"
+    if step.boot_generation is not None:
+        return "waiting for the node to rejoin"  # a redelivery: the reimage is under way, never PXE twice
     # F(): two overlapping deliveries each count; last_activity tells the reconciler a worker has it.
     RemediationStep.objects.filter(pk=step.pk).update(attempts=F("attempts") + 1, last_activity=timezone.now())
     if step.deadline < timezone.now():
@@ -41,19 +48,52 @@ def run(step_id: int) -> str:
     if endpoint is None:
         step_failed(step, "no BMC configured for this node")
         return "no BMC"
+    if step.rung == Rung.REIMAGE:
+        return _reimage(step, endpoint)
     try:
         if step.rung == Rung.REBOOT:
             client.power(endpoint, PowerAction.GRACEFUL_RESTART)
             detail = "graceful restart through the BMC; the node is on again"
-        elif step.rung == Rung.POWER_CYCLE:
+        else:
             client.power(endpoint, PowerAction.POWER_CYCLE)
             detail = "power cycle through the BMC; the node is on again"
-        else:
-            client.set_boot_once(endpoint, "pxe")
-            client.power(endpoint, PowerAction.POWER_CYCLE)
-            detail = "PXE boot once and a power cycle: the installer reimages the node"
     except BmcError as exc:
         step_failed(step, f"BMC: {exc}")
         return "failed"
     action_done(step, detail)
     return "passed"
+
+
+def _reimage(step: RemediationStep, endpoint: object) -> str:
+    """Re-install through provisioning, PXE once, power cycle; then wait for the node's join."""
+    from bmc import client
+    from bmc.drivers.base import BmcError, PowerAction
+    from django_fsm import TransitionNotAllowed
+    from provisioning import services as provisioning
+
+    try:
+        boot, token = provisioning.prepare_reimage(
+            step.remediation.node_id, actor=ACTOR, reason=f"Reimage (remediation {step.remediation_id})",
+            expires_at=step.deadline)
+    except TransitionNotAllowed as exc:  # the node left remediation meanwhile
+        step_failed(step, f"could not prepare the reinstall: {exc}")
+        return "failed"
+    try:
+        client.set_boot_once(endpoint, "pxe")
+        client.power(endpoint, PowerAction.POWER_CYCLE)
+    except BmcError as exc:
+        step_failed(step, f"BMC: {exc}")
+        return "failed"
+    RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING, boot_generation__isnull=True).update(
+        boot_generation=boot.generation,
+        detail=f"PXE boot once and a power cycle: the installer reinstalls boot generation {boot.generation}; "
+               f"waiting for the node's agent to rejoin with join token {token.prefix}… "
+               f"(until {step.deadline:%H:%M:%S} UTC)")
+    return "waiting for the node to rejoin"
+
+
+def reimage_awaiting_join(node_id: int) -> RemediationStep | None:
+    """The node's running reimage step, if its remediation runs it: the only one a join may complete."""
+    return (RemediationStep.objects.filter(remediation__node_id=node_id, remediation__status=Status.RUNNING,
+                                           rung=Rung.REIMAGE, status=StepStatus.RUNNING)
+            .order_by("-started").first())

@@ -112,6 +112,11 @@ class RemediationStep(models.Model):
     last_activity = models.DateTimeField(
         null=True, blank=True, help_text="When a worker last took the step up, or the reconciler queued it again.")
     detail = models.TextField(blank=True)
+    # Set once the BMC has PXE-booted the node: from then on the step waits on the node itself (its
+    # agent's join with this generation's token passes it; the deadline fails it), not on a worker.
+    boot_generation = models.PositiveIntegerField(
+        null=True, blank=True, editable=False,
+        help_text="Reimage: the boot config generation the node was PXE-booted to install.")
 
     class Meta:
         ordering = ["remediation", "started", "id"]

@@ -5,7 +5,8 @@ Every minute it re-drives:
 - steps no worker has taken up for the stall delay (the worker died, the message was
   lost): queued again, once per stall delay (a compare-and-swap on ``last_activity``); the
   delay must exceed what a step may legitimately take (a power action waits up to twice
-  the BMC power timeout), so a slow power cycle is never doubled;
+  the BMC power timeout), so a slow power cycle is never doubled. A reimage whose node is
+  reinstalling is not re-driven: it waits for the node's join, not for a worker;
 - drains: a remediation whose condition cleared by itself before the drain ended stands down;
   one whose node drained into triage without its rung starting starts it (moving drains on as
   the scheduler reports them is ``schedulers.reactions.follow_drains``'s);
@@ -44,7 +45,8 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         if step.deadline < now:
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             counts["timed_out"] += 1
-        elif (step.last_activity or step.started) < now - stalled_after and _claim(step, now):
+        elif step.boot_generation is None and (step.last_activity or step.started) < now - stalled_after \
+                and _claim(step, now):  # a reimage waiting for its node to rejoin waits on no worker
             services.queue_step(step.pk)
             counts["requeued"] += 1
     for rem in (Remediation.objects.filter(status=Status.DRAINING)

@@ -380,6 +380,19 @@ def _verified(rem: Remediation, status: str, detail: str) -> None:
         status=status, finished=timezone.now(), detail=Concat(F("detail"), Value(f"; {detail}"[:1000])))
 
 
+def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
+    """The reimaged node's agent joined with the reimage's token: the reimage's action is done, and
+    re-validation starts (its success check). Called inside the join's transaction; the step row is
+    locked so the deadline cannot fail it meanwhile. False (nothing written) if it is no longer running."""
+    with transaction.atomic():
+        running = RemediationStep.objects.select_for_update().filter(
+            pk=step.pk, rung=Rung.REIMAGE, status=StepStatus.RUNNING).first()
+        if running is None:
+            return False
+        action_done(running, detail)
+        return True
+
+
 def step_failed(step: RemediationStep, detail: str) -> None:
     """The rung did not work (or could not run): climb."""
     with transaction.atomic():

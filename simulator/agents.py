@@ -107,6 +107,11 @@ class AgentApi:
         self.reports += len(reports)
         return self._call("post", "/api/agent/reports/", node.token, {"reports": reports}) is not None
 
+    def join(self, node: VirtualNode, join_token: str) -> dict[str, Any] | None:
+        """What a reinstalled node's cloud-init runs: ``nodewarden-agent join`` (the agent's contract)."""
+        return self._call("post", "/api/agent/join/", "", {"join_token": join_token, "hostname": node.hostname,
+                                                            "facts": {}})
+
     def claim_checks(self, node: VirtualNode) -> list[dict[str, Any]]:
         answer = self._call("get", "/api/agent/checks/", node.token)
         return list((answer or {}).get("checks") or [])

@@ -19,7 +19,8 @@ agent token and a BMC on a real Redfish emulator, sushy-tools), then moves a sim
   stage polling) runs at each tick while any node needs it; Celery tasks run inline
   (``task_always_eager``), each at the simulated instant it was queued;
 - the real rules, policies, remediation ladder and re-validation act; rungs reach the BMC
-  emulators over HTTP; the job's scheduler is ``schedulers.simulated``; agents answer the
+  emulators over HTTP; a reimaged node's agent rejoins through the real join endpoint with the
+  join token of its user-data ``REINSTALL_MINUTES`` after the power cycle; the job's scheduler is ``schedulers.simulated``; agents answer the
   re-validation's active checks, failing them while their GPU defect is not cured;
 - a rung cures a fault when it reaches what the fault needs (``faults.rung_cures``);
   simulated technicians resolve repair tickets after ``repair_hours`` and RMA cases after
@@ -74,8 +75,9 @@ from .workload import RUNNING, SyncJob
 
 log = logging.getLogger(__name__)
 SITE, CLUSTER, PROFILE = "sim", "sim-cluster", "sim-h100-8"
-# Nodes Nodewarden is working on: while any exists, the periodic tasks run every tick.
 MANUAL_AFTER_REPEATS = 2  # crashes of the restarted job on the same undetected defect before a person steps in
+REINSTALL_MINUTES = 20  # PXE boot, installer, first boot: a reimaged node's agent joins this long after the power cycle
+# Nodes Nodewarden is working on: while any exists, the periodic tasks run every tick.
 POLL_STATES = ("drain_pending", "draining", "remediating", "firmware_update", "inventory_check",
                "burn_in", "fabric_check", "reliability_assessment")
 
@@ -305,6 +307,7 @@ class Simulation:
                 self._timed("reports of nodes being worked on", self._busy_reports, now)
                 next_busy_report = now + timedelta(minutes=self.config.busy_report_minutes)
             self._timed("periodic tasks", self._periodic, heartbeats=beat_now)
+            self._timed("reinstalls", self._reinstalls, now)
             self._timed("reports after restarts", self._send_news, now)
             self._timed("active checks", self._answer_checks, now)
             self._timed("reports after restarts", self._send_news, now)
@@ -452,6 +455,29 @@ class Simulation:
         if node.fault is not None and F.rung_cures(rung, node.fault.cure):
             self._cure(node, f"rung {rung}", instance.created)
         self._news.add(node.hostname)
+
+    def _reinstalls(self, now: datetime) -> None:
+        """A node PXE-booted by a reimage reinstalls for REINSTALL_MINUTES, then cloud-init runs the agent's
+        join with the join token of its user-data (the real join endpoint): the reimage step passes and
+        the virtual agent goes on with the new agent token. A dead host whose fault a reimage does not
+        cure never comes back (its step times out, the ladder climbs)."""
+        from provisioning.cloudinit import current_join_token
+        from provisioning.models import BootConfig
+
+        waiting = (RemediationStep.objects.filter(remediation__node__cluster_id=self.cluster_id, rung="reimage",
+                                                  status="running", boot_generation__isnull=False)
+                   .values_list("remediation__node__hostname", "last_activity", "started"))
+        for hostname, took_up, started in waiting:
+            node = self.nodes[hostname]
+            if now < (took_up or started) + timedelta(minutes=REINSTALL_MINUTES):
+                continue
+            if node.silent and not F.rung_cures("reimage", node.fault.cure):
+                continue
+            boot = BootConfig.objects.get(node_id=node.node_id)
+            token = current_join_token(boot)
+            answer = self.api.join(node, token.clear_token() if token else "")
+            if answer is not None:
+                node.token = answer["node_token"]
 
     def _send_news(self, now: datetime) -> None:
         """Agents of hosts that just restarted report at once (a booted agent's first report)."""

@@ -190,6 +190,39 @@ def test_a_node_no_longer_initializing_cannot_join_and_the_token_stays_unused(no
     assert not AgentToken.objects.filter(node=node).exists()
 
 
+def test_a_remediating_node_joins_only_with_the_token_of_its_running_reimage(node):
+    """The reimage rung's join (tests/e2e/test_reimage.py runs it whole): any other token is refused."""
+    from nodes import services as lifecycle
+    from remediation.choices import Rung, Status, StepStatus, Urgency
+    from remediation.models import Remediation, RemediationStep
+
+    _, day0 = provision(node)
+    with pytest.raises(TransitionNotAllowed, match="only a node under remediation is reimaged"):
+        services.prepare_reimage(node.pk, actor=OPS, reason="reimage")
+    lifecycle.fail_validation(node.pk, actor=OPS, reason="no POST")
+    lifecycle.start_remediation(node.pk, actor=OPS, reason="power cycle")
+    now = timezone.now()
+    rem = Remediation.objects.create(node=node, status=Status.RUNNING, urgency=Urgency.NOW, rung=Rung.POWER_CYCLE)
+    cycle = RemediationStep.objects.create(remediation=rem, rung=Rung.POWER_CYCLE, deadline=now + timedelta(hours=1))
+    with pytest.raises(services.NodeNotJoinable, match="no reimage waiting for it to rejoin"):
+        join(node, day0)
+    RemediationStep.objects.filter(pk=cycle.pk).update(status=StepStatus.FAILED)
+    Remediation.objects.filter(pk=rem.pk).update(rung=Rung.REIMAGE)
+    step = RemediationStep.objects.create(remediation=rem, rung=Rung.REIMAGE, deadline=now + timedelta(hours=1))
+    with pytest.raises(services.NodeNotJoinable, match="not issued for the running reimage"):
+        join(node, day0)  # a live token from before the reimage began
+    assert JoinToken.objects.get(generation=1).used_at is None and not AgentToken.objects.filter(node=node).exists()
+
+    boot, token = services.prepare_reimage(node.pk, actor=OPS, reason="reimage", expires_at=step.deadline)
+    assert boot.generation == 2 and token.expires_at == step.deadline
+    assert JoinToken.objects.get(generation=1).revoked_at is not None
+    result = join(node, token.clear_token())
+    step.refresh_from_db()
+    node.refresh_from_db()
+    assert step.status == StepStatus.PASSED and node.state == NodeState.FIRMWARE_UPDATE  # re-validating
+    assert identify_agent(f"Bearer {result.agent_token}").node_id == node.pk
+
+
 @pytest.mark.parametrize("facts", [["not", "a", "dict"], {"blob": "x" * 9000}])
 def test_bad_facts_are_a_validation_error_and_nothing_is_used(node, facts):
     _, token = provision(node)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('remediation', '0005_stand_down_if_cleared'),
+        ('remediation', '0006_step_boot_generation'),
     ]
 
     operations = [
