@@ -242,7 +242,9 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
         elif verb == "revalidate":  # back from a technician or the vendor
             if inc.ticket is not None and inc.ticket.state == TicketState.OPEN:
                 _resolve(inc.ticket, at)
+                out.names.append((row, "repair_ticket", inc.ticket))  # as resolve_repair names it
             if inc.case is not None and inc.case.state == RmaState.OPENED:
+                out.names.append((row, "rma_case", inc.case))  # as close_rma names it
                 case = inc.case.fields
                 span = at - case["created"]
                 inc.case.state = RmaState.CLOSED

@@ -95,6 +95,16 @@ def test_every_node_in_trouble_has_the_engines_records():
     assert Alert.objects.filter(state=AlertState.FIRING).count() >= in_trouble > 0
 
 
+def test_every_return_from_a_technician_or_the_vendor_names_its_ticket_or_case():
+    seed()
+    back = NodeEvent.objects.filter(transition="revalidate", source_state__in=(S.REPAIR, S.RMA))
+    assert back.exists()
+    for event in back:
+        key = "repair_ticket" if event.source_state == S.REPAIR else "rma_case"
+        model = RepairTicket if key == "repair_ticket" else RmaCase
+        assert model.objects.filter(pk=(event.details or {}).get(key), node_id=event.node_id).exists(), event
+
+
 def test_every_release_after_a_rung_is_a_recovery_in_the_reports():
     seed()
     releases = releases_after_a_rung()
