@@ -150,18 +150,18 @@ CAUSES = (
           "dcgm-health", xid=94, rungs=("gpu_reset",), fix=0.95, repair="run field diagnostics on GPU {gpu}",
           repair_fix=0.5, part=GPU_PART),
     Cause("xid95", 0.25, "XID 95 on GPU {gpu} (PCI:0000:{bus}:00): uncontained ECC error", "dcgm-health",
-          xid=95, cordon=True, rungs=("gpu_reset", "node_reboot"), fix=0.7,
+          xid=95, cordon=True, rungs=("gpu_reset", "reboot"), fix=0.7,
           repair="run field diagnostics on GPU {gpu}", repair_fix=0.3, part=GPU_PART),
     Cause("row_remap_failure", 0.12, "Row-remap failure on GPU {gpu}: HBM bank has no spare rows left",
           "dcgm-health", xid=64, to_rma=True, part=GPU_PART),
     Cause("xid74", 0.30, "XID 74 on GPU {gpu} (PCI:0000:{bus}:00): NVLink error on link {link}", "dcgm-health",
-          xid=74, rungs=("gpu_reset", "node_reboot"), fix=0.6, repair="reseat the NVSwitch tray",
+          xid=74, rungs=("gpu_reset", "reboot"), fix=0.6, repair="reseat the NVSwitch tray",
           repair_fix=0.5, part="HGX baseboard"),
     Cause("xid119", 0.15, "XID 119 on GPU {gpu} (PCI:0000:{bus}:00): GSP RPC timeout", "dcgm-health", xid=119,
           cordon=True, rungs=("gpu_reset", "power_cycle"), fix=0.8, repair="reseat GPU {gpu}",
           repair_fix=0.5, part=GPU_PART),
     Cause("ib_link_flap", 0.35, "InfiniBand link flapping on {hca} port 1: {n} down/up events in 10 min",
-          "ib-monitor", rungs=("port_reset",), fix=0.3, repair="replace the OSFP transceiver on {hca}",
+          "ib-monitor", rungs=("reboot",), fix=0.3, repair="replace the OSFP transceiver on {hca}",
           part="ConnectX-7 adapter {hca}", cancel=0.25),
     Cause("ib_symbol_errors", 0.15, "InfiniBand symbol errors on {hca} port 1: {n} in 1 h, above threshold",
           "ib-monitor", repair="replace the cable on {hca}", part="ConnectX-7 adapter {hca}", cancel=0.1),
@@ -172,25 +172,35 @@ CAUSES = (
           part=GPU_PART),
     Cause("sdc_suspected", 0.05, "DCGM diag level 3 on GPU {gpu}: result mismatch, silent data corruption "
           "suspected", "dcgm-health", cordon=True, to_rma=True, part=GPU_PART),
-    Cause("nic_down", 0.06, "Front-end NIC link down on bond0", "health-monitor", rungs=("node_reboot",),
+    Cause("nic_down", 0.06, "Front-end NIC link down on bond0", "health-monitor", rungs=("reboot",),
           fix=0.4, repair="replace the front-end NIC", repair_fix=0.95, part="front-end NIC"),
     Cause("dimm_ue", 0.06, "Uncorrectable memory error on DIMM {dimm} (EDAC)", "bmc-sel", cordon=True,
           repair="replace DIMM {dimm}", repair_fix=0.95, part="DIMM {dimm}"),
     Cause("nvme_media", 0.04, "NVMe drive nvme{nvme}: media errors, SMART critical warning set", "health-monitor",
           repair="replace NVMe drive nvme{nvme}", repair_fix=0.97, part="NVMe drive nvme{nvme}"),
     Cause("nccl_timeout", 0.25, "NCCL watchdog timeout: collective hung for 1800 s, job {job} killed",
-          "health-monitor", rungs=("node_reboot",), fix=0.85, repair="swap the node out for lemon checks",
+          "health-monitor", rungs=("reboot",), fix=0.85, repair="swap the node out for lemon checks",
           repair_fix=0.7),
     Cause("planned_firmware", 0.30, "Planned maintenance: BIOS and BMC update to the profile baseline",
-          "operator", rungs=("firmware_flash",), fix=0.97, repair="recover the BMC with a cold reset",
-          planned=True),
+          "operator", fix=0.97, repair="recover the BMC with a cold reset", planned=True),
 )
 # Scales the Llama 3 mix (3.9 per 1000 node-days) to ~5.9, between Meta RSC-1 (6.5) and Llama 3 (3.79).
 RATE_SCALE = 1.5
-RUNGS = {  # label, duration in hours
-    "gpu_reset": ("GPU reset", (0.1, 0.3)), "node_reboot": ("node reboot", (0.2, 0.5)),
-    "power_cycle": ("BMC power cycle", (0.3, 0.8)), "port_reset": ("HCA port reset", (0.05, 0.2)),
-    "firmware_flash": ("firmware flash to baseline", (0.5, 1.5)),
+# The engine's own rungs (remediation.choices.Rung): label, duration in hours.
+RUNGS = {
+    "gpu_reset": ("GPU reset", (0.1, 0.3)), "reboot": ("node reboot", (0.2, 0.5)),
+    "power_cycle": ("BMC power cycle", (0.3, 0.8)),
+}
+# What the health rules call each cause's finding: (rule, subject template). The seed writes the
+# finding, alert and remediation the engine would have made for it (nodes/demo/records.py).
+CAUSE_RULES = {
+    "xid79": ("xid", ""), "xid48": ("xid", ""), "xid94": ("xid", ""), "xid95": ("xid", ""),
+    "row_remap_failure": ("row_remap_failure", ""), "xid74": ("xid", ""), "xid119": ("xid", ""),
+    "ib_link_flap": ("ib_link_flaps", "{hca}/1"), "ib_symbol_errors": ("ib_errors_rising", "{hca}/1"),
+    "psu_failure": ("alertmanager", "PSU {psu}"), "gpu_thermal": ("gpu_temperature", ""),
+    "sdc_suspected": ("active_check", "dcgm diag level 3"), "nic_down": ("alertmanager", "bond0"),
+    "dimm_ue": ("host_edac_uncorrected", "DIMM {dimm}"), "nvme_media": ("disk_unhealthy", "nvme{nvme}"),
+    "nccl_timeout": ("alertmanager", "NCCL watchdog"),
 }
 # Day 1 stages: (state, verb, hours first time, hours on re-validation, failure chance, failure reason).
 STAGES = (
@@ -207,7 +217,8 @@ STAGES = (
 )
 SYS = "system:"
 INVENTORY, PROVISIONER, VALIDATION = "system:inventory", "system:provisioner", "system:validation"
-HEALTH, REMEDIATOR, FOLLOWUP = "system:health-monitor", "system:remediator", "system:followup"
+# The engine's actors (health.services.HEALTH, remediation.services.ACTOR): the seed speaks as they do.
+HEALTH, REMEDIATOR, FOLLOWUP = "system:health", "system:remediation", "system:followup"
 SCHEDULER_ACTOR = {SchedulerKind.SLURM: "system:slurm-sync", SchedulerKind.KUBERNETES: "system:k8s-sync"}
 SECOND = 1 / 3600
 

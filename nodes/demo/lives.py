@@ -37,7 +37,6 @@ from .catalog import (
     SIT_HOURS,
     SITES,
     STAGES,
-    SYS,
     TRANSITIONS,
     VALIDATION,
     Cause,
@@ -232,14 +231,16 @@ def _incident(life: _Life, cause: Cause) -> None:
     if cause.planned:
         life.note(EventKind.NOTE, finding, _human(rng), **tag)
     else:
-        life.note(EventKind.FINDING, finding, SYS + cause.detector, **_finding_details(cause, details, tag))
+        life.note(EventKind.FINDING, finding, HEALTH, **_finding_details(cause, details, tag))
+    # Out of production the way remediation.services takes a node out: its actor, cordon or drain.
     if cause.cordon:
-        life.go("cordon", f"{finding}: cordoned at once", HEALTH, (SECOND, 0.005), **tag)
+        life.go("cordon", f"{finding}: cordoned at once", REMEDIATOR, (SECOND, 0.005), **tag)
     else:
-        actor = _human(rng) if cause.planned else HEALTH
+        actor = _human(rng) if cause.planned else REMEDIATOR
         life.go("request_drain", f"{finding}: drain when the running job ends", actor, (SECOND, 0.02), **tag)
         if goal is None and rng.random() < cause.cancel:
-            life.go("cancel_drain", "Fault cleared before the job ended: no errors for 2 h", HEALTH, (0.5, 4), **tag)
+            life.go("cancel_drain", "Fault cleared before the job ended: standing down", REMEDIATOR, (0.5, 4),
+                    **tag)
             return
         _drain(life, tag)
     _fix(life, cause, parts, tag)
@@ -249,6 +250,10 @@ def _fix(life: _Life, cause: Cause, parts: dict[str, Any], tag: dict[str, Any]) 
     """From triage: the remediation ladder, then a technician, then the vendor."""
     rng, goal = life.rng, life.goal
     must_fail = goal in (S.REPAIR, S.RMA, S.DECOMMISSIONED)
+    if cause.planned:  # an operator's maintenance: no finding, no remediation; the operator re-validates
+        life.go("revalidate", "Firmware flashed to the profile baseline; every Day 1 check again", _human(rng),
+                (0.5, 1.5), **tag)
+        return _day1(life)
     if not cause.to_rma:
         for rung in cause.rungs:
             label, hours = RUNGS[rung]
@@ -259,14 +264,17 @@ def _fix(life: _Life, cause: Cause, parts: dict[str, Any], tag: dict[str, Any]) 
                 return _day1(life)
             life.go("fail_remediation", f"Fault persists after {label}", REMEDIATOR, hours, action=rung, **tag)
         repair, _ = _fill(cause.repair, parts)
-        life.go("send_to_repair", f"Technician ticket: {repair}", _human(rng), (0.3, 18), **tag)
+        # The last rung failed: remediation hands off to a technician (remediation.services._hand_off).
+        life.go("send_to_repair", f"Technician ticket: {repair}", REMEDIATOR, (0.3, 18), **tag)
         if not must_fail and rng.random() < cause.repair_fix:
             life.go("revalidate", f"Repaired on site ({repair}); every Day 1 check again", _human(rng), (2, 96),
                     **tag)
             return _day1(life)
     part, _ = _fill(cause.part, parts)
     rma = f"RMA-{rng.randrange(100_000, 999_999)}"
-    life.go("send_to_rma", f"Vendor case {rma}: replace {part}", _human(rng), (1, 48), rma=rma, **tag)
+    # Straight from triage it is remediation's RMA rung; from repair, the technician's call.
+    who = REMEDIATOR if life.state == S.TRIAGE else _human(rng)
+    life.go("send_to_rma", f"Vendor case {rma}: replace {part}", who, (1, 48), rma=rma, **tag)
     if goal == S.DECOMMISSIONED:
         life.go("decommission", f"Vendor case {rma}: system beyond economical repair; retired", "admin",
                 (72, 500), rma=rma, **tag)

@@ -13,9 +13,12 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant, TenantMembership
+from health.models import Alert, Finding
 from nodes.choices import ActorKind, EventKind
 from nodes.models import GPU, Node, NodeEvent, StateCountSnapshot
 from nodes.roles import ensure_roles
+from remediation.models import Remediation, RemediationStep
+from repairs.models import RepairEvent, RepairTicket, RmaCase
 
 from .catalog import (
     BATCH,
@@ -34,6 +37,7 @@ from .catalog import (
     S,
 )
 from .lives import _Life, _live, _plan, _Row, _Slot
+from .records import Records, engine_records
 
 
 def demo_fleet_exists() -> bool:
@@ -48,7 +52,12 @@ def reset_demo_fleet() -> None:
     """Delete the demo fleet and its history (demo data only: a fixture reset, not a history rewrite)."""
     with transaction.atomic():
         node_ids = list(demo_nodes().values_list("id", flat=True))
-        # NodeEvent's own manager refuses deletes; the plain QuerySet is the deliberate way round it.
+        # The history models' own managers refuse deletes; the plain QuerySet is the deliberate way round
+        # them. Repair history and its tickets and cases first: they protect their nodes.
+        models.QuerySet(model=RepairEvent).filter(node_id__in=node_ids).delete()
+        RepairTicket.objects.filter(node_id__in=node_ids).delete()
+        RmaCase.objects.filter(node_id__in=node_ids).delete()
+        models.QuerySet(model=Finding).filter(node_id__in=node_ids).delete()
         models.QuerySet(model=NodeEvent).filter(node_id__in=node_ids).delete()
         Node.objects.filter(id__in=node_ids).delete()
         Rack.objects.filter(site__slug__in=DEMO_SITE_SLUGS).delete()
@@ -146,8 +155,12 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         gpus = [GPU(node=node, index=i, uuid=u, serial=serial, model=PROFILES[slot.cluster.profile]["gpu_model"])
                 for node, slot in zip(node_rows, slots, strict=True) for i, (u, serial) in enumerate(slot.gpus)]
         GPU.objects.bulk_create(gpus, batch_size=BATCH)
-        events = [_event(node, row, users) for node, life in zip(node_rows, lives, strict=True) for row in life.rows]
+        records = _engine_records(node_rows, slots, lives, now)
+        by_row = {id(row): _event(node, row, users) for node, life in zip(node_rows, lives, strict=True)
+                  for row in life.rows}
+        events = list(by_row.values())
         NodeEvent.objects.bulk_create(events, batch_size=BATCH)
+        _link_findings(records, by_row)
         snapshots = _snapshots(node_rows, lives, now, days)
         StateCountSnapshot.objects.bulk_create(snapshots, batch_size=BATCH)
         # bulk_create sends no post_save: the stored outages and the daily roll-up are built here.
@@ -159,7 +172,59 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         roll_up()
         roll_up_flows()
     return {"sites": len(SITES), "clusters": len(CLUSTERS), "racks": len(racks), "tenants": len(TENANTS),
-            "nodes": len(node_rows), "gpus": len(gpus), "events": len(events), "snapshots": len(snapshots)}
+            "nodes": len(node_rows), "gpus": len(gpus), "events": len(events), "snapshots": len(snapshots),
+            "findings": len(records.findings), "remediations": len(records.remediations),
+            "tickets": len(records.tickets), "cases": len(records.cases)}
+
+
+def _engine_records(nodes: list[Node], slots: list[_Slot], lives: list[_Life], now: datetime) -> Records:
+    """Write the findings, alerts, remediations, tickets and cases behind the seeded history
+    (``records``), and put their ids in the history rows that name them, as the services do."""
+    records = Records()
+    for node, slot, life in zip(nodes, slots, lives, strict=True):
+        records.extend(engine_records(node, life, [serial for _, serial in slot.gpus], now))
+    Alert.objects.bulk_create(records.alerts, batch_size=BATCH)
+    Finding.objects.bulk_create(records.findings, batch_size=BATCH)
+    Remediation.objects.bulk_create(records.remediations, batch_size=BATCH)
+    RemediationStep.objects.bulk_create(records.steps, batch_size=BATCH)
+    tickets = RepairTicket.objects.bulk_create([t.build() for t in records.tickets], batch_size=BATCH)
+    cases = RmaCase.objects.bulk_create([c.build() for c in records.cases], batch_size=BATCH)
+    RepairEvent.objects.bulk_create([e for record in (*tickets, *cases) for e in _repair_events(record)],
+                                    batch_size=BATCH)
+    for row, key, record in records.names:
+        row.details[key] = record.pk
+    for row, finding in records.finding_rows:
+        row.details |= {"finding_id": finding.pk, "alert_id": finding.alert.pk, "rule": finding.rule,
+                        "severity": finding.severity}
+    return records
+
+
+def _link_findings(records: Records, by_row: dict[int, NodeEvent]) -> None:
+    """Each finding names its history row and each alert its last finding (both written after them)."""
+    findings = []
+    for row, finding in records.finding_rows:
+        finding.event = by_row[id(row)]
+        finding.alert.last_finding = finding
+        findings.append(finding)
+    # The plain QuerySet: a finding's row link is filled once, here, as raise_finding fills it.
+    models.QuerySet(model=Finding).bulk_update(findings, ["event"], batch_size=BATCH)
+    Alert.objects.bulk_update([f.alert for f in findings], ["last_finding"], batch_size=BATCH)
+
+
+def _repair_events(record: RepairTicket | RmaCase) -> list[RepairEvent]:
+    """The ticket's or case's own history: opened, then how it ended (if it has)."""
+    is_ticket = isinstance(record, RepairTicket)
+    link = {"ticket": record} if is_ticket else {"rma_case": record}
+    first = "open" if is_ticket else "opened"
+    rows = [RepairEvent(node=record.node, hostname=record.hostname, verb="open", from_state="", to_state=first,
+                        actor_name=record.opened_by_name, reason="Opened", created=record.created, **link)]
+    ended = record.resolved_at if is_ticket else record.closed_at
+    if record.state not in ("open", "opened"):
+        verb = {"resolved": "resolve", "cancelled": "cancel", "closed": "close"}[record.state]
+        rows.append(RepairEvent(node=record.node, hostname=record.hostname, verb=verb, from_state=first,
+                                to_state=record.state, actor_name="operator", reason=verb.capitalize() + "d",
+                                created=ended or record.created, **link))
+    return rows
 
 
 def _node(slot: _Slot, life: _Life, inv: dict[str, dict[str, Any]], racks: dict[tuple[str, str], Rack]) -> Node:

@@ -23,10 +23,13 @@ from nodewarden.env import env_bool
 from .seed import demo_fleet_exists, demo_nodes
 
 S = NodeState
-# States in which a node runs its agent (it is booted into the production image).
+# States in which a node runs its agent: booted into the production image and powered. A node out
+# of production for a fault (triage, remediation, repair) is still on and its agent still reports,
+# as a real one does; only a fault that kills the host (``simulator.live.show``) silences it. A node
+# in RMA has a part at the vendor and is off (bringup.demo_bmc_systems powers it off too).
 REPORTING_STATES = (
     S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
-    S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE,
+    S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR,
 )
 # What a node of each demo profile's GPUs say about themselves (name, VBIOS): the Day 1
 # inventory and firmware stages compare them with the profile.
@@ -35,7 +38,7 @@ PROFILE_GPUS = {
     "HGX H200 8-GPU": ("NVIDIA H200 141GB HBM3e", "96.00.A5.00.01"),
 }
 IDLE_STATES = (S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
-               S.TRIAGE)
+               S.TRIAGE, S.REMEDIATING, S.REPAIR)
 
 
 def demo_report(node_id: int, hostname: str, now: datetime, *, profile: str = "", state: str = "",

@@ -16,7 +16,7 @@ from tests.factories import NodeFactory
 S = NodeState
 SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
 LATER = SEEDED_AT + timedelta(days=1)  # every seeded node has sat in its state long enough to move on
-SIMULATOR = "system:demo-simulator"
+PERSON = "operator"  # the demo login the people act as
 
 pytestmark = pytest.mark.django_db
 
@@ -59,14 +59,15 @@ def test_each_run_moves_a_handful_of_nodes_through_the_services(enabled):
     seed()
     before = dict(Node.objects.values_list("pk", "state"))
     summaries = churn(runs=5)
-    moved = NodeEvent.objects.filter(actor_name=SIMULATOR, kind=EventKind.TRANSITION)
+    # The demo's people act as the demo operator (a user), through repairs' and remediation's verbs.
+    moved = NodeEvent.objects.filter(actor_name=PERSON, kind=EventKind.TRANSITION, created__gte=LATER)
     assert moved.exists()
     counts = [int(summary.split()[0]) for summary in summaries]
-    assert sum(counts) == moved.count() and max(counts) <= 10, summaries
+    assert max(counts) <= 10 and sum(counts) >= moved.count(), summaries
     for event in moved:
         # The service's own row: the verb's declared road, stamped with the time of the run.
         assert TRANSITIONS[event.transition][event.source_state] == event.target_state
-        assert event.created >= LATER and event.actor_kind == "system"
+        assert event.created >= LATER and event.actor_kind == "user"
     changed = {pk for pk, state in Node.objects.values_list("pk", "state") if before[pk] != state}
     assert changed and changed <= set(moved.values_list("node_id", flat=True))
 

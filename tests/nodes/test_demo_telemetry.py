@@ -46,10 +46,11 @@ def plant(node, fault: str, *, gpu: int = 0, at: datetime = NOW, **kwargs) -> Li
 
 
 def test_every_reporting_demo_node_reports_with_its_eight_gpus(fleet):
+    seeded = Finding.objects.count()  # the seeded history's own
     assert tick() == f"{len(fleet)} reports"
     assert NodeHealth.objects.filter(node__in=fleet, last_report_at=NOW).count() == len(fleet)
     assert GpuState.objects.filter(node__in=fleet).count() == 8 * len(fleet)
-    assert not Finding.objects.exists()  # a healthy fleet raises nothing
+    assert Finding.objects.count() == seeded  # a healthy fleet raises nothing
 
 
 def test_a_gpu_fallen_off_the_bus_becomes_a_catastrophic_finding_on_that_gpu(fleet):
@@ -79,3 +80,22 @@ def test_a_dead_host_sends_nothing(fleet):
     plant(fleet[0], "psu", cure="repair")
     assert tick() == f"{len(fleet) - 1} reports"
     assert not NodeHealth.objects.filter(node=fleet[0]).exists()
+
+
+def test_a_node_out_of_production_keeps_reporting_so_no_heartbeat_finding_fires(fleet):
+    """A node in remediation or repair is powered and its agent reports: when it comes back to a
+    state the heartbeat rule watches, its last report is fresh, not from before it left."""
+    from health.tasks import check_heartbeats
+    from nodes import services
+    from nodes.choices import NodeState as S
+
+    node = next(n for n in fleet if n.state == S.PRODUCTION)
+    tick(NOW)
+    actor = services.Actor.system("test")  # the test plays the engine: cordon, a rung, back to Day 1
+    services.cordon(node.pk, actor=actor, reason="test: a fault")
+    services.start_remediation(node.pk, actor=actor, reason="test: a rung")
+    tick(NOW + timedelta(minutes=10))  # the rung runs for ten minutes; the agent still reports
+    with time_machine.travel(NOW + timedelta(minutes=10, seconds=20), tick=False):
+        services.revalidate(node.pk, actor=actor, reason="test: rung done")
+        check_heartbeats()
+    assert not Finding.objects.filter(node=node, rule="heartbeat_missing").exists()
