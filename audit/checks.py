@@ -196,9 +196,11 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
 
 
 def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
-    """A firing alert at or above the threshold on a production node, older than the grace, with
-    no open remediation on the node: nothing acts on it. Excused: silenced alerts, and alerts
-    whose finding an explicit policy only watches (an operator's decision)."""
+    """A firing alert at or above the threshold on a production node, older than the grace, seen
+    again since the node (re-)entered production, with no open remediation on the node: nothing
+    acts on it. An alert last seen before the node entered production is the loop's verdict
+    already given (re-validation passed after it; an XID alert waits out its quiet period).
+    Excused: silenced alerts, and alerts whose finding an explicit policy only watches."""
     from remediation.services import match_policy
 
     outcome = Outcome(Invariant.UNHANDLED_ALERT)
@@ -218,7 +220,7 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
         last.setdefault(rem.node_id, rem)
     for alert in alerts:
         outcome.checked += 1
-        if alert.node_id in handled:
+        if alert.node_id in handled or alert.last_seen < alert.node.state_changed_at:
             continue
         if not ctx.settled(alert.first_seen) or not ctx.settled(alert.node.state_changed_at):
             outcome.unsure.add(alert.node_id)

@@ -80,6 +80,17 @@ def test_a_node_returned_to_production_while_its_alert_keeps_firing_is_a_breach(
     assert breach.evidence["last_remediation"]["status"] == "succeeded"
 
 
+def test_an_alert_not_seen_since_the_node_returned_to_production_is_the_loops_verdict():
+    """An XID alert waits out its quiet period after the reboot that cured the GPU: not a breach."""
+    node = NodeFactory(production=True, state_changed_at=AGO)
+    raise_finding(node.pk, rule="xid", severity="catastrophic", summary="XID 79 fell off the bus", gpu_index=3,
+                  observed_at=AGO - timedelta(hours=1))
+    from health.models import Alert
+
+    Alert.objects.filter(node=node).update(first_seen=AGO - timedelta(hours=1), last_seen=AGO - timedelta(hours=1))
+    assert breaches(C.unhandled_alerts, "unhandled_alert") == []
+
+
 def test_an_alert_with_an_open_remediation_is_handled():
     node = NodeFactory(production=True, state_changed_at=AGO)
     finding = degraded(node)
