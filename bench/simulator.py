@@ -54,6 +54,10 @@ def main() -> int:
           f"ETTR {job['ettr']:.3f} (paper: above 0.90); MTTR median {mttr['all'].get('median_h')} h; "
           f"false actions {report['false_actions']['count']}; manual interventions {len(report['manual'])} "
           f"(paper: 3)")
+    audit = report.get("audit") or {}
+    by = ", ".join(f"{k} {v}" for k, v in audit.get("by_invariant", {}).items())
+    print(f"  breaches (fleet auditor, {audit.get('runs', 0)} hourly runs; goal 0): {audit.get('distinct', 0)}"
+          + (f" ({by}; the last run found {audit.get('at_end') or 0})" if by else ""))
     errors = run["agent_errors"] + run["task_errors"]
     print(f"  errors from the system under test: {len(errors)}" + (f" {errors[:3]}" if errors else ""))
     return 0 if not errors else 1

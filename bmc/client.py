@@ -91,6 +91,15 @@ def event_log(endpoint: BmcEndpoint, limit: int = 100) -> list[dict[str, object]
         return _retrying(lambda: driver.event_log(limit))
 
 
+def read_power_state(endpoint: BmcEndpoint, *, timeout: float | None = None, retry: bool = True) -> PowerState:
+    """The power state the BMC reports now. ``timeout`` is per request; without ``retry`` one try
+    only (the fleet auditor reads many BMCs in a bounded time: a BMC that does not answer at once
+    is "unknown" this run and asked again on the next)."""
+    driver = driver_for(endpoint, timeout=timeout)
+    with _recorded(endpoint):
+        return _retrying(driver.power_state) if retry else driver.power_state()
+
+
 def power(endpoint: BmcEndpoint, action: PowerAction | str, *, wait: bool = True,
           timeout: float | None = None) -> PowerState:
     """Perform a power action; with ``wait``, return once the BMC reports the state it leads to.

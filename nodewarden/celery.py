@@ -61,6 +61,9 @@ app.conf.beat_schedule = {
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
     "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
                             "options": {"queue": "validation"}},
+    # The fleet auditor: what Nodewarden believes against schedulers, BMCs and the clock.
+    "audit-fleet": {"task": "audit.tasks.audit_fleet",
+                    "schedule": 60.0 * float(os.environ.get("NODEWARDEN_AUDIT_MINUTES", "5"))},
 }
 if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.

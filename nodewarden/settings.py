@@ -13,7 +13,7 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import env_bool, env_int, env_list, env_str
+from .env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "remediation",
     "trends",
     "reports",
+    "audit",
     "simulator",
 ]
 
@@ -252,3 +253,19 @@ NODEWARDEN_REPEAT_DAYS = env_int("NODEWARDEN_REPEAT_DAYS", 7)
 NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int("NODEWARDEN_REMEDIATION_STALL_SECONDS",
                                                2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60)
 NODEWARDEN_FABRIC_TOOL_ENV = _json_setting("NODEWARDEN_FABRIC_TOOL_ENV", "{}")
+
+# --- Fleet auditor (README "Fleet auditor") ---------------------------------------------------
+# The lowest severity a firing alert on a production node must have to need an open remediation.
+NODEWARDEN_AUDIT_SEVERITY = env_str("NODEWARDEN_AUDIT_SEVERITY", "degraded")
+if NODEWARDEN_AUDIT_SEVERITY not in ("catastrophic", "degraded", "warning", "info"):
+    raise ImproperlyConfigured("NODEWARDEN_AUDIT_SEVERITY must be catastrophic, degraded, warning or info")
+# How long after a state change (or a remediation's update) a disagreement is not yet a breach:
+# longer than the periodic tasks' own cadence (reconciler 1 min, Day 0 timeouts 5 min).
+NODEWARDEN_AUDIT_GRACE_SECONDS = env_int("NODEWARDEN_AUDIT_GRACE_SECONDS", 600)
+NODEWARDEN_AUDIT_DRAINING_HOURS = env_float("NODEWARDEN_AUDIT_DRAINING_HOURS", 24.0)
+# Per run: nodes whose scheduler is asked, BMCs read, and the time each may take (round robin).
+NODEWARDEN_AUDIT_SCHEDULER_NODES = env_int("NODEWARDEN_AUDIT_SCHEDULER_NODES", 500)
+NODEWARDEN_AUDIT_SCHEDULER_SECONDS = env_float("NODEWARDEN_AUDIT_SCHEDULER_SECONDS", 60.0)
+NODEWARDEN_AUDIT_BMC_READS = env_int("NODEWARDEN_AUDIT_BMC_READS", 50)
+NODEWARDEN_AUDIT_BMC_SECONDS = env_float("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0)
+NODEWARDEN_AUDIT_BMC_TIMEOUT = env_float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  # one try per read

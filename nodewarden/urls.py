@@ -21,5 +21,6 @@ urlpatterns = [
     path("", include("trends.urls")),
     path("", include("fabric.urls")),
     path("", include("reports.urls")),
+    path("", include("audit.urls")),
     path("", include("nodes.urls")),
 ]

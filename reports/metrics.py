@@ -24,6 +24,8 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from audit.choices import Invariant
+from audit.models import AuditRun
 from fabric.choices import DiscrepancyKind, TicketStatus
 from fabric.models import Ticket
 from health.choices import AlertState, Severity
@@ -84,6 +86,7 @@ class FleetCollector(Collector):
             yield queues
         yield self._ingest_rate(now)
         yield self._fabric_tickets()
+        yield from self._audit()
 
     def _nodes(self) -> Iterator[Metric]:
         by_state = GaugeMetricFamily("nodewarden_nodes", "Nodes per lifecycle state.", labels=["state"])
@@ -171,6 +174,25 @@ class FleetCollector(Collector):
         for kind in DiscrepancyKind.values:
             family.add_metric([kind], counts.get(kind, 0))
         return family
+
+    @staticmethod
+    def _audit() -> Iterator[Metric]:
+        """The last finished fleet audit: breaches and unknown answers per invariant, and when it ran
+        (alert on breaches > 0, and on a last run older than a few beat intervals)."""
+        run = AuditRun.objects.filter(finished__isnull=False).only("finished", "counts").first()
+        counts = run.counts if run is not None else {}
+        breaches = GaugeMetricFamily("nodewarden_audit_breaches", "Breaches found by the last fleet audit, "
+                                     "by invariant.", labels=["invariant"])
+        unknown = GaugeMetricFamily("nodewarden_audit_unknown", "Answers the last fleet audit could not get "
+                                    "(scheduler or BMC unreachable), by invariant.", labels=["invariant"])
+        for invariant in Invariant.values:
+            breaches.add_metric([invariant], counts.get(invariant, {}).get("breaches", 0))
+            unknown.add_metric([invariant], counts.get(invariant, {}).get("unknown", 0))
+        yield breaches
+        yield unknown
+        yield GaugeMetricFamily("nodewarden_audit_last_run_timestamp_seconds",
+                                "When the last fleet audit finished (Unix time; 0: never).",
+                                value=run.finished.timestamp() if run is not None else 0)
 
 
 def registry(now: datetime | None = None) -> CollectorRegistry:

@@ -103,6 +103,8 @@ class SimConfig:
     nodes_per_emulator: int = 128
     speedup: float = 0.0  # at most this many simulated seconds per wall second; 0: as fast as it goes
     start: datetime = datetime(2026, 1, 5, tzinfo=UTC)
+    audit_hours: float = 1.0  # the fleet auditor runs this often (simulated) and at the end; 0: never
+    audit_bmc_reads: int = 2  # BMC power reads per audit (~13 ms each over HTTP: most of an audit's cost)
 
     @property
     def job_size(self) -> int:
@@ -123,6 +125,10 @@ class Ledger:
     phase_seconds: Counter[str] = field(default_factory=Counter)
     ticks: int = 0
     busy: Counter[str] = field(default_factory=Counter)  # ticks by what kept the loop polling
+    audits: int = 0  # fleet auditor runs
+    breaches: Counter[str] = field(default_factory=Counter)  # breaches seen, by invariant, summed over runs
+    breached: dict[tuple[str, str], tuple[datetime, dict[str, Any]]] = field(default_factory=dict)  # (host, inv): first
+    breaches_at_end: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
@@ -165,6 +171,10 @@ class Simulation:
         self._eager(True, False)
         poll = getattr(settings, "NODEWARDEN_BMC_POLL_INTERVAL", 2.0)
         settings.NODEWARDEN_BMC_POLL_INTERVAL = 0.02  # the emulators apply power at once: no need to wait 2 s
+        # The auditor asks the scheduler about NODEWARDEN_AUDIT_SCHEDULER_NODES nodes a run (500: all
+        # of a small fleet, 2,048 nodes every 4 h) and reads a few BMCs a run, round the fleet.
+        audit = {"NODEWARDEN_AUDIT_BMC_READS": getattr(settings, "NODEWARDEN_AUDIT_BMC_READS", None)}
+        settings.NODEWARDEN_AUDIT_BMC_READS = self.config.audit_bmc_reads
         def failed(sender: Any = None, exception: Any = None, **kwargs: Any) -> None:
             self._task_error(f"{getattr(sender, 'name', sender)}: {exception!r}")
 
@@ -184,6 +194,8 @@ class Simulation:
                 emulator.stop()
             self._eager(*eager)
             settings.NODEWARDEN_BMC_POLL_INTERVAL = poll
+            for name, value in audit.items():
+                setattr(settings, name, value)
             travel.stop()
         return self.ledger
 
@@ -292,6 +304,8 @@ class Simulation:
         self.routine = deque((self.config.start + cycle * (node.index + 1) / n, node.hostname)
                              for node in self.nodes.values())
         now, next_beat, next_sample, busy = self.config.start, self.config.start + beat, self.config.start, True
+        audit_every = timedelta(hours=self.config.audit_hours)
+        next_audit = self.config.start + audit_every if self.config.audit_hours > 0 else self.end + tick
         next_busy_report = next_technicians = now
         while now < self.end:
             quiet_until = min([next_beat, self.end, *([self.events[0][0]] if self.events else []),
@@ -322,11 +336,16 @@ class Simulation:
                 next_sample += timedelta(hours=1)
                 if self.progress is not None and (next_sample - self.config.start) % timedelta(days=1) == timedelta(0):
                     self._say_progress(next_sample)
+            if now >= next_audit:  # once per tick however many hours a quiet spell jumped: nothing moved
+                self._timed("fleet auditor", self._audit, now)
+                next_audit = now + audit_every
             self.ledger.ticks += 1
             if self.config.speedup > 0:
                 self._throttle(now)
         self.job.finish(self.end)
         self._sample(self.end)
+        if self.config.audit_hours > 0:
+            self.ledger.breaches_at_end = self._timed("fleet auditor", self._audit, self.end)
 
     def _say_progress(self, now: datetime) -> None:
         counts = self.ledger.states[-1][1] if self.ledger.states else {}
@@ -557,6 +576,25 @@ class Simulation:
         self.cordons[host] = "operator"
         self.ledger.manual.append((host, fault.fault.key, now))
         self._push(now + timedelta(hours=self.rng.uniform(*self.config.repair_hours)), "manual_fix", host)
+
+    def _audit(self, now: datetime) -> dict[str, int]:
+        """The fleet auditor, as its beat task runs it: the real checks, findings and AuditRun; the
+        breaches go to the ledger by invariant (each (host, invariant) kept once, first seen)."""
+        from audit.services import run_audit
+
+        try:
+            run = run_audit(source="simulator", now=now)
+        except Exception as exc:  # a bug in the system under test: counted and reported, never hidden
+            self._task_error(f"audit: {exc!r}")
+            return {}
+        self.ledger.audits += 1
+        if run.error:
+            self._task_error(f"audit: {run.error}")
+        by_invariant = run.breaches_by_invariant()
+        self.ledger.breaches.update(by_invariant)
+        for breach in run.breaches:
+            self.ledger.breached.setdefault((breach["hostname"], breach["invariant"]), (now, breach))
+        return {k: v for k, v in by_invariant.items() if v}
 
     def _sample(self, now: datetime) -> None:
         counts = dict(Node.objects.filter(cluster_id=self.cluster_id).values_list("state").annotate(n=Count("id"))

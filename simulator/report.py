@@ -162,6 +162,7 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
         "states": {"daily_mean": daily, "out_of_production_mean": round(statistics.fmean(out_of_production), 1)
                    if out_of_production else 0, "out_of_production_max": max(out_of_production, default=0),
                    "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states]},
+        "audit": _audit(sim),
         "run": {"wall_seconds": round(wall_seconds, 1),
                 "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
                 "ticks": ledger.ticks, "ticks_by_work": dict(ledger.busy.most_common()),
@@ -170,6 +171,28 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
                 "task_errors": ledger.task_errors[:20],
                 "phase_seconds": {k: round(v, 1) for k, v in ledger.phase_seconds.most_common()}},
     }
+
+
+def _audit(sim: Simulation) -> dict[str, Any]:
+    """The fleet auditor's findings over the run (goal: none): distinct (node, invariant) breaches,
+    breaches summed over the hourly runs, those left at the end, and the first example of each."""
+    ledger = sim.ledger
+    distinct = Counter(invariant for _, invariant in ledger.breached)
+    examples: dict[str, Any] = {}
+    for (host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
+        examples.setdefault(invariant, {"at": at.isoformat(), "day": round((at - sim.config.start).total_seconds()
+                                                                          / 86400, 2), **breach})
+    return {"runs": ledger.audits, "distinct": sum(distinct.values()), "by_invariant": dict(distinct.most_common()),
+            "run_breaches_by_invariant": {k: v for k, v in ledger.breaches.most_common() if v},
+            "at_end": ledger.breaches_at_end, "examples": examples}
+
+
+def breaches_line(report: dict[str, Any]) -> str:
+    """One line: the auditor's breaches by invariant (distinct node and invariant; goal 0)."""
+    audit = report.get("audit") or {}
+    by = ", ".join(f"{k} {v}" for k, v in audit.get("by_invariant", {}).items())
+    return (f"breaches (fleet auditor, {audit.get('runs', 0)} runs; goal 0): {audit.get('distinct', 0)}"
+            + (f" ({by}); the last run found {audit.get('at_end') or 0}" if by else ""))
 
 
 # --- text ---------------------------------------------------------------------------------------------------
@@ -206,6 +229,7 @@ def headline(report: dict[str, Any]) -> list[tuple[str, Any]]:
         ("manual interventions (paper: 3 in 54 days)", len(report["manual"])),
         ("false actions (share)", f"{report['false_actions']['count']} ({report['false_actions']['share_of_acting']:.0%})"),
         ("drains stood down (cleared before job end)", report["false_actions"]["stood_down"]),
+        ("audit breaches, distinct node+invariant (goal 0)", (report.get("audit") or {}).get("distinct", 0)),
     ]
     for rung in ("gpu_reset", "reboot", "power_cycle", "reimage", "repair", "rma"):
         done = steps.get(rung, {})
@@ -243,6 +267,10 @@ def render(report: dict[str, Any]) -> str:
         step = max(1, len(daily) // 12)
         for row in daily[::step]:
             out.append(f"  {row['day']:>3} " + "".join(f"{row.get(s, 0):>13.1f}" for s in states))
+    out += ["", breaches_line(report)]
+    for invariant, example in (report.get("audit") or {}).get("examples", {}).items():
+        out.append(f"  e.g. {invariant} on {example['hostname']} at day {example['day']}: Nodewarden believes "
+                   f"{example['believed']}; the world says {example['world']}")
     errors = report["run"]["agent_errors"] + report["run"]["task_errors"]
     out += ["", f"Agent API: {report['run']['agent_requests']:,} requests, {report['run']['agent_reports']:,} reports, "
             f"{len(errors)} errors" + (f": {errors[:3]}" if errors else "")]

@@ -57,6 +57,8 @@ class Command(BaseCommand):
         parser.add_argument("--tick-minutes", type=float, default=5.0)
         parser.add_argument("--speedup", type=float, default=0.0,
                             help="At most this many simulated seconds per wall second (0: as fast as it goes).")
+        parser.add_argument("--audit-hours", type=float, default=1.0,
+                            help="Run the fleet auditor this often (simulated hours; 0: never) and at the end.")
         parser.add_argument("--json", default="", help="Write the report(s) here as JSON.")
         parser.add_argument("--keep-db", default="", help="Keep each run's SQLite database in this folder.")
         parser.add_argument("--child", default="", help="(internal) run one simulation here and write its report to this JSON file")
@@ -104,7 +106,7 @@ class Command(BaseCommand):
                 "--policy", policy]
         opts = {**opts, "rate_scale": opts["rate_scale"] * PUBLISHED_RATES[opts["rates"]] / PUBLISHED_RATES["llama3"]}
         for name in ("nodes", "days", "seed", "rate_scale", "noise_scale", "checkpoint_minutes", "restart_minutes",
-                     "report_hours", "tick_minutes", "speedup"):
+                     "report_hours", "tick_minutes", "speedup", "audit_hours"):
             argv += [f"--{name.replace('_', '-')}", str(opts[name])]
         if opts["job_nodes"] is not None:
             argv += ["--job-nodes", str(opts["job_nodes"])]
@@ -123,7 +125,8 @@ class Command(BaseCommand):
         from simulator.engine import SimConfig, Simulation
         from simulator.report import build
 
-        for noisy in ("celery", "bmc", "nodes", "remediation", "validation", "health", "telemetry", "schedulers"):
+        for noisy in ("celery", "bmc", "nodes", "remediation", "validation", "health", "telemetry", "schedulers",
+                      "audit"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         from django.db import connection
 
@@ -138,7 +141,8 @@ class Command(BaseCommand):
                            rate_scale=opts["rate_scale"], noise_scale=opts["noise_scale"],
                            checkpoint_minutes=opts["checkpoint_minutes"], restart_minutes=opts["restart_minutes"],
                            job_nodes=opts["job_nodes"], report_hours=opts["report_hours"],
-                           tick_minutes=opts["tick_minutes"], speedup=opts["speedup"])
+                           tick_minutes=opts["tick_minutes"], speedup=opts["speedup"],
+                           audit_hours=opts["audit_hours"])
         started = time.perf_counter()
         simulation = Simulation(config, progress=lambda line: print(f"  {name}: {line}", file=sys.stderr,
                                                                     flush=True))
