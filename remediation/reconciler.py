@@ -10,6 +10,7 @@ Every minute it re-drives:
 - drains: a remediation whose condition cleared by itself before the drain ended stands down;
   one whose node drained into triage without its rung starting starts it (moving drains on as
   the scheduler reports them is ``schedulers.reactions.follow_drains``'s);
+- open remediations whose node people sent to repair, RMA or decommission: ended, saying so;
 - queued remediations: admitted when the hold, breaker or limit is gone;
 - remediations whose node is in triage but whose rung never started.
 """
@@ -22,7 +23,7 @@ from django.utils import timezone
 from nodes.choices import NodeState
 
 from . import services
-from .choices import Status, StepStatus
+from .choices import OPEN, Status, StepStatus
 from .models import Remediation, RemediationStep
 
 STALL = timedelta(minutes=2)  # NODEWARDEN_REMEDIATION_STALL_SECONDS overrides it
@@ -39,7 +40,8 @@ S = NodeState
 
 def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     now = now or timezone.now()
-    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "stood_down": 0, "admitted": 0, "restarted": 0}
+    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "stood_down": 0, "superseded": 0, "admitted": 0,
+              "restarted": 0}
     stalled_after = stall()
     for step in RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH]:
         if step.deadline < now:
@@ -56,6 +58,9 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         elif rem.node.state == S.TRIAGE:  # drained, but its follow-up did not start the rung
             services.on_drained(rem.node_id)
             counts["drained"] += 1
+    for rem_id in Remediation.objects.filter(status__in=OPEN, node__state__in=services.OUT_OF_HANDS).values_list(
+            "pk", flat=True)[:BATCH]:
+        counts["superseded"] += services.end_superseded(rem_id).status == Status.STOPPED
     for rem in Remediation.objects.filter(status=Status.QUEUED).select_related(
             "node", "finding__alert", "policy").order_by("updated")[:BATCH]:
         if rem.node.state == S.TRIAGE and services.cleared_by_itself(rem):

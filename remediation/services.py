@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 ACTOR = Actor.system("remediation")
 S = NodeState
 ACTIONABLE = (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE)
+# Where people have the node: an open remediation of such a node is over (``end_superseded``).
+OUT_OF_HANDS = (S.REPAIR, S.RMA, S.DECOMMISSIONED)
 # Findings of Day 0 and Day 1 themselves: the node is in triage for people to look at (a failed
 # re-validation after a rung climbs through ``on_validation_failed`` instead). A policy that
 # names one of these rules explicitly opts in.
@@ -573,6 +575,20 @@ def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
         status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}")
     rem.status, rem.finished = Status.STOPPED, timezone.now()
     _decide(rem, f"stopped: {reason}", actor=actor)
+    return rem
+
+
+def end_superseded(remediation_id: int) -> Remediation:
+    """People took the node out of the remediation's hands (a repair ticket, an RMA, a decommission)
+    while it was still open: it ends, saying so, and nothing more is done automatically."""
+    with transaction.atomic():
+        rem = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
+        if rem.status not in OPEN or rem.node.state not in OUT_OF_HANDS:
+            return rem
+        RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
+            status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"node in {rem.node.state}")
+        rem.status, rem.finished = Status.STOPPED, timezone.now()
+        _decide(rem, f"the node went to {rem.node.get_state_display().lower()} by other hands: nothing more to do")
     return rem
 
 

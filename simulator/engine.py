@@ -149,6 +149,7 @@ class Simulation:
         self.traveller: Any = None
         self.cluster_id = 0
         self.technician: Any = None
+        self.operator: Any = None  # the simulated operator (an Actor), made when first needed
         self.due: dict[tuple[str, int], datetime] = {}
         self._news: set[str] = set()
         self.by_id: dict[int, A.VirtualNode] = {}
@@ -391,12 +392,6 @@ class Simulation:
                 node = self.nodes[payload]
                 node.noise = {k: v for k, v in node.noise.items() if v[1] > at}
                 self._report(node, at)
-            elif kind == "manual_fix":
-                node = self.nodes[payload]
-                node.booted_at = at
-                self._cure(node, "technician (manual)", at)
-                self.cordons.pop(payload, None)
-                self._report(node, at)
 
     def _busy(self, host: str) -> bool:
         return self.job_runs_on(host)
@@ -571,11 +566,31 @@ class Simulation:
                     break
 
     def _operator_steps_in(self, host: str, fault: A.SimFault, now: datetime) -> None:
-        """The job keeps dying on a node nobody took out: an operator excludes it by hand (a manual
-        intervention, as the Llama 3 team counted 3 of), and a technician fixes it after repair_hours."""
-        self.cordons[host] = "operator"
+        """The job keeps dying on a node nobody took out: an operator takes it out by hand (a manual
+        intervention, as the Llama 3 team counted 3 of) through Nodewarden, as a person would: "Cordon
+        now" (the scheduler is told by the cordon's reaction) and a technician's ticket, which the
+        simulated technicians then fix like any other. Never a cordon in the scheduler behind
+        Nodewarden's back: what Nodewarden says of the node stays what the scheduler says."""
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group
+
+        from nodes import services as node_services
+        from nodes.roles import OPERATORS
+        from nodes.services import Actor
+
         self.ledger.manual.append((host, fault.fault.key, now))
-        self._push(now + timedelta(hours=self.rng.uniform(*self.config.repair_hours)), "manual_fix", host)
+        if self.operator is None:
+            user, _ = get_user_model().objects.get_or_create(username="sim-operator")
+            user.groups.add(Group.objects.get(name=OPERATORS))
+            self.operator = Actor(user=user)
+        node_id, why = self.nodes[host].node_id, f"the job keeps dying on it ({fault.repeats} restarts)"
+        try:
+            with transaction.atomic():
+                node_services.cordon(node_id, actor=self.operator, reason=f"Simulated operator: {why}")
+                repairs.open_repair_ticket(node_id, component="node", what=f"Nothing flagged it, but {why}.",
+                                           actor=self.operator, reason=f"Simulated operator: {why}")
+        except Exception as exc:  # a bug in the system under test: counted and reported, never hidden
+            self._task_error(f"operator on {host}: {exc!r}")
 
     def _audit(self, now: datetime) -> dict[str, int]:
         """The fleet auditor, as its beat task runs it: the real checks, findings and AuditRun; the

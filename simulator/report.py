@@ -82,8 +82,9 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     for host, at in (NodeEvent.objects.filter(kind="transition", target_state="production", **cluster)
                      .order_by("created").values_list("hostname", "created")):
         back[host].append(at)
-    left: dict[str, list[datetime]] = defaultdict(list)
-    for host, at in (NodeEvent.objects.filter(kind="transition", source_state="production", **cluster)
+    left: dict[str, list[datetime]] = defaultdict(list)  # taken out by Nodewarden itself (not by a person)
+    for host, at in (NodeEvent.objects.filter(kind="transition", source_state="production", actor_kind="system",
+                                              **cluster)
                      .order_by("created").values_list("hostname", "created")):
         left[host].append(at)
     repaired: dict[str, list[float]] = defaultdict(list)
@@ -224,7 +225,7 @@ def headline(report: dict[str, Any]) -> list[tuple[str, Any]]:
         ("waiting for enough nodes, hours", job["waiting_for_nodes_hours"]),
         ("MTTR all causes, median hours", mttr["all"].get("median_h")),
         ("MTTR all causes, p90 hours", mttr["all"].get("p90_h")),
-        ("faults never taken out of production", sum(mttr["never_taken_out"].values())),
+        ("faults Nodewarden never took out (a person did)", sum(mttr["never_taken_out"].values())),
         ("remediations that acted", actions["acting_remediations"]),
         ("manual interventions (paper: 3 in 54 days)", len(report["manual"])),
         ("false actions (share)", f"{report['false_actions']['count']} ({report['false_actions']['share_of_acting']:.0%})"),

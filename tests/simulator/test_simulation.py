@@ -63,11 +63,11 @@ def test_planted_faults_take_their_roads_through_the_real_system():
 
     # HBM needing a new GPU: every automated rung fails re-validation, then a technician fixes it.
     assert cures[("sim-00002", "hbm")] == "technician"
-    # Its reimage: reinstalled, the agent rejoined with the user-data's join token (the step's success
-    # check), re-validation failed again, and the ladder climbed to a technician.
+    # Its reimage: reinstalled, the agent rejoined with the user-data's join token (the action done),
+    # re-validation failed again (its success check: the step failed), and the ladder climbed to a technician.
     steps = dict(RemediationStep.objects.filter(remediation__node__hostname="sim-00002").values_list("rung", "status"))
-    assert steps.get("reimage") == "passed" and "rejoined" in RemediationStep.objects.get(
-        remediation__node__hostname="sim-00002", rung="reimage").detail, steps
+    reimage = RemediationStep.objects.get(remediation__node__hostname="sim-00002", rung="reimage")
+    assert steps.get("reimage") == "failed" and reimage.acted_at is not None and "rejoined" in reimage.detail, steps
     assert report["actions"]["repair_tickets"] >= 1 and report["actions"]["repairs_resolved"] >= 1
 
     # The flap: one degraded finding on a healthy node; its drain waits for the job, the port is

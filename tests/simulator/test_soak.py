@@ -49,7 +49,6 @@ def soak() -> tuple[Simulation, dict]:
     return sim, build(sim, wall_seconds=1.0, policy_about="default")
 
 
-@pytest.mark.xfail(strict=False, reason="issue 13 fixes pending")
 def test_every_fault_class_soaks_with_no_audit_breach():
     sim, report = soak()
     seen = {f.fault.key for f in sim.ledger.faults}
