@@ -256,6 +256,10 @@ NODEWARDEN_FABRIC_TOOL_ENV = _json_setting("NODEWARDEN_FABRIC_TOOL_ENV", "{}")
 
 # --- Fleet auditor (README "Fleet auditor") ---------------------------------------------------
 # The lowest severity a firing alert on a production node must have to need an open remediation.
+# The release gate (health.gates): an alert at or above this still firing keeps a node from production.
+NODEWARDEN_RELEASE_BLOCKING_SEVERITY = env_str("NODEWARDEN_RELEASE_BLOCKING_SEVERITY", "degraded")
+if NODEWARDEN_RELEASE_BLOCKING_SEVERITY not in ("catastrophic", "degraded", "warning", "info"):
+    raise ImproperlyConfigured("NODEWARDEN_RELEASE_BLOCKING_SEVERITY must be catastrophic, degraded, warning or info")
 NODEWARDEN_AUDIT_SEVERITY = env_str("NODEWARDEN_AUDIT_SEVERITY", "degraded")
 if NODEWARDEN_AUDIT_SEVERITY not in ("catastrophic", "degraded", "warning", "info"):
     raise ImproperlyConfigured("NODEWARDEN_AUDIT_SEVERITY must be catastrophic, degraded, warning or info")

@@ -55,13 +55,15 @@ def finish(run: CheckRun, capture) -> CheckRun:
 
 
 def sinfo(slurm, name: str) -> str:
-    """State and reason as Slurm's admins see them."""
-    return slurm.run("sinfo", "-h", "-N", "-n", name, "-o", "%T|%E").stdout.strip()
+    """State and reason as Slurm's admins see them, without the not-responding mark ("drained*": a
+    slurmd another test restarted answers the next ping)."""
+    state, _, reason = slurm.run("sinfo", "-h", "-N", "-n", name, "-o", "%T|%E").stdout.strip().partition("|")
+    return f"{state.rstrip('*')}|{reason}"
 
 
 def state(slurm, name: str) -> str:
     """sinfo's long state without the not-responding mark (a resumed node is "idle*" until pinged)."""
-    return sinfo(slurm, name).split("|")[0].rstrip("*")
+    return sinfo(slurm, name).split("|")[0]
 
 
 # --- Slurm ---------------------------------------------------------------------------------------

@@ -166,8 +166,8 @@ def test_a_real_worker_carries_a_drain_request_through_to_triage(celery_worker):
     assert node.state == S.TRIAGE
     assert [(e.transition, e.source_state, e.target_state, e.actor_name) for e in events] == [
         ("request_drain", S.PRODUCTION, S.DRAIN_PENDING, "system:infra-test"),
-        ("start_draining", S.DRAIN_PENDING, S.DRAINING, "system:followup"),
-        ("complete_drain", S.DRAINING, S.TRIAGE, "system:followup"),
+        ("start_draining", S.DRAIN_PENDING, S.DRAINING, "system:scheduler"),
+        ("complete_drain", S.DRAINING, S.TRIAGE, "system:scheduler"),
     ]
     # Each follow-up names the transition that asked for it.
     assert events[1].details == {"trigger_event": events[0].pk, "scheduler": "none"}

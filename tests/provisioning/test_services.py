@@ -219,7 +219,7 @@ def test_a_remediating_node_joins_only_with_the_token_of_its_running_reimage(nod
     result = join(node, token.clear_token())
     step.refresh_from_db()
     node.refresh_from_db()
-    assert step.status == StepStatus.PASSED and node.state == NodeState.FIRMWARE_UPDATE  # re-validating
+    assert step.status == StepStatus.VERIFYING and node.state == NodeState.FIRMWARE_UPDATE  # rejoined: re-validating
     assert identify_agent(f"Bearer {result.agent_token}").node_id == node.pk
 
 
