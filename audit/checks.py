@@ -196,11 +196,13 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
 
 
 def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
-    """A firing alert at or above the threshold on a production node, older than the grace, seen
-    again since the node (re-)entered production, with no open remediation on the node: nothing
-    acts on it. An alert last seen before the node entered production is the loop's verdict
-    already given (re-validation passed after it; an XID alert waits out its quiet period).
+    """A firing alert at or above the threshold on a production node, older than the grace, that
+    the release gate (``health.gates.blocks``) would hold against the node since it (re-)entered
+    production, with no open remediation on the node: nothing acts on it. An event last seen
+    before the node entered production is the loop's verdict already given (an XID alert waits
+    out its quiet period); a condition the reports evaluate that has not been seen to clear is not.
     Excused: silenced alerts, and alerts whose finding an explicit policy only watches."""
+    from health.gates import blocks
     from remediation.services import match_policy
 
     outcome = Outcome(Invariant.UNHANDLED_ALERT)
@@ -220,7 +222,9 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
         last.setdefault(rem.node_id, rem)
     for alert in alerts:
         outcome.checked += 1
-        if alert.node_id in handled or alert.last_seen < alert.node.state_changed_at:
+        # The release gate's own rule, since the node entered production: an event seen since, or a
+        # condition the reports evaluate that has not been seen to clear (health.gates).
+        if alert.node_id in handled or not blocks(alert, alert.node.state_changed_at, rank):
             continue
         if not ctx.settled(alert.first_seen) or not ctx.settled(alert.node.state_changed_at):
             outcome.unsure.add(alert.node_id)

@@ -39,9 +39,10 @@ def is_report_condition(rule: str) -> bool:
             and not is_event_rule(rule) and rule not in QUIET)
 
 
-def blocks(alert: Any, since: datetime) -> bool:
-    """Does this firing alert keep its node out of production (see the module docstring)?"""
-    if alert.state != AlertState.FIRING or alert.severity_rank < threshold_rank():
+def blocks(alert: Any, since: datetime, rank: int | None = None) -> bool:
+    """Does this firing alert keep its node out of production (see the module docstring)? ``rank``:
+    the lowest severity rank that counts (default: the release gate's setting)."""
+    if alert.state != AlertState.FIRING or alert.severity_rank < (threshold_rank() if rank is None else rank):
         return False
     if alert.last_seen >= since:
         return True
