@@ -134,6 +134,21 @@ def test_burn_in_below_the_bus_bandwidth_floor_fails(at_inventory, eager):
     assert "NCCL bus bandwidth 180.5 GB/s below 300 GB/s" in last_event(node).reason
 
 
+def test_a_check_queued_before_the_stage_began_is_asked_again_not_counted(at_inventory, eager, operator):
+    from checks.services import request_check
+
+    node = at_inventory
+    earlier = request_check(node.pk, RunKind.GPU_STRESS, params={"seconds": 30}, actor=Actor(user=operator),
+                            reason="asked before the reboot")
+    CheckRun.objects.filter(pk=earlier.pk).update(created=timezone.now() - timedelta(hours=1))
+    send(node, idle_report(node))
+    advance(eager)  # inventory passes, burn-in begins
+    earlier.refresh_from_db()
+    burn_in = stage_runs(node, "stage_burn_in").get()
+    assert earlier.status == RunStatus.CANCELLED and "asked before this stage began" in earlier.summary
+    assert burn_in.details["checks"][RunKind.GPU_STRESS] != earlier.pk  # judged on a result of now
+
+
 def test_a_failed_check_fails_burn_in(at_inventory, eager):
     node = at_inventory
     send(node, idle_report(node))

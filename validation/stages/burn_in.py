@@ -31,15 +31,21 @@ def _params(ctx: StageContext) -> dict[str, dict[str, Any]]:
 
 
 def start(ctx: StageContext) -> Verdict | None:
-    from checks.services import CheckConflict, request_check
+    from checks.services import CheckConflict, cancel_check, request_check
     from nodes.services import Actor
 
     actor = Actor.system("validation")
+    started = ctx.run.started or ctx.run.created
     run_ids = {}
     for kind, params in _params(ctx).items():
+        # A check still queued from before this stage began (before the reboot or repair being
+        # verified) would judge the node as it was: withdrawn, and asked for again.
+        for stale in CheckRun.objects.filter(node_id=ctx.node.pk, kind=kind, status=RunStatus.QUEUED,
+                                             created__lt=started).values_list("pk", flat=True):
+            cancel_check(stale, actor=actor, reason=f"{REASON}: asked before this stage began; asked again")
         try:
             run_ids[kind] = request_check(ctx.node.pk, kind, params=params, actor=actor, reason=REASON).pk
-        except CheckConflict:  # an operator's run of this kind is already open: its result counts
+        except CheckConflict:  # an operator's run of this kind, asked for since, is open: its result counts
             run_ids[kind] = CheckRun.objects.filter(node_id=ctx.node.pk, kind=kind,
                                                     status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).values_list(
                 "pk", flat=True).first()
