@@ -42,15 +42,23 @@ def _grace(book: RuleBook, profile_id: int | None) -> float:
     return book.config("heartbeat_missing", profile_id).threshold or 180
 
 
+def _silent_since(health: Any) -> datetime:
+    """Since when the node's agent owes a report: its newest report, or the node's last change of
+    state if later (a node back from RMA or repair enters a reporting state with a report weeks old:
+    its grace starts now, not then)."""
+    return max(health.last_received_at, health.node.state_changed_at)
+
+
 def _stale_nodes(now: datetime, book: RuleBook) -> list[Any]:
-    """Nodes of a reporting state whose newest report arrived longer ago than their grace."""
+    """Nodes of a reporting state silent for longer than their grace (see ``_silent_since``)."""
     from telemetry.models import NodeHealth
 
     shortest = min([_grace(book, None), *(_grace(book, p) for p in book.rates)])
-    rows = (NodeHealth.objects.filter(node__state__in=REPORTING_STATES,
-                                      last_received_at__lt=now - timedelta(seconds=shortest))
+    cutoff = now - timedelta(seconds=shortest)
+    rows = (NodeHealth.objects.filter(node__state__in=REPORTING_STATES, last_received_at__lt=cutoff,
+                                      node__state_changed_at__lt=cutoff)
             .select_related("node").order_by("last_received_at")[:BATCH])
-    return [h for h in rows if (now - h.last_received_at).total_seconds() > _grace(book, h.node.hardware_profile_id)
+    return [h for h in rows if (now - _silent_since(h)).total_seconds() > _grace(book, h.node.hardware_profile_id)
             and book.config("heartbeat_missing", h.node.hardware_profile_id).enabled]
 
 
@@ -65,7 +73,7 @@ def _raise_missing(now: datetime, book: RuleBook) -> tuple[int, int]:
         if health.node_id in open_ids:
             continue
         cfg = book.config("heartbeat_missing", health.node.hardware_profile_id)
-        silent = int((now - health.last_received_at).total_seconds())
+        silent = int((now - _silent_since(health)).total_seconds())
         raise_finding(health.node_id, rule="heartbeat_missing", severity=cfg.severity, source="heartbeat",
                       recommended_action=cfg.recommended_action, shadow=cfg.shadow, observed_at=now, actor=HEALTH,
                       summary=f"No report for {silent // 60} min {silent % 60} s (grace {cfg.threshold:g} s)",

@@ -22,7 +22,8 @@ def reported(node, at):
 
 
 def production_node(node):
-    NodeFactory._meta.model.objects.filter(pk=node.pk).update(state=NodeState.PRODUCTION)
+    NodeFactory._meta.model.objects.filter(pk=node.pk).update(state=NodeState.PRODUCTION,
+                                                              state_changed_at=T0 - timedelta(days=1))
     node.refresh_from_db()
     return node
 
@@ -42,6 +43,19 @@ def test_a_node_silent_past_the_grace_gets_a_catastrophic_heartbeat_alert_once(n
     assert (alert.severity, alert.recommended_action, alert.occurrences) == (
         Severity.CATASTROPHIC, RecommendedAction.REBOOT, 2)
     assert Finding.objects.filter(rule="heartbeat_missing").count() == 1
+
+
+def test_a_node_back_from_rma_gets_its_grace_from_when_it_came_back(node):
+    """Its last report is weeks old (the node was at the vendor): it owes one only from its return."""
+    reported(node, T0 - timedelta(days=21))
+    NodeFactory._meta.model.objects.filter(pk=node.pk).update(state=NodeState.FIRMWARE_UPDATE, state_changed_at=T0)
+
+    with time_machine.travel(T0 + timedelta(seconds=170), tick=False):
+        assert check_heartbeats()["raised"] == 0
+    with time_machine.travel(T0 + timedelta(seconds=181), tick=False):
+        assert check_heartbeats()["raised"] == 1
+    finding = Finding.objects.get(node=node, rule="heartbeat_missing")
+    assert finding.evidence["silent_seconds"] == 181  # since it came back, not three weeks
 
 
 def test_nodes_expected_to_be_dark_raise_nothing(node):
