@@ -21,7 +21,7 @@ bin/demo runs ``manage.py demo_schedulers``, which calls ``running_demo_schedule
 ``submit_demo_jobs`` (beat, every minute, with NODEWARDEN_DEMO_CHURN) keeps a short customer
 job (``sleep`` 2-5 min) on every idle slurmd-backed production node, so a drain requested there
 waits for the job: Slurm shows the node "draining", and a remediation's drain stays in Drain
-pending until the job ends (the reconciler asks Slurm every minute).
+pending until the job ends (the drain follower, schedulers.reactions, asks Slurm every minute).
 """
 from __future__ import annotations
 
