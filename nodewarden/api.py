@@ -20,7 +20,6 @@ from rest_framework import exceptions, parsers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from .bounds import BIGINT_MAX
 
@@ -120,6 +119,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     Anything the domain refuses must reach the client as a 4xx with a message,
     never as a 500.
     """
+    from rest_framework.views import exception_handler as drf_exception_handler  # it reads DEFAULT_PARSER_CLASSES
+
     from nodes.services import ReasonRequired, TransitionForbidden  # the domain's own refusals
 
     if isinstance(exc, TransitionNotAllowed | ConcurrentTransition):
