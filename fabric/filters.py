@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import Q, QuerySet
+from nodewarden.filters import FilterSet, IntegerFilter
 
 from .choices import DiscrepancyKind, RunSource, RunStatus, TicketStatus, ValidationResult
 from .models import DiscoveredLink, DiscoveryRun, Discrepancy, ManualValidation, Ticket
 from .services import last_run
 
 
-class DiscrepancyFilterSet(django_filters.FilterSet):
+class DiscrepancyFilterSet(FilterSet):
     """Discrepancies by kind, run (the last run unless one is named) and endpoint text."""
 
     kind = django_filters.MultipleChoiceFilter(choices=DiscrepancyKind.choices)
-    run = django_filters.NumberFilter(field_name="run_id", help_text="Run id; the last run when absent.")
-    ticket = django_filters.NumberFilter(field_name="ticket_id")
+    run = IntegerFilter(field_name="run_id", help_text="Run id; the last run when absent.")
+    ticket = IntegerFilter(field_name="ticket_id")
     endpoint = django_filters.CharFilter(method="filter_endpoint",
                                          help_text='Part of a port, e.g. "leaf01/" or "gpu-node-03".')
 
@@ -36,13 +37,13 @@ class DiscrepancyFilterSet(django_filters.FilterSet):
         return queryset
 
 
-class TicketFilterSet(django_filters.FilterSet):
+class TicketFilterSet(FilterSet):
     """Tickets by status, kind and a text search over the title and the ports."""
 
     status = django_filters.ChoiceFilter(choices=TicketStatus.choices)
     kind = django_filters.MultipleChoiceFilter(choices=DiscrepancyKind.choices)
     q = django_filters.CharFilter(method="filter_q", label="Search", help_text="Part of the title or of a port.")
-    node = django_filters.NumberFilter(field_name="nodes", distinct=True)
+    node = IntegerFilter(field_name="nodes", distinct=True)
 
     class Meta:
         model = Ticket
@@ -53,7 +54,7 @@ class TicketFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(title__icontains=value) | Q(key__icontains=value)) if value else queryset
 
 
-class RunFilterSet(django_filters.FilterSet):
+class RunFilterSet(FilterSet):
     source = django_filters.ChoiceFilter(choices=RunSource.choices)
     status = django_filters.ChoiceFilter(choices=RunStatus.choices)
 
@@ -62,7 +63,7 @@ class RunFilterSet(django_filters.FilterSet):
         fields = ["source", "status"]
 
 
-class DiscoveredLinkFilterSet(django_filters.FilterSet):
+class DiscoveredLinkFilterSet(FilterSet):
     """The last run's cables (and down ports); ``device`` names either end."""
 
     device = django_filters.CharFilter(method="filter_device", help_text='A device name, e.g. "leaf01".')
@@ -75,7 +76,7 @@ class DiscoveredLinkFilterSet(django_filters.FilterSet):
         return queryset.filter(Q(a_device__name=value) | Q(b_device__name=value)) if value else queryset
 
 
-class ValidationFilterSet(django_filters.FilterSet):
+class ValidationFilterSet(FilterSet):
     result = django_filters.ChoiceFilter(choices=ValidationResult.choices)
 
     class Meta:

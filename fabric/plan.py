@@ -49,15 +49,19 @@ def read_csv(text: str) -> list[tuple[int, dict[str, Any]]]:
     if "\x00" in text:
         raise PlanImportError([(1, "the file holds a NUL character")])
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-    if missing:
-        raise PlanImportError([(1, f"missing column(s) {', '.join(missing)}; the header must name "
-                                   f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})")])
     rows = []
-    line = 2
-    for row in reader:
-        rows.append((line, row))
-        line = reader.line_num + 1
+    line = 1
+    try:
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise PlanImportError([(1, f"missing column(s) {', '.join(missing)}; the header must name "
+                                       f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})")])
+        line = 2
+        for row in reader:
+            rows.append((line, row))
+            line = reader.line_num + 1
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit(): the file is not a plan
+        raise PlanImportError([(line, f"unreadable CSV: {exc}")]) from None
     return rows
 
 

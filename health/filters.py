@@ -9,6 +9,8 @@ from django.utils import timezone
 
 from fleet.models import Cluster, Site, Tenant
 from nodes.scoping import visible_tenants
+from nodewarden.bounds import INT_MAX, SMALLINT_MAX
+from nodewarden.filters import FilterSet, IntegerFilter, IsoDateTimeFilter
 
 from .choices import AlertState, Severity
 from .models import Alert, Finding
@@ -18,14 +20,14 @@ def _tenant_choices(request: Any) -> QuerySet[Tenant]:
     return visible_tenants(request.user) if request is not None else Tenant.objects.all()
 
 
-class AlertFilterSet(django_filters.FilterSet):
+class AlertFilterSet(FilterSet):
     """Filter alerts by severity, state, place, owner; silenced alerts are hidden unless asked for."""
 
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
     state = django_filters.ChoiceFilter(choices=AlertState.choices)
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     rule = django_filters.CharFilter()
-    gpu = django_filters.NumberFilter(field_name="gpu_index")
+    gpu = IntegerFilter(field_name="gpu_index", min_value=0, max_value=SMALLINT_MAX)
     site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="node__site", to_field_name="slug",
                                             empty_label="Any site")
     cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="node__cluster",
@@ -60,15 +62,15 @@ class AlertFilterSet(django_filters.FilterSet):
         return queryset
 
 
-class FindingFilterSet(django_filters.FilterSet):
+class FindingFilterSet(FilterSet):
     """Filter findings by node, severity, rule, GPU, time and shadow mode."""
 
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
     rule = django_filters.CharFilter()
-    gpu = django_filters.NumberFilter(field_name="gpu_index")
-    xid = django_filters.NumberFilter()
-    since = django_filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
+    gpu = IntegerFilter(field_name="gpu_index", min_value=0, max_value=SMALLINT_MAX)
+    xid = IntegerFilter(min_value=0, max_value=INT_MAX)
+    since = IsoDateTimeFilter(field_name="created", lookup_expr="gte")
     shadow = django_filters.BooleanFilter()
 
     class Meta:

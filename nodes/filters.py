@@ -7,6 +7,7 @@ import django_filters
 from django.db.models import Q, QuerySet
 
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
+from nodewarden.filters import FilterSet
 
 from .choices import Phase, NodeState, STATE_PHASE, TROUBLE_STATES
 from .models import Node
@@ -17,7 +18,7 @@ def _tenant_choices(request: Any) -> QuerySet[Tenant]:
     return visible_tenants(request.user) if request is not None else Tenant.objects.all()
 
 
-class NodeFilterSet(django_filters.FilterSet):
+class NodeFilterSet(FilterSet):
     """Search by hostname, serial, GPU UUID or BMC address; filter by place, owner and state."""
 
     q = django_filters.CharFilter(method="search", label="Search")

@@ -19,6 +19,8 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
+from nodewarden.bounds import timestamp_problem
+
 from . import charts, services, statecounts
 from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
 from .filters import NodeFilterSet
@@ -167,8 +169,11 @@ def node_history(request: HttpRequest, pk: int) -> HttpResponse:
 def _parse_cursor(raw: str) -> datetime | None:
     if not raw:
         return None
-    parsed = parse_datetime(raw)
-    if parsed is None:
+    try:
+        parsed = parse_datetime(raw)
+    except ValueError:  # well formed but impossible, such as month 13
+        parsed = None
+    if parsed is None or timestamp_problem(parsed) is not None:
         raise Http404("Bad history cursor")
     return parsed
 

@@ -11,7 +11,16 @@ from nodes.api import views as nodes
 
 app_name = "api"
 
-router = DefaultRouter()
+
+
+class Router(DefaultRouter):
+    """DefaultRouter without format-suffix routes (``/api/nodes/1/history.json``): they pass a
+    ``format`` argument no action takes (a 500), and ``?format=json`` or Accept say the same."""
+
+    include_format_suffixes = False
+
+
+router = Router()
 router.register("nodes", nodes.NodeViewSet, basename="node")
 router.register("sites", fleet.SiteViewSet, basename="site")
 router.register("clusters", fleet.ClusterViewSet, basename="cluster")

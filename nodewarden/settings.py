@@ -170,6 +170,9 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- REST API -------------------------------------------------------------
+# The largest request body a REST endpoint reads (413 beyond); agent reports have their own.
+NODEWARDEN_API_MAX_BODY_BYTES = env_int("NODEWARDEN_API_MAX_BODY_BYTES", 8 * 1024 * 1024)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
@@ -177,10 +180,17 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "nodewarden.filters.FilterBackend",  # DjangoFilterBackend whose generated filters are bounded
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # Bounded: ?limit= clamped to nodewarden.api.MAX_PAGE_SIZE, a huge ?offset= refused.
+    "DEFAULT_PAGINATION_CLASS": "nodewarden.api.Pagination",
+    # JSON bodies bounded in size (NODEWARDEN_API_MAX_BODY_BYTES) and nesting before decoding.
+    "DEFAULT_PARSER_CLASSES": [
+        "nodewarden.api.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nodewarden.api.exception_handler",

@@ -7,18 +7,19 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from fleet.models import Cluster
+from nodewarden.filters import FilterSet, IntegerFilter
 
 from .choices import OPEN, Rung, Status
 from .models import CircuitBreaker, Hold, Remediation
 
 
-class RemediationFilterSet(django_filters.FilterSet):
+class RemediationFilterSet(FilterSet):
     """Filter remediations by status (or open ones), rung, node and cluster."""
 
     status = django_filters.MultipleChoiceFilter(choices=Status.choices)
     open = django_filters.BooleanFilter(method="filter_open", label="Open only")
     rung = django_filters.MultipleChoiceFilter(choices=Rung.choices)
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="node__cluster",
                                                to_field_name="name", empty_label="Any cluster")
 
@@ -32,12 +33,12 @@ class RemediationFilterSet(django_filters.FilterSet):
         return queryset.filter(status__in=OPEN) if value else queryset.exclude(status__in=OPEN)
 
 
-class HoldFilterSet(django_filters.FilterSet):
+class HoldFilterSet(FilterSet):
     """Holds by target, and active ones (not released, not expired)."""
 
     active = django_filters.BooleanFilter(method="filter_active")
-    node = django_filters.NumberFilter(field_name="node_id")
-    cluster = django_filters.NumberFilter(field_name="cluster_id")
+    node = IntegerFilter(field_name="node_id")
+    cluster = IntegerFilter(field_name="cluster_id")
 
     class Meta:
         model = Hold
@@ -50,9 +51,9 @@ class HoldFilterSet(django_filters.FilterSet):
         return queryset.filter(active) if value else queryset.exclude(active)
 
 
-class CircuitBreakerFilterSet(django_filters.FilterSet):
+class CircuitBreakerFilterSet(FilterSet):
     tripped = django_filters.BooleanFilter(field_name="reset_at", lookup_expr="isnull")
-    cluster = django_filters.NumberFilter(field_name="cluster_id")
+    cluster = IntegerFilter(field_name="cluster_id")
 
     class Meta:
         model = CircuitBreaker

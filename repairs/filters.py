@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import Q, QuerySet
+from nodewarden.filters import FilterSet, IntegerFilter
 
 from .choices import RmaOutcome, RmaState, TicketState
 from .models import RepairTicket, RmaCase
 
 
-class RepairTicketFilterSet(django_filters.FilterSet):
+class RepairTicketFilterSet(FilterSet):
     """Tickets by state, place (as copied at open time), node, and a search of component and task."""
 
     state = django_filters.MultipleChoiceFilter(choices=TicketState.choices)
     site = django_filters.CharFilter(field_name="site", help_text="Site slug.")
     rack = django_filters.CharFilter(field_name="rack", help_text="Rack name.")
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     q = django_filters.CharFilter(method="search", label="Search",
                                   help_text="Component, task, hostname or assignee contains this.")
 
@@ -30,13 +31,13 @@ class RepairTicketFilterSet(django_filters.FilterSet):
                                | Q(hostname__icontains=value) | Q(assignee__icontains=value))
 
 
-class RmaCaseFilterSet(django_filters.FilterSet):
+class RmaCaseFilterSet(FilterSet):
     """RMA cases by state, outcome, vendor, node, and a search of part, serials and case number."""
 
     state = django_filters.MultipleChoiceFilter(choices=RmaState.choices)
     outcome = django_filters.ChoiceFilter(choices=RmaOutcome.choices)
     vendor = django_filters.CharFilter(lookup_expr="iexact")
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     q = django_filters.CharFilter(method="search", label="Search",
                                   help_text="Part, serials, vendor case number or hostname contains this.")
 

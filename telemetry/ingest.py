@@ -21,7 +21,7 @@ import logging
 import operator
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -30,11 +30,12 @@ from django.utils import timezone
 
 from health.evaluation import ReportContext, evaluate_reports, open_alerts_from_values
 from nodes.models import Node
+from nodewarden.bounds import timestamp_problem
 
 from . import store
 from .conf import setting
 from .models import GpuSample, GpuState, IngestRejection
-from .schema import MAX_UTC_OFFSET, AgentReport, XidEvent
+from .schema import AgentReport, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +98,9 @@ def check_reports(reports: list[AgentReport], *, now: datetime | None = None) ->
 
 
 def _check_time(value: datetime, limit: datetime, now: datetime, allowance: int, path: str) -> None:
-    offset = value.utcoffset()
-    if offset:  # None cannot happen (msgspec refuses naive times); zero is the common case
-        if abs(offset) > MAX_UTC_OFFSET:
-            # No clock is that far from UTC, and PostgreSQL refuses such an offset (a 500).
-            raise IngestRefused(f"UTC offset {value:%z} of {value.isoformat()} is out of range"
-                                f" (at most ±15:59) - at `{path}`")
-        try:
-            value.astimezone(UTC)
-        except OverflowError:  # year 1 at +01:00 is still year 0 in UTC
-            raise IngestRefused(f"{value.isoformat()} is out of range in UTC - at `{path}`") from None
+    problem = timestamp_problem(value)  # the offset PostgreSQL refuses, a year 0 in UTC
+    if problem is not None:
+        raise IngestRefused(f"{problem} - at `{path}`")
     if value > limit:
         raise IngestRefused(
             f"{value.isoformat()} is more than {allowance} s after the portal's clock ({now.isoformat()}):"

@@ -6,6 +6,8 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
+from nodewarden.api import error_body
+
 from .conf import setting
 from .models import IngestRejection
 
@@ -44,7 +46,8 @@ def read_body(request: HttpRequest) -> bytes:
 
 def reject(request: HttpRequest, *, status: int, source: str, error: str, detail: str, body: bytes = b"",
            node_id: int | None = None, hostname: str = "", extra: dict[str, Any] | None = None) -> JsonResponse:
-    """Record the refusal and answer it as JSON ``{"error", "detail"}``."""
+    """Record the refusal and answer it as the API's error body (nodewarden.api.error_body), with
+    ``error`` (the agents' own key) beside it."""
     IngestRejection.objects.create(
         source=source, node_id=node_id, hostname=hostname[:253], status=status, reason=detail[:REASON_CHARS].replace("\x00", "\ufffd"),
         # A NUL would make PostgreSQL refuse the very row that records the refusal.
@@ -52,4 +55,4 @@ def reject(request: HttpRequest, *, status: int, source: str, error: str, detail
         body_size=len(body) or int(request.META.get("CONTENT_LENGTH") or 0),
         remote_addr=(request.META.get("REMOTE_ADDR") or "")[:64],
     )
-    return JsonResponse({"error": error, "detail": detail, **(extra or {})}, status=status)
+    return JsonResponse(error_body(detail, error.replace(" ", "_"), error=error, **(extra or {})), status=status)

@@ -14,25 +14,28 @@ Schema version 1. docs/agent-report.md shows a full example.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Literal
 
 import msgspec
+
+from nodewarden.bounds import BIGINT_MAX, BIGINT_MIN, INT_MAX
 
 SCHEMA_VERSION = 1
 MAX_REPORTS_PER_REQUEST = 500
 MAX_GPUS = 64
 MAX_XID_EVENTS = 1000
 
-Count = Annotated[int, msgspec.Meta(ge=0)]
+# Every integer is bounded by the column it lands in, so that 2**63 is a 400 naming the field
+# rather than a database error: counters are BigIntegerField (telemetry.models._count).
+Count = Annotated[int, msgspec.Meta(ge=0, le=BIGINT_MAX)]
 Celsius = Annotated[float, msgspec.Meta(ge=-50, le=200)]
 Watts = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 Text = Annotated[str, msgspec.Meta(max_length=200)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]  # a naive timestamp is refused
 # msgspec takes offsets up to ±23:59; no clock is past +14:00 and PostgreSQL refuses past
-# ±15:59, so telemetry.ingest.check_reports refuses more (with a 400 naming the field).
-MAX_UTC_OFFSET = timedelta(hours=15, minutes=59)
+# ±15:59 (nodewarden.bounds.MAX_UTC_OFFSET), so telemetry.ingest.check_reports refuses more (a 400 naming the field).
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -64,7 +67,9 @@ class GpuReading(Strict):
     utilization_pct: Percent | None = None
     memory_used_mib: Count | None = None
     memory_total_mib: Count | None = None
-    compute_processes: Count | None = None  # running compute processes: >0 means a job is using the GPU
+    # Running compute processes: >0 means a job is using the GPU. Summed over at most MAX_GPUS
+    # GPUs into NodeHealth.gpu_compute_processes, a PositiveIntegerField.
+    compute_processes: Annotated[int, msgspec.Meta(ge=0, le=INT_MAX // MAX_GPUS)] | None = None
     # ECC: volatile = since the driver loaded, aggregate = lifetime.
     ecc_volatile_corrected: Count | None = None
     ecc_volatile_uncorrected: Count | None = None
@@ -103,7 +108,7 @@ class XidEvent(Strict):
     raw: Annotated[str, msgspec.Meta(max_length=2000)]  # the line as the kernel printed it
     kind: Literal["xid", "sxid"] = "xid"
     pci_bus_id: Text | None = None  # "0000:53:00" from "NVRM: Xid (PCI:0000:53:00): 79, ..."
-    pid: int | None = None  # "pid=1234"; None where the driver printed "pid='<unknown>'"
+    pid: Annotated[int, msgspec.Meta(ge=BIGINT_MIN, le=BIGINT_MAX)] | None = None  # "pid=1234"; None where the driver printed "pid='<unknown>'"
     process: Text | None = None  # "name=python3"
     message: Annotated[str, msgspec.Meta(max_length=2000)] = ""
     kmsg_seq: Count | None = None  # /dev/kmsg sequence number: the agent's resume cursor
@@ -199,4 +204,7 @@ def decode_batch(body: bytes) -> list[AgentReport]:
     """Decode and validate a request body. Raises ``msgspec.ValidationError`` or
     ``msgspec.DecodeError`` with a message naming the offending field."""
     refuse_nul(body)
-    return _batch_decoder.decode(body).reports
+    try:
+        return _batch_decoder.decode(body).reports
+    except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 inside a string escape as this
+        raise msgspec.DecodeError(f"JSON is malformed: a string is not valid UTF-8 ({exc.reason})") from None

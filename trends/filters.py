@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import QuerySet
+from nodewarden.filters import FilterSet, IntegerFilter
 
 from .choices import FlagKind
 from .models import TrendFlag
 
 
-class TrendFlagFilterSet(django_filters.FilterSet):
+class TrendFlagFilterSet(FilterSet):
     """Flags by kind, node, figure, and open (not cleared) or cleared."""
 
     kind = django_filters.ChoiceFilter(choices=FlagKind.choices)
-    node = django_filters.NumberFilter(field_name="node_id")
+    node = IntegerFilter(field_name="node_id")
     figure = django_filters.CharFilter()
     open = django_filters.BooleanFilter(method="filter_open", label="Open only")
 

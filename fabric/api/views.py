@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +21,7 @@ from nodes.api.serializers import DetailSerializer
 from nodes.models import OPERATE
 from nodes.scoping import is_operator_view
 from nodes.services import Actor
+from nodewarden.api import JSONParser, error_body, read_bounded
 
 from .. import services
 from ..choices import RunSource
@@ -51,7 +52,7 @@ class CSVTextParser(BaseParser):
     media_type = "text/csv"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> dict[str, str]:
-        raw = stream.read() if stream is not None else b""
+        raw = read_bounded(stream)
         try:
             return {"csv": raw.decode("utf-8-sig")}
         except UnicodeDecodeError as exc:
@@ -85,7 +86,8 @@ class PlanViewSet(mixins.ListModelMixin, FabricViewSet):
                                note=body.validated_data["note"])
         except PlanImportError as exc:
             errors = [{"line": line, "message": message} for line, message in exc.errors]
-            return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
+            detail = f"The plan is refused, nothing imported: {len(errors)} bad line(s), listed in errors."
+            return Response(error_body(detail, "invalid", errors=errors), status=status.HTTP_400_BAD_REQUEST)
         return Response(serializers.CablingPlanSerializer(plan).data, status=status.HTTP_201_CREATED)
 
 
@@ -124,7 +126,8 @@ class DiscoveryUploadView(APIView):
         try:
             upload = parse_upload(body.validated_data)
         except DiscoveryParseError as exc:
-            return Response({"errors": exc.errors}, status=status.HTTP_400_BAD_REQUEST)
+            detail = f"The upload is refused: {len(exc.errors)} output(s) could not be read, listed in errors."
+            return Response(error_body(detail, "invalid", errors=exc.errors), status=status.HTTP_400_BAD_REQUEST)
         run = services.record_run(upload.seen, upload.counters, source=RunSource.UPLOAD,
                                   actor=Actor(user=request.user), outputs=upload.outputs, guids=upload.guids)
         return Response(serializers.DiscoveryRunSerializer(RUNS.get(pk=run.pk)).data, status=status.HTTP_201_CREATED)

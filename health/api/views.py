@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from nodes.models import OPERATE
 from nodes.services import Actor
+from nodewarden.api import error_body, read_bounded
 
 from .. import alertmanager
 from .. import alerts as verbs
@@ -125,7 +126,7 @@ class RawJSONParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
-        return stream.read() if stream is not None else b""
+        return read_bounded(stream)
 
 
 class CanOperatePermission(permissions.BasePermission):
@@ -147,7 +148,8 @@ class AlertmanagerWebhookView(APIView):
         try:
             hook = alertmanager.decode(request.data or b"")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return Response({"detail": f"Malformed Alertmanager webhook: {exc}"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response(error_body(f"Malformed Alertmanager webhook: {exc}", "parse_error"),
+                            status=status.HTTP_400_BAD_REQUEST)
         outcome = alertmanager.receive(hook, actor=Actor(user=request.user))
         return Response({"accepted": outcome.accepted, "resolved": outcome.resolved,
                          "unmatched": outcome.unmatched})

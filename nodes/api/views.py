@@ -9,7 +9,6 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, permissions, status, viewsets
@@ -21,6 +20,7 @@ from nodes import services
 from nodes.filters import NodeFilterSet
 from nodes.models import OPERATE, Node, NodeEvent
 from nodes.scoping import visible_events, visible_nodes
+from nodewarden.filters import FilterBackend
 
 from . import serializers
 
@@ -55,7 +55,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = serializers.NodeSerializer
     filterset_class = NodeFilterSet
     # Sorting is NodeFilterSet's own ``ordering`` (as on the page); DRF's OrderingFilter would fight it.
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     permission_classes = [permissions.IsAuthenticated, CanOperateNode]
 
     def get_queryset(self) -> QuerySet[Node]:

@@ -22,6 +22,7 @@ from nodes.api.serializers import DetailSerializer, ReasonErrorSerializer
 from nodes.models import OPERATE, Node
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
+from nodewarden.api import check_json_depth, error_body
 
 from .. import cloudinit, services
 from . import serializers
@@ -31,7 +32,7 @@ MAX_HOSTNAME_LENGTH = 253
 
 
 def _refuse(status_code: int, error: str, detail: str) -> JsonResponse:
-    return JsonResponse({"error": error, "detail": detail}, status=status_code)
+    return JsonResponse(error_body(detail, error.replace(" ", "_"), error=error), status=status_code)
 
 
 class _BadJoin(ValueError):
@@ -40,8 +41,9 @@ class _BadJoin(ValueError):
 
 def _join_request(request: HttpRequest) -> tuple[str, str, Any]:
     try:
+        check_json_depth(request.body)  # before decoding: json.loads recurses until RecursionError
         body = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, exceptions.ParseError) as exc:
         raise _BadJoin(f"The body is not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise _BadJoin('Send a JSON object: {"join_token": ..., "hostname": ..., "facts": {...}}.')

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from nodewarden.bounds import BIGINT_MAX
+
 from ..choices import RmaOutcome
 from ..models import RepairEvent, RepairTicket, RmaCase
 
@@ -81,8 +83,11 @@ class RepairTicketOpenSerializer(RepairReasonSerializer):
     what = serializers.CharField(max_length=10_000, help_text="What to check or replace.")
     assignee = serializers.CharField(required=False, allow_blank=True, max_length=150, default="")
     notes = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
-    finding_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
-    remediation_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1)
+    # Bounded like the column (bigint): 2**63 is a 400 naming the field, not a database error.
+    finding_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                          max_value=BIGINT_MAX)
+    remediation_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
+                                              max_value=BIGINT_MAX)
     move_node = serializers.BooleanField(required=False, default=True)
 
 

@@ -8,7 +8,6 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +15,7 @@ from rest_framework.views import APIView
 from fleet.models import Cluster, Tenant
 from nodes.api.serializers import DetailSerializer
 from nodes.scoping import is_operator_view, user_tenant_id, visible_events, visible_nodes, visible_tenants
+from nodewarden.api import Pagination
 
 from .. import availability, flows
 from ..filters import Period, period_of
@@ -58,7 +58,7 @@ class AvailabilityView(APIView):
             nodes = nodes.filter(tenant=tenant)
         if data.get("cluster"):
             nodes = nodes.filter(cluster__name=data["cluster"])
-        pager = LimitOffsetPagination()
+        pager = Pagination()  # the project's: bounded limit and offset
         page = pager.paginate_queryset(availability.with_state_at(nodes, period), request, view=self) or []
         rows = availability.node_availability(page, period)
         by_node: dict[int, list[availability.Incident]] = defaultdict(list)

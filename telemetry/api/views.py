@@ -24,13 +24,15 @@ from rest_framework.views import APIView
 
 from nodes.models import OPERATE, Node
 from nodes.scoping import visible_node_or_404
+from nodewarden.api import error_body
+from nodewarden.bounds import timestamp_problem
 
 from .. import dcgm_exporter
 from ..auth import AgentAuthError, identify_agent
 from ..ingest import IngestRefused, ingest_reports
 from ..models import GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
-from ..schema import decode_batch
+from ..schema import MAX_GPUS, decode_batch
 from ..series import FIELDS, MAX_WINDOW, gpu_series
 from . import serializers
 
@@ -39,11 +41,11 @@ from . import serializers
 def agent_reports(request: HttpRequest) -> JsonResponse:
     """POST /api/agent/reports/: a ReportBatch from a node agent."""
     if request.method != "POST":
-        return JsonResponse({"error": "method not allowed", "detail": "POST a ReportBatch."}, status=405)
+        return JsonResponse(error_body("POST a ReportBatch.", "method_not_allowed", error="method not allowed"), status=405)
     try:
         agent = identify_agent(request.headers.get("Authorization"))
     except AgentAuthError as exc:
-        response = JsonResponse({"error": "unauthorized", "detail": str(exc)}, status=401)
+        response = JsonResponse(error_body(str(exc), "unauthorized", error="unauthorized"), status=401)
         response["WWW-Authenticate"] = "Bearer"
         return response
     refuse = _refuser(request, "agent", agent.node_id, agent.hostname)
@@ -65,7 +67,8 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     except IngestRefused as exc:
         return refuse(400, "invalid report", str(exc), body)
     except Node.DoesNotExist:
-        return JsonResponse({"error": "unauthorized", "detail": "The token's node no longer exists."}, status=401)
+        return JsonResponse(error_body("The token's node no longer exists.", "unauthorized", error="unauthorized"),
+                            status=401)
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
 
 
@@ -165,8 +168,8 @@ def _sample_params(params: Any) -> tuple[datetime, datetime, int | None]:
     gpu = params.get("gpu")
     if gpu in (None, ""):
         return since, until, None
-    if not gpu.isdigit():
-        raise ValidationError({"gpu": ["must be a GPU index (0, 1, ...)"]})
+    if not (gpu.isascii() and gpu.isdigit()) or int(gpu) >= MAX_GPUS:
+        raise ValidationError({"gpu": [f"must be a GPU index (0, 1, ... {MAX_GPUS - 1})"]})
     return since, until, int(gpu)
 
 
@@ -182,4 +185,7 @@ def _when(params: Any, name: str) -> datetime | None:
         raise ValidationError({name: [f"{value!r} is not an ISO 8601 date-time"]})
     if timezone.is_naive(parsed):
         raise ValidationError({name: ["needs a time zone (e.g. 2026-01-01T00:00:00Z)"]})
+    problem = timestamp_problem(parsed)  # an offset PostgreSQL refuses would be a 500
+    if problem is not None:
+        raise ValidationError({name: [problem]})
     return parsed

@@ -78,7 +78,7 @@ def test_it_requires_a_reason_with_400(api_as, operator, body):
     node = NodeFactory(state=S.PRODUCTION)
     response = transition(api_as(operator), node, "cordon", body)
     assert response.status_code == 400
-    assert list(response.json()) == ["reason"]
+    assert list(response.json()["fields"]) == ["reason"]
     assert_unchanged(node, S.PRODUCTION)
 
 

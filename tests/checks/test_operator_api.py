@@ -46,7 +46,7 @@ def test_an_operator_requests_a_check(api_as, operator, node):
 def test_a_bad_request_is_a_clear_400(api_as, operator, node, payload, field, message):
     response = api_as(operator).post(url(node), payload, format="json")
     assert response.status_code == 400
-    assert message in " ".join(response.json()[field]), response.json()
+    assert message in " ".join(response.json()["fields"][field]), response.json()
     assert not CheckRun.objects.exists()
 
 

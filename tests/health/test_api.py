@@ -94,7 +94,7 @@ def test_a_customer_acting_on_another_tenants_alert_gets_404(customer, globex_al
 def test_bad_verb_bodies_are_400_naming_the_field(operator, acme_alert, path, body, field):
     response = client_for(operator).post(f"/api/alerts/{acme_alert.pk}/{path}/", body, format="json")
 
-    assert response.status_code == 400 and field in response.json()
+    assert response.status_code == 400 and field in response.json()["fields"]
 
 
 def test_acting_on_a_resolved_alert_is_a_clear_400(operator, acme_alert):
@@ -103,7 +103,7 @@ def test_acting_on_a_resolved_alert_is_a_clear_400(operator, acme_alert):
 
     response = api.post(f"/api/alerts/{acme_alert.pk}/acknowledge/", {"note": "late"}, format="json")
 
-    assert response.status_code == 400 and "already resolved" in response.json()["state"][0]
+    assert response.status_code == 400 and "already resolved" in response.json()["fields"]["state"][0]
 
 
 def test_rules_and_the_xid_catalog_are_readable(viewer):

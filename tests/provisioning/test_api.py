@@ -164,7 +164,7 @@ def test_a_kubernetes_node_also_gets_its_bootstrap_token(api_as, operator, k8s_n
 def test_a_bad_request_is_a_400_naming_the_field_and_changes_nothing(api_as, operator, node, body, field, message):
     response = api_as(operator).post(provision_url(node), body, format="json")
     assert response.status_code == 400
-    assert message in " ".join(response.json()[field]), response.json()
+    assert message in " ".join(response.json()["fields"][field]), response.json()
     node.refresh_from_db()
     assert node.state == NodeState.ENROLLED and not JoinToken.objects.exists()
 

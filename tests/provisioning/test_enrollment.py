@@ -161,7 +161,7 @@ def test_every_missing_field_is_named(api_as, operator, fleet):
     before = written()
     response = post(api_as(operator), {})
     assert response.status_code == 400
-    assert set(response.json()) == {"hostname", "serial", "bmc_address", "bmc_username", "bmc_password",
+    assert set(response.json()["fields"]) == {"hostname", "serial", "bmc_address", "bmc_username", "bmc_password",
                                     "hardware_profile", "site"}
     assert written() == before
 
@@ -171,7 +171,7 @@ def test_every_unknown_reference_is_named(api_as, operator, bmc, fleet):
     response = post(api_as(operator), a_node(bmc, fleet, site="nowhere", hardware_profile="Abacus 9000",
                                              cluster="no-such", tenant="initech", persona="juggler"))
     assert response.status_code == 400
-    assert response.json() == {"site": ["No site 'nowhere'."],
+    assert response.json()["fields"] == {"site": ["No site 'nowhere'."],
                                "hardware_profile": ["No hardware profile 'Abacus 9000'."],
                                "cluster": ["No cluster 'no-such'."], "tenant": ["No tenant 'initech'."],
                                "persona": ["No persona 'juggler'."]}
@@ -181,14 +181,14 @@ def test_every_unknown_reference_is_named(api_as, operator, bmc, fleet):
 def test_an_unknown_rack_is_named(api_as, operator, bmc, fleet):
     response = post(api_as(operator), a_node(bmc, fleet, rack="r99"))
     assert response.status_code == 400
-    assert response.json() == {"rack": ["No rack 'r99' in site 'dc1'."]}
+    assert response.json()["fields"] == {"rack": ["No rack 'r99' in site 'dc1'."]}
 
 
 def test_a_cluster_in_another_site_is_refused(api_as, operator, bmc, fleet):
     before = written()
     response = post(api_as(operator), a_node(bmc, fleet, cluster="hpc-b"))
     assert response.status_code == 400
-    assert response.json() == {"cluster": ["Cluster 'hpc-b' is in site 'dc2', not 'dc1'."]}
+    assert response.json()["fields"] == {"cluster": ["Cluster 'hpc-b' is in site 'dc2', not 'dc1'."]}
     assert written() == before
 
 
@@ -221,7 +221,7 @@ def test_an_unreachable_bmc_is_named_and_nothing_is_written(api_as, operator, bm
     response = post(api_as(operator), a_node(bmc, fleet, bmc_address="http://127.0.0.1:9",
                                              bmc_password="hunter2-not-shown"))
     assert response.status_code == 400
-    message = response.json()["bmc_address"][0]
+    message = response.json()["fields"]["bmc_address"][0]
     assert message.startswith("The BMC could not be read: ") and "Redfish BMC http://127.0.0.1:9" in message
     assert "hunter2-not-shown" not in response.content.decode()
     assert written() == before
@@ -231,7 +231,7 @@ def test_a_wrong_password_is_named_never_repeated_and_nothing_is_written(api_as,
     before = written()
     response = post(api_as(operator), a_node(bmc, fleet, bmc_password="hunter2-wrong"))
     assert response.status_code == 400
-    message = response.json()["bmc_address"][0]
+    message = response.json()["fields"]["bmc_address"][0]
     assert bmc.url in message and f"refused user {bmc.username!r}" in message
     assert "hunter2-wrong" not in response.content.decode() and bmc.password not in response.content.decode()
     assert written() == before
@@ -240,14 +240,14 @@ def test_a_wrong_password_is_named_never_repeated_and_nothing_is_written(api_as,
 def test_a_bmc_with_several_systems_needs_the_system_id(api_as, operator, bmc, fleet):
     response = post(api_as(operator), a_node(bmc, fleet, bmc_system_id=""))
     assert response.status_code == 400
-    assert "set the endpoint's system_id" in response.json()["bmc_address"][0]
+    assert "set the endpoint's system_id" in response.json()["fields"]["bmc_address"][0]
 
 
 def test_credentials_in_the_bmc_address_are_refused_before_it_is_dialled(api_as, operator, bmc, fleet):
     before = written()
     response = post(api_as(operator), a_node(bmc, fleet, bmc_address="http://admin:hunter2@127.0.0.1:9"))
     assert response.status_code == 400
-    assert response.json() == {"bmc_address": ["Put the BMC user and password in their own fields, not in the "
+    assert response.json()["fields"] == {"bmc_address": ["Put the BMC user and password in their own fields, not in the "
                                                 "address."]}
     assert written() == before
 
@@ -259,7 +259,7 @@ def test_a_nul_character_is_a_400_never_a_500(api_as, operator, bmc, fleet, fiel
     body[field] += "\x00"
     response = post(api_as(operator), body)
     assert response.status_code == 400
-    assert list(response.json()) == [field]
+    assert list(response.json()["fields"]) == [field]
     assert written() == before
 
 

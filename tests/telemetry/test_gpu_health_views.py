@@ -160,4 +160,4 @@ def test_the_samples_api_returns_bucketed_series_for_one_gpu(api, reporting):
 def test_the_samples_api_refuses_bad_parameters_with_400(api, node, params, field):
     response = api.get(reverse("api:node-gpu-samples", args=[node.pk]), params)
     assert response.status_code == 400
-    assert field in json.loads(response.content)
+    assert field in json.loads(response.content)["fields"]

@@ -94,7 +94,7 @@ def test_the_api_re_roles_and_refuses_clearly(node_in, inference, operator):
     client.force_authenticate(operator)
     node = node_in(S.PRODUCTION, cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM))
     url = reverse("api:node-persona", args=[node.pk])
-    assert client.post(url, {"persona": "nope", "reason": "x"}).json() == {"persona": ["No persona 'nope'."]}
+    assert client.post(url, {"persona": "nope", "reason": "x"}).json()["fields"] == {"persona": ["No persona 'nope'."]}
     response = client.post(url, {"persona": "inference", "reason": "capacity"})
     assert response.status_code == 201 and response.json()["status"] == "draining"
     assert client.post(url, {"persona": "inference", "reason": "again"}).status_code == 409
