@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from django.core.exceptions import FieldDoesNotExist
+from drf_spectacular import openapi
+from rest_framework import serializers
 
-from provisioning.api.views import JOIN_REQUEST_SCHEMA, JOIN_RESULT_SCHEMA, MAX_JOIN_BODY_BYTES
-from telemetry.schema import MAX_REPORTS_PER_REQUEST, ReportBatch
 
 REF = "#/components/schemas/{name}"
 
@@ -58,16 +59,48 @@ CUSTOMER_ABSENT = ("Staff only: a customer's user is answered 404, as if this di
                    "(x-customer-view: absent).")
 
 
+class AutoSchema(openapi.AutoSchema):
+    """drf-spectacular's, plus what DRF drops from read-only model fields: DRF strips ``allow_blank``
+    from a read-only field and never sets ``allow_null`` on a read-only relation, so a blank choice
+    ("" in source_state, outcome) or a null relation (silenced_by) would be documented as impossible.
+    The model field says what can be returned: its ``blank`` and ``null`` go back on the field."""
+
+    def _map_serializer_field(self, field: Any, direction: str, bypass_extensions: bool = False) -> Any:
+        model_field = _model_field(field) if field.read_only else None
+        if model_field is not None:
+            if isinstance(field, serializers.ChoiceField) and model_field.blank:
+                field.allow_blank = True
+            if model_field.null:
+                field.allow_null = True
+        return super()._map_serializer_field(field, direction, bypass_extensions)
+
+
+def _model_field(field: Any) -> Any:
+    model = getattr(getattr(getattr(field, "parent", None), "Meta", None), "model", None)
+    if model is None or not field.source or "." in field.source or field.source == "*":
+        return None
+    try:
+        return model._meta.get_field(field.source)
+    except FieldDoesNotExist:
+        return None
+
+
 def _error(status: str) -> dict[str, Any]:
     return {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": ERROR_REF}}}
 
 
 def _report_components() -> dict[str, Any]:
+    from telemetry.schema import ReportBatch
+
     (_, ), components = msgspec.json.schema_components((ReportBatch,), ref_template=REF)
     return components
 
 
 def _agent_paths() -> dict[str, Any]:
+    # Imported here: this module is DRF's DEFAULT_SCHEMA_CLASS, loaded while DRF reads its settings.
+    from provisioning.api.views import JOIN_REQUEST_SCHEMA, JOIN_RESULT_SCHEMA, MAX_JOIN_BODY_BYTES
+    from telemetry.schema import MAX_REPORTS_PER_REQUEST
+
     agent_errors = {code: _error(code) for code in ("400", "401", "403", "413")}
     reports = {
         "post": {
@@ -147,6 +180,12 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
                 codes.append("404")
                 operation["x-customer-view"] = "absent"
                 operation["description"] = " ".join(filter(None, [operation.get("description"), CUSTOMER_ABSENT]))
+            for code, response in responses.items():
+                # A view's own 4xx body (a plan's line errors) is one answer; DRF's field errors
+                # and {"detail"} can come from the same status (a malformed body, an unknown id).
+                media = response.get("content", {}).get("application/json")
+                if code.startswith("4") and media and "schema" in media and media["schema"] != ERROR_REF:
+                    media["schema"] = {"anyOf": [media["schema"], ERROR_REF]}
             for code in codes:
                 responses.setdefault(code, _error(code))
             # JSON Schema order for readers: successes first, then the errors by code.

@@ -182,7 +182,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nodewarden.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nodewarden.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
