@@ -22,7 +22,8 @@ import schemathesis
 from django.apps import apps
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
-from django.db import close_old_connections
+from django.contrib.auth.models import Group
+from django.db import close_old_connections, transaction
 from hypothesis import HealthCheck, Phase, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
@@ -35,7 +36,8 @@ from telemetry.ingest import ingest_reports
 from telemetry.schema import decode_batch
 from telemetry.services import issue_agent_token
 from tests.conftest import IN_CI
-from tests.factories import GPUFactory, NodeFactory, TenantFactory
+from nodes.roles import OPERATORS
+from tests.factories import GPUFactory, NodeFactory, TenantFactory, UserFactory
 
 MAX_EXAMPLES = 3  # per operation and role (plus the same cases on real ids): CI stays bounded
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
@@ -71,25 +73,46 @@ def wsgi_requests_keep_the_test_transaction():
     request_finished.connect(close_old_connections)
 
 
-@pytest.fixture
-def fleet(db, operator, customer, tenant, wsgi_requests_keep_the_test_transaction) -> dict[str, Any]:
-    """A customer's node that has reported (GPU health, an XID finding and alert), another tenant's
-    node, and the credentials of the three callers."""
-    forget_cached_tokens()
+@pytest.fixture(scope="module")
+def seeded(django_db_setup, django_db_blocker) -> Any:
+    """Seeded once for the module, inside a transaction rolled back at its end (each test's own
+    transaction nests in it): a customer's node that has reported (GPU health, an XID finding and
+    alert), another tenant's node, and the credentials of the three callers."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            yield _seed()
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+def _seed() -> dict[str, dict[str, str]]:
+    operator = UserFactory(username="fuzz-operator", is_staff=True)
+    operator.groups.add(Group.objects.get(name=OPERATORS))
+    tenant = TenantFactory(slug="fuzz-acme")
+    customer = UserFactory(username="fuzz-customer", tenant=tenant)
     node = NodeFactory(hostname=AGENT_HOSTNAME, tenant=tenant, state=NodeState.PRODUCTION)
     GPUFactory(node=node, index=0)
-    NodeFactory(tenant=TenantFactory(slug="other"), state=NodeState.PRODUCTION)
+    NodeFactory(tenant=TenantFactory(slug="fuzz-other"), state=NodeState.PRODUCTION)
     now = datetime.now(UTC)
     report = {"report_id": "fuzz-seed-0001", "hostname": AGENT_HOSTNAME, "collected_at": now.isoformat(),
               "boot_id": "b" * 32, "gpus": [{"index": 0, "uuid": "GPU-fuzz-0", "temperature_c": 40.0}],
               "xid_events": [{"xid": 79, "observed_at": (now - timedelta(seconds=5)).isoformat(), "kmsg_seq": 1,
                               "raw": "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus."}]}
     ingest_reports(node.pk, decode_batch(json.dumps({"reports": [report]}).encode()), source="agent")
-    yield {
+    return {
         "operator": {"Authorization": f"Token {Token.objects.create(user=operator).key}"},
         "customer": {"Authorization": f"Token {Token.objects.create(user=customer).key}"},
         "agent": {"Authorization": f"Bearer {issue_agent_token(node.pk, actor=Actor.system('fuzz'))}"},
     }
+
+
+@pytest.fixture
+def fleet(seeded, db, wsgi_requests_keep_the_test_transaction) -> Any:
+    forget_cached_tokens()
+    yield seeded
     forget_cached_tokens()
 
 
