@@ -192,18 +192,28 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nodewarden.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "nodewarden.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Nodewarden API",
-    "DESCRIPTION": "Lifecycle management for GPU server fleets.",
+    "DESCRIPTION": (
+        "Lifecycle management for GPU server fleets.\n\n"
+        "Staff (operators, viewers) see the whole fleet; a customer's user sees only its tenant's nodes and "
+        "the records about them (history, health, checks, alerts, repairs, RMA, availability): any other "
+        "object answers 404, never 403, so its existence does not leak. Operations marked "
+        "`x-customer-view: absent` (fabric, holds and circuit breakers, trends) answer 404 to customers "
+        "altogether; operator verbs answer them 403. The node agent's report format: docs/report-format.md."),
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1: its schemas are JSON Schema 2020-12, which is what msgspec generates for the agent's report
+    # (nullable is "anyOf [..., null]"), so the report's definition goes into the document unchanged.
+    "OAS_VERSION": "3.1.0",
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "nodewarden.openapi.postprocess"],
     # NodeState appears as state, source_state, target_state and target: one enum in the schema.
     "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState",
                             "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind",

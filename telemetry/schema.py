@@ -10,7 +10,8 @@ metric the driver does not offer, a collector that failed), never zero.
 Counters (ECC, NVLink, PCIe replay, InfiniBand) are cumulative as the hardware
 counts them; the portal takes deltas between reports and handles resets.
 
-Schema version 1. docs/agent-report.md shows a full example.
+Schema version 1. docs/report-format.md documents it with a full example; the OpenAPI
+document shows this very definition (msgspec's JSON Schema, see nodewarden/openapi.py).
 """
 from __future__ import annotations
 

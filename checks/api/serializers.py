@@ -100,6 +100,8 @@ class CheckResultSerializer(serializers.Serializer):
 
     def validate_figures(self, value: dict[str, Any]) -> dict[str, Any]:
         raw = self.initial_data.get("figures", {})
+        if not isinstance(raw, dict):  # a form post's field is a string, whatever DictField made of it
+            raise serializers.ValidationError('Send figures as a JSON object, e.g. {"busbw_gbps": 362.4}.')
         if len(raw) > MAX_FIGURES:
             raise serializers.ValidationError(f"At most {MAX_FIGURES} figures.")
         for name, number in raw.items():

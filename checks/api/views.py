@@ -66,10 +66,12 @@ class NodeChecksView(generics.GenericAPIView):
     serializer_class = serializers.CheckRunSerializer
 
     def get_queryset(self) -> QuerySet[CheckRun]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular reads the model, with no request
+            return CheckRun.objects.none()
         node = visible_node_or_404(self.request.user, self.kwargs["pk"])
         return visible_runs(self.request.user).filter(node=node).defer("output").order_by("-created", "-id")
 
-    @extend_schema(summary="A node's runs, newest first")
+    @extend_schema(summary="A node's runs, newest first", responses=serializers.CheckRunSerializer(many=True))
     def get(self, request: Request, pk: int) -> Response:
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)

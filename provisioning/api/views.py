@@ -29,6 +29,28 @@ from . import serializers
 
 MAX_JOIN_BODY_BYTES = 64 * 1024
 MAX_HOSTNAME_LENGTH = 253
+# The join request and answer as the OpenAPI document shows them (nodewarden/openapi.py): kept
+# beside _join_request, which checks exactly these (the facts' size is checked by services.join).
+JOIN_REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["join_token", "hostname"],
+    "properties": {
+        "join_token": {"type": "string", "minLength": 1, "description": "The single-use nwj_... token."},
+        "hostname": {"type": "string", "minLength": 1, "maxLength": MAX_HOSTNAME_LENGTH,
+                     "description": "Must be the node's hostname the token was issued for."},
+        "facts": {"type": ["object", "null"], "description": "What the agent found (GPUs, serials, ...), kept "
+                  f"as the node's agent facts; at most {services.MAX_FACTS_BYTES} bytes of JSON."},
+    },
+}
+JOIN_RESULT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["node_token", "hostname", "node_id"],
+    "properties": {
+        "node_token": {"type": "string", "description": "The node's nwa_... agent token, shown only here."},
+        "hostname": {"type": "string"},
+        "node_id": {"type": "integer"},
+    },
+}
 
 
 def _refuse(status_code: int, error: str, detail: str) -> JsonResponse:

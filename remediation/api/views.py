@@ -47,6 +47,8 @@ class StaffOnly(permissions.BasePermission):
 
     message = "You may not operate remediations."
 
+    customer_view = "absent"  # nodewarden/openapi.py marks these operations so in the schema
+
     def has_permission(self, request: Request, view: Any) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False

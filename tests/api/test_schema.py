@@ -1,12 +1,15 @@
 """The OpenAPI schema at /api/schema/ is generated without warnings and is valid OpenAPI 3."""
 from __future__ import annotations
 
+import msgspec
 import pytest
 import yaml
 from django.core.management import call_command
 from drf_spectacular.drainage import GENERATOR_STATS
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.validation import validate_schema
+
+from telemetry.schema import ReportBatch
 
 TRANSITION = "/api/nodes/{id}/transitions/{name}/"
 ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
@@ -35,8 +38,8 @@ def test_it_documents_every_endpoint(schema):
         "/api/sites/", "/api/sites/{id}/", "/api/clusters/", "/api/clusters/{id}/", "/api/tenants/",
         "/api/tenants/{id}/", "/api/hardware-profiles/", "/api/hardware-profiles/{id}/", "/api/personas/",
         "/api/personas/{id}/",
-        # Telemetry (the agents' own POST /api/agent/reports/ is a lean plain view, documented in the README).
-        "/api/nodes/{id}/gpu-health/", "/api/nodes/{id}/gpu-samples/", "/api/ingest/dcgm-exporter/",
+        # Telemetry (the agents' own POST /api/agent/reports/ is a lean plain view, added by nodewarden/openapi.py).
+        "/api/agent/reports/", "/api/nodes/{id}/gpu-health/", "/api/nodes/{id}/gpu-samples/", "/api/ingest/dcgm-exporter/",
         # Health
         "/api/findings/", "/api/findings/{id}/", "/api/alerts/", "/api/alerts/{id}/", *ALERT_ACTIONS,
         "/api/health-rules/", "/api/health-rules/{id}/", "/api/xid-catalog/", "/api/xid-catalog/{xid}/",
@@ -45,7 +48,7 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/checks/", "/api/checks/{id}/", "/api/checks/{id}/cancel/", "/api/agent/checks/",
         "/api/agent/checks/{id}/result/",
         # Day 0 (the agent's POST /api/agent/join/ is a lean plain view, like its reports)
-        "/api/enrollments/", "/api/nodes/{id}/provision/",
+        "/api/agent/join/", "/api/enrollments/", "/api/nodes/{id}/provision/",
         # Day 1
         "/api/nodes/{id}/stages/", "/api/nodes/{id}/stages/start/", "/api/nodes/{id}/stages/skip/",
         "/api/nodes/{id}/persona/", "/api/day1/summary/",
@@ -70,7 +73,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
     writes = {(path, method) for path, ops in schema["paths"].items() for method in ops
               if method in ("post", "put", "patch", "delete")}
     assert writes == {(path, "post") for path in (
-        TRANSITION, *ALERT_ACTIONS, "/api/ingest/alertmanager/", "/api/ingest/dcgm-exporter/",
+        TRANSITION, *ALERT_ACTIONS, "/api/agent/reports/", "/api/agent/join/", "/api/ingest/alertmanager/", "/api/ingest/dcgm-exporter/",
         "/api/nodes/{id}/checks/", "/api/checks/{id}/cancel/", "/api/agent/checks/{id}/result/",
         "/api/enrollments/", "/api/nodes/{id}/provision/", "/api/nodes/{id}/stages/start/",
         "/api/nodes/{id}/stages/skip/", "/api/nodes/{id}/persona/",
@@ -83,7 +86,7 @@ def test_the_transition_post_documents_its_body_and_every_answer(schema):
     post = schema["paths"][TRANSITION]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert schema["components"]["schemas"][body]["required"] == ["reason"]
-    assert set(post["responses"]) == {"201", "400", "403", "404", "409"}
+    assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "415"}
     name = next(p for p in post["parameters"] if p["name"] == "name")
     assert "cordon" in name["schema"]["enum"] and "force_state" not in name["schema"]["enum"]
 
@@ -99,6 +102,45 @@ def test_the_node_list_documents_the_node_list_filters(schema):
     names = {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
     assert names == {"q", "state", "phase", "in_trouble", "site", "cluster", "rack", "tenant", "unassigned",
                      "hardware_profile", "persona", "ordering", "limit", "offset"}
+
+
+def test_the_agent_report_is_documented_by_the_type_that_decodes_it(schema):
+    """The request body of POST /api/agent/reports/ is msgspec's own schema of ReportBatch, component for
+    component: a field added to telemetry/schema.py is in the document with its bounds and nullability."""
+    (batch,), components = msgspec.json.schema_components((ReportBatch,), ref_template="#/components/schemas/{name}")
+    post = schema["paths"]["/api/agent/reports/"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"] == batch
+    assert {name: schema["components"]["schemas"][name] for name in components} == components
+    gpu = schema["components"]["schemas"]["GpuReading"]["properties"]
+    assert gpu["temperature_c"] == {"anyOf": [{"type": "number", "minimum": -50, "maximum": 200}, {"type": "null"}],
+                                    "default": None}
+    assert post["security"] == [{"nodeAgentToken": []}]
+    assert set(post["responses"]) == {"200", "400", "401", "403", "413"}
+
+
+def test_the_join_is_documented(schema):
+    post = schema["paths"]["/api/agent/join/"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"]["required"] == ["join_token", "hostname"]
+    assert set(post["responses"]) == {"201", "400", "401", "403", "409", "410", "413"}
+
+
+def test_every_operation_documents_its_errors(schema):
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            assert {"401", "403"} <= set(operation["responses"]), (method, path)
+            if "{" in path:
+                assert "404" in operation["responses"], (method, path)
+            assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorResponse"}
+
+
+def test_what_customers_cannot_see_is_declared(schema):
+    absent = {(path, method) for path, ops in schema["paths"].items() for method, op in ops.items()
+              if op.get("x-customer-view") == "absent"}
+    assert ("/api/fabric/runs/", "get") in absent and ("/api/holds/", "post") in absent
+    assert ("/api/trends/lemons/", "get") in absent
+    assert ("/api/nodes/", "get") not in absent and ("/api/alerts/", "get") not in absent
+    assert "404" in schema["paths"]["/api/trends/lemons/"]["get"]["responses"]
 
 
 @pytest.mark.django_db

@@ -157,3 +157,12 @@ def test_a_failed_result_raises_a_finding_and_not_available_does_not(agent, idle
     agent.post(result_url(stress), body("failed", summary="GPU 5 at 401 TFLOP/s"), format="json")
     (finding,) = Finding.objects.all()
     assert (finding.subject, finding.severity) == ("gpu_stress", "degraded")
+
+
+def test_a_form_encoded_result_is_400_not_500(agent, idle_node):
+    """The schema offers multipart and form bodies too; there "figures" arrives as a string, which
+    the figures check read as a dict (AttributeError, a 500; found by tests/api/test_fuzz.py)."""
+    run = queue(idle_node)
+    take(agent, run)
+    response = agent.post(result_url(run), {**body(), "figures": "{}"}, format="multipart")
+    assert response.status_code == 400 and "figures" in response.json(), response.content

@@ -21,6 +21,8 @@ from . import serializers
 class StaffOnly(permissions.BasePermission):
     """Fleet-wide comparisons are staff business: customers get 404, as for another tenant's node."""
 
+    customer_view = "absent"  # nodewarden/openapi.py marks these operations so in the schema
+
     def has_permission(self, request: Request, view: Any) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False

@@ -68,7 +68,8 @@ class NodeStageActionView(generics.GenericAPIView):
 class StartStageView(NodeStageActionView):
     action_name = "start"
 
-    @extend_schema(summary="Start or retry the node's current Day 1 stage")
+    @extend_schema(summary="Start or retry the node's current Day 1 stage",
+                   responses={201: serializers.StageRunSerializer, **ERRORS})
     def post(self, request: Request, pk: int) -> Response:
         return super().post(request, pk)
 
@@ -76,7 +77,8 @@ class StartStageView(NodeStageActionView):
 class SkipStageView(NodeStageActionView):
     action_name = "skip"
 
-    @extend_schema(summary="Skip the node's current Day 1 stage (audited)")
+    @extend_schema(summary="Skip the node's current Day 1 stage (audited)",
+                   responses={201: serializers.StageRunSerializer, **ERRORS})
     def post(self, request: Request, pk: int) -> Response:
         return super().post(request, pk)
 
