@@ -26,7 +26,7 @@ from nodes.models import OPERATE, Node
 from nodes.scoping import visible_node_or_404
 
 from .. import dcgm_exporter
-from ..auth import AgentAuthError, identify_agent
+from ..auth import AgentAuthError, AgentThrottled, identify_agent
 from ..ingest import IngestRefused, ingest_reports
 from ..models import GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
@@ -41,7 +41,11 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     if request.method != "POST":
         return JsonResponse({"error": "method not allowed", "detail": "POST a ReportBatch."}, status=405)
     try:
-        agent = identify_agent(request.headers.get("Authorization"))
+        agent = identify_agent(request.headers.get("Authorization"), request)
+    except AgentThrottled as exc:
+        response = JsonResponse({"error": "too many failed attempts", "detail": str(exc)}, status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     except AgentAuthError as exc:
         response = JsonResponse({"error": "unauthorized", "detail": str(exc)}, status=401)
         response["WWW-Authenticate"] = "Bearer"
