@@ -29,18 +29,21 @@ REF = "#/components/schemas/{name}"
 # answer {"error": "...", "detail": "..."}. Tighten this schema to the unified shape (e.g. required
 # "error" and "detail") and the fuzzer (tests/api/test_fuzz.py) checks every 4xx against it.
 ERROR_RESPONSE: dict[str, Any] = {
-    "description": "Why the request was refused. `detail` is a human-readable message; a 400 names each "
-                   "offending field with its messages (`{\"field\": [\"message\"]}`); the agent endpoints "
-                   "add a short machine-readable `error`.",
-    "anyOf": [
-        {"type": "object",
-         "properties": {
-             "detail": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-             "error": {"type": "string"},
-         },
-         "additionalProperties": True},
-        {"type": "array", "items": {"type": "string"}},
-    ],
+    "description": "Why the request was refused, in one shape for every 4xx (nodewarden.api.error_body): "
+                   "`detail` one readable sentence, `code` a short machine-readable word (DRF's codes, "
+                   "`conflict`, `too_large`, or the agent endpoints' own), `fields` each offending input "
+                   "(by path, e.g. `figures.busbw`) with its messages, `{}` when no field is to blame. "
+                   "Some endpoints add keys: `errors` (a plan's lines), `error` (the agent endpoints).",
+    "type": "object",
+    "required": ["detail", "code", "fields"],
+    "properties": {
+        "detail": {"type": "string", "minLength": 1},
+        "code": {"type": "string"},
+        "fields": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        "error": {"type": "string"},
+        "errors": {"type": "array", "items": {"type": "object"}},
+    },
+    "additionalProperties": True,
 }
 ERROR_REF = {"$ref": REF.format(name="ErrorResponse")}
 
@@ -53,6 +56,7 @@ ERROR_DESCRIPTIONS = {
     "410": "Gone: the join token has expired.",
     "413": "The body is larger than the endpoint accepts.",
     "415": "Unsupported Content-Type.",
+    "429": "Too many failed credentials from this address (or a login locked out): retry after Retry-After.",
 }
 
 CUSTOMER_ABSENT = ("Staff only: a customer's user is answered 404, as if this did not exist "
@@ -169,13 +173,13 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
     for path, operations in result["paths"].items():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
-            codes = ["401", "403"]
+            codes = ["401", "403", "429"]
             if "{" in path:
                 codes.append("404")
             if operation.get("requestBody") or any(p.get("in") == "query" for p in operation.get("parameters", ())):
                 codes.append("400")
             if operation.get("requestBody"):
-                codes.append("415")
+                codes += ["413", "415"]
             if (path, method) in hidden:
                 codes.append("404")
                 operation["x-customer-view"] = "absent"

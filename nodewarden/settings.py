@@ -7,6 +7,9 @@ anywhere Python runs.
 """
 from __future__ import annotations
 
+import ipaddress
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -43,6 +46,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "django_fsm",
+    "axes",
+    "csp",
     "fleet",
     "nodes",
     "checks",
@@ -63,6 +68,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -71,6 +77,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout raised by its backend into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "nodewarden.urls"
@@ -86,6 +94,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "nodewarden.context_processors.portal",
             ],
         },
     },
@@ -147,6 +156,11 @@ NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env_int("NODEWARDEN_REPORT_MAX_FUTURE_SEC
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# django-axes first: it refuses a locked-out client before the password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "fleet-overview"
 LOGOUT_REDIRECT_URL = "login"
@@ -206,6 +220,7 @@ SPECTACULAR_SETTINGS = {
         "altogether; operator verbs answer them 403. The node agent's report format: docs/report-format.md."),
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # SERVE_PERMISSIONS (who may read the schema and Swagger UI) follow NODEWARDEN_API_DOCS below.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -293,3 +308,108 @@ NODEWARDEN_AUDIT_SCHEDULER_SECONDS = env_float("NODEWARDEN_AUDIT_SCHEDULER_SECON
 NODEWARDEN_AUDIT_BMC_READS = env_int("NODEWARDEN_AUDIT_BMC_READS", 50)
 NODEWARDEN_AUDIT_BMC_SECONDS = env_float("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0)
 NODEWARDEN_AUDIT_BMC_TIMEOUT = env_float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  # one try per read
+
+
+# --- Security (README "Security") ------------------------------------------------------------
+# Everything a deployment behind HTTPS sets, from the environment; `manage.py check --deploy`
+# is clean with the production environment README "Production" lists (tests/security holds it).
+# NODEWARDEN_HTTPS=1 says the portal is reached over HTTPS only: secure cookies, the redirect
+# and HSTS follow it unless set one by one.
+NODEWARDEN_HTTPS = env_bool("NODEWARDEN_HTTPS", False)
+# Behind a TLS-terminating reverse proxy that sets X-Forwarded-Proto (and strips it from clients).
+if env_bool("NODEWARDEN_SECURE_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", NODEWARDEN_HTTPS)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", NODEWARDEN_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", NODEWARDEN_HTTPS)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if NODEWARDEN_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", NODEWARDEN_HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", NODEWARDEN_HTTPS)
+if SECURE_HSTS_SECONDS < 0:
+    raise ImproperlyConfigured("SECURE_HSTS_SECONDS must be 0 (off) or more")
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+
+# How many reverse proxies in front of the portal append to X-Forwarded-For: the client address
+# for throttles, lockouts and the /metrics networks is the one the outermost of them saw.
+# 0 (default): REMOTE_ADDR, and X-Forwarded-For is ignored (a client could write anything there).
+NODEWARDEN_TRUSTED_PROXIES = env_int("NODEWARDEN_TRUSTED_PROXIES", 0)
+if NODEWARDEN_TRUSTED_PROXIES < 0:
+    raise ImproperlyConfigured("NODEWARDEN_TRUSTED_PROXIES must be 0 or more")
+
+# Content-Security-Policy (django-csp): only the portal's own scripts, styles and images; no
+# inline script or style anywhere (charts draw from json_script data with static/js/portal.js).
+# The browser tests fail on any violation (tests/browser/pages.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Sign-in throttling (django-axes): after NODEWARDEN_LOGIN_FAILURE_LIMIT wrong passwords for one
+# username from one address, that pair is locked out for NODEWARDEN_LOGIN_LOCKOUT_MINUTES (429 and
+# the lockout page); a successful sign-in before then resets the count. Attempts live in the
+# database (shared by every worker), listed in admin -> Axes.
+AXES_FAILURE_LIMIT = env_int("NODEWARDEN_LOGIN_FAILURE_LIMIT", 5)
+if AXES_FAILURE_LIMIT < 1:
+    raise ImproperlyConfigured("NODEWARDEN_LOGIN_FAILURE_LIMIT must be 1 or more")
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("NODEWARDEN_LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "nodewarden.throttling.client_ip"
+AXES_VERBOSE = False
+
+# Caches: Redis when REDIS_URL is set, so every gunicorn worker shares one count of wrong tokens;
+# in-process memory otherwise (the demo without Redis: each worker counts on its own).
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "nodewarden"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# The scrapers' networks for /metrics (CIDRs, comma-separated): a client there needs no token.
+# None by default, the loopback included (README "Prometheus metrics").
+def _networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    try:
+        return [ipaddress.ip_network(item, strict=False) for item in env_list(name, [])]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from exc
+
+
+NODEWARDEN_METRICS_NETWORKS = _networks("NODEWARDEN_METRICS_NETWORKS")
+
+# The OpenAPI schema and Swagger UI: "public", "authenticated" (default: any signed-in user or
+# API token) or "off" (not served).
+NODEWARDEN_API_DOCS = env_str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
+if NODEWARDEN_API_DOCS not in ("public", "authenticated", "off"):
+    raise ImproperlyConfigured("NODEWARDEN_API_DOCS must be public, authenticated or off")
+SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.AllowAny"
+                                             if NODEWARDEN_API_DOCS == "public"
+                                             else "rest_framework.permissions.IsAuthenticated"]
+
+# --- REST API throttles (issue 14; kept apart from the REST_FRAMEWORK dict above) -------------
+# Wrong credentials (API tokens, node agent tokens, join tokens, the /metrics token) per client
+# address: once this many in the period, 429 with Retry-After until the oldest leaves the window.
+_AUTH_FAILURE_RATE = env_str("NODEWARDEN_TOKEN_FAILURE_RATE", "30/min").strip()
+if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _AUTH_FAILURE_RATE):
+    raise ImproperlyConfigured("NODEWARDEN_TOKEN_FAILURE_RATE must look like 30/min (count/s, min, hour or day)")
+REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] = {"auth_failure": _AUTH_FAILURE_RATE}
+REST_FRAMEWORK["NUM_PROXIES"] = NODEWARDEN_TRUSTED_PROXIES
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    "nodewarden.throttling.ThrottledTokenAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]
+# --- end of REST API throttles ----------------------------------------------------------------

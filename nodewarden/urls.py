@@ -1,15 +1,31 @@
-"""Top-level URL configuration."""
-from django.contrib import admin
-from django.contrib.auth import views as auth_views
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+"""Top-level URL configuration.
 
-urlpatterns = [
+The OpenAPI schema and Swagger UI are served only when NODEWARDEN_API_DOCS is not "off" (who may
+read them: settings.SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]). Swagger UI is the split view: its
+script is a file of its own, not an inline script the Content-Security-Policy would block.
+Error pages: templates/403.html, 404.html, 500.html (Django's default handlers find them).
+"""
+from django.conf import settings
+from django.contrib import admin
+from django.templatetags.static import static
+from django.views.generic import RedirectView
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Pages without an icon link of their own (the Django admin) make browsers ask for this.
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+]
+if settings.NODEWARDEN_API_DOCS != "off":
+    urlpatterns += [
+        path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+        path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    ]
+urlpatterns += [
     path("api/", include("nodewarden.api_urls")),
     path("", include("telemetry.urls")),
     path("", include("health.urls")),

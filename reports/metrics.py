@@ -6,13 +6,16 @@ is Redis. Nothing is kept between scrapes: every figure is read from the databas
 
 Access (``allowed``): with the setting ``NODEWARDEN_METRICS_TOKEN`` (or the environment variable
 of that name, or ``_FILE``), a scraper sends ``Authorization: Bearer <token>``; staff with a
-session may always look; with no token set, requests from the loopback (127.0.0.1, ::1) are let
-in too. Behind a reverse proxy on the same host every request comes from the loopback: set the
-token there.
+session may always look; a client whose address is in ``NODEWARDEN_METRICS_NETWORKS`` (CIDRs,
+none by default) needs neither. No address is trusted by default, the loopback included: behind
+a reverse proxy on the same host every request comes from the loopback. The address is the one
+``nodewarden.throttling.client_ip`` reads (``X-Forwarded-For`` only through
+``NODEWARDEN_TRUSTED_PROXIES``). Wrong tokens count towards the client's lockout like any other.
 """
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -34,6 +37,7 @@ from nodes.choices import NodeState
 from nodes.models import Node
 from nodes.scoping import is_operator_view
 from nodewarden.env import env_str
+from nodewarden.throttling import AuthFailureThrottle, client_ip
 from remediation.choices import LADDER, OPEN
 from remediation.models import Remediation, RemediationStep
 from telemetry.models import NodeHealth, NodeReport
@@ -44,7 +48,6 @@ INGEST_WINDOW = timedelta(minutes=5)
 # Reports are read by their node's primary key (node, collected_at): one taken more than this long
 # before it arrived (an agent's spool sent after a long outage) is left out of the rate.
 COLLECTION_LAG = timedelta(minutes=30)
-LOOPBACK = ("127.0.0.1", "::1")
 REDIS_TIMEOUT = 1.0  # seconds: a scrape must not hang on a broker that is down
 
 
@@ -56,15 +59,33 @@ def metrics_token() -> str:
     return str(token or "").strip()
 
 
-def allowed(request: HttpRequest) -> bool:
-    """The right bearer token, a staff session, or (with no token set) the loopback."""
+def in_scrape_network(request: HttpRequest) -> bool:
+    """The client's address is in one of ``NODEWARDEN_METRICS_NETWORKS``."""
+    networks = getattr(settings, "NODEWARDEN_METRICS_NETWORKS", [])
+    if not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(client_ip(request).split("%")[0])
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+def allowed(request: HttpRequest, throttle: AuthFailureThrottle | None = None) -> bool:
+    """The right bearer token, a staff session, or a client in a configured scrape network.
+
+    A wrong bearer token is counted on ``throttle`` (the caller has checked its lockout).
+    """
     token = metrics_token()
     header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
-        return True
+    if header.startswith("Bearer "):
+        if token and hmac.compare_digest(header[7:].strip().encode(), token.encode()):
+            return True
+        if throttle is not None:
+            throttle.record_failure(request)
     if is_operator_view(request.user):
         return True
-    return not token and request.META.get("REMOTE_ADDR", "") in LOOPBACK
+    return in_scrape_network(request)
 
 
 class FleetCollector(Collector):

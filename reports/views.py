@@ -29,6 +29,7 @@ from nodes.choices import NodeState
 from nodes import statecounts
 from nodes.models import Node, NodeEvent
 from nodes.scoping import is_operator_view, staff_only, user_tenant_id, visible_nodes, visible_tenants
+from nodewarden.throttling import AuthFailureThrottle, too_many_failures_response
 from remediation.models import Remediation
 from validation.summary import day1_yield
 
@@ -284,9 +285,13 @@ def incidents_csv(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def prometheus_metrics(request: HttpRequest) -> HttpResponse:
-    """The fleet's metrics in the Prometheus text format (bearer token, staff, or loopback)."""
-    if not metrics.allowed(request):
-        response = HttpResponse("Metrics need a bearer token (NODEWARDEN_METRICS_TOKEN) or a staff session.\n",
+    """The fleet's metrics in the Prometheus text format (bearer token, staff, or a scrape network)."""
+    throttle = AuthFailureThrottle()
+    if throttle.locked_out(request):
+        return too_many_failures_response(throttle)
+    if not metrics.allowed(request, throttle):
+        response = HttpResponse("Metrics need a bearer token (NODEWARDEN_METRICS_TOKEN), a staff session or a "
+                                "client in NODEWARDEN_METRICS_NETWORKS.\n",
                                 status=401 if metrics.metrics_token() else 403, content_type="text/plain")
         if metrics.metrics_token():
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'

@@ -4,6 +4,10 @@ Tokens look like ``nwa_<43 url-safe characters>``; only their SHA-256 is stored.
 lookup is cached in-process for a short while because ingest is the hottest path in
 the portal (one fleet of 90,000 nodes at 30 s is 3,000 reports a second): a revoked
 token stops working within ``CACHE_SECONDS``.
+
+Wrong tokens are counted per client address (``nodewarden.throttling``): a client that has sent
+too many is answered 429 before its next token is looked up. A token found valid in the
+in-process cache skips that count entirely, so the hot path costs no round trip to the cache.
 """
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from typing import Any
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
+
+from nodewarden.throttling import AuthFailureThrottle
 
 TOKEN_PREFIX = "nwa_"
 # Longer than the agents' 30 s interval, or nearly every report would miss; revocation waits this long.
@@ -29,6 +35,16 @@ class AgentAuthError(Exception):
     """The request carries no valid agent token. ``status`` is 401."""
 
     status = 401
+
+
+class AgentThrottled(AgentAuthError):
+    """Too many wrong tokens from this client address lately; ``retry_after`` in seconds."""
+
+    status = 429
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"Too many wrong node agent tokens from this address; try again in {retry_after} s.")
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -67,17 +83,26 @@ def _lookup(key_hash: str) -> AgentIdentity | None:
     return AgentIdentity(node_id=row["node_id"], hostname=row["node__hostname"], token_id=row["id"])
 
 
-def identify_agent(authorization_header: str | None) -> AgentIdentity:
-    """Resolve an ``Authorization: Bearer nwa_...`` header to its node, or raise AgentAuthError."""
+def identify_agent(authorization_header: str | None, request: Any) -> AgentIdentity:
+    """Resolve an ``Authorization: Bearer nwa_...`` header to its node, or raise AgentAuthError.
+
+    ``request`` names the client whose wrong tokens are counted (AgentThrottled once too many).
+    """
     if not authorization_header:
         raise AgentAuthError("Missing Authorization header: send 'Authorization: Bearer <node agent token>'.")
     scheme, _, token = authorization_header.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
-        raise AgentAuthError("Authorization must be 'Bearer nwa_...', a node agent token.")
     key_hash = hash_token(token)
     now = time.monotonic()
     cached = _cache.get(key_hash)
+    if cached is not None and cached[0] > now and cached[1] is not None:
+        return cached[1]  # a known good token: the hot path, nothing to count
+    throttle = AuthFailureThrottle()
+    if throttle.locked_out(request):
+        raise AgentThrottled(throttle.retry_after())
+    if scheme.lower() != "bearer" or not token.startswith(TOKEN_PREFIX):
+        throttle.record_failure(request)
+        raise AgentAuthError("Authorization must be 'Bearer nwa_...', a node agent token.")
     if cached is not None and cached[0] > now:
         identity = cached[1]
     else:
@@ -86,6 +111,7 @@ def identify_agent(authorization_header: str | None) -> AgentIdentity:
             _cache.clear()
         _cache[key_hash] = (now + CACHE_SECONDS, identity)
     if identity is None:
+        throttle.record_failure(request)
         raise AgentAuthError("Unknown or revoked node agent token.")
     return identity
 
@@ -103,7 +129,9 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         if not header or not header.lower().startswith("bearer "):
             return None
         try:
-            return identify_agent(header), None
+            return identify_agent(header, request), None
+        except AgentThrottled as exc:
+            raise exceptions.Throttled(wait=exc.retry_after, detail=str(exc)) from exc
         except AgentAuthError as exc:
             raise exceptions.AuthenticationFailed(str(exc)) from exc
 

@@ -13,6 +13,18 @@ from .factories import TenantFactory, UserFactory
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache(settings):
+    """Every test starts with an empty cache of its own process: the counts of wrong credentials
+    (nodewarden.throttling) must not carry from one test to the next, and the Redis bin/test
+    starts is shared by the xdist workers (tests/security tests the Redis cache on its own)."""
+    from django.core.cache import cache
+
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": "nodewarden-tests"}}
+    cache.clear()
+
+
 @pytest.fixture
 def operator(db):
     user = UserFactory(username="operator", is_staff=True)

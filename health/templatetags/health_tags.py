@@ -15,4 +15,4 @@ def severity_badge(severity: str) -> str:
         value = Severity(severity)
     except ValueError:
         return format_html('<span class="badge">{}</span>', severity)
-    return format_html('<span class="badge" style="--c:{}">{}</span>', SEVERITY_COLOURS[value], value.label)
+    return format_html('<span class="badge" data-colour="{}">{}</span>', SEVERITY_COLOURS[value], value.label)

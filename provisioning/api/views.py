@@ -23,6 +23,7 @@ from nodes.models import OPERATE, Node
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
 from nodewarden.api import check_json_depth, error_body
+from nodewarden.throttling import AuthFailureThrottle, too_many_failures_response
 
 from .. import cloudinit, services
 from . import serializers
@@ -85,9 +86,15 @@ def agent_join(request: HttpRequest) -> JsonResponse:
     length = request.headers.get("Content-Length") or "0"
     if length.isdigit() and int(length) > MAX_JOIN_BODY_BYTES:
         return _refuse(413, "body too large", f"A join request is at most {MAX_JOIN_BODY_BYTES} bytes.")
+    throttle = AuthFailureThrottle()  # join tokens are guessed like any other (nodewarden.throttling)
+    if throttle.locked_out(request):
+        return too_many_failures_response(throttle)
     try:
         token, hostname, facts = _join_request(request)
         result = services.join(token, hostname=hostname, agent_facts=facts)
+    except services.UnknownJoinToken as exc:
+        throttle.record_failure(request)
+        return _refuse(exc.status, exc.error, str(exc))
     except _BadJoin as exc:
         return _refuse(400, "invalid join", str(exc))
     except ValidationError as exc:

@@ -13,5 +13,5 @@ register = template.Library()
 def repair_state_badge(state: str) -> str:
     if not state:
         return ""
-    return format_html('<span class="badge" data-state="{}" style="--c: {}">{}</span>',
+    return format_html('<span class="badge" data-state="{}" data-colour="{}">{}</span>',
                        state, STATE_COLOURS.get(state, "#888"), STATE_LABELS.get(state, state))

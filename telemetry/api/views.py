@@ -28,7 +28,7 @@ from nodewarden.api import error_body
 from nodewarden.bounds import timestamp_problem
 
 from .. import dcgm_exporter
-from ..auth import AgentAuthError, identify_agent
+from ..auth import AgentAuthError, AgentThrottled, identify_agent
 from ..ingest import IngestRefused, ingest_reports
 from ..models import GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
@@ -43,7 +43,11 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     if request.method != "POST":
         return JsonResponse(error_body("POST a ReportBatch.", "method_not_allowed", error="method not allowed"), status=405)
     try:
-        agent = identify_agent(request.headers.get("Authorization"))
+        agent = identify_agent(request.headers.get("Authorization"), request)
+    except AgentThrottled as exc:
+        response = JsonResponse({"error": "too many failed attempts", "detail": str(exc)}, status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     except AgentAuthError as exc:
         response = JsonResponse(error_body(str(exc), "unauthorized", error="unauthorized"), status=401)
         response["WWW-Authenticate"] = "Bearer"

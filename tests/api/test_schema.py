@@ -144,7 +144,9 @@ def test_what_customers_cannot_see_is_declared(schema):
 
 
 @pytest.mark.django_db
-def test_the_schema_is_served(client):
+def test_the_schema_is_served_to_a_signed_in_user(client, viewer):
+    assert client.get("/api/schema/").status_code == 401  # NODEWARDEN_API_DOCS=authenticated, the default
+    client.force_login(viewer)
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert yaml.safe_load(response.content)["info"]["title"] == "Nodewarden API"

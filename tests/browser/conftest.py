@@ -30,3 +30,23 @@ def browser_type_launch_args(browser_type_launch_args):
 def browser_context_args(browser_context_args):
     return {**browser_context_args, "viewport": {"width": 1366, "height": 900}}
 
+
+
+@pytest.fixture(autouse=True)
+def csp_violations(page):
+    """Fails the test on any Content-Security-Policy violation the portal's pages cause.
+
+    Two witnesses: the browser's console ("Refused to ... because it violates ...") and the DOM's
+    securitypolicyviolation event, reported through a binding Playwright installs in every page
+    (its init script runs outside the page's CSP, so the listener itself violates nothing).
+    """
+    violations: list[str] = []
+    page.expose_function("__nwCspViolation", lambda text: violations.append(f"securitypolicyviolation: {text}"))
+    page.add_init_script(
+        "document.addEventListener('securitypolicyviolation', function (e) {"
+        " window.__nwCspViolation(e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline')"
+        " + ' at ' + e.documentURI + (e.lineNumber ? ':' + e.lineNumber : '')); });")
+    page.on("console", lambda msg: violations.append(f"console: {msg.text}")
+            if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text else None)
+    yield violations
+    assert violations == [], "the page broke its Content-Security-Policy:\n" + "\n".join(violations)

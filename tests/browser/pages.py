@@ -13,9 +13,9 @@ def watch_for_errors(page: Any) -> list[str]:
     return errors
 
 
-def log_in(page: Any, base: str, username: str) -> None:
-    """Log in through the login form with the fixtures' password."""
+def log_in(page: Any, base: str, username: str, password: str = "password") -> None:
+    """Log in through the login form (with the fixtures' password unless told)."""
     page.goto(f"{base}/login/")
     page.fill("input[name=username]", username)
-    page.fill("input[name=password]", "password")
+    page.fill("input[name=password]", password)
     page.click("button[type=submit]")

@@ -59,4 +59,5 @@ def test_a_customer_sees_only_their_nodes(page: Page, live_server, customer, ten
     expect(page.locator("text=Read-only view.")).to_be_visible()
     response = page.goto(f"{live_server.url}/nodes/{theirs.pk}/")
     assert response is not None and response.status == 404
+    expect(page.locator("h1")).to_have_text("Not found")  # the portal's 404 page (templates/404.html)
     assert [e for e in errors if "404" not in e] == []

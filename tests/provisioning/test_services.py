@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 from django.core.exceptions import ValidationError
+from django.test import RequestFactory
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
@@ -119,7 +120,7 @@ def test_a_join_consumes_the_token_issues_an_agent_token_and_marks_the_node_onbo
 
     assert (result.node_id, result.hostname) == (node.pk, node.hostname)
     assert result.agent_token.startswith("nwa_")
-    assert identify_agent(f"Bearer {result.agent_token}").node_id == node.pk
+    assert identify_agent(f"Bearer {result.agent_token}", RequestFactory().get("/")).node_id == node.pk
     node.refresh_from_db()
     assert node.state == NodeState.ONBOARD
     assert JoinToken.objects.get(node=node).used_at is not None
@@ -220,7 +221,7 @@ def test_a_remediating_node_joins_only_with_the_token_of_its_running_reimage(nod
     step.refresh_from_db()
     node.refresh_from_db()
     assert step.status == StepStatus.VERIFYING and node.state == NodeState.FIRMWARE_UPDATE  # rejoined: re-validating
-    assert identify_agent(f"Bearer {result.agent_token}").node_id == node.pk
+    assert identify_agent(f"Bearer {result.agent_token}", RequestFactory().get("/")).node_id == node.pk
 
 
 @pytest.mark.parametrize("facts", [["not", "a", "dict"], {"blob": "x" * 9000}])

@@ -2,6 +2,7 @@
 values on built data, who may scrape, and a query count that does not grow with the fleet."""
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
@@ -23,6 +24,12 @@ from tests.factories import ClusterFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
 TOKEN = "s3cret-scraper-token"
+
+
+@pytest.fixture(autouse=True)
+def scrape_network(settings):
+    """The test client (127.0.0.1) scrapes from a configured scrape network unless a test says otherwise."""
+    settings.NODEWARDEN_METRICS_NETWORKS = [ipaddress.ip_network("127.0.0.0/8")]
 
 
 def scrape(client, **headers):
@@ -139,22 +146,45 @@ def test_a_broker_that_does_not_answer_leaves_the_queue_depths_out(client, fleet
 # --- Who may scrape -------------------------------------------------------------------------------
 
 
-def test_with_a_token_set_a_scraper_needs_it(client, fleet, settings):
+def test_with_a_token_set_a_scraper_outside_the_networks_needs_it(client, fleet, settings):
     settings.NODEWARDEN_METRICS_TOKEN = TOKEN
-    assert client.get("/metrics").status_code == 401  # the loopback no longer suffices
+    settings.NODEWARDEN_METRICS_NETWORKS = []
+    assert client.get("/metrics").status_code == 401  # the loopback does not suffice
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     assert "nodewarden_nodes" in scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
 
 
-def test_without_a_token_only_the_loopback_and_staff_may_scrape(client, fleet, settings, viewer, customer):
+def test_the_loopback_is_no_scrape_network_unless_configured(client, fleet, settings, viewer, customer):
+    """Behind a reverse proxy on the same host every client is the loopback: it must not be trusted by default."""
     settings.NODEWARDEN_METRICS_TOKEN = ""
+    settings.NODEWARDEN_METRICS_NETWORKS = []
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
+    assert client.get("/metrics", REMOTE_ADDR="::1").status_code == 403
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
     client.force_login(customer)
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
     client.force_login(viewer)
     assert "nodewarden_nodes" in scrape(client, REMOTE_ADDR="10.1.2.3")
-    client.logout()
-    assert "nodewarden_nodes" in scrape(client, REMOTE_ADDR="127.0.0.1")
+
+
+def test_a_client_in_a_configured_scrape_network_needs_no_token(client, fleet, settings):
+    settings.NODEWARDEN_METRICS_TOKEN = TOKEN
+    settings.NODEWARDEN_METRICS_NETWORKS = [ipaddress.ip_network("10.9.0.0/16")]
+    assert "nodewarden_nodes" in scrape(client, REMOTE_ADDR="10.9.3.4")
+    assert client.get("/metrics", REMOTE_ADDR="10.8.3.4").status_code == 401
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 401
+
+
+def test_behind_a_trusted_proxy_the_forwarded_address_is_judged(client, fleet, settings):
+    settings.NODEWARDEN_METRICS_TOKEN = ""
+    settings.NODEWARDEN_METRICS_NETWORKS = [ipaddress.ip_network("10.9.0.0/16")]
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    # The proxy (127.0.0.1) appends the address it saw; what a client wrote before it is ignored.
+    forwarded = {"REMOTE_ADDR": "127.0.0.1"}
+    assert "nodewarden_nodes" in scrape(client, HTTP_X_FORWARDED_FOR="10.9.3.4", **forwarded)
+    assert client.get("/metrics", HTTP_X_FORWARDED_FOR="10.9.3.4, 203.0.113.7", **forwarded).status_code == 403
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 0}
+    assert client.get("/metrics", HTTP_X_FORWARDED_FOR="10.9.3.4", REMOTE_ADDR="127.0.0.1").status_code == 403
 
 
 def test_the_token_may_come_from_the_environment(client, fleet, settings, monkeypatch):
@@ -162,6 +192,17 @@ def test_the_token_may_come_from_the_environment(client, fleet, settings, monkey
     monkeypatch.setenv("NODEWARDEN_METRICS_TOKEN", TOKEN)
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 401
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+
+
+def test_metrics_token_guessing_is_throttled(client, fleet, settings):
+    settings.NODEWARDEN_METRICS_TOKEN = TOKEN
+    settings.NODEWARDEN_METRICS_NETWORKS = []
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth_failure": "3/min"}}
+    for _ in range(3):
+        assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer guess").status_code == 401
+    locked = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert locked.status_code == 429 and int(locked["Retry-After"]) > 0
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}", REMOTE_ADDR="10.1.2.3").status_code == 200
 
 
 # --- Cost -----------------------------------------------------------------------------------------
