@@ -162,6 +162,12 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
             agree.unsure.add(pk)
             foreign.unsure.add(pk)
             continue
+        # The scheduler was asked after the node's state was read: a node that changed state
+        # meanwhile (cordoned by a fault a second ago) is judged next run, not against stale belief.
+        if Node.objects.filter(pk=pk).exclude(state=node.state, state_changed_at=node.state_changed_at).exists():
+            agree.unsure.add(pk)
+            foreign.unsure.add(pk)
+            continue
         evidence = {"state": node.state, "state_changed_at": _ts(node.state_changed_at),
                     "scheduler": adapter.kind, "cordoned": world.cordoned, "drained": world.drained,
                     "running_jobs": world.running_jobs, "owner": world.owner, "detail": world.detail}

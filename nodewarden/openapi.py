@@ -105,7 +105,7 @@ def _agent_paths() -> dict[str, Any]:
     from provisioning.api.views import JOIN_REQUEST_SCHEMA, JOIN_RESULT_SCHEMA, MAX_JOIN_BODY_BYTES
     from telemetry.schema import MAX_REPORTS_PER_REQUEST
 
-    agent_errors = {code: _error(code) for code in ("400", "401", "403", "413")}
+    agent_errors = {code: _error(code) for code in ("400", "401", "403", "413", "429")}
     reports = {
         "post": {
             "operationId": "agent_reports_create",
@@ -145,7 +145,7 @@ def _agent_paths() -> dict[str, Any]:
             "responses": {
                 "201": {"description": "Joined: keep node_token, it is shown once.",
                         "content": {"application/json": {"schema": JOIN_RESULT_SCHEMA}}},
-                **{code: _error(code) for code in ("400", "401", "403", "409", "410", "413")},
+                **{code: _error(code) for code in ("400", "401", "403", "409", "410", "413", "429")},
             },
         },
     }

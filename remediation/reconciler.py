@@ -16,6 +16,7 @@ Every minute it re-drives:
 """
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from django.utils import timezone
@@ -28,6 +29,7 @@ from .models import Remediation, RemediationStep
 
 STALL = timedelta(minutes=2)  # NODEWARDEN_REMEDIATION_STALL_SECONDS overrides it
 BATCH = 200
+log = logging.getLogger(__name__)
 
 
 def stall() -> timedelta:
@@ -39,39 +41,65 @@ S = NodeState
 
 
 def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """One pass over everything that may have stalled. An item that fails (a bug, a service that
+    refuses) is logged and counted under "errors"; it never stops the pass for the others."""
     now = now or timezone.now()
     counts = {"timed_out": 0, "requeued": 0, "drained": 0, "stood_down": 0, "superseded": 0, "admitted": 0,
-              "restarted": 0}
+              "restarted": 0, "errors": 0}
     stalled_after = stall()
-    for step in RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH]:
+
+    def each(items, act) -> None:  # type: ignore[no-untyped-def]
+        for item in items:
+            try:
+                outcome = act(item)
+            except Exception:
+                log.exception("reconciler: %s failed on %r", act.__name__, item)
+                counts["errors"] += 1
+                continue
+            if outcome:
+                counts[outcome] += 1
+
+    def step_due(step: RemediationStep) -> str:
         if step.deadline < now:
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
-            counts["timed_out"] += 1
-        elif step.boot_generation is None and (step.last_activity or step.started) < now - stalled_after \
-                and _claim(step, now):  # a reimage waiting for its node to rejoin waits on no worker
+            return "timed_out"
+        # A reimage waiting for its node to rejoin waits on no worker.
+        if step.boot_generation is None and (step.last_activity or step.started) < now - stalled_after \
+                and _claim(step, now):
             services.queue_step(step.pk)
-            counts["requeued"] += 1
-    for rem in (Remediation.objects.filter(status=Status.DRAINING)
-                .select_related("node__cluster", "finding__alert", "policy")[:BATCH]):
+            return "requeued"
+        return ""
+
+    def draining(rem: Remediation) -> str:
         if rem.node.state == S.DRAIN_PENDING and services.cleared_by_itself(rem):
-            counts["stood_down"] += services.stand_down(rem.pk).status == Status.CLEARED
-        elif rem.node.state == S.TRIAGE:  # drained, but its follow-up did not start the rung
+            return "stood_down" if services.stand_down(rem.pk).status == Status.CLEARED else ""
+        if rem.node.state == S.TRIAGE:  # drained, but its follow-up did not start the rung
             services.on_drained(rem.node_id)
-            counts["drained"] += 1
-    for rem_id in Remediation.objects.filter(status__in=OPEN, node__state__in=services.OUT_OF_HANDS).values_list(
-            "pk", flat=True)[:BATCH]:
-        counts["superseded"] += services.end_superseded(rem_id).status == Status.STOPPED
-    for rem in Remediation.objects.filter(status=Status.QUEUED).select_related(
-            "node", "finding__alert", "policy").order_by("updated")[:BATCH]:
+            return "drained"
+        return ""
+
+    def superseded(rem_id: int) -> str:
+        return "superseded" if services.end_superseded(rem_id).status == Status.STOPPED else ""
+
+    def queued(rem: Remediation) -> str:
         if rem.node.state == S.TRIAGE and services.cleared_by_itself(rem):
-            counts["stood_down"] += services.stand_down(rem.pk).status == Status.CLEARED
-        elif services.admit(rem.pk, now=now).status != Status.QUEUED:
-            counts["admitted"] += 1
-    stranded = Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
-                                          updated__lt=now - stalled_after).exclude(steps__status=StepStatus.RUNNING)
-    for rem in stranded[:BATCH]:
+            return "stood_down" if services.stand_down(rem.pk).status == Status.CLEARED else ""
+        return "admitted" if services.admit(rem.pk, now=now).status != Status.QUEUED else ""
+
+    def stranded(rem: Remediation) -> str:
         services.start_rung(rem.pk, now=now)
-        counts["restarted"] += 1
+        return "restarted"
+
+    each(RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH], step_due)
+    each(Remediation.objects.filter(status=Status.DRAINING)
+         .select_related("node__cluster", "finding__alert", "policy")[:BATCH], draining)
+    each(Remediation.objects.filter(status__in=OPEN, node__state__in=services.OUT_OF_HANDS).values_list(
+        "pk", flat=True)[:BATCH], superseded)
+    each(Remediation.objects.filter(status=Status.QUEUED).select_related("node", "finding__alert", "policy")
+         .order_by("updated")[:BATCH], queued)
+    each(Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
+                                    updated__lt=now - stalled_after).exclude(steps__status=StepStatus.RUNNING)[:BATCH],
+         stranded)
     return counts
 
 

@@ -335,7 +335,8 @@ def _hand_off(rem: Remediation) -> Remediation:
         node_services.fail_remediation(node.pk, actor=ACTOR, reason=f"Handing off to {Rung(rem.rung).label.lower()}")
     component = _component(rem)
     if rem.rung == Rung.RMA:
-        repairs.open_rma_case(node.pk, vendor="", part=component, failed_serial="",
+        vendor, failed_serial = _rma_vendor_and_serial(rem)
+        repairs.open_rma_case(node.pk, vendor=vendor, part=component, failed_serial=failed_serial,
                               actor=ACTOR, reason=f"Remediation {rem.pk}: {what}")
     else:
         repairs.open_repair_ticket(node.pk, component=component,
@@ -355,6 +356,20 @@ def _component(rem: Remediation) -> str:
     if finding.subject:
         return finding.subject
     return f"GPU {finding.gpu_index}" if finding.gpu_index is not None else finding.rule
+
+
+def _rma_vendor_and_serial(rem: Remediation) -> tuple[str, str]:
+    """Who the part goes back to and its serial, as far as Nodewarden knows them: a GPU's (NVIDIA,
+    its serial from the inventory) or the server's (its hardware profile, the node's serial). The
+    RMA case requires both; a person corrects them on the case if the vendor differs."""
+    from nodes.models import GPU
+
+    finding, node = rem.finding, rem.node
+    if finding is not None and finding.gpu_index is not None:
+        serial = GPU.objects.filter(node_id=node.pk, index=finding.gpu_index).values_list("serial", flat=True).first()
+        return "NVIDIA", serial or f"{node.serial} GPU {finding.gpu_index}"
+    profile = node.hardware_profile.name if node.hardware_profile_id else "server vendor"
+    return profile, node.serial or node.hostname
 
 
 def _tried(rem: Remediation) -> str:
@@ -523,7 +538,10 @@ def on_back_in_production(node_id: int) -> Remediation | None:
     rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).select_related("finding__alert").first()
     if rem is None:
         return None
-    since = rem.steps.filter(status=StepStatus.VERIFYING).values_list("acted_at", flat=True).first() or rem.created
+    # Since the action being verified (or the last action carried out, or the finding).
+    since = (rem.steps.filter(status=StepStatus.VERIFYING).values_list("acted_at", flat=True).first()
+             or rem.steps.exclude(acted_at=None).order_by("-acted_at").values_list("acted_at", flat=True).first()
+             or rem.created)
     firing = still_firing(rem.finding, since=since) if rem.finding else None
     rem.finished = timezone.now()
     if firing:

@@ -77,6 +77,13 @@ class Records:
             getattr(self, name).extend(getattr(other, name))
 
 
+class _Blank(dict):  # type: ignore[type-arg]
+    """A format mapping in which a detail the row lacks reads as empty."""
+
+    def __missing__(self, key: str) -> str:
+        return ""
+
+
 class _Incident:
     """One finding's records as they stand after the rows read so far."""
 
@@ -84,7 +91,8 @@ class _Incident:
         self.node, self.out = node, out
         self.cause = BY_KEY[row.details["cause"]]
         rule, subject = CAUSE_RULES[self.cause.key]
-        subject = subject.format_map({k: row.details.get(k, "") for k in ("hca", "psu", "dimm")})
+        # Every detail the seeded life wrote for the cause fills its subject (hca, psu, dimm, nvme, ...).
+        subject = subject.format_map(_Blank(row.details))
         severity = Severity.CATASTROPHIC if self.cause.cordon else Severity.DEGRADED
         self.rungs = [] if self.cause.to_rma else list(self.cause.rungs)
         first = Rung.RMA if self.cause.to_rma else (self.rungs[0] if self.rungs else Rung.REPAIR)
@@ -205,9 +213,11 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
             out.steps.append(inc.step)
             inc.decide(at, f"{Rung(rung).label.lower()} started")
         elif verb in ("revalidate", "fail_remediation") and inc.step is not None and inc.step.status == "running":
-            passed = verb == "revalidate"
-            inc.step.status = StepStatus.PASSED if passed else StepStatus.FAILED
-            inc.step.finished = inc.step.deadline = at
+            passed = verb == "revalidate"  # the action done: the step verifies until re-validation says
+            inc.step.status = StepStatus.VERIFYING if passed else StepStatus.FAILED
+            inc.step.deadline = at
+            inc.step.acted_at = at if passed else None
+            inc.step.finished = None if passed else at
             inc.step.detail = row.reason
             label = Rung(inc.step.rung).label.lower()
             if passed:
@@ -219,6 +229,7 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
                 inc.rem.rung = nxt  # type: ignore[union-attr]
                 inc.decide(at, f"{label} failed: {row.reason}; climbing to {Rung(nxt).label.lower()}")
         elif verb == "fail_validation" and inc.rem is not None and inc.rem.status == Status.VALIDATING:
+            _verified(inc.step, StepStatus.FAILED, at, f"re-validation failed: {row.reason}")
             inc.rem.rung, inc.rem.status = Rung.REPAIR, Status.RUNNING
             inc.decide(at, f"re-validation failed: {row.reason}; climbing to repair")
         elif verb == "send_to_repair":
@@ -254,10 +265,17 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
         elif verb == "release_to_production":
             inc.resolve_alert(at, "back in production after re-validation")
             if inc.rem is not None and inc.rem.status == Status.VALIDATING:
+                _verified(inc.step, StepStatus.PASSED, at, "re-validation passed")
                 inc.finish(Status.SUCCEEDED, at, f"back in production after "
                                                   f"{Rung(inc.rem.rung).label.lower()} and re-validation")
             inc = None
     return out
+
+
+def _verified(step: RemediationStep | None, status: str, at: datetime, detail: str) -> None:
+    """A verifying step gets its answer, as remediation.services does when re-validation ends."""
+    if step is not None and step.status == StepStatus.VERIFYING:
+        step.status, step.finished, step.detail = status, at, f"{step.detail}; {detail}"
 
 
 def _resolve(ticket: Paper, at: datetime) -> None:

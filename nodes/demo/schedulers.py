@@ -43,7 +43,7 @@ from celery import shared_task
 
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster
-from nodes.choices import TROUBLE_STATES, NodeState
+from nodes.choices import NodeState
 from nodewarden.env import env_bool
 from schedulers.base import SchedulerAdapter, adapter_for
 from schedulers.slurmsim import SlurmCluster
@@ -234,18 +234,22 @@ def running_demo_schedulers(*, slurmd_per_cluster: int = SLURMD_PER_CLUSTER) -> 
 
 
 def _match_nodewarden(demo: DemoSchedulers) -> int:
-    """Drain (Slurm) or cordon (Kubernetes) every demo node Nodewarden has out of production for a fault,
-    through the adapters, so that a drain in progress is one the scheduler knows of."""
+    """Drain (Slurm) or cordon (Kubernetes) every demo node the reactions table wants out of its
+    scheduler (``schedulers.reactions.STATE_REACTION``: out of production for a fault, and Day 1
+    nodes being validated), through the adapters, with the reason the reactions would give."""
     from django.test import override_settings
 
+    from schedulers.reactions import STATE_REACTION, Reaction, scheduler_reason
+
     kinds = [SchedulerKind.SLURM] + ([SchedulerKind.KUBERNETES] if demo.kube is not None else [])
-    nodes = demo_nodes().filter(state__in=TROUBLE_STATES, cluster__scheduler_kind__in=kinds).select_related("cluster")
+    out = [state for state, reaction in STATE_REACTION.items() if reaction in (Reaction.CORDON, Reaction.DRAIN)]
+    nodes = demo_nodes().filter(state__in=out, cluster__scheduler_kind__in=kinds).select_related("cluster")
     adapters: dict[int, SchedulerAdapter] = {}
     # The adapter reads its token from settings; this process's settings predate the stand-in's token.
     with override_settings(NODEWARDEN_KUBERNETES_TOKENS={**_configured_tokens(), **demo.tokens}):
         for node in nodes.order_by("hostname"):
             adapter = adapters.setdefault(node.cluster_id, adapter_for(node.cluster))
-            adapter.drain(node, reason=f"{node.get_state_display()} in Nodewarden when the demo started")
+            adapter.drain(node, reason=scheduler_reason(node.state, "when the demo started"))
     return nodes.count()
 
 

@@ -86,7 +86,7 @@ def test_the_transition_post_documents_its_body_and_every_answer(schema):
     post = schema["paths"][TRANSITION]["post"]
     body = post["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     assert schema["components"]["schemas"][body]["required"] == ["reason"]
-    assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "415"}
+    assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429"}
     name = next(p for p in post["parameters"] if p["name"] == "name")
     assert "cordon" in name["schema"]["enum"] and "force_state" not in name["schema"]["enum"]
 
@@ -115,13 +115,13 @@ def test_the_agent_report_is_documented_by_the_type_that_decodes_it(schema):
     assert gpu["temperature_c"] == {"anyOf": [{"type": "number", "minimum": -50, "maximum": 200}, {"type": "null"}],
                                     "default": None}
     assert post["security"] == [{"nodeAgentToken": []}]
-    assert set(post["responses"]) == {"200", "400", "401", "403", "413"}
+    assert set(post["responses"]) == {"200", "400", "401", "403", "413", "429"}
 
 
 def test_the_join_is_documented(schema):
     post = schema["paths"]["/api/agent/join/"]["post"]
     assert post["requestBody"]["content"]["application/json"]["schema"]["required"] == ["join_token", "hostname"]
-    assert set(post["responses"]) == {"201", "400", "401", "403", "409", "410", "413"}
+    assert set(post["responses"]) == {"201", "400", "401", "403", "409", "410", "413", "429"}
 
 
 def test_every_operation_documents_its_errors(schema):

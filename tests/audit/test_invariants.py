@@ -37,6 +37,25 @@ def degraded(node, summary="7 GPUs visible, expected 8", rule="gpu_count"):
 # --- 1. Scheduler agreement (without a scheduler; real Slurm in tests/schedulers/test_audit.py) -----------
 
 
+def test_a_node_that_changes_state_while_its_scheduler_is_asked_is_not_a_breach(monkeypatch):
+    """Seen in the demo: a production node got a fault and was cordoned between the auditor reading
+    its state and asking the scheduler; "production, cordoned by Nodewarden" was a false breach."""
+    from nodes import services as node_services
+    from schedulers import base
+
+    node = NodeFactory(state="production", cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM),
+                       state_changed_at=AGO)
+
+    class Racing(base.NoScheduler):
+        def drain_state(self, asked):
+            node_services.cordon(node.pk, actor=node_services.Actor.system("health"), reason="XID 79 just now")
+            return base.DrainState(cordoned=True, drained=False, running_jobs=1, owner=base.OWNER)
+
+    monkeypatch.setattr(base, "adapter_for", lambda cluster: Racing(cluster))
+    outcome = run(C.scheduler_agreement)[C.Invariant.SCHEDULER_AGREEMENT]
+    assert outcome.breaches == [] and node.pk in outcome.unsure
+
+
 def test_a_cluster_without_a_scheduler_always_agrees():
     NodeFactory(production=True, cluster=ClusterFactory(scheduler_kind=SchedulerKind.NONE))
     NodeFactory(state="triage", cluster=ClusterFactory(scheduler_kind=SchedulerKind.NONE))

@@ -40,6 +40,17 @@ def test_a_customer_sees_only_its_tenants_alerts_and_findings(customer, acme_ale
     assert api.get(f"/api/alerts/{globex_alert.pk}/").status_code == 404
 
 
+def test_a_customer_does_not_see_the_fleet_auditors_findings(customer, operator, acme_alert):
+    """Seen in the demo: customers read "Audit: remediation #212 draining" among their alerts."""
+    raise_finding(acme_alert.node_id, rule="audit.live_remediation", severity=Severity.WARNING,
+                  summary="Audit: remediation #212 draining with its node in triage")
+    customer_view = client_for(customer).get("/api/alerts/").json()["results"]
+    operator_view = client_for(operator).get("/api/alerts/").json()["results"]
+    assert [a["rule"] for a in customer_view] == ["xid"]
+    assert {a["rule"] for a in operator_view} == {"xid", "audit.live_remediation"}
+    assert "audit." not in str(client_for(customer).get("/api/findings/").json())
+
+
 def test_filters_select_findings_by_severity_rule_and_gpu(operator, acme_alert, globex_alert):
     api = client_for(operator)
 

@@ -134,3 +134,21 @@ def test_the_churn_acts_only_through_peoples_verbs_and_leaves_no_trouble_unrecor
         assert event.transition in ("revalidate", "send_to_repair"), event
         assert any(key in (event.details or {}) for key in ENGINE_RECORD), (event, event.details)
     assert problems() == []
+
+
+def test_every_causes_alert_subject_is_filled_from_what_its_finding_names():
+    """The seeded alert's subject (e.g. "nvme{nvme}") takes its values from the details the seeded
+    life writes for the finding's text; a placeholder the finding does not name would crash the
+    seed of a large fleet (nvme_media did, at 500 nodes) or leave the subject half empty."""
+    from string import Formatter
+
+    from nodes.demo.catalog import CAUSE_RULES, CAUSES
+
+    for cause in (c for c in CAUSES if c.key in CAUSE_RULES):
+        _rule, subject = CAUSE_RULES[cause.key]
+        wanted = {name for _, name, _, _ in Formatter().parse(subject) if name}
+        named = {name for _, name, _, _ in Formatter().parse(cause.finding) if name}
+        assert wanted and wanted <= named or not wanted, (cause.key, wanted - named)
+    from nodes.demo.records import _Blank
+
+    assert "nvme{nvme}".format_map(_Blank({"nvme": 2, "n": 5})) == "nvme2"  # every detail reaches the subject

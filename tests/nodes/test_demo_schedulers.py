@@ -88,11 +88,11 @@ def test_nodes_nodewarden_has_out_of_production_start_drained_or_cordoned(seeded
     with running_demo_schedulers() as demo:
         assert demo.synced >= 2
         out = demo.slurm.run("scontrol", "show", "node", short_name(slurm_node.hostname)).stdout
-        assert "Reason=nodewarden: Drain pending in Nodewarden when the demo started" in out
+        assert "Reason=nodewarden: Drain pending: when the demo started" in out
         stored = demo.kube.node(short_name(kube_node.hostname))
         assert stored["spec"]["unschedulable"] is True
         assert stored["metadata"]["annotations"]["nodewarden.io/cordon-reason"] == (
-            "Drain pending in Nodewarden when the demo started")
+            "Drain pending: when the demo started")
 
 
 def test_a_requested_drain_waits_for_the_demo_job_on_a_slurmd_node(demo, django_capture_on_commit_callbacks):

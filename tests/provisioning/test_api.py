@@ -193,7 +193,7 @@ def test_the_schema_documents_provision_and_still_validates_without_warnings(tmp
     GENERATOR_STATS.reset()
     schema = SchemaGenerator().get_schema(request=None, public=True)
     post = schema["paths"]["/api/nodes/{id}/provision/"]["post"]
-    assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "415"}
+    assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429"}
     # A lean plain view, like the agents' report ingest; documented by nodewarden/openapi.py.
     assert set(schema["paths"]["/api/agent/join/"]["post"]["responses"]) == {
-        "201", "400", "401", "403", "409", "410", "413"}
+        "201", "400", "401", "403", "409", "410", "413", "429"}

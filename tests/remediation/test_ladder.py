@@ -171,3 +171,44 @@ def test_the_ladder_ends_with_a_technician_when_every_automated_rung_failed(flee
     rem = catastrophic(node, eager, action="reboot")
     assert rem.status == Status.HANDED_OFF and node.state == S.REPAIR
     assert "reboot (failed), bmc power cycle (failed), reimage (failed)" in RepairTicket.objects.get(node=node).what
+
+
+def test_a_finding_that_calls_for_an_rma_opens_a_vendor_case_with_the_gpus_serial(fleet, eager):
+    from repairs.models import RmaCase
+    from tests.factories import GPUFactory
+
+    node = fleet[0]
+    GPUFactory(node=node, index=5, serial="1654123456789")
+    with eager():
+        raise_finding(node.pk, rule="row_remap_failure", severity="catastrophic", gpu_index=5, subject="",
+                      summary="GPU 5: row remapping failed (no spare rows)", recommended_action="rma")
+    node.refresh_from_db()
+    rem = Remediation.objects.get(node=node)
+    case = RmaCase.objects.get(node=node)
+    assert rem.status == Status.HANDED_OFF and rem.rung == Rung.RMA and node.state == S.RMA, rem.decisions
+    assert (case.vendor, case.failed_serial) == ("NVIDIA", "1654123456789")
+
+
+def test_one_remediation_that_fails_does_not_stop_the_reconciler_for_the_others(fleet, eager, monkeypatch):
+    """Seen in the demo: an RMA hand-off that raised aborted every pass, so no other stalled
+    remediation was ever re-driven. Now the failure is logged and counted; the rest go on."""
+    broken, stuck = fleet[0], fleet[1]
+    policy = RemediationPolicy.objects.create(name="xid approval", match_rule="xid", urgency=Urgency.NOW,
+                                              requires_approval=True)
+    first = catastrophic(broken, eager)
+    second = catastrophic(stuck, eager)
+    assert first.status == second.status == Status.AWAITING_APPROVAL
+    policy.delete()
+    Remediation.objects.filter(pk__in=(first.pk, second.pk)).update(status=Status.QUEUED)
+    real_admit = services.admit
+
+    def admit(remediation_id, **kwargs):
+        if remediation_id == first.pk:
+            raise RuntimeError("a bug in one remediation")
+        return real_admit(remediation_id, **kwargs)
+
+    monkeypatch.setattr(services, "admit", admit)
+    with eager():
+        counts = reconciler.reconcile()
+    second.refresh_from_db()
+    assert counts["errors"] == 1 and counts["admitted"] == 1 and second.status == Status.SUCCEEDED

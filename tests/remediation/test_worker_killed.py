@@ -89,7 +89,8 @@ def test_a_worker_killed_mid_power_cycle_leaves_a_step_the_reconciler_re_drives(
     # A step younger than the stall delay may just be a slow BMC: it is left alone.
     assert reconciler.reconcile(now=step.started + timedelta(seconds=STALL_SECONDS - 1))["requeued"] == 0
     assert reconciler.reconcile(now=step.started + timedelta(seconds=STALL_SECONDS + 1)) == {
-        "timed_out": 0, "requeued": 1, "drained": 0, "stood_down": 0, "superseded": 0, "admitted": 0, "restarted": 0}
+        "timed_out": 0, "requeued": 1, "drained": 0, "stood_down": 0, "superseded": 0, "admitted": 0, "restarted": 0,
+        "errors": 0}
 
     second = start_worker("second", **WORKER_ENV)
     workers.append(second)

@@ -28,7 +28,8 @@ def documented_environment() -> dict[str, str]:
 def run_manage(*args: str, extra: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("NODEWARDEN_", "SECURE_", "DATABASE_URL", "REDIS_URL", "CELERY_", "SECRET_KEY",
-                                  "DEBUG", "ALLOWED_HOSTS", "CSRF_", "SESSION_"))}
+                                  "DEBUG", "ALLOWED_HOSTS", "CSRF_", "SESSION_",
+                                  "DJANGO_ALLOW_ASYNC_UNSAFE"))}  # the browser tests' conftest sets it
     env.update({"NODEWARDEN_VAR_DIR": str(tmp_path / "var"), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     env.update(extra)
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
