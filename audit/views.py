@@ -2,6 +2,8 @@
 invariant and its breaches with their evidence, and the recent runs."""
 from __future__ import annotations
 
+import json
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -21,7 +23,10 @@ def overview(request: HttpRequest) -> HttpResponse:
     run = AuditRun.objects.filter(finished__isnull=False).first()
     rows = [{"invariant": inv, "label": inv.label, "colour": INVARIANT_COLOURS[inv],
              **(run.counts.get(inv.value, {}) if run else {})} for inv in Invariant]
+    # Evidence as indented JSON an operator can read (and copy), not a Python dict's repr.
+    breaches = [{**b, "evidence_json": json.dumps(b.get("evidence", {}), indent=1, sort_keys=True, default=str)}
+                for b in (run.breaches if run else [])]
     return render(request, "audit/overview.html", {
-        "run": run, "rows": rows, "breaches": run.breaches if run else [], "recent": recent,
+        "run": run, "rows": rows, "breaches": breaches, "recent": recent,
         "labels": dict(Invariant.choices), "colours": INVARIANT_COLOURS,
     })
