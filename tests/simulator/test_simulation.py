@@ -12,7 +12,6 @@ job keeps dying on it until an operator steps in.
 """
 from __future__ import annotations
 
-import importlib.util
 from datetime import timedelta
 
 import pytest
@@ -22,17 +21,13 @@ from remediation.models import Remediation, RemediationStep
 from simulator import faults as F
 from simulator.engine import SimConfig, Simulation
 from simulator.report import build, render, render_side_by_side
-from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit follow-ups run as in production
 
 
 @pytest.fixture(autouse=True)
-def _sushy():
-    if importlib.util.find_spec("sushy_tools") is None:
-        if IN_CI:
-            pytest.fail("sushy-tools is required in CI (bin/test installs it)")
-        pytest.skip("sushy-tools is not installed")
+def _sushy(sushy):
+    """Every test here runs the Redfish emulators."""
 
 
 def planted_run(policy: str = "default") -> tuple[Simulation, dict]:

@@ -10,7 +10,6 @@ invariant against real Slurm is tested in tests/schedulers/test_audit.py.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 from datetime import timedelta
 
@@ -19,18 +18,14 @@ import pytest
 from simulator import faults as F
 from simulator.engine import SimConfig, Simulation
 from simulator.report import breaches_line, build
-from tests.conftest import IN_CI
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit follow-ups run as in production
 NODES = 16
 
 
 @pytest.fixture(autouse=True)
-def _sushy():
-    if importlib.util.find_spec("sushy_tools") is None:
-        if IN_CI:
-            pytest.fail("sushy-tools is required in CI (bin/test installs it)")
-        pytest.skip("sushy-tools is not installed")
+def _sushy(sushy):
+    """Every test here runs the Redfish emulators."""
 
 
 def every_fault() -> list[tuple[str, str]]:
