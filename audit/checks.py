@@ -162,9 +162,13 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
             agree.unsure.add(pk)
             foreign.unsure.add(pk)
             continue
+        out_of_production = node.state != S.PRODUCTION
+        disagrees = not world.cordoned if out_of_production else (world.cordoned and pk not in held)
         # The scheduler was asked after the node's state was read: a node that changed state
         # meanwhile (cordoned by a fault a second ago) is judged next run, not against stale belief.
-        if Node.objects.filter(pk=pk).exclude(state=node.state, state_changed_at=node.state_changed_at).exists():
+        # Asked only on a disagreement (one query there, none on the common path).
+        if disagrees and Node.objects.filter(pk=pk).exclude(state=node.state,
+                                                            state_changed_at=node.state_changed_at).exists():
             agree.unsure.add(pk)
             foreign.unsure.add(pk)
             continue
@@ -172,7 +176,7 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
                     "scheduler": adapter.kind, "cordoned": world.cordoned, "drained": world.drained,
                     "running_jobs": world.running_jobs, "owner": world.owner, "detail": world.detail}
         agree.checked += 1
-        if node.state != S.PRODUCTION:
+        if out_of_production:
             if not world.cordoned:
                 agree.breaches.append(Breach(Invariant.SCHEDULER_AGREEMENT, pk, node.hostname,
                                              f"{node.state}: out of production", "not cordoned", evidence))

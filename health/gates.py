@@ -23,8 +23,8 @@ from .models import Alert
 from .rules import REGISTRY
 from .rules.base import EXTERNAL, TASK
 from .services import is_event_rule
+from .tasks import QUIET_RULES  # events whose alerts resolve by going quiet
 
-QUIET = ("xid", "xid_repeated")  # events whose alerts resolve by going quiet (health.tasks.QUIET_RULES)
 
 
 def threshold_rank() -> int:
@@ -36,7 +36,7 @@ def is_report_condition(rule: str) -> bool:
     """A condition a health rule evaluates on every agent report (so a clean report clears it)."""
     spec = REGISTRY.get(rule)
     return (spec is not None and spec.fn is not None and spec.scope not in (TASK, EXTERNAL)
-            and not is_event_rule(rule) and rule not in QUIET)
+            and not is_event_rule(rule) and rule not in QUIET_RULES)
 
 
 def blocks(alert: Any, since: datetime, rank: int | None = None) -> bool:

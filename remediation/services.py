@@ -455,46 +455,44 @@ def confirm_window(finding: Any) -> timedelta:
     return timedelta(seconds=float(seconds or 0))
 
 
-def confirming(rem: Remediation, now: datetime | None = None) -> str:
-    """Why the remediation does not act yet on a condition that may clear by itself ('' if it may act):
-    its confirmation window has not run, or its condition is clearing or has cleared (then the
-    reconciler stands it down). Idle node or busy, the same rule."""
-    from health.choices import AlertState
+def _may_stand_down(rem: Remediation) -> bool:
+    """Its finding is a condition with an alert that resolves when the rule sees it clear (not an
+    XID, whose alert resolves by going quiet), and its policy lets a remediation stand down."""
     from health.tasks import QUIET_RULES
 
     finding = rem.finding
     if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
+        return False
+    return rem.policy is None or rem.policy.stand_down_if_cleared
+
+
+def confirming(rem: Remediation, now: datetime | None = None) -> str:
+    """Why the remediation does not act yet on a condition that may clear by itself ('' if it may act):
+    its confirmation window has not run, or its condition is clearing or has cleared (then the
+    reconciler stands it down). Idle node or busy, the same rule."""
+    if not _may_stand_down(rem):
         return ""
-    if rem.policy is not None and not rem.policy.stand_down_if_cleared:
-        return ""
+    finding = rem.finding
     window = confirm_window(finding)
     if not window:
         return ""
     alert = finding.alert
-    if alert.state == AlertState.RESOLVED:
+    if cleared_by_itself(rem):
         return f"{finding.summary} cleared by itself"
     if alert.clearing_since is not None:
         return f"{finding.summary} is clearing (seen clear since {alert.clearing_since:%H:%M:%S} UTC)"
     until = finding.created + window
-    now = now or timezone.now()
-    if now < until:
+    if (now or timezone.now()) < until:
         return f"confirming {finding.summary} does not clear by itself (until {until:%H:%M:%S} UTC)"
     return ""
 
 
 def cleared_by_itself(rem: Remediation) -> bool:
-    """The finding's condition is gone while its drain still waits for the job: its alert resolved
-    because the rule saw the condition clear (not XIDs, whose alerts resolve by going quiet), and the
-    policy lets a remediation stand down."""
+    """The finding's condition is gone before anything disruptive was done: its alert resolved because
+    the rule saw the condition clear, and the remediation may stand down (``_may_stand_down``)."""
     from health.choices import AlertState
-    from health.tasks import QUIET_RULES
 
-    finding = rem.finding
-    if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
-        return False
-    if rem.policy is not None and not rem.policy.stand_down_if_cleared:
-        return False
-    return finding.alert.state == AlertState.RESOLVED
+    return _may_stand_down(rem) and rem.finding.alert.state == AlertState.RESOLVED
 
 
 def stand_down(remediation_id: int) -> Remediation:

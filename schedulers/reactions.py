@@ -195,6 +195,10 @@ for _verb in REACTIONS:
 # --- The drain road -------------------------------------------------------------------------------
 
 
+STARTED, COMPLETED = "No customer job running: started draining.", "Drain complete."
+MOVED = (STARTED, COMPLETED)  # what advance_drain answers when it moved the node on
+
+
 def advance_drain(node: Node, *, trigger: int | None = None) -> str:
     """Move a drain-pending or draining node on as far as its scheduler says it can go."""
     adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
@@ -208,14 +212,14 @@ def advance_drain(node: Node, *, trigger: int | None = None) -> str:
                 return f"{adapter.kind} drains the node; waiting for its job to end."
             node_services.start_draining(node.pk, actor=ACTOR, reason="No customer job running: draining now.",
                                          details=details)
-            return "No customer job running: started draining."
+            return STARTED
         if node.state == S.DRAINING:
             state = adapter.drain_state(node)
             if not state.drained:
                 return f"Waiting for the scheduler to report the node drained ({state.detail})."
             node_services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",
                                          details={**details, "detail": state.detail})
-            return "Drain complete."
+            return COMPLETED
     except SchedulerError as exc:  # the node stays where it is; the follower asks again
         return f"The scheduler could not be asked about the drain ({exc}); asking again later."
     except (TransitionNotAllowed, ConcurrentTransition):  # moved on meanwhile
@@ -249,7 +253,5 @@ def follow_drains(now: datetime | None = None) -> dict[str, int]:
     draining = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).select_related("cluster")
                 .order_by("state_changed_at")[:BATCH])
     for node in draining:
-        before = node.state
-        advance_drain(node)
-        counts["moved"] += Node.objects.filter(pk=node.pk).exclude(state=before).exists()
+        counts["moved"] += advance_drain(node) in MOVED
     return counts
