@@ -14,7 +14,7 @@ every five) must have had its chance before a disagreement counts.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,6 +115,35 @@ def _round_robin(ids: list[int], after: int, limit: int) -> list[int]:
     return ordered[:limit]
 
 
+def _bounded_walk(ctx: AuditContext, key: str, ids: list[int], nodes: dict[int, Any], chunk: list[int],
+                  seconds: float, outcomes: list[Outcome]) -> Iterator[Any]:
+    """The settled nodes of ``chunk`` in order, until ``seconds`` are spent. A node changed within the
+    grace is excused and unsure; when the walk ends, the nodes not reached are unsure (and counted on
+    the first outcome) and the cursor ``key`` moves to the last node reached, for the next run."""
+    deadline = ctx.clock() + seconds
+    reached: list[int] = []
+    for pk in chunk:
+        node = nodes.get(pk)
+        if node is None:
+            continue  # gone or moved out of scope since the id list was read
+        if ctx.clock() > deadline:
+            break
+        reached.append(pk)
+        if not ctx.settled(node.state_changed_at):
+            outcomes[0].excused += 1
+            for outcome in outcomes:
+                outcome.unsure.add(pk)
+            continue
+        yield node
+    done = set(reached)
+    left = [pk for pk in ids if pk not in done]
+    outcomes[0].not_reached = len(left)
+    for outcome in outcomes:
+        outcome.unsure.update(left)
+    if reached:
+        ctx.cursors[key] = reached[-1]
+
+
 # --- 1. The scheduler agrees ---------------------------------------------------------------------
 
 
@@ -140,20 +169,8 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
     nodes = scope.filter(pk__in=chunk).select_related("cluster").in_bulk()
     held = scheduler_holds(pk for pk, n in nodes.items() if n.state == S.PRODUCTION)
     adapters: dict[int, Any] = {}
-    deadline = ctx.clock() + ctx.scheduler_seconds
-    reached: list[int] = []
-    for pk in chunk:
-        node = nodes.get(pk)
-        if node is None:
-            continue  # gone or moved out of scope since the id list was read
-        if ctx.clock() > deadline:
-            break
-        reached.append(pk)
-        if not ctx.settled(node.state_changed_at):
-            agree.excused += 1
-            agree.unsure.add(pk)
-            foreign.unsure.add(pk)
-            continue
+    for node in _bounded_walk(ctx, "scheduler", ids, nodes, chunk, ctx.scheduler_seconds, [agree, foreign]):
+        pk = node.pk
         adapter = adapters.setdefault(node.cluster_id, adapter_for(node.cluster))
         try:
             world = adapter.drain_state(node)
@@ -192,13 +209,6 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
         else:
             foreign.breaches.append(Breach(Invariant.FOREIGN_CORDON, pk, node.hostname, "production",
                                            f"cordoned by {world.owner or 'an unknown owner'}", evidence))
-    done = set(reached)
-    left = [pk for pk in ids if pk not in done]
-    agree.not_reached = len(left)
-    for outcome in (agree, foreign):
-        outcome.unsure.update(left)
-    if reached:
-        ctx.cursors["scheduler"] = reached[-1]
     return [agree, foreign]
 
 
@@ -317,19 +327,8 @@ def bmc_power(ctx: AuditContext) -> list[Outcome]:
     ids = list(scope.order_by("pk").values_list("pk", flat=True))
     chunk = _round_robin(ids, ctx.cursors.get("bmc", 0), ctx.bmc_reads)
     nodes = scope.filter(pk__in=chunk).select_related("bmc").in_bulk()
-    deadline = ctx.clock() + ctx.bmc_seconds
-    reached: list[int] = []
-    for pk in chunk:
-        node = nodes.get(pk)
-        if node is None:
-            continue
-        if ctx.clock() > deadline:
-            break
-        reached.append(pk)
-        if not ctx.settled(node.state_changed_at):
-            outcome.excused += 1
-            outcome.unsure.add(pk)
-            continue
+    for node in _bounded_walk(ctx, "bmc", ids, nodes, chunk, ctx.bmc_seconds, [outcome]):
+        pk = node.pk
         try:
             power = read_power_state(node.bmc, timeout=ctx.bmc_timeout, retry=False)
         except BmcError:
@@ -344,11 +343,6 @@ def bmc_power(ctx: AuditContext) -> list[Outcome]:
                 Invariant.BMC_POWER, pk, node.hostname, f"{node.state}: powered on", f"BMC reports power {power}",
                 {"state": node.state, "state_changed_at": _ts(node.state_changed_at), "power": str(power),
                  "bmc": str(node.bmc), "read_at": _ts(ctx.now)}))
-    done = set(reached)
-    left = [pk for pk in ids if pk not in done]
-    outcome.not_reached, outcome.unsure = len(left), outcome.unsure | set(left)
-    if reached:
-        ctx.cursors["bmc"] = reached[-1]
     return [outcome]
 
 
