@@ -1,4 +1,5 @@
 """Admin of the fleet auditor: runs are records, read only."""
+
 from __future__ import annotations
 
 from typing import Any

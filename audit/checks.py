@@ -11,6 +11,7 @@ Every rule leaves a node alone for ``grace`` after its last state change (or a r
 after its last update): the loop's own periodic work (the reconciler every minute, Day 0
 every five) must have had its chance before a disagreement counts.
 """
+
 from __future__ import annotations
 
 import time
@@ -59,8 +60,14 @@ class Breach:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"invariant": self.invariant, "node": self.node_id, "hostname": self.hostname,
-                "believed": self.believed, "world": self.world, "evidence": self.evidence}
+        return {
+            "invariant": self.invariant,
+            "node": self.node_id,
+            "hostname": self.hostname,
+            "believed": self.believed,
+            "world": self.world,
+            "evidence": self.evidence,
+        }
 
 
 @dataclass
@@ -79,8 +86,13 @@ class Outcome:
     complete: bool = True
 
     def counts(self) -> dict[str, int]:
-        return {"checked": self.checked, "breaches": len(self.breaches), "unknown": self.unknown,
-                "excused": self.excused, "not_reached": self.not_reached}
+        return {
+            "checked": self.checked,
+            "breaches": len(self.breaches),
+            "unknown": self.unknown,
+            "excused": self.excused,
+            "not_reached": self.not_reached,
+        }
 
 
 @dataclass
@@ -115,8 +127,15 @@ def _round_robin(ids: list[int], after: int, limit: int) -> list[int]:
     return ordered[:limit]
 
 
-def _bounded_walk(ctx: AuditContext, key: str, ids: list[int], nodes: dict[int, Any], chunk: list[int],
-                  seconds: float, outcomes: list[Outcome]) -> Iterator[Any]:
+def _bounded_walk(
+    ctx: AuditContext,
+    key: str,
+    ids: list[int],
+    nodes: dict[int, Any],
+    chunk: list[int],
+    seconds: float,
+    outcomes: list[Outcome],
+) -> Iterator[Any]:
     """The settled nodes of ``chunk`` in order, until ``seconds`` are spent. A node changed within the
     grace is excused and unsure; when the walk ends, the nodes not reached are unsure (and counted on
     the first outcome) and the cursor ``key`` moves to the last node reached, for the next run."""
@@ -150,9 +169,11 @@ def _bounded_walk(ctx: AuditContext, key: str, ids: list[int], nodes: dict[int, 
 def scheduler_holds(node_ids: Iterable[int]) -> set[int]:
     """Production nodes held out of the scheduler for an active check: an open run of a non-stage
     kind whose details say ``"scheduler_hold": true`` (absent key: no hold)."""
-    return set(CheckRun.objects.filter(node_id__in=list(node_ids), status__in=OPEN_RUNS,
-                                       details__scheduler_hold=True)
-               .exclude(kind__in=STAGE_KINDS).values_list("node_id", flat=True))
+    return set(
+        CheckRun.objects.filter(node_id__in=list(node_ids), status__in=OPEN_RUNS, details__scheduler_hold=True)
+        .exclude(kind__in=STAGE_KINDS)
+        .values_list("node_id", flat=True)
+    )
 
 
 def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
@@ -161,9 +182,13 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
     from schedulers.base import OWNER, SchedulerError, adapter_for
 
     agree, foreign = Outcome(Invariant.SCHEDULER_AGREEMENT), Outcome(Invariant.FOREIGN_CORDON)
-    scope = (Node.objects.filter(Q(state__in=(*MUST_BE_CORDONED, S.PRODUCTION))
-                                 | Q(state__in=DAY1_STAGES, is_revalidation=True))
-             .filter(cluster__isnull=False).exclude(cluster__scheduler_kind="none"))
+    scope = (
+        Node.objects.filter(
+            Q(state__in=(*MUST_BE_CORDONED, S.PRODUCTION)) | Q(state__in=DAY1_STAGES, is_revalidation=True)
+        )
+        .filter(cluster__isnull=False)
+        .exclude(cluster__scheduler_kind="none")
+    )
     ids = list(scope.order_by("pk").values_list("pk", flat=True))
     chunk = _round_robin(ids, ctx.cursors.get("scheduler", 0), ctx.scheduler_nodes)
     nodes = scope.filter(pk__in=chunk).select_related("cluster").in_bulk()
@@ -184,19 +209,36 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
         # The scheduler was asked after the node's state was read: a node that changed state
         # meanwhile (cordoned by a fault a second ago) is judged next run, not against stale belief.
         # Asked only on a disagreement (one query there, none on the common path).
-        if disagrees and Node.objects.filter(pk=pk).exclude(state=node.state,
-                                                            state_changed_at=node.state_changed_at).exists():
+        if (
+            disagrees
+            and Node.objects.filter(pk=pk).exclude(state=node.state, state_changed_at=node.state_changed_at).exists()
+        ):
             agree.unsure.add(pk)
             foreign.unsure.add(pk)
             continue
-        evidence = {"state": node.state, "state_changed_at": _ts(node.state_changed_at),
-                    "scheduler": adapter.kind, "cordoned": world.cordoned, "drained": world.drained,
-                    "running_jobs": world.running_jobs, "owner": world.owner, "detail": world.detail}
+        evidence = {
+            "state": node.state,
+            "state_changed_at": _ts(node.state_changed_at),
+            "scheduler": adapter.kind,
+            "cordoned": world.cordoned,
+            "drained": world.drained,
+            "running_jobs": world.running_jobs,
+            "owner": world.owner,
+            "detail": world.detail,
+        }
         agree.checked += 1
         if out_of_production:
             if not world.cordoned:
-                agree.breaches.append(Breach(Invariant.SCHEDULER_AGREEMENT, pk, node.hostname,
-                                             f"{node.state}: out of production", "not cordoned", evidence))
+                agree.breaches.append(
+                    Breach(
+                        Invariant.SCHEDULER_AGREEMENT,
+                        pk,
+                        node.hostname,
+                        f"{node.state}: out of production",
+                        "not cordoned",
+                        evidence,
+                    )
+                )
             continue
         foreign.checked += 1
         if not world.cordoned:
@@ -204,11 +246,22 @@ def scheduler_agreement(ctx: AuditContext) -> list[Outcome]:
         if pk in held:
             agree.excused += 1
         elif world.owner == OWNER:
-            agree.breaches.append(Breach(Invariant.SCHEDULER_AGREEMENT, pk, node.hostname, "production",
-                                         "cordoned by Nodewarden", evidence))
+            agree.breaches.append(
+                Breach(
+                    Invariant.SCHEDULER_AGREEMENT, pk, node.hostname, "production", "cordoned by Nodewarden", evidence
+                )
+            )
         else:
-            foreign.breaches.append(Breach(Invariant.FOREIGN_CORDON, pk, node.hostname, "production",
-                                           f"cordoned by {world.owner or 'an unknown owner'}", evidence))
+            foreign.breaches.append(
+                Breach(
+                    Invariant.FOREIGN_CORDON,
+                    pk,
+                    node.hostname,
+                    "production",
+                    f"cordoned by {world.owner or 'an unknown owner'}",
+                    evidence,
+                )
+            )
     return [agree, foreign]
 
 
@@ -228,17 +281,22 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
     outcome = Outcome(Invariant.UNHANDLED_ALERT)
     rank = SEVERITY_RANK[ctx.severity]
     # node: hostname and state; last_finding: the policy match and the evidence.
-    alerts = list(Alert.objects.filter(state=AlertState.FIRING, severity_rank__gte=rank, node__state=S.PRODUCTION)
-                  .exclude(rule__startswith=RULE_PREFIX).select_related("node", "last_finding")
-                  .order_by("first_seen", "id")[:LIST_LIMIT + 1])
+    alerts = list(
+        Alert.objects.filter(state=AlertState.FIRING, severity_rank__gte=rank, node__state=S.PRODUCTION)
+        .exclude(rule__startswith=RULE_PREFIX)
+        .select_related("node", "last_finding")
+        .order_by("first_seen", "id")[: LIST_LIMIT + 1]
+    )
     if len(alerts) > LIST_LIMIT:
         alerts, outcome.complete = alerts[:LIST_LIMIT], False
     node_ids = {a.node_id for a in alerts}
-    handled = set(Remediation.objects.filter(node_id__in=node_ids, status__in=OPEN)
-                  .values_list("node_id", flat=True))
+    handled = set(Remediation.objects.filter(node_id__in=node_ids, status__in=OPEN).values_list("node_id", flat=True))
     last: dict[int, Remediation] = {}
-    for rem in (Remediation.objects.filter(node_id__in=node_ids - handled)
-                .only("id", "node_id", "status", "rung", "created", "finished").order_by("node_id", "-created")):
+    for rem in (
+        Remediation.objects.filter(node_id__in=node_ids - handled)
+        .only("id", "node_id", "status", "rung", "created", "finished")
+        .order_by("node_id", "-created")
+    ):
         last.setdefault(rem.node_id, rem)
     for alert in alerts:
         outcome.checked += 1
@@ -257,16 +315,36 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
             outcome.excused += 1
             continue
         rem = last.get(alert.node_id)
-        evidence = {"alert": alert.pk, "rule": alert.rule, "severity": alert.severity, "summary": alert.summary,
-                    "gpu_index": alert.gpu_index, "first_seen": _ts(alert.first_seen),
-                    "last_seen": _ts(alert.last_seen), "occurrences": alert.occurrences,
-                    "node_in_production_since": _ts(alert.node.state_changed_at),
-                    "last_remediation": {"id": rem.pk, "status": rem.status, "rung": rem.rung,
-                                         "created": _ts(rem.created), "finished": _ts(rem.finished)}
-                    if rem is not None else None}
-        outcome.breaches.append(Breach(Invariant.UNHANDLED_ALERT, alert.node_id, alert.node.hostname,
-                                       "production, no open remediation",
-                                       f"{alert.severity} alert firing: {alert.summary}", evidence))
+        evidence = {
+            "alert": alert.pk,
+            "rule": alert.rule,
+            "severity": alert.severity,
+            "summary": alert.summary,
+            "gpu_index": alert.gpu_index,
+            "first_seen": _ts(alert.first_seen),
+            "last_seen": _ts(alert.last_seen),
+            "occurrences": alert.occurrences,
+            "node_in_production_since": _ts(alert.node.state_changed_at),
+            "last_remediation": {
+                "id": rem.pk,
+                "status": rem.status,
+                "rung": rem.rung,
+                "created": _ts(rem.created),
+                "finished": _ts(rem.finished),
+            }
+            if rem is not None
+            else None,
+        }
+        outcome.breaches.append(
+            Breach(
+                Invariant.UNHANDLED_ALERT,
+                alert.node_id,
+                alert.node.hostname,
+                "production, no open remediation",
+                f"{alert.severity} alert firing: {alert.summary}",
+                evidence,
+            )
+        )
     return [outcome]
 
 
@@ -281,7 +359,7 @@ def live_remediations(ctx: AuditContext, stall: timedelta | None = None) -> list
 
     outcome = Outcome(Invariant.LIVE_REMEDIATION)
     stall = max(stall if stall is not None else stall_delay(), ctx.grace)
-    rems = list(Remediation.objects.filter(status__in=OPEN).select_related("node").order_by("pk")[:LIST_LIMIT + 1])
+    rems = list(Remediation.objects.filter(status__in=OPEN).select_related("node").order_by("pk")[: LIST_LIMIT + 1])
     if len(rems) > LIST_LIMIT:
         rems, outcome.complete = rems[:LIST_LIMIT], False
     steps: dict[int, RemediationStep] = {}
@@ -302,14 +380,29 @@ def live_remediations(ctx: AuditContext, stall: timedelta | None = None) -> list
             world = f"step {step.rung} running past its deadline {step.deadline:%Y-%m-%d %H:%M} UTC"
         else:
             world = f"no running step, node {node.state}"
-        evidence = {"remediation": rem.pk, "status": rem.status, "rung": rem.rung, "node_state": node.state,
-                    "node_state_changed_at": _ts(node.state_changed_at), "updated": _ts(rem.updated),
-                    "queued_reason": rem.queued_reason,
-                    "step": {"id": step.pk, "rung": step.rung, "started": _ts(step.started),
-                             "deadline": _ts(step.deadline)} if step is not None else None,
-                    "last_decision": (rem.decisions or [None])[-1]}
-        outcome.breaches.append(Breach(Invariant.LIVE_REMEDIATION, node.pk, node.hostname,
-                                       f"remediation #{rem.pk} {rem.status}", world, evidence))
+        evidence = {
+            "remediation": rem.pk,
+            "status": rem.status,
+            "rung": rem.rung,
+            "node_state": node.state,
+            "node_state_changed_at": _ts(node.state_changed_at),
+            "updated": _ts(rem.updated),
+            "queued_reason": rem.queued_reason,
+            "step": {"id": step.pk, "rung": step.rung, "started": _ts(step.started), "deadline": _ts(step.deadline)}
+            if step is not None
+            else None,
+            "last_decision": (rem.decisions or [None])[-1],
+        }
+        outcome.breaches.append(
+            Breach(
+                Invariant.LIVE_REMEDIATION,
+                node.pk,
+                node.hostname,
+                f"remediation #{rem.pk} {rem.status}",
+                world,
+                evidence,
+            )
+        )
     return [outcome]
 
 
@@ -339,10 +432,22 @@ def bmc_power(ctx: AuditContext) -> list[Outcome]:
             continue
         outcome.checked += 1
         if power != PowerState.ON:
-            outcome.breaches.append(Breach(
-                Invariant.BMC_POWER, pk, node.hostname, f"{node.state}: powered on", f"BMC reports power {power}",
-                {"state": node.state, "state_changed_at": _ts(node.state_changed_at), "power": str(power),
-                 "bmc": str(node.bmc), "read_at": _ts(ctx.now)}))
+            outcome.breaches.append(
+                Breach(
+                    Invariant.BMC_POWER,
+                    pk,
+                    node.hostname,
+                    f"{node.state}: powered on",
+                    f"BMC reports power {power}",
+                    {
+                        "state": node.state,
+                        "state_changed_at": _ts(node.state_changed_at),
+                        "power": str(power),
+                        "bmc": str(node.bmc),
+                        "read_at": _ts(ctx.now),
+                    },
+                )
+            )
     return [outcome]
 
 
@@ -362,16 +467,26 @@ def transient_timeouts(ctx: AuditContext, stall: timedelta | None = None) -> lis
     outcome = Outcome(Invariant.TRANSIENT_TIMEOUT)
     stall = stall if stall is not None else stall_delay()
     states = (S.INITIALIZING, *DAY1_STAGES, S.DRAINING, S.REMEDIATING)
-    nodes = list(Node.objects.filter(state__in=states).select_related("hardware_profile")
-                 .order_by("state_changed_at", "pk")[:LIST_LIMIT + 1])
+    nodes = list(
+        Node.objects.filter(state__in=states)
+        .select_related("hardware_profile")
+        .order_by("state_changed_at", "pk")[: LIST_LIMIT + 1]
+    )
     if len(nodes) > LIST_LIMIT:
         nodes, outcome.complete = nodes[:LIST_LIMIT], False
     ids = [n.pk for n in nodes]
-    stage_runs = {run.node_id: run for run in CheckRun.objects.filter(
-        node_id__in=ids, kind__in=STAGE_KINDS, status__in=OPEN_RUNS).order_by("started", "pk")}
-    steps = {nid: deadline for nid, deadline in RemediationStep.objects.filter(
-        remediation__node_id__in=ids, remediation__status__in=OPEN, status=StepStatus.RUNNING)
-        .values_list("remediation__node_id", "deadline")}
+    stage_runs = {
+        run.node_id: run
+        for run in CheckRun.objects.filter(node_id__in=ids, kind__in=STAGE_KINDS, status__in=OPEN_RUNS).order_by(
+            "started", "pk"
+        )
+    }
+    steps = {
+        nid: deadline
+        for nid, deadline in RemediationStep.objects.filter(
+            remediation__node_id__in=ids, remediation__status__in=OPEN, status=StepStatus.RUNNING
+        ).values_list("remediation__node_id", "deadline")
+    }
     specs: dict[int, Day1Spec] = {}
     for node in nodes:
         outcome.checked += 1
@@ -393,11 +508,23 @@ def transient_timeouts(ctx: AuditContext, stall: timedelta | None = None) -> lis
         if due + ctx.grace >= ctx.now:
             continue
         evidence["overdue"] = str(ctx.now - due)
-        outcome.breaches.append(Breach(Invariant.TRANSIENT_TIMEOUT, node.pk, node.hostname,
-                                       f"{node.state} (transient)", f"past its timeout by {ctx.now - due}", evidence))
+        outcome.breaches.append(
+            Breach(
+                Invariant.TRANSIENT_TIMEOUT,
+                node.pk,
+                node.hostname,
+                f"{node.state} (transient)",
+                f"past its timeout by {ctx.now - due}",
+                evidence,
+            )
+        )
     return [outcome]
 
 
 CHECKS: tuple[Callable[[AuditContext], list[Outcome]], ...] = (
-    scheduler_agreement, unhandled_alerts, live_remediations, bmc_power, transient_timeouts,
+    scheduler_agreement,
+    unhandled_alerts,
+    live_remediations,
+    bmc_power,
+    transient_timeouts,
 )

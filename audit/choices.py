@@ -1,4 +1,5 @@
 """The fleet auditor's invariants: names, labels and what each one says, in one place."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -18,9 +19,12 @@ class Invariant(models.TextChoices):
 RULE_PREFIX = "audit."  # a breach's finding rule: "audit.<invariant>"
 
 INVARIANT_COLOURS: dict[str, str] = {
-    Invariant.SCHEDULER_AGREEMENT: "#e0641e", Invariant.FOREIGN_CORDON: "#d9a21b",
-    Invariant.UNHANDLED_ALERT: "#c0392b", Invariant.LIVE_REMEDIATION: "#7b61c9",
-    Invariant.BMC_POWER: "#4a78c2", Invariant.TRANSIENT_TIMEOUT: "#8e2a20",
+    Invariant.SCHEDULER_AGREEMENT: "#e0641e",
+    Invariant.FOREIGN_CORDON: "#d9a21b",
+    Invariant.UNHANDLED_ALERT: "#c0392b",
+    Invariant.LIVE_REMEDIATION: "#7b61c9",
+    Invariant.BMC_POWER: "#4a78c2",
+    Invariant.TRANSIENT_TIMEOUT: "#8e2a20",
 }
 
 

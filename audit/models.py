@@ -1,4 +1,5 @@
 """The fleet auditor's record: one row per run, with its counts and its breaches."""
+
 from __future__ import annotations
 
 from django.db import models

@@ -10,6 +10,7 @@ Warning, not degraded: an audit finding says the books and the world disagree, n
 hardware is bad. At warning the default policies only watch, so the auditor never makes the
 remediation act on a node on its own account: it reports the loop, it does not become part of it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -89,10 +90,16 @@ def run_audit(*, source: str = "", now: datetime | None = None, findings: bool =
 
 
 def _params(ctx: C.AuditContext) -> dict[str, Any]:
-    return {"grace_seconds": ctx.grace.total_seconds(), "severity": ctx.severity,
-            "draining_hours": ctx.draining_timeout.total_seconds() / 3600,
-            "scheduler_nodes": ctx.scheduler_nodes, "scheduler_seconds": ctx.scheduler_seconds,
-            "bmc_reads": ctx.bmc_reads, "bmc_seconds": ctx.bmc_seconds, "bmc_timeout": ctx.bmc_timeout}
+    return {
+        "grace_seconds": ctx.grace.total_seconds(),
+        "severity": ctx.severity,
+        "draining_hours": ctx.draining_timeout.total_seconds() / 3600,
+        "scheduler_nodes": ctx.scheduler_nodes,
+        "scheduler_seconds": ctx.scheduler_seconds,
+        "bmc_reads": ctx.bmc_reads,
+        "bmc_seconds": ctx.bmc_seconds,
+        "bmc_timeout": ctx.bmc_timeout,
+    }
 
 
 def _raise(breaches: list[C.Breach]) -> int:
@@ -103,13 +110,27 @@ def _raise(breaches: list[C.Breach]) -> int:
     raised = 0
     for (node_id, invariant), found in grouped.items():
         first = found[0]
-        summary = f"Audit: {Invariant(invariant).label.lower()}: Nodewarden believes {first.believed}; " \
-                  f"the world says {first.world}"
-        evidence = {"invariant": invariant, "believed": first.believed, "world": first.world,
-                    "evidence": [b.evidence for b in found[:10]], "breaches": len(found)}
+        summary = (
+            f"Audit: {Invariant(invariant).label.lower()}: Nodewarden believes {first.believed}; "
+            f"the world says {first.world}"
+        )
+        evidence = {
+            "invariant": invariant,
+            "believed": first.believed,
+            "world": first.world,
+            "evidence": [b.evidence for b in found[:10]],
+            "breaches": len(found),
+        }
         try:
-            finding = raise_finding(node_id, rule=rule_for(invariant), severity=Severity.WARNING,
-                                    summary=summary[:500], evidence=evidence, source="audit", actor=ACTOR)
+            finding = raise_finding(
+                node_id,
+                rule=rule_for(invariant),
+                severity=Severity.WARNING,
+                summary=summary[:500],
+                evidence=evidence,
+                source="audit",
+                actor=ACTOR,
+            )
         except Node.DoesNotExist:
             continue  # deleted since it was checked
         raised += finding is not None

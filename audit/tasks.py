@@ -1,4 +1,5 @@
 """Celery task of the fleet auditor (beat), small and idempotent."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Portal pages of the fleet auditor."""
+
 from django.urls import path
 
 from . import views

@@ -23,6 +23,7 @@ so the trend with fleet size shows.
 
 Usage: bin/bench dashboards [--sizes 10000,100000] [--days 365] [--requests 20] [--seed 7]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,22 +60,32 @@ TENANTS = 6
 NULL = r"\N"
 
 S_DAY1 = ("firmware_update", "inventory_check", "burn_in", "fabric_check", "reliability_assessment")
-STAGE_KIND = dict(zip(S_DAY1, ("stage_firmware", "stage_inventory", "stage_burn_in", "stage_fabric",
-                               "stage_reliability"), strict=True))
-CATASTROPHIC = (("xid", 79, "XID 79: GPU has fallen off the bus", "reboot"),
-                ("xid", 48, "XID 48: double-bit ECC error", "reset_gpu"),
-                ("xid", 94, "XID 94: contained ECC error", "reset_gpu"),
-                ("xid", 119, "XID 119: GSP RPC timeout", "reboot"),
-                ("ecc_uncorrectable", None, "Uncorrectable ECC errors on GPU", "reboot"),
-                ("gpu_missing", None, "GPU missing: 7 of 8 seen", "power_cycle"))
-DEGRADED = (("nvlink_crc_rate", None, "NVLink CRC errors rising", "reboot"),
-            ("pcie_degraded", None, "PCIe link x8, expected x16", "power_cycle"),
-            ("ib_port_down", None, "InfiniBand port mlx5_3 down", "reboot"),
-            ("ib_fabric", None, "Fabric ticket: link down", "inspect"),
-            ("row_remap_pending", None, "Row remapping pending", "reset_gpu"),
-            ("host_edac_uncorrected", None, "EDAC uncorrected memory error", "inspect"))
-WARNINGS = (("gpu_temperature", "GPU temperature 86 C"), ("ib_errors_rising", "Symbol errors rising on mlx5_1"),
-            ("clock_slowdown", "Thermal clock slowdown"))
+STAGE_KIND = dict(
+    zip(
+        S_DAY1, ("stage_firmware", "stage_inventory", "stage_burn_in", "stage_fabric", "stage_reliability"), strict=True
+    )
+)
+CATASTROPHIC = (
+    ("xid", 79, "XID 79: GPU has fallen off the bus", "reboot"),
+    ("xid", 48, "XID 48: double-bit ECC error", "reset_gpu"),
+    ("xid", 94, "XID 94: contained ECC error", "reset_gpu"),
+    ("xid", 119, "XID 119: GSP RPC timeout", "reboot"),
+    ("ecc_uncorrectable", None, "Uncorrectable ECC errors on GPU", "reboot"),
+    ("gpu_missing", None, "GPU missing: 7 of 8 seen", "power_cycle"),
+)
+DEGRADED = (
+    ("nvlink_crc_rate", None, "NVLink CRC errors rising", "reboot"),
+    ("pcie_degraded", None, "PCIe link x8, expected x16", "power_cycle"),
+    ("ib_port_down", None, "InfiniBand port mlx5_3 down", "reboot"),
+    ("ib_fabric", None, "Fabric ticket: link down", "inspect"),
+    ("row_remap_pending", None, "Row remapping pending", "reset_gpu"),
+    ("host_edac_uncorrected", None, "EDAC uncorrected memory error", "inspect"),
+)
+WARNINGS = (
+    ("gpu_temperature", "GPU temperature 86 C"),
+    ("ib_errors_rising", "Symbol errors rising on mlx5_1"),
+    ("clock_slowdown", "Thermal clock slowdown"),
+)
 RUNG_MINUTES = {"gpu_reset": 5, "reboot": 12, "power_cycle": 18, "reimage": 60}
 SEVERITY_RANK = {"info": 0, "warning": 1, "degraded": 2, "catastrophic": 3}
 
@@ -144,22 +155,105 @@ class Fleet:
 
         self.now, self.start = now, now - days * DAY
         self.rng = random.Random(seed)
-        self.nodes = Table(Node, ["id", "hostname", "serial", "bmc_address", "site_id", "cluster_id", "tenant_id",
-                                  "hardware_profile_id", "state", "state_changed_at", "is_revalidation", "created",
-                                  "last_updated"])
-        self.events = Table(NodeEvent, ["id", "node_id", "hostname", "created", "kind", "transition", "source_state",
-                                        "target_state", "reason", "actor_kind", "actor_name", "details"])
-        self.findings = Table(Finding, ["id", "node_id", "hostname", "gpu_index", "rule", "xid", "severity",
-                                        "recommended_action", "summary", "evidence", "source", "subject",
-                                        "observed_at", "created", "alert_id", "event_id"])
-        self.alerts = Table(Alert, ["id", "node_id", "gpu_index", "rule", "subject", "dedupe_key", "severity",
-                                    "severity_rank", "recommended_action", "summary", "state", "first_seen",
-                                    "last_seen", "occurrences", "resolved_at", "resolved_reason", "resolved_by",
-                                    "last_finding_id"])
-        self.remediations = Table(Remediation, ["id", "node_id", "finding_id", "status", "urgency", "rung", "created",
-                                                "updated", "finished", "finding_created", "decisions"])
-        self.steps = Table(RemediationStep, ["id", "remediation_id", "rung", "status", "started", "finished",
-                                             "deadline", "attempts", "last_activity"])
+        self.nodes = Table(
+            Node,
+            [
+                "id",
+                "hostname",
+                "serial",
+                "bmc_address",
+                "site_id",
+                "cluster_id",
+                "tenant_id",
+                "hardware_profile_id",
+                "state",
+                "state_changed_at",
+                "is_revalidation",
+                "created",
+                "last_updated",
+            ],
+        )
+        self.events = Table(
+            NodeEvent,
+            [
+                "id",
+                "node_id",
+                "hostname",
+                "created",
+                "kind",
+                "transition",
+                "source_state",
+                "target_state",
+                "reason",
+                "actor_kind",
+                "actor_name",
+                "details",
+            ],
+        )
+        self.findings = Table(
+            Finding,
+            [
+                "id",
+                "node_id",
+                "hostname",
+                "gpu_index",
+                "rule",
+                "xid",
+                "severity",
+                "recommended_action",
+                "summary",
+                "evidence",
+                "source",
+                "subject",
+                "observed_at",
+                "created",
+                "alert_id",
+                "event_id",
+            ],
+        )
+        self.alerts = Table(
+            Alert,
+            [
+                "id",
+                "node_id",
+                "gpu_index",
+                "rule",
+                "subject",
+                "dedupe_key",
+                "severity",
+                "severity_rank",
+                "recommended_action",
+                "summary",
+                "state",
+                "first_seen",
+                "last_seen",
+                "occurrences",
+                "resolved_at",
+                "resolved_reason",
+                "resolved_by",
+                "last_finding_id",
+            ],
+        )
+        self.remediations = Table(
+            Remediation,
+            [
+                "id",
+                "node_id",
+                "finding_id",
+                "status",
+                "urgency",
+                "rung",
+                "created",
+                "updated",
+                "finished",
+                "finding_created",
+                "decisions",
+            ],
+        )
+        self.steps = Table(
+            RemediationStep,
+            ["id", "remediation_id", "rung", "status", "started", "finished", "deadline", "attempts", "last_activity"],
+        )
         self.runs = Table(CheckRun, ["id", "node_id", "kind", "status", "created", "started", "finished", "summary"])
         self.snapshot_table = StateCountSnapshot
         self.tables = [self.nodes, self.events, self.findings, self.alerts, self.remediations, self.steps, self.runs]
@@ -201,8 +295,20 @@ class Life:
         f = self.f
         f.stay((self.cluster, self.tenant, self.state), self.since, t)
         kind = "system" if actor.startswith("system:") else "user"
-        f.events.add(f.next_id(f.events), self.id, self.host, ts(t), "transition", transition, self.state, target,
-                     reason, kind, actor, details)
+        f.events.add(
+            f.next_id(f.events),
+            self.id,
+            self.host,
+            ts(t),
+            "transition",
+            transition,
+            self.state,
+            target,
+            reason,
+            kind,
+            actor,
+            details,
+        )
         self.state, self.since = target, t
 
     def event(self, t: float, kind: str, actor: str, reason: str, details: str = "{}") -> int:
@@ -211,8 +317,9 @@ class Life:
         f.events.add(pk, self.id, self.host, ts(t), kind, "", self.state, "", reason, "system", actor, details)
         return pk
 
-    def finding(self, t: float, rule: str, xid: int | None, severity: str, action: str, summary: str,
-                resolved: float | None) -> int:
+    def finding(
+        self, t: float, rule: str, xid: int | None, severity: str, action: str, summary: str, resolved: float | None
+    ) -> int:
         """A finding, its history event and its alert (resolved at ``resolved`` unless None)."""
         f = self.f
         fid, aid = f.next_id(f.findings), f.next_id(f.alerts)
@@ -221,23 +328,65 @@ class Life:
         evidence = '{"kind": "link_down"}' if rule == "ib_fabric" else "{}"
         eid = self.event(t, "finding", "system:health", summary, f'{{"finding": {fid}}}')
         self.found_at[fid] = t
-        f.findings.add(fid, self.id, self.host, NULL if gpu is None else gpu, rule, NULL if xid is None else xid,
-                       severity, action, summary, evidence, "agent", subject, ts(t), ts(t), aid, eid)
+        f.findings.add(
+            fid,
+            self.id,
+            self.host,
+            NULL if gpu is None else gpu,
+            rule,
+            NULL if xid is None else xid,
+            severity,
+            action,
+            summary,
+            evidence,
+            "agent",
+            subject,
+            ts(t),
+            ts(t),
+            aid,
+            eid,
+        )
         state = "firing" if resolved is None else "resolved"
-        f.alerts.add(aid, self.id, NULL if gpu is None else gpu, rule, subject, f"{rule}|{gpu}|{subject}", severity,
-                     SEVERITY_RANK[severity], action, summary, state, ts(t), ts(resolved or self.f.now),
-                     self.rng.randint(1, 40), ts(resolved) if resolved else NULL,
-                     "condition cleared" if resolved else "", "system:health" if resolved else "", fid)
+        f.alerts.add(
+            aid,
+            self.id,
+            NULL if gpu is None else gpu,
+            rule,
+            subject,
+            f"{rule}|{gpu}|{subject}",
+            severity,
+            SEVERITY_RANK[severity],
+            action,
+            summary,
+            state,
+            ts(t),
+            ts(resolved or self.f.now),
+            self.rng.randint(1, 40),
+            ts(resolved) if resolved else NULL,
+            "condition cleared" if resolved else "",
+            "system:health" if resolved else "",
+            fid,
+        )
         return fid
 
     # Phases -------------------------------------------------------------------------------------
 
     def day1(self, t: float, entry: str, actor: str) -> float:
         """A Day 1 pass from ``t``: the five stages, then production. Returns when it ended."""
-        self.change(t, "firmware_update", entry, actor, "Day 1 validation" if entry == "start_validation"
-                    else "Back for re-validation")
-        durations = (self.rng.uniform(5, 20) * MIN, self.rng.uniform(2, 10) * MIN, self.rng.uniform(3, 6) * HOUR,
-                     self.rng.uniform(5, 15) * MIN, HOUR + self.rng.uniform(0, 10) * MIN)
+        self.change(
+            t,
+            "firmware_update",
+            entry,
+            actor,
+            "Day 1 validation" if entry == "start_validation" else "Back for re-validation",
+        )
+        durations = (
+            self.rng.uniform(5, 20) * MIN,
+            self.rng.uniform(2, 10) * MIN,
+            self.rng.uniform(3, 6) * HOUR,
+            self.rng.uniform(5, 15) * MIN,
+            HOUR + self.rng.uniform(0, 10) * MIN,
+        )
         names = ("pass_firmware", "pass_inventory_check", "pass_burn_in", "pass_fabric_check", "release_to_production")
         targets = (*S_DAY1[1:], "production")
         for stage, duration, name, target in zip(S_DAY1, durations, names, targets, strict=True):
@@ -258,8 +407,10 @@ class Life:
         now, rng = self.f.now, self.rng
         self.since = enrolled
         t = enrolled
-        for target, name, gap in (("initializing", "start_initialization", 2 * MIN),
-                                  ("onboard", "mark_onboard", rng.uniform(15, 40) * MIN)):
+        for target, name, gap in (
+            ("initializing", "start_initialization", 2 * MIN),
+            ("onboard", "mark_onboard", rng.uniform(15, 40) * MIN),
+        ):
             t += gap
             if t > now:
                 return
@@ -286,8 +437,10 @@ class Life:
     def customer_drain(self, t: float) -> float:
         rng, now = self.rng, self.f.now
         self.change(t, "drain_pending", "request_drain", "operator", "Customer asked for a reimage (ticket CS-1042)")
-        steps = (("draining", "start_draining", "system:followup", rng.uniform(0.5, 8) * HOUR, "No job running"),
-                 ("triage", "complete_drain", "system:followup", rng.uniform(5, 30) * MIN, "Drained"))
+        steps = (
+            ("draining", "start_draining", "system:followup", rng.uniform(0.5, 8) * HOUR, "No job running"),
+            ("triage", "complete_drain", "system:followup", rng.uniform(5, 30) * MIN, "Drained"),
+        )
         for target, name, actor, gap, reason in steps:
             t += gap
             if t > now:
@@ -307,12 +460,19 @@ class Life:
         rung = {"reset_gpu": "gpu_reset", "inspect": "repair"}.get(action, action)
         status, finished = "running", None
         if severity == "catastrophic":
-            self.change(t + 2, "triage", "cordon", "system:remediation", f"Remediation {rem_id}: {summary} (act now)",
-                        details)
+            self.change(
+                t + 2, "triage", "cordon", "system:remediation", f"Remediation {rem_id}: {summary} (act now)", details
+            )
             t += 2
         else:
-            self.change(t + 2, "drain_pending", "request_drain", "system:remediation",
-                        f"Remediation {rem_id}: {summary}", details)
+            self.change(
+                t + 2,
+                "drain_pending",
+                "request_drain",
+                "system:remediation",
+                f"Remediation {rem_id}: {summary}",
+                details,
+            )
             t += 2 + rng.expovariate(1 / (6 * HOUR))
             if t > now:
                 return self._open(rem_id, fid, "draining", rung, t - 2, finding, severity)
@@ -347,15 +507,22 @@ class Life:
             self.change(t, "triage", "fail_remediation", "system:remediation", f"{rung} did not help", details)
         return math.inf
 
-    def _hand_off(self, t: float, rem_id: int, fid: int, rung: str, began: float, finding: Any, severity: str,
-                  details: str) -> float:
+    def _hand_off(
+        self, t: float, rem_id: int, fid: int, rung: str, began: float, finding: Any, severity: str, details: str
+    ) -> float:
         rng, now = self.rng, self.f.now
         t += rng.uniform(1, 10) * MIN
         if t > now:
             return self._open(rem_id, fid, "running", rung, began, finding, severity)
         target = "rma" if rung == "rma" or rng.random() < 0.05 else "repair"
-        self.change(t, target, "send_to_rma" if target == "rma" else "send_to_repair", "system:remediation",
-                    f"Handed to {'the vendor' if target == 'rma' else 'a technician'}", details)
+        self.change(
+            t,
+            target,
+            "send_to_rma" if target == "rma" else "send_to_repair",
+            "system:remediation",
+            f"Handed to {'the vendor' if target == 'rma' else 'a technician'}",
+            details,
+        )
         self._remediation(rem_id, fid, "handed_off", target, began, t, severity)
         t += (rng.uniform(10, 30) if target == "rma" else rng.uniform(1, 7)) * DAY
         if t > now:
@@ -367,20 +534,48 @@ class Life:
     def _step(self, rem_id: int, rung: str, a: float, b: float | None, ok: bool) -> None:
         f = self.f
         status = "running" if b is None else ("passed" if ok else "failed")
-        f.steps.add(f.next_id(f.steps), rem_id, rung, status, ts(a), ts(b) if b else NULL,
-                    ts(a + RUNG_MINUTES.get(rung, 60) * 3 * MIN), 1, ts(b or a))
+        f.steps.add(
+            f.next_id(f.steps),
+            rem_id,
+            rung,
+            status,
+            ts(a),
+            ts(b) if b else NULL,
+            ts(a + RUNG_MINUTES.get(rung, 60) * 3 * MIN),
+            1,
+            ts(b or a),
+        )
 
-    def _remediation(self, rem_id: int, fid: int, status: str, rung: str, began: float, finished: float | None,
-                     severity: str) -> None:
+    def _remediation(
+        self, rem_id: int, fid: int, status: str, rung: str, began: float, finished: float | None, severity: str
+    ) -> None:
         f = self.f
         urgency = "now" if severity == "catastrophic" else "when_idle"
-        decisions = json.dumps([{"at": ts(began), "what": f"{severity}: {urgency}, first rung {rung}",
-                                 "who": "system:remediation", "finding": fid}])
-        f.remediations.add(rem_id, self.id, fid, status, urgency, rung, ts(began), ts(finished or began),
-                           ts(finished) if finished else NULL, ts(self.found_at[fid]), decisions)
+        decisions = json.dumps(
+            [
+                {
+                    "at": ts(began),
+                    "what": f"{severity}: {urgency}, first rung {rung}",
+                    "who": "system:remediation",
+                    "finding": fid,
+                }
+            ]
+        )
+        f.remediations.add(
+            rem_id,
+            self.id,
+            fid,
+            status,
+            urgency,
+            rung,
+            ts(began),
+            ts(finished or began),
+            ts(finished) if finished else NULL,
+            ts(self.found_at[fid]),
+            decisions,
+        )
 
-    def _open(self, rem_id: int, fid: int, status: str, rung: str, began: float, finding: Any,
-              severity: str) -> float:
+    def _open(self, rem_id: int, fid: int, status: str, rung: str, began: float, finding: Any, severity: str) -> float:
         self._remediation(rem_id, fid, status, rung, began, None, severity)
         return math.inf
 
@@ -405,8 +600,21 @@ class Life:
         revalidating = self.state in S_DAY1 and self.since > self.f.start
         bmc = f"10.{self.id // 65536}.{self.id // 256 % 256}.{self.id % 256}"
         tenant = NULL if self.tenant is None else self.tenant
-        f.nodes.add(self.id, self.host, f"SN{self.id:09d}", bmc, 1 + self.cluster % 2, self.cluster, tenant, 1,
-                    self.state, ts(self.since), "t" if revalidating else "f", ts(self.enrolled), ts(self.f.now))
+        f.nodes.add(
+            self.id,
+            self.host,
+            f"SN{self.id:09d}",
+            bmc,
+            1 + self.cluster % 2,
+            self.cluster,
+            tenant,
+            1,
+            self.state,
+            ts(self.since),
+            "t" if revalidating else "f",
+            ts(self.enrolled),
+            ts(self.f.now),
+        )
 
 
 # --- Generation ----------------------------------------------------------------------------------
@@ -420,11 +628,13 @@ def fleet_rows() -> dict[str, Any]:
     from tests.factories import UserFactory
 
     sites = [Site.objects.create(pk=i, name=f"Site {i}", slug=f"site-{i}") for i in (1, 2)]
-    clusters = [Cluster.objects.create(pk=i, site=sites[i % 2], name=f"cluster-{i:02d}")
-                for i in range(1, CLUSTERS + 1)]
+    clusters = [
+        Cluster.objects.create(pk=i, site=sites[i % 2], name=f"cluster-{i:02d}") for i in range(1, CLUSTERS + 1)
+    ]
     tenants = [Tenant.objects.create(pk=i, name=f"Tenant {i}", slug=f"tenant-{i}") for i in range(1, TENANTS + 1)]
-    HardwareProfile.objects.create(pk=1, name="HGX H100 8-GPU", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8,
-                                   memory_gb=2048)
+    HardwareProfile.objects.create(
+        pk=1, name="HGX H100 8-GPU", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8, memory_gb=2048
+    )
     operator = UserFactory(username="bench-operator", is_staff=True)
     operator.groups.add(Group.objects.get(name="Operators"))
     customer = UserFactory(username="bench-customer", tenant=tenants[0])
@@ -504,13 +714,22 @@ def finish(fleet: Fleet) -> None:
     with connection.cursor() as cursor:
         for table in [*fleet.tables]:
             name = table.model._meta.db_table
-            cursor.execute(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
-                           f"(SELECT COALESCE(MAX(id), 1) FROM {name}))")
-        for model, column in ((NodeEvent, "created"), (Finding, "created"), (StateCountSnapshot, "taken_at"),
-                              (DailyStateCount, "day"), (Outage, "started")):
+            cursor.execute(
+                f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), (SELECT COALESCE(MAX(id), 1) FROM {name}))"
+            )
+        for model, column in (
+            (NodeEvent, "created"),
+            (Finding, "created"),
+            (StateCountSnapshot, "taken_at"),
+            (DailyStateCount, "day"),
+            (Outage, "started"),
+        ):
             table = model._meta.db_table
-            index = next(name for name, c in connection.introspection.get_constraints(cursor, table).items()
-                         if c["index"] and c["columns"] == [column])
+            index = next(
+                name
+                for name, c in connection.introspection.get_constraints(cursor, table).items()
+                if c["index"] and c["columns"] == [column]
+            )
             cursor.execute(f"CLUSTER {table} USING {connection.ops.quote_name(index)}")
         # VACUUM as well: autovacuum visits insert-only tables in a deployment (PostgreSQL 13+) and
         # sets the visibility map, which the reports' covering indexes need to answer from the index alone.
@@ -527,8 +746,15 @@ def endpoints(fleet: Fleet, users: dict[str, Any]) -> list[tuple[str, str, str]]
     from nodes.models import NodeEvent
 
     # The busiest of the first 2,000 nodes: the longest history page.
-    node_id = (NodeEvent.objects.filter(node_id__lte=2000).values("node_id").annotate(n=Count("id"))
-               .order_by("-n").values_list("node_id", flat=True).first() or 1)
+    node_id = (
+        NodeEvent.objects.filter(node_id__lte=2000)
+        .values("node_id")
+        .annotate(n=Count("id"))
+        .order_by("-n")
+        .values_list("node_id", flat=True)
+        .first()
+        or 1
+    )
     now = datetime.fromtimestamp(fleet.now, UTC)
     days90 = urlencode({"since": (now - timedelta(days=90)).isoformat()})
     days30 = urlencode({"since": (now - timedelta(days=30)).isoformat()})
@@ -545,8 +771,11 @@ def endpoints(fleet: Fleet, users: dict[str, Any]) -> list[tuple[str, str, str]]
         ("flow list, 90 d", "operator", f"/reports/flows/?{flow}"),
         ("availability, customer", "customer", "/reports/availability/?days=30"),
         ("metrics", "operator", "/metrics"),
-        ("API nodes, filtered", "operator", "/api/nodes/?state=production&cluster=cluster-03"
-                                            "&ordering=-state_changed_at"),
+        (
+            "API nodes, filtered",
+            "operator",
+            "/api/nodes/?state=production&cluster=cluster-03&ordering=-state_changed_at",
+        ),
         ("API node history", "operator", f"/api/nodes/{node_id}/history/"),
         ("API alerts", "operator", "/api/alerts/"),
         ("API flows, 90 d", "operator", f"/api/reports/flows/?{days90}"),
@@ -587,9 +816,22 @@ def counts() -> dict[str, int]:
     from remediation.models import Remediation, RemediationStep
     from reports.models import DailyTransitionCount, Outage
 
-    return {m.__name__: m.objects.count() for m in (Node, NodeEvent, Finding, Alert, Remediation, RemediationStep,
-                                                     CheckRun, StateCountSnapshot, DailyStateCount,
-                                                     DailyTransitionCount, Outage)}
+    return {
+        m.__name__: m.objects.count()
+        for m in (
+            Node,
+            NodeEvent,
+            Finding,
+            Alert,
+            Remediation,
+            RemediationStep,
+            CheckRun,
+            StateCountSnapshot,
+            DailyStateCount,
+            DailyTransitionCount,
+            Outage,
+        )
+    }
 
 
 def run(sizes: list[int], days: int, requests: int, seed: int, target: float) -> None:
@@ -614,12 +856,17 @@ def run(sizes: list[int], days: int, requests: int, seed: int, target: float) ->
         made = size
         took = time.perf_counter() - started
         rows = counts()
-        print(f"\ngenerated {size:,} nodes x {days} days in {took:.0f} s (lives and COPY {lives:.0f} s; snapshots, "
-              f"roll-ups, outages, CLUSTER and ANALYZE {took - lives:.0f} s): "
-              + ", ".join(f"{k} {v:,}" for k, v in rows.items()))
+        print(
+            f"\ngenerated {size:,} nodes x {days} days in {took:.0f} s (lives and COPY {lives:.0f} s; snapshots, "
+            f"roll-ups, outages, CLUSTER and ANALYZE {took - lives:.0f} s): "
+            + ", ".join(f"{k} {v:,}" for k, v in rows.items())
+        )
         assert rows["StateCountSnapshot"] == snapshots
         assert (rows["DailyStateCount"], rows["DailyTransitionCount"], rows["Outage"]) == (
-            derived["daily"], derived["flows"], derived["outages"])
+            derived["daily"],
+            derived["flows"],
+            derived["outages"],
+        )
         results = [measure(name, clients[who], url, requests) for name, who, url in endpoints(fleet, users)]
         report(size, results, target)
 

@@ -17,6 +17,7 @@ and recording the run (links, counters, discrepancies, tickets) through fabric.s
 
 Usage: bin/bench fabric [--hosts 2000] [--hcas 8] [--db]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,12 @@ from fabric.validation import (  # noqa: E402
 )
 
 # What each planted fault must be reported as.
-EXPECTED_KIND = {"miswire": {K.MISWIRED}, "swap": {K.SWAPPED}, "missing": {K.MISSING, K.LINK_DOWN},
-                 "degraded": {K.DEGRADED}}
+EXPECTED_KIND = {
+    "miswire": {K.MISWIRED},
+    "swap": {K.SWAPPED},
+    "missing": {K.MISSING, K.LINK_DOWN},
+    "degraded": {K.DEGRADED},
+}
 
 
 def timed(label: str, figures: dict[str, float], fn, *args):  # type: ignore[no-untyped-def]
@@ -112,8 +117,11 @@ def check(planted, problems) -> tuple[Counter, list[str], list[str]]:  # type: i
             explained.update(id(p) for p in hits)
         else:
             missed.append(f"{fault.kind} {sorted(ends)}")
-    false = [f"{p.kind} {p.endpoints}" for p in problems if id(p) not in explained
-             and p.kind not in (K.COUNTER_ERRORS, K.FLAPPING)]
+    false = [
+        f"{p.kind} {p.endpoints}"
+        for p in problems
+        if id(p) not in explained and p.kind not in (K.COUNTER_ERRORS, K.FLAPPING)
+    ]
     return found, missed, false
 
 
@@ -137,16 +145,21 @@ def main() -> None:
 
     started = time.perf_counter()
     fabric = generate_fat_tree(hosts=args.hosts, hcas_per_host=args.hcas)
-    planted = fabric.plant(miswires=args.miswires, swaps=args.swaps, missing=args.missing, degraded=args.degraded,
-                           seed=args.seed)
-    plan = [PlanLink(Port(r.a_device, r.a_port), Port(r.b_device, r.b_port), r.width, r.rate_gbps)
-            for r in fabric.plan_rows()]
+    planted = fabric.plant(
+        miswires=args.miswires, swaps=args.swaps, missing=args.missing, degraded=args.degraded, seed=args.seed
+    )
+    plan = [
+        PlanLink(Port(r.a_device, r.a_port), Port(r.b_device, r.b_port), r.width, r.rate_gbps)
+        for r in fabric.plan_rows()
+    ]
     netdiscover, linkinfo = fabric.ibnetdiscover_text(), fabric.iblinkinfo_text()
     rng = random.Random(args.seed)
-    clean_ports = sorted({p for link in plan for p in (link.a, link.b)} - {
-        Port(e.device, e.port) for f in planted for row in f.planned for e in (row.a, row.b)})
+    clean_ports = sorted(
+        {p for link in plan for p in (link.a, link.b)}
+        - {Port(e.device, e.port) for f in planted for row in f.planned for e in (row.a, row.b)}
+    )
     odd = rng.sample(clean_ports, args.flapping + args.erroring)
-    looks = counter_looks(clean_ports, odd[:args.flapping], odd[args.flapping:])
+    looks = counter_looks(clean_ports, odd[: args.flapping], odd[args.flapping :])
     setup = time.perf_counter() - started
 
     figures: dict[str, float] = {}
@@ -160,19 +173,28 @@ def main() -> None:
     flapping = {p.a for p in counter_found if p.kind == K.FLAPPING}
     erroring = {p.a for p in counter_found if p.kind == K.COUNTER_ERRORS}
     host_links = sum(1 for link in plan if " " in link.a.device or " " in link.b.device)
-    print(f"fabric: {args.hosts} nodes x {args.hcas} HCAs, {len(topology.devices):,} devices, "
-          f"{host_links:,} host cables + {len(plan) - host_links:,} switch cables planned, "
-          f"{len(seen.links):,} cables seen; {len(netdiscover) + len(linkinfo):,} bytes of tool output "
-          f"(generated in {setup:.1f} s, not timed)")
+    print(
+        f"fabric: {args.hosts} nodes x {args.hcas} HCAs, {len(topology.devices):,} devices, "
+        f"{host_links:,} host cables + {len(plan) - host_links:,} switch cables planned, "
+        f"{len(seen.links):,} cables seen; {len(netdiscover) + len(linkinfo):,} bytes of tool output "
+        f"(generated in {setup:.1f} s, not timed)"
+    )
     for label in ("parse", "convert", "compare", "counters"):
         print(f"  {label:<9} {figures[label]:7.3f} s")
-    print(f"  {'total':<9} {total:7.3f} s   (target < 10 s: {'met' if total < 10 else 'MISSED'}, "
-          f"{total / 10:.2f} of the budget)")
+    print(
+        f"  {'total':<9} {total:7.3f} s   (target < 10 s: {'met' if total < 10 else 'MISSED'}, "
+        f"{total / 10:.2f} of the budget)"
+    )
     kinds = Counter(f.kind for f in planted)
-    print("planted -> found: " + ", ".join(f"{k} {found[k]}/{n}" for k, n in sorted(kinds.items()))
-          + f"; flapping ports {len(flapping & set(map(str, odd[:args.flapping])))}/{args.flapping}"
-          + f"; erroring ports {len(erroring & set(map(str, odd[args.flapping:])))}/{args.erroring}")
-    print(f"missed: {len(missed)}  false: {len(false) + len(flapping - set(map(str, odd[:args.flapping]))) + len(erroring - set(map(str, odd[args.flapping:])))}")
+    print(
+        "planted -> found: "
+        + ", ".join(f"{k} {found[k]}/{n}" for k, n in sorted(kinds.items()))
+        + f"; flapping ports {len(flapping & set(map(str, odd[: args.flapping])))}/{args.flapping}"
+        + f"; erroring ports {len(erroring & set(map(str, odd[args.flapping :])))}/{args.erroring}"
+    )
+    print(
+        f"missed: {len(missed)}  false: {len(false) + len(flapping - set(map(str, odd[: args.flapping]))) + len(erroring - set(map(str, odd[args.flapping :])))}"
+    )
     for line in (missed + false)[:10]:
         print("   ", line)
     if args.db:
@@ -195,8 +217,10 @@ def db_figures(fabric, seen, counters) -> None:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     run = record_run(seen, counters, actor=actor)
     recorded = time.perf_counter() - started
-    print(f"database ({connection.vendor}): plan import {imported:.2f} s; record_run {recorded:.2f} s "
-          f"({run.summary['discrepancies']} discrepancies, {run.summary['tickets_opened']} tickets opened)")
+    print(
+        f"database ({connection.vendor}): plan import {imported:.2f} s; record_run {recorded:.2f} s "
+        f"({run.summary['discrepancies']} discrepancies, {run.summary['tickets_opened']} tickets opened)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ third of the raw ceiling; XID p99 < 200 ms.
 Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
 server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,17 +64,33 @@ def make_fleet(n: int) -> list[tuple[str, str]]:
     from telemetry.models import AgentToken
 
     profile, _ = HardwareProfile.objects.get_or_create(
-        name="bench-h100", defaults={"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "hca_count": 8,
-                                     "hca_rate_gbps": 400, "memory_gb": 2048})
+        name="bench-h100",
+        defaults={
+            "gpu_model": "NVIDIA H100 80GB HBM3",
+            "gpu_count": 8,
+            "hca_count": 8,
+            "hca_rate_gbps": 400,
+            "memory_gb": 2048,
+        },
+    )
     site, _ = Site.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
     cluster, _ = Cluster.objects.get_or_create(name="bench", defaults={"site": site})
     nodes = Node.objects.bulk_create(
-        Node(hostname=f"bench-{i:05d}", serial=f"BENCH{i:06d}", bmc_address=f"10.250.{i // 250}.{i % 250}",
-             site=site, cluster=cluster, hardware_profile=profile, state="production")
-        for i in range(n))
+        Node(
+            hostname=f"bench-{i:05d}",
+            serial=f"BENCH{i:06d}",
+            bmc_address=f"10.250.{i // 250}.{i % 250}",
+            site=site,
+            cluster=cluster,
+            hardware_profile=profile,
+            state="production",
+        )
+        for i in range(n)
+    )
     tokens = [TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for _ in nodes]
     AgentToken.objects.bulk_create(
-        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12]) for node, tok in zip(nodes, tokens))
+        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12]) for node, tok in zip(nodes, tokens)
+    )
     return [(node.hostname, tok) for node, tok in zip(nodes, tokens)]
 
 
@@ -88,15 +105,23 @@ def report_template(hostname: str) -> str:
 
 
 def fill(template: str, when: datetime) -> str:
-    return (template.replace("REPORT_ID_PLACEHOLDER", uuid.uuid4().hex)
-            .replace("COLLECTED_AT_PLACEHOLDER", when.isoformat()))
+    return template.replace("REPORT_ID_PLACEHOLDER", uuid.uuid4().hex).replace(
+        "COLLECTED_AT_PLACEHOLDER", when.isoformat()
+    )
 
 
 def with_xid(template: str, when: datetime, pci: str) -> str:
     report = json.loads(fill(template, when))
     line = f"NVRM: Xid (PCI:{pci}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-    report["xid_events"] = [{"xid": 79, "observed_at": when.isoformat(), "raw": line, "pci_bus_id": pci,
-                             "message": "GPU has fallen off the bus."}]
+    report["xid_events"] = [
+        {
+            "xid": 79,
+            "observed_at": when.isoformat(),
+            "raw": line,
+            "pci_bus_id": pci,
+            "message": "GPU has fallen off the bus.",
+        }
+    ]
     return json.dumps(report, separators=(",", ":"))
 
 
@@ -104,14 +129,19 @@ def with_xid(template: str, when: datetime, pci: str) -> str:
 
 
 def _post(conn: http.client.HTTPConnection, token: str, body: bytes) -> tuple[int, bytes]:
-    conn.request("POST", "/api/agent/reports/", body=body,
-                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/api/agent/reports/",
+        body=body,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     response = conn.getresponse()
     return response.status, response.read()
 
 
-def load_client(port: int, fleet: list[tuple[str, str, str]], per_request: int, seconds: float,
-                offset: int, results: mp.Queue) -> None:
+def load_client(
+    port: int, fleet: list[tuple[str, str, str]], per_request: int, seconds: float, offset: int, results: mp.Queue
+) -> None:
     """One client process: round-robin over its nodes until time is up; reports accepted counts."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     sent = accepted = errors = 0
@@ -140,8 +170,9 @@ def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results:
     latencies = []
     for i in range(count):
         hostname, token, template = fleet[i % len(fleet)]
-        body = ('{"reports":[' + with_xid(template, START + timedelta(days=400, seconds=i), "0000:18:00")
-                + "]}").encode()
+        body = (
+            '{"reports":[' + with_xid(template, START + timedelta(days=400, seconds=i), "0000:18:00") + "]}"
+        ).encode()
         started = time.perf_counter()
         status, payload = _post(conn, token, body)
         latencies.append(time.perf_counter() - started)
@@ -151,12 +182,22 @@ def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results:
     results.put(latencies)
 
 
-def run_load(port: int, fleet: list[tuple[str, str, str]], *, clients: int, per_request: int,
-             seconds: float, offset: int, probe: int = 0) -> tuple[float, int, int, list[float]]:
+def run_load(
+    port: int,
+    fleet: list[tuple[str, str, str]],
+    *,
+    clients: int,
+    per_request: int,
+    seconds: float,
+    offset: int,
+    probe: int = 0,
+) -> tuple[float, int, int, list[float]]:
     results: mp.Queue = mp.Queue()
     share = [fleet[i::clients] for i in range(clients)]
-    procs = [mp.Process(target=load_client, args=(port, share[i], per_request, seconds, offset, results))
-             for i in range(clients)]
+    procs = [
+        mp.Process(target=load_client, args=(port, share[i], per_request, seconds, offset, results))
+        for i in range(clients)
+    ]
     probe_q: mp.Queue = mp.Queue()
     if probe:
         procs.append(mp.Process(target=xid_probe, args=(port, fleet[:50], probe, probe_q)))
@@ -186,10 +227,25 @@ def start_server(workers: int, worker_class: str, threads: int) -> tuple[subproc
     port = free_port()
     gunicorn = Path(sys.executable).with_name("gunicorn")
     proc = subprocess.Popen(
-        [str(gunicorn), "nodewarden.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
-         "--worker-class", worker_class, "--threads", str(threads), "--keep-alive", "30",
-         "--log-level", "warning"],
-        cwd=ROOT, env={**os.environ, "DEBUG": "0"})
+        [
+            str(gunicorn),
+            "nodewarden.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            worker_class,
+            "--threads",
+            str(threads),
+            "--keep-alive",
+            "30",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DEBUG": "0"},
+    )
     for _ in range(200):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -223,23 +279,34 @@ def copy_ceiling(fleet: list[tuple[str, str, str]], reports: int) -> float:
         parsed.append((node_ids[hostname], decode_batch(body.encode())[0]))
     received = datetime.now(UTC)
     report_rows = [ingest._report_row(node_id, r, received, "bench") for node_id, r in parsed]
-    sample_rows = [[{"node_id": node_id, "collected_at": r.collected_at, "gpu_index": g.index,
-                     **{name: getattr(g, name) for name in ingest.SAMPLE_FIELDS}} for g in r.gpus]
-                   for node_id, r in parsed]
+    sample_rows = [
+        [
+            {
+                "node_id": node_id,
+                "collected_at": r.collected_at,
+                "gpu_index": g.index,
+                **{name: getattr(g, name) for name in ingest.SAMPLE_FIELDS},
+            }
+            for g in r.gpus
+        ]
+        for node_id, r in parsed
+    ]
     q = connection.ops.quote_name
-    report_sql = (f"COPY {q(store.NodeReport._meta.db_table)} ({', '.join(q(c) for c in store.REPORT_COLUMNS)})"
-                  " FROM STDIN")
-    sample_sql = (f"COPY {q(store.GpuSample._meta.db_table)} ({', '.join(q(c) for c in store.SAMPLE_COLUMNS)})"
-                  " FROM STDIN")
+    report_sql = (
+        f"COPY {q(store.NodeReport._meta.db_table)} ({', '.join(q(c) for c in store.REPORT_COLUMNS)}) FROM STDIN"
+    )
+    sample_sql = (
+        f"COPY {q(store.GpuSample._meta.db_table)} ({', '.join(q(c) for c in store.SAMPLE_COLUMNS)}) FROM STDIN"
+    )
     chunk = 500
     started = time.perf_counter()
     for first in range(0, reports, chunk):
         with transaction.atomic(), connection.cursor() as cursor:
             with cursor.cursor.copy(report_sql) as copy:
-                for row in report_rows[first:first + chunk]:
+                for row in report_rows[first : first + chunk]:
                     copy.write_row([Jsonb(row[c]) if c == "summary" else row[c] for c in store.REPORT_COLUMNS])
             with cursor.cursor.copy(sample_sql) as copy:
-                for rows in sample_rows[first:first + chunk]:
+                for rows in sample_rows[first : first + chunk]:
                     for row in rows:
                         copy.write_row([row[c] for c in store.SAMPLE_COLUMNS])
     return reports / (time.perf_counter() - started)
@@ -266,18 +333,28 @@ def main() -> None:
     if connection.vendor != "postgresql":
         raise SystemExit("bench/ingest.py needs PostgreSQL (COPY): run it with bin/bench ingest")
     call_command("migrate", verbosity=0)
-    print(f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
-          f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} {args.worker_class} workers x {args.threads} threads; "
-          f"{args.clients} client processes")
+    print(
+        f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
+        f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} {args.worker_class} workers x {args.threads} threads; "
+        f"{args.clients} client processes"
+    )
     fleet = [(h, t, report_template(h)) for h, t in make_fleet(args.nodes)]
     connection.close()
     server, port = start_server(args.workers, args.worker_class, args.threads)
     try:
         rate1, n1, e1, _ = run_load(port, fleet, clients=args.clients, per_request=1, seconds=args.seconds, offset=0)
-        rate50, n50, e50, _ = run_load(port, fleet, clients=args.clients, per_request=BATCH_FLUSH,
-                                       seconds=args.seconds, offset=10_000)
-        _, _, e3, lat = run_load(port, fleet, clients=args.clients, per_request=1, seconds=args.seconds,
-                                 offset=900_000, probe=args.xid_probes)
+        rate50, n50, e50, _ = run_load(
+            port, fleet, clients=args.clients, per_request=BATCH_FLUSH, seconds=args.seconds, offset=10_000
+        )
+        _, _, e3, lat = run_load(
+            port,
+            fleet,
+            clients=args.clients,
+            per_request=1,
+            seconds=args.seconds,
+            offset=900_000,
+            probe=args.xid_probes,
+        )
     finally:
         server.terminate()
         server.wait()
@@ -288,10 +365,14 @@ def main() -> None:
     print(f"end to end, 1 report/request:   {rate1:8,.0f} reports/s  ({n1:,} accepted, {e1} errors)")
     print(f"end to end, {BATCH_FLUSH} reports/request: {rate50:8,.0f} reports/s  ({n50:,} accepted, {e50} errors)")
     print(f"raw COPY ceiling:               {ceiling:8,.0f} reports/s")
-    print(f"ratio end-to-end/ceiling:       {rate1 / ceiling:8.2f} (1/request)  {rate50 / ceiling:.2f} "
-          f"({BATCH_FLUSH}/request)")
-    print(f"XID 79 to committed finding:    p50 {statistics.median(lat_ms):.1f} ms  p99 {p99:.1f} ms  "
-          f"(n={len(lat_ms)}, under load, {e3} load errors)")
+    print(
+        f"ratio end-to-end/ceiling:       {rate1 / ceiling:8.2f} (1/request)  {rate50 / ceiling:.2f} "
+        f"({BATCH_FLUSH}/request)"
+    )
+    print(
+        f"XID 79 to committed finding:    p50 {statistics.median(lat_ms):.1f} ms  p99 {p99:.1f} ms  "
+        f"(n={len(lat_ms)}, under load, {e3} load errors)"
+    )
     print(f"reports stored: {stored:,} (every accepted report is in the history table)")
 
 

@@ -9,6 +9,7 @@ Prints figures as ratios measured in one run, so they compare across machines:
 Runs in a throwaway test database on whatever DATABASE_URL names (SQLite in memory
 when unset). Usage: .venv/bin/python bench/lifecycle.py [--transitions 2000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ def bench_transitions(n: int) -> None:
     actor = services.Actor.system("bench")
     # The broker is not what is measured: queueing the follow-up is replaced by a no-op.
     with mock.patch("nodes.services._queue_followup"):
+
         def cycle() -> None:
             services.request_drain(node.pk, actor=actor, reason="bench")
             services.cancel_drain(node.pk, actor=actor, reason="bench")
@@ -93,8 +95,10 @@ def bench_pages(sizes: tuple[int, ...]) -> None:
     small, large = sizes[0], sizes[-1]
     for name in results[small]:
         (q1, t1), (q2, t2) = results[small][name], results[large][name]
-        print(f"{name:12} {small} nodes: {q1} queries {t1 * 1e3:.1f} ms | {large} nodes: {q2} queries "
-              f"{t2 * 1e3:.1f} ms | time ratio {t2 / t1:.2f}x")
+        print(
+            f"{name:12} {small} nodes: {q1} queries {t1 * 1e3:.1f} ms | {large} nodes: {q2} queries "
+            f"{t2 * 1e3:.1f} ms | time ratio {t2 / t1:.2f}x"
+        )
 
 
 def main() -> None:

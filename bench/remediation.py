@@ -60,6 +60,7 @@ under 5 s (seed reference: the whole cycle under two minutes).
 Usage: bin/bench remediation [--probes 50] [--burst 200] [--workers 2] [--concurrency 2]
                              [--power-delay 0.5] [--cluster-size 1200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -124,12 +125,34 @@ def start_workers(stack: contextlib.ExitStack, count: int, concurrency: int, log
         with log.open("wb") as out:
             # A session of its own: on exit the whole group (the prefork children too) is killed.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "nodewarden", "worker", "--queues", ",".join(QUEUE_NAMES),
-                 "--pool", "prefork", "--concurrency", str(concurrency), "--loglevel", "INFO",
-                 "--hostname", f"bench-{i}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-                 "--without-heartbeat"],
-                cwd=ROOT, env={**os.environ, "DEBUG": "0"}, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "nodewarden",
+                    "worker",
+                    "--queues",
+                    ",".join(QUEUE_NAMES),
+                    "--pool",
+                    "prefork",
+                    "--concurrency",
+                    str(concurrency),
+                    "--loglevel",
+                    "INFO",
+                    "--hostname",
+                    f"bench-{i}-{os.getpid()}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+                cwd=ROOT,
+                env={**os.environ, "DEBUG": "0"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         worker = Worker(proc, log)
         stack.callback(stop_worker, worker)
         workers.append(worker)
@@ -202,36 +225,76 @@ def make_fleet(args: argparse.Namespace, slurm_conf: Path, emulator: Any) -> Fle
     from validation.choices import Reentry, Stage
     from validation.models import Day1Spec, RevalidationPlan
 
-    profile = HardwareProfile.objects.create(name="rbench-h100", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8,
-                                             hca_count=8, hca_rate_gbps=400, memory_gb=2048, firmware_baseline={})
+    profile = HardwareProfile.objects.create(
+        name="rbench-h100",
+        gpu_model="NVIDIA H100 80GB HBM3",
+        gpu_count=8,
+        hca_count=8,
+        hca_rate_gbps=400,
+        memory_gb=2048,
+        firmware_baseline={},
+    )
     Day1Spec.objects.create(hardware_profile=profile, soak_seconds=0)
     RevalidationPlan.objects.create(reentry=Reentry.REMEDIATING, stages=[Stage.RELIABILITY])
     site = Site.objects.create(slug="rbench", name="Remediation bench")
-    cluster = Cluster.objects.create(site=site, name="rbench", scheduler_kind=SchedulerKind.SLURM,
-                                     scheduler_endpoint=str(slurm_conf))
+    cluster = Cluster.objects.create(
+        site=site, name="rbench", scheduler_kind=SchedulerKind.SLURM, scheduler_endpoint=str(slurm_conf)
+    )
     probe_names, burst_names, cycle_name = names(args)
     measured = [*probe_names, *burst_names, cycle_name]
     others = [f"rb-f{i:04d}" for i in range(max(0, args.cluster_size - len(measured)))]
     nodes = Node.objects.bulk_create(
-        Node(hostname=name, serial=f"RB{i:06d}", bmc_address=f"10.251.{i // 250}.{i % 250}", site=site,
-             cluster=cluster, hardware_profile=profile, state="production")
-        for i, name in enumerate([*measured, *others]))
+        Node(
+            hostname=name,
+            serial=f"RB{i:06d}",
+            bmc_address=f"10.251.{i // 250}.{i % 250}",
+            site=site,
+            cluster=cluster,
+            hardware_profile=profile,
+            state="production",
+        )
+        for i, name in enumerate([*measured, *others])
+    )
     by_name = {n.hostname: n for n in nodes}
     tokens = {name: TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for name in [*probe_names, cycle_name]}
-    AgentToken.objects.bulk_create(AgentToken(node=by_name[name], key_hash=hash_token(tok), prefix=tok[:12])
-                                   for name, tok in tokens.items())
-    BmcEndpoint.objects.create(node=by_name[cycle_name], address=emulator.url, username=emulator.username,
-                               password=emulator.password, system_id=emulator.systems[0]["uuid"])
-    BlastRadiusLimit.objects.create(domain=Domain.CLUSTER, max_share=1.0, max_count=100_000,
-                                    max_drains_per_hour=100_000)
-    repair = RemediationPolicy.objects.create(name="bench: cordon, then repair", priority=10, match_rule="xid",
-                                              match_xid=XID, urgency=Urgency.NOW, first_rung=Rung.REPAIR)
-    cycle = RemediationPolicy.objects.create(name="bench: cordon, then power cycle", priority=20, enabled=False,
-                                             match_rule="xid", match_xid=XID, urgency=Urgency.NOW,
-                                             first_rung=Rung.POWER_CYCLE)
-    return Fleet(cluster, [(by_name[n].pk, n, tokens[n]) for n in probe_names],
-                 [(by_name[n].pk, n) for n in burst_names], (by_name[cycle_name].pk, cycle_name, tokens[cycle_name]),
-                 repair, cycle)
+    AgentToken.objects.bulk_create(
+        AgentToken(node=by_name[name], key_hash=hash_token(tok), prefix=tok[:12]) for name, tok in tokens.items()
+    )
+    BmcEndpoint.objects.create(
+        node=by_name[cycle_name],
+        address=emulator.url,
+        username=emulator.username,
+        password=emulator.password,
+        system_id=emulator.systems[0]["uuid"],
+    )
+    BlastRadiusLimit.objects.create(
+        domain=Domain.CLUSTER, max_share=1.0, max_count=100_000, max_drains_per_hour=100_000
+    )
+    repair = RemediationPolicy.objects.create(
+        name="bench: cordon, then repair",
+        priority=10,
+        match_rule="xid",
+        match_xid=XID,
+        urgency=Urgency.NOW,
+        first_rung=Rung.REPAIR,
+    )
+    cycle = RemediationPolicy.objects.create(
+        name="bench: cordon, then power cycle",
+        priority=20,
+        enabled=False,
+        match_rule="xid",
+        match_xid=XID,
+        urgency=Urgency.NOW,
+        first_rung=Rung.POWER_CYCLE,
+    )
+    return Fleet(
+        cluster,
+        [(by_name[n].pk, n, tokens[n]) for n in probe_names],
+        [(by_name[n].pk, n) for n in burst_names],
+        (by_name[cycle_name].pk, cycle_name, tokens[cycle_name]),
+        repair,
+        cycle,
+    )
 
 
 def xid_body(hostname: str, when: datetime) -> bytes:
@@ -244,8 +307,12 @@ def xid_body(hostname: str, when: datetime) -> bytes:
 def post_report(port: int, token: str, body: bytes) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("POST", "/api/agent/reports/", body=body,
-                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/api/agent/reports/",
+            body=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         payload = response.read()
     finally:
@@ -265,14 +332,22 @@ def cordoned_by_us(adapter: Any, name: str) -> bool:
 def cordoned_names(slurm_conf: Path) -> set[str]:
     """Every node Slurm lists with the DRAIN flag and a "nodewarden:" reason (one ``sinfo`` call:
     cheaper to run every 0.1 s than ``scontrol show node`` over all nodes, same slurmctld state)."""
-    out = subprocess.run(["sinfo", "-h", "-N", "-t", "drain", "-o", "%N|%E"], capture_output=True, text=True,
-                         env={**os.environ, "SLURM_CONF": str(slurm_conf)}, timeout=30, check=True).stdout
-    return {name for name, _, reason in (line.partition("|") for line in out.splitlines())
-            if reason.startswith("nodewarden:")}
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-t", "drain", "-o", "%N|%E"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": str(slurm_conf)},
+        timeout=30,
+        check=True,
+    ).stdout
+    return {
+        name
+        for name, _, reason in (line.partition("|") for line in out.splitlines())
+        if reason.startswith("nodewarden:")
+    }
 
 
-def wait_until(ready: Callable[[], bool], what: str, timeout: float, workers: list[Worker],
-               poll: float = 0.05) -> None:
+def wait_until(ready: Callable[[], bool], what: str, timeout: float, workers: list[Worker], poll: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         for w in workers:
@@ -332,7 +407,7 @@ def _cpu(pid: int, children: bool = True) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    ticks = sum(int(f) for f in fields[11:15 if children else 13])
+    ticks = sum(int(f) for f in fields[11 : 15 if children else 13])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -357,11 +432,12 @@ def cpu_snapshot(workers: list[Worker], slurm: Any) -> dict[str, float]:
     postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
     groups = {w.proc.pid for w in workers}
     return {
-        "Celery workers (with their scontrol/squeue children)":
-            sum(_cpu(pid) for pid in _pids(lambda st: int(st[2]) in groups)),
+        "Celery workers (with their scontrol/squeue children)": sum(
+            _cpu(pid) for pid in _pids(lambda st: int(st[2]) in groups)
+        ),
         # The postmaster's reaped-children time holds the backends that closed meanwhile.
-        "PostgreSQL": _cpu(postmaster) + sum(_cpu(pid, children=False)
-                                             for pid in _pids(lambda st: int(st[1]) == postmaster)),
+        "PostgreSQL": _cpu(postmaster)
+        + sum(_cpu(pid, children=False) for pid in _pids(lambda st: int(st[1]) == postmaster)),
         "slurmctld": _cpu(slurm.processes["slurmctld"].pid),
         "slurmd": sum(_cpu(p.pid) for name, p in slurm.processes.items() if name.startswith("slurmd-")),
         "munged": _cpu(slurm.processes["munged"].pid),
@@ -416,8 +492,9 @@ def measure_latency(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]
         deadline = sent + 30
         while not cordoned_by_us(adapter, name):
             if time.perf_counter() > deadline:
-                raise SystemExit(f"{name} was not cordoned in Slurm 30 s after its XID; worker log:\n"
-                                 f"{workers[0].tail()}")
+                raise SystemExit(
+                    f"{name} was not cordoned in Slurm 30 s after its XID; worker log:\n{workers[0].tail()}"
+                )
             time.sleep(POLL)
         seen = time.perf_counter()
         rows.append((node_id, sent_wall, answered - sent, seen - sent))
@@ -429,8 +506,14 @@ def measure_latency(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]
         ingest.append((finding.created - sent_wall).total_seconds())
         decide.append((cordon.created - finding.created).total_seconds())
         to_slurm.append(total - (cordon.created - sent_wall).total_seconds())
-    return {"total": [r[3] for r in rows], "http": [r[2] for r in rows], "ingest": ingest, "decide": decide,
-            "to_slurm": to_slurm, "task": task_times(workers, offsets, "remediation.tasks.consider_finding")}
+    return {
+        "total": [r[3] for r in rows],
+        "http": [r[2] for r in rows],
+        "ingest": ingest,
+        "decide": decide,
+        "to_slurm": to_slurm,
+        "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
+    }
 
 
 # --- (b) throughput ----------------------------------------------------------------------------
@@ -464,11 +547,17 @@ def measure_burst(fleet: Fleet, slurm: Any, workers: list[Worker]) -> dict[str, 
     wait_quiet(workers)
     cordons = [first_event(node_id, "cordon").created for node_id, _ in fleet.burst]
     per_node = [(c - started_wall).total_seconds() for c in cordons]
-    return {"elapsed": max(seen.values()), "queued": queued, "first": min(seen.values()),
-            "db_first": min(per_node), "db_last": max(per_node), "per_node": per_node,
-            "cpu": {k: cpu_after[k] - cpu_before[k] for k in cpu_before},
-            "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
-            "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup")}
+    return {
+        "elapsed": max(seen.values()),
+        "queued": queued,
+        "first": min(seen.values()),
+        "db_first": min(per_node),
+        "db_last": max(per_node),
+        "per_node": per_node,
+        "cpu": {k: cpu_after[k] - cpu_before[k] for k in cpu_before},
+        "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
+        "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup"),
+    }
 
 
 # --- (c) the full cycle ------------------------------------------------------------------------
@@ -519,17 +608,25 @@ def cycle_split(node_id: int, sent_wall: datetime, total: float) -> dict[str, An
     def at(when: datetime | None) -> float:
         return (when - sent_wall).total_seconds() if when else float("nan")
 
-    timeline = [("finding committed", at(xid_finding(node_id).created)),
-                ("cordon (Nodewarden)", at(first_event(node_id, "cordon").created)),
-                ("start_remediation", at(first_event(node_id, "start_remediation").created)),
-                ("power cycle taken up by a worker", at(step.last_activity)),
-                ("power cycle done (BMC reports on)", at(step.finished)),
-                ("revalidate", at(revalidate.created)),
-                ("reliability stage opened", at(max((r.started for r in stage_runs), default=None))),
-                ("release_to_production", at(first_event(node_id, "release_to_production").created)),
-                ("remediation marked succeeded", at(rem.finished))]
-    return {"timeline": timeline, "bmc": bmc, "checks": checks, "controller": total - bmc - checks,
-            "stage_runs": len(stage_runs), "status": rem.status}
+    timeline = [
+        ("finding committed", at(xid_finding(node_id).created)),
+        ("cordon (Nodewarden)", at(first_event(node_id, "cordon").created)),
+        ("start_remediation", at(first_event(node_id, "start_remediation").created)),
+        ("power cycle taken up by a worker", at(step.last_activity)),
+        ("power cycle done (BMC reports on)", at(step.finished)),
+        ("revalidate", at(revalidate.created)),
+        ("reliability stage opened", at(max((r.started for r in stage_runs), default=None))),
+        ("release_to_production", at(first_event(node_id, "release_to_production").created)),
+        ("remediation marked succeeded", at(rem.finished)),
+    ]
+    return {
+        "timeline": timeline,
+        "bmc": bmc,
+        "checks": checks,
+        "controller": total - bmc - checks,
+        "stage_runs": len(stage_runs),
+        "status": rem.status,
+    }
 
 
 # --- Safety check and report -------------------------------------------------------------------
@@ -545,41 +642,57 @@ def safety_summary(fleet: Fleet) -> str:
     breakers = CircuitBreaker.objects.count()
     queued = Remediation.objects.filter(decisions__icontains="queued:").count()
     if breakers or queued:
-        raise SystemExit(f"the safety rails interfered: {breakers} breaker(s) tripped, {queued} remediation(s) "
-                         "queued; the figures above do not measure what they claim")
-    return (f"circuit breaker armed, not tripped: {hit} of {size:,} nodes with findings ({hit / size:.0%}, "
-            f"trips at 30%); 0 remediations queued (blast-radius limits raised for the bench)")
+        raise SystemExit(
+            f"the safety rails interfered: {breakers} breaker(s) tripped, {queued} remediation(s) "
+            "queued; the figures above do not measure what they claim"
+        )
+    return (
+        f"circuit breaker armed, not tripped: {hit} of {size:,} nodes with findings ({hit / size:.0%}, "
+        f"trips at 30%); 0 remediations queued (blast-radius limits raised for the bench)"
+    )
 
 
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms"
 
 
-def report(args: argparse.Namespace, lat: dict[str, Any], burst: dict[str, Any], cycle: dict[str, Any],
-           safety: str) -> None:
+def report(
+    args: argparse.Namespace, lat: dict[str, Any], burst: dict[str, Any], cycle: dict[str, Any], safety: str
+) -> None:
     total = lat["total"]
     print(f"\n(a) XID 79 POST -> DRAIN+nodewarden in scontrol, {len(total)} nodes one at a time, each under a job:")
-    print(f"    p50 {ms(statistics.median(total))}  p99 {ms(pct(total, 0.99))}  max {ms(max(total))}  "
-          f"(target p99 < 1 s)")
-    print(f"    p50 parts: HTTP answer {ms(statistics.median(lat['http']))}; POST -> finding "
-          f"{ms(statistics.median(lat['ingest']))}; finding -> cordon committed {ms(statistics.median(lat['decide']))}; "
-          f"cordon committed -> seen drained in Slurm {ms(statistics.median(lat['to_slurm']))}")
+    print(
+        f"    p50 {ms(statistics.median(total))}  p99 {ms(pct(total, 0.99))}  max {ms(max(total))}  (target p99 < 1 s)"
+    )
+    print(
+        f"    p50 parts: HTTP answer {ms(statistics.median(lat['http']))}; POST -> finding "
+        f"{ms(statistics.median(lat['ingest']))}; finding -> cordon committed {ms(statistics.median(lat['decide']))}; "
+        f"cordon committed -> seen drained in Slurm {ms(statistics.median(lat['to_slurm']))}"
+    )
     print(f"    consider_finding in the worker (cordon, evict, hand-off): p50 {ms(statistics.median(lat['task']))}")
     n = len(burst["per_node"])
     print(f"\n(b) {n} findings committed at once -> all {n} drained in Slurm (nodes without slurmd):")
-    print(f"    {burst['elapsed']:.2f} s: {n / burst['elapsed']:.1f} cordons/s (target >= 50/s); first seen after "
-          f"{ms(burst['first'])}; commit + queueing {ms(burst['queued'])}")
-    print(f"    cordon rows committed from {ms(burst['db_first'])} to {ms(burst['db_last'])}; "
-          f"finding -> cordon p50 {ms(statistics.median(burst['per_node']))} p99 {ms(pct(burst['per_node'], 0.99))}")
-    print(f"    consider_finding in the workers: p50 {ms(statistics.median(burst['task']))} "
-          f"({len(burst['task'])} tasks, {args.workers * args.concurrency} at a time); then "
-          f"{len(burst['followups'])} transition follow-ups, p50 {ms(statistics.median(burst['followups']))}")
+    print(
+        f"    {burst['elapsed']:.2f} s: {n / burst['elapsed']:.1f} cordons/s (target >= 50/s); first seen after "
+        f"{ms(burst['first'])}; commit + queueing {ms(burst['queued'])}"
+    )
+    print(
+        f"    cordon rows committed from {ms(burst['db_first'])} to {ms(burst['db_last'])}; "
+        f"finding -> cordon p50 {ms(statistics.median(burst['per_node']))} p99 {ms(pct(burst['per_node'], 0.99))}"
+    )
+    print(
+        f"    consider_finding in the workers: p50 {ms(statistics.median(burst['task']))} "
+        f"({len(burst['task'])} tasks, {args.workers * args.concurrency} at a time); then "
+        f"{len(burst['followups'])} transition follow-ups, p50 {ms(statistics.median(burst['followups']))}"
+    )
     cpu = dict(burst["cpu"])
     busy = cpu.pop(MACHINE)
     cpu["everything else (Redis, gunicorn, kernel, other users of this machine)"] = busy - sum(cpu.values())
-    print(f"    CPU seconds meanwhile: machine busy {busy:.1f} of {os.cpu_count() * burst['elapsed']:.1f} "
-          f"({os.cpu_count()} cores x {burst['elapsed']:.1f} s): "
-          + "; ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])))
+    print(
+        f"    CPU seconds meanwhile: machine busy {busy:.1f} of {os.cpu_count() * burst['elapsed']:.1f} "
+        f"({os.cpu_count()} cores x {burst['elapsed']:.1f} s): "
+        + "; ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    )
     marks = cycle["marks"]
     print(f"\n(c) full cycle, idle node, BMC power cycle (emulator delay {args.power_delay:g} s), re-validation:")
     for label, offset in sorted([*cycle["timeline"], *marks.items()], key=lambda lo: lo[1]):
@@ -587,9 +700,11 @@ def report(args: argparse.Namespace, lat: dict[str, Any], burst: dict[str, Any],
     total_c = marks["resumed in Slurm"]
     own = 2 * args.power_delay
     print(f"    total {total_c:.2f} s (seed reference: under 120 s); remediation {cycle['status']}")
-    print(f"    waiting on the BMC {cycle['bmc']:.2f} s (its own power delays {own:g} s, the rest the client's "
-          f"{_poll_interval():g} s polling and HTTP); waiting on checks {cycle['checks']:.2f} s "
-          f"({cycle['stage_runs']} stage runs); controller's own {cycle['controller']:.2f} s (target < 5 s)")
+    print(
+        f"    waiting on the BMC {cycle['bmc']:.2f} s (its own power delays {own:g} s, the rest the client's "
+        f"{_poll_interval():g} s polling and HTTP); waiting on checks {cycle['checks']:.2f} s "
+        f"({cycle['stage_runs']} stage runs); controller's own {cycle['controller']:.2f} s (target < 5 s)"
+    )
     print(f"\n{safety}")
 
 
@@ -611,8 +726,9 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     call_command("migrate", verbosity=0)
     probe_names, burst_names, cycle_name = names(args)
     slurm = stack.enter_context(SlurmCluster([*probe_names, cycle_name], dead_nodes=burst_names))
-    emulator = stack.enter_context(RedfishEmulator([{"name": cycle_name, "bios_version": "2.1.7"}],
-                                                   power_delay=args.power_delay))
+    emulator = stack.enter_context(
+        RedfishEmulator([{"name": cycle_name, "bios_version": "2.1.7"}], power_delay=args.power_delay)
+    )
     fleet = make_fleet(args, slurm.conf_path, emulator)
     adapter = SlurmAdapter(fleet.cluster)
     for name in probe_names:
@@ -621,12 +737,18 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nodewarden-rbench-")))
     port = start_gunicorn(stack)
     workers = start_workers(stack, args.workers, args.concurrency, logdir)
-    wait_until(lambda: len(slurm.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split()) == len(probe_names),
-               "every probe node's job to run", 30, workers)
-    print(f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
-          f"{args.workers} Celery worker processes x {args.concurrency} prefork children (all four queues); "
-          f"gunicorn 2 sync workers; Slurm: {len(probe_names) + 1} slurmd + {len(burst_names)} nodes without; "
-          f"cluster of {args.cluster_size:,} nodes; set up in {time.monotonic() - began:.1f} s")
+    wait_until(
+        lambda: len(slurm.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split()) == len(probe_names),
+        "every probe node's job to run",
+        30,
+        workers,
+    )
+    print(
+        f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
+        f"{args.workers} Celery worker processes x {args.concurrency} prefork children (all four queues); "
+        f"gunicorn 2 sync workers; Slurm: {len(probe_names) + 1} slurmd + {len(burst_names)} nodes without; "
+        f"cluster of {args.cluster_size:,} nodes; set up in {time.monotonic() - began:.1f} s"
+    )
     lat = measure_latency(fleet, port, adapter, workers)
     requeued = len(slurm.run("squeue", "-h", "-t", "PD", "-o", "%i").stdout.split())
     print(f"(a) done: {len(lat['total'])} cordons, {requeued} of {len(probe_names)} jobs requeued by the eviction")
@@ -643,8 +765,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--concurrency", type=int, default=2, help="prefork children per worker")
     parser.add_argument("--power-delay", type=float, default=0.5, help="the emulated BMC's seconds per power change")
-    parser.add_argument("--cluster-size", type=int, default=1200,
-                        help="nodes in the one cluster (the breaker trips at 30%% of it with findings)")
+    parser.add_argument(
+        "--cluster-size",
+        type=int,
+        default=1200,
+        help="nodes in the one cluster (the breaker trips at 30%% of it with findings)",
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql" or not os.environ.get("CELERY_BROKER_URL", "").startswith("redis"):
         raise SystemExit("bench/remediation.py needs PostgreSQL and Redis: run it with bin/bench remediation")

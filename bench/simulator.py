@@ -8,6 +8,7 @@ went (per phase of the simulation loop), and what the run found against the pape
 
 Usage: bin/bench simulator [--nodes 2048] [--days 54] [--seed 1] [--policy default]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,27 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="nodewarden-bench-sim-")) / "report.json"
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--nodes", str(args.nodes),
-                           "--days", str(args.days), "--seed", str(args.seed), "--policy", args.policy,
-                           "--json", str(out)], cwd=ROOT, check=False, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "simulate_fleet",
+            "--nodes",
+            str(args.nodes),
+            "--days",
+            str(args.days),
+            "--seed",
+            str(args.seed),
+            "--policy",
+            args.policy,
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0 or not out.exists():
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
@@ -41,23 +60,33 @@ def main() -> int:
         return 1
     report = json.loads(out.read_text())
     run, job, mttr = report["run"], report["job"], report["mttr"]
-    print(f"Fleet simulator: {args.nodes:,} nodes ({args.nodes * 8:,} GPUs), {args.days:g} simulated days, "
-          f"policy {args.policy!r}, seed {args.seed}")
-    print(f"  wall time, whole command (migrate, emulators, fleet, run, report): {wall:,.1f} s "
-          f"(target < {TARGET_SECONDS:.0f} s: {'met' if wall < TARGET_SECONDS else 'MISSED'}; "
-          f"{wall / TARGET_SECONDS:.2f} of the budget)")
-    print(f"  the simulation loop alone: {run['wall_seconds']:,.1f} s, {run['speedup']:,}x simulated/wall; "
-          f"{run['ticks']:,} ticks, {run['agent_requests']:,} agent API requests ({run['agent_reports']:,} reports)")
+    print(
+        f"Fleet simulator: {args.nodes:,} nodes ({args.nodes * 8:,} GPUs), {args.days:g} simulated days, "
+        f"policy {args.policy!r}, seed {args.seed}"
+    )
+    print(
+        f"  wall time, whole command (migrate, emulators, fleet, run, report): {wall:,.1f} s "
+        f"(target < {TARGET_SECONDS:.0f} s: {'met' if wall < TARGET_SECONDS else 'MISSED'}; "
+        f"{wall / TARGET_SECONDS:.2f} of the budget)"
+    )
+    print(
+        f"  the simulation loop alone: {run['wall_seconds']:,.1f} s, {run['speedup']:,}x simulated/wall; "
+        f"{run['ticks']:,} ticks, {run['agent_requests']:,} agent API requests ({run['agent_reports']:,} reports)"
+    )
     print("  where the loop's time went: " + ", ".join(f"{k} {v:.0f} s" for k, v in run["phase_seconds"].items()))
-    print(f"  faults injected {report['faults']['injected']} (+{report['faults']['noise_signals']} noise signals); "
-          f"job interruptions {job['interruptions']} (paper scaled: {job['paper']['interruptions_scaled']}); "
-          f"ETTR {job['ettr']:.3f} (paper: above 0.90); MTTR median {mttr['all'].get('median_h')} h; "
-          f"false actions {report['false_actions']['count']}; manual interventions {len(report['manual'])} "
-          f"(paper: 3)")
+    print(
+        f"  faults injected {report['faults']['injected']} (+{report['faults']['noise_signals']} noise signals); "
+        f"job interruptions {job['interruptions']} (paper scaled: {job['paper']['interruptions_scaled']}); "
+        f"ETTR {job['ettr']:.3f} (paper: above 0.90); MTTR median {mttr['all'].get('median_h')} h; "
+        f"false actions {report['false_actions']['count']}; manual interventions {len(report['manual'])} "
+        f"(paper: 3)"
+    )
     audit = report.get("audit") or {}
     by = ", ".join(f"{k} {v}" for k, v in audit.get("by_invariant", {}).items())
-    print(f"  breaches (fleet auditor, {audit.get('runs', 0)} hourly runs; goal 0): {audit.get('distinct', 0)}"
-          + (f" ({by}; the last run found {audit.get('at_end') or 0})" if by else ""))
+    print(
+        f"  breaches (fleet auditor, {audit.get('runs', 0)} hourly runs; goal 0): {audit.get('distinct', 0)}"
+        + (f" ({by}; the last run found {audit.get('at_end') or 0})" if by else "")
+    )
     errors = run["agent_errors"] + run["task_errors"]
     print(f"  errors from the system under test: {len(errors)}" + (f" {errors[:3]}" if errors else ""))
     return 0 if not errors else 1

@@ -1,4 +1,5 @@
 """Admin for BMC endpoints. The password is write-only: never rendered, blank keeps it."""
+
 from __future__ import annotations
 
 from django import forms
@@ -11,7 +12,8 @@ class BmcEndpointForm(forms.ModelForm):
     """The model form with a password field that is never filled in from the stored value."""
 
     password = forms.CharField(
-        required=False, strip=False,
+        required=False,
+        strip=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
         help_text="Stored encrypted. Leave blank to keep the current password.",
     )

@@ -1,4 +1,5 @@
 """System checks: a malformed NODEWARDEN_BMC_KEYS fails ``manage.py check`` and start-up, not the first BMC call."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Choices for the bmc app: which protocol speaks to a node's BMC."""
+
 from __future__ import annotations
 
 from django.db import models

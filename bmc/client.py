@@ -10,6 +10,7 @@ it cannot overwrite an operator's concurrent edit of the same endpoint.
 Timings come from settings (``NODEWARDEN_BMC_*``), read at call time so tests can
 override them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,10 +45,15 @@ def driver_for(endpoint: BmcEndpoint, *, timeout: float | None = None) -> BmcDri
     """A driver for the endpoint's protocol; ``timeout`` is per request (default NODEWARDEN_BMC_TIMEOUT)."""
     timeout = settings.NODEWARDEN_BMC_TIMEOUT if timeout is None else timeout
     if endpoint.driver == BmcDriverKind.IPMI:
-        return IpmiDriver(endpoint.address, username=endpoint.username, password=endpoint.password,
-                          timeout=timeout)
-    return RedfishDriver(endpoint.address, username=endpoint.username, password=endpoint.password,
-                         system_id=endpoint.system_id, verify_tls=endpoint.verify_tls, timeout=timeout)
+        return IpmiDriver(endpoint.address, username=endpoint.username, password=endpoint.password, timeout=timeout)
+    return RedfishDriver(
+        endpoint.address,
+        username=endpoint.username,
+        password=endpoint.password,
+        system_id=endpoint.system_id,
+        verify_tls=endpoint.verify_tls,
+        timeout=timeout,
+    )
 
 
 # --- Service helpers ------------------------------------------------------------
@@ -100,8 +106,9 @@ def read_power_state(endpoint: BmcEndpoint, *, timeout: float | None = None, ret
         return _retrying(driver.power_state) if retry else driver.power_state()
 
 
-def power(endpoint: BmcEndpoint, action: PowerAction | str, *, wait: bool = True,
-          timeout: float | None = None) -> PowerState:
+def power(
+    endpoint: BmcEndpoint, action: PowerAction | str, *, wait: bool = True, timeout: float | None = None
+) -> PowerState:
     """Perform a power action; with ``wait``, return once the BMC reports the state it leads to.
 
     On for ON, restarts and cycles (restarts may pass through off: we wait for on
@@ -144,8 +151,10 @@ def _wait_for_power(driver: BmcDriver, action: PowerAction, expected: PowerState
             return seen
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise BmcTimeout(f"Power action {action} at {driver.where}: the BMC still reports power {seen} "
-                             f"after {timeout:g} s of waiting for {expected}.")
+            raise BmcTimeout(
+                f"Power action {action} at {driver.where}: the BMC still reports power {seen} "
+                f"after {timeout:g} s of waiting for {expected}."
+            )
         time.sleep(min(interval, remaining))
 
 

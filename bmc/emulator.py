@@ -14,6 +14,7 @@ the network by the same drivers that talk to real BMCs.
 
 This module must not import Django: the emulator process runs without it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -99,8 +100,9 @@ def normalise_system(system: dict[str, Any], index: int) -> dict[str, Any]:
     return system
 
 
-def run_redfish_emulator(port: int, systems: list[dict[str, Any]], state_dir: str, *,
-                         auth_file: str | None = None, power_delay: float = 0.0) -> None:
+def run_redfish_emulator(
+    port: int, systems: list[dict[str, Any]], state_dir: str, *, auth_file: str | None = None, power_delay: float = 0.0
+) -> None:
     """Serve sushy-tools' Redfish app with NodewardenFakeDriver on 127.0.0.1:port until killed."""
     from sushy_tools.emulator import main as sushy_main
     from sushy_tools.emulator.resources.systems import fakedriver
@@ -123,12 +125,19 @@ def run_redfish_emulator(port: int, systems: list[dict[str, Any]], state_dir: st
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bmc.emulator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--systems-file", required=True, help="JSON list of systems (uuid, name, power_state, "
-                        "bios_version, memory_gib, cpus, power_delay, nics)")
+    parser.add_argument(
+        "--systems-file",
+        required=True,
+        help="JSON list of systems (uuid, name, power_state, bios_version, memory_gib, cpus, power_delay, nics)",
+    )
     parser.add_argument("--state-dir", required=True, help="where the emulator keeps power and BIOS state")
     parser.add_argument("--auth-file", help="htpasswd file (bcrypt hashes only)")
-    parser.add_argument("--power-delay", type=float, default=0.0,
-                        help="seconds before a power change shows (default 0; the stock driver waits 1-11 s)")
+    parser.add_argument(
+        "--power-delay",
+        type=float,
+        default=0.0,
+        help="seconds before a power change shows (default 0; the stock driver waits 1-11 s)",
+    )
     args = parser.parse_args(argv)
     systems = json.loads(Path(args.systems_file).read_text())
     run_redfish_emulator(args.port, systems, args.state_dir, auth_file=args.auth_file, power_delay=args.power_delay)
@@ -167,8 +176,9 @@ class _EmulatorProcess:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self) -> None:
@@ -185,8 +195,9 @@ class _EmulatorProcess:
         assert self.workdir is not None
         log = open(self.workdir / f"{self.name}.log", "wb")  # the child keeps its own copy of the descriptor
         with log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            **kwargs)
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs
+            )
 
     def log_tail(self) -> str:
         path = self.workdir / f"{self.name}.log" if self.workdir else None
@@ -207,8 +218,14 @@ class RedfishEmulator(_EmulatorProcess):
 
     name = "sushy-emulator"
 
-    def __init__(self, systems: list[dict[str, Any]] | None = None, *, username: str = "admin",
-                 password: str | None = None, power_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        systems: list[dict[str, Any]] | None = None,
+        *,
+        username: str = "admin",
+        password: str | None = None,
+        power_delay: float = 0.0,
+    ) -> None:
         super().__init__()
         self.systems = [normalise_system(s, i) for i, s in enumerate(systems or [{}])]
         self.username = username
@@ -227,17 +244,19 @@ class RedfishEmulator(_EmulatorProcess):
         """Put a system on or off through the emulator's own API (test and demo set-up)."""
         import requests
 
-        response = requests.post(f"{self.url}{self.system_path(index)}/Actions/ComputerSystem.Reset",
-                                 json={"ResetType": "On" if on else "ForceOff"},
-                                 auth=(self.username, self.password), timeout=5)
+        response = requests.post(
+            f"{self.url}{self.system_path(index)}/Actions/ComputerSystem.Reset",
+            json={"ResetType": "On" if on else "ForceOff"},
+            auth=(self.username, self.password),
+            timeout=5,
+        )
         response.raise_for_status()
 
     def system(self, index: int = 0) -> dict[str, Any]:
         """The system's Redfish resource as the emulator serves it now."""
         import requests
 
-        response = requests.get(f"{self.url}{self.system_path(index)}", auth=(self.username, self.password),
-                                timeout=5)
+        response = requests.get(f"{self.url}{self.system_path(index)}", auth=(self.username, self.password), timeout=5)
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
@@ -262,9 +281,21 @@ class RedfishEmulator(_EmulatorProcess):
 
     def _command(self) -> list[str]:
         assert self.workdir is not None
-        return [sys.executable, "-m", "bmc.emulator", "--port", str(self.port),
-                "--systems-file", str(self.workdir / "systems.json"), "--state-dir", str(self.workdir / "state"),
-                "--auth-file", str(self.workdir / "htpasswd"), "--power-delay", str(self.power_delay)]
+        return [
+            sys.executable,
+            "-m",
+            "bmc.emulator",
+            "--port",
+            str(self.port),
+            "--systems-file",
+            str(self.workdir / "systems.json"),
+            "--state-dir",
+            str(self.workdir / "state"),
+            "--auth-file",
+            str(self.workdir / "htpasswd"),
+            "--power-delay",
+            str(self.power_delay),
+        ]
 
     @staticmethod
     def _env() -> dict[str, str]:
@@ -333,10 +364,13 @@ def _fru_area(body: bytes) -> bytes:
 
 def fru_image(*, manufacturer: str, product: str, serial: str, part_number: str = "", version: str = "") -> bytes:
     """A FRU image (IPMI Platform Management FRU spec 1.0) with board and product areas."""
-    board = _fru_area(bytes([1, 0, 0, 0, 0, 0]) + b"".join(
-        _type_length(f) for f in (manufacturer, product, serial, part_number, "")))
-    product_area = _fru_area(bytes([1, 0, 0]) + b"".join(
-        _type_length(f) for f in (manufacturer, product, part_number, version, serial, "", "")))
+    board = _fru_area(
+        bytes([1, 0, 0, 0, 0, 0]) + b"".join(_type_length(f) for f in (manufacturer, product, serial, part_number, ""))
+    )
+    product_area = _fru_area(
+        bytes([1, 0, 0])
+        + b"".join(_type_length(f) for f in (manufacturer, product, part_number, version, serial, "", ""))
+    )
     header = bytearray([1, 0, 0, 1, 1 + len(board) // 8, 0, 0])
     header.append(-sum(header) & 0xFF)
     return bytes(header) + board + product_area
@@ -352,9 +386,14 @@ class IpmiSimulator(_EmulatorProcess):
 
     name = "ipmi_sim"
 
-    def __init__(self, *, username: str = "admin", password: str | None = None,
-                 fru: dict[str, str] | None = None,
-                 sel_events: list[tuple[int, list[int]]] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        username: str = "admin",
+        password: str | None = None,
+        fru: dict[str, str] | None = None,
+        sel_events: list[tuple[int, list[int]]] | None = None,
+    ) -> None:
         super().__init__()
         self.username = username
         self.password = password or secrets.token_hex(8)  # IPMI 2.0 passwords are at most 20 bytes
@@ -387,33 +426,47 @@ class IpmiSimulator(_EmulatorProcess):
         self.port = free_port(socket.SOCK_DGRAM)
         (self.workdir / "lan.conf").write_text(self._lan_config(control))
         (self.workdir / "bmc.emu").write_text(self._emu_commands())
-        self._spawn(["ipmi_sim", "-c", str(self.workdir / "lan.conf"), "-f", str(self.workdir / "bmc.emu"),
-                     "-s", str(self.workdir / "state"), "-n"])
+        self._spawn(
+            [
+                "ipmi_sim",
+                "-c",
+                str(self.workdir / "lan.conf"),
+                "-f",
+                str(self.workdir / "bmc.emu"),
+                "-s",
+                str(self.workdir / "state"),
+                "-n",
+            ]
+        )
         if not self._wait_until_bound():
             raise self._fail(f"UDP {self.address} was not bound within {START_TIMEOUT:g} s")
 
     def _lan_config(self, control: Path) -> str:
         auths = "none md2 md5 straight"
         # ipmi_sim expands no variables: every path is written out in full.
-        return "\n".join([
-            f'name "nodewarden-sim-{self.port}"',
-            "set_working_mc 0x20",
-            "  startlan 1",
-            f"    addr {LOCALHOST} {self.port}",
-            "    priv_limit admin",
-            *(f"    allowed_auths_{level} {auths}" for level in ("callback", "user", "operator", "admin")),
-            f"    guid {uuid_module.uuid4().hex}",
-            "  endlan",
-            f'  chassis_control "{control} {self.workdir}/state/power"',
-            f'  user 2 true "{self.username}" "{self.password}" admin 10 {auths}',
-            "",
-        ])
+        return "\n".join(
+            [
+                f'name "nodewarden-sim-{self.port}"',
+                "set_working_mc 0x20",
+                "  startlan 1",
+                f"    addr {LOCALHOST} {self.port}",
+                "    priv_limit admin",
+                *(f"    allowed_auths_{level} {auths}" for level in ("callback", "user", "operator", "admin")),
+                f"    guid {uuid_module.uuid4().hex}",
+                "  endlan",
+                f'  chassis_control "{control} {self.workdir}/state/power"',
+                f'  user 2 true "{self.username}" "{self.password}" admin 10 {auths}',
+                "",
+            ]
+        )
 
     def _emu_commands(self) -> str:
-        lines = ["mc_setbmc 0x20",
-                 # device id 0, rev 3, firmware 9.08, IPMI 2.0, sensor/SDR/SEL/FRU/event/chassis support
-                 "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr",
-                 "sel_enable 0x20 1000 0x0a"]
+        lines = [
+            "mc_setbmc 0x20",
+            # device id 0, rev 3, firmware 9.08, IPMI 2.0, sensor/SDR/SEL/FRU/event/chassis support
+            "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr",
+            "sel_enable 0x20 1000 0x0a",
+        ]
         if self.fru:
             image = fru_image(**self.fru)
             lines.append(f"mc_add_fru_data 0x20 0 {len(image):#x} data " + " ".join(f"{b:#04x}" for b in image))

@@ -6,6 +6,7 @@ decrypts, so a key is rotated by prepending a new one, re-saving the rows
 (``rotate_credentials``), then dropping the old key. With no keys configured one
 key is derived from ``SECRET_KEY``, so a development checkout needs no set-up.
 """
+
 from __future__ import annotations
 
 import base64

@@ -1,4 +1,5 @@
 """How Nodewarden reaches each node's BMC (baseboard management controller)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -30,11 +31,13 @@ class BmcEndpoint(models.Model):
     node = models.OneToOneField("nodes.Node", on_delete=models.CASCADE, related_name="bmc")
     driver = models.CharField(max_length=16, choices=BmcDriverKind.choices, default=BmcDriverKind.REDFISH)
     address = models.CharField(
-        max_length=255, validators=[validate_bmc_address],
+        max_length=255,
+        validators=[validate_bmc_address],
         help_text="Redfish: base URL such as https://10.0.0.5. IPMI: host or host:port (623 by default).",
     )
     system_id = models.CharField(
-        max_length=255, blank=True,
+        max_length=255,
+        blank=True,
         help_text="Redfish system Id, UUID or /redfish/v1/Systems/<id>; blank for the BMC's only system.",
     )
     username = models.CharField(max_length=64)

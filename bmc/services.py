@@ -1,4 +1,5 @@
 """Services for BMC endpoints that are not calls to a BMC (those live in ``bmc.client``)."""
+
 from __future__ import annotations
 
 from django.db import transaction

@@ -1,4 +1,5 @@
 """Recorded runs are written by workers and node agents; admin only reads them."""
+
 from typing import Any
 
 from django.contrib import admin

@@ -1,4 +1,5 @@
 """Kinds and outcomes of recorded runs, with their badge colours: one place for all readers."""
+
 from django.db import models
 
 
@@ -20,8 +21,13 @@ class RunKind(models.TextChoices):
 
 
 ACTIVE_KINDS: tuple[str, ...] = (RunKind.GPU_STRESS, RunKind.DCGM_DIAG, RunKind.NCCL_TEST, RunKind.MEMORY_TEST)
-STAGE_KINDS: tuple[str, ...] = (RunKind.STAGE_FIRMWARE, RunKind.STAGE_INVENTORY, RunKind.STAGE_BURN_IN,
-                                RunKind.STAGE_FABRIC, RunKind.STAGE_RELIABILITY)
+STAGE_KINDS: tuple[str, ...] = (
+    RunKind.STAGE_FIRMWARE,
+    RunKind.STAGE_INVENTORY,
+    RunKind.STAGE_BURN_IN,
+    RunKind.STAGE_FABRIC,
+    RunKind.STAGE_RELIABILITY,
+)
 
 
 class RunStatus(models.TextChoices):
@@ -37,14 +43,27 @@ class RunStatus(models.TextChoices):
     ERROR = "error", "Error"
 
 
-FINISHED = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.NOT_AVAILABLE, RunStatus.SUPERSEDED,
-            RunStatus.CANCELLED, RunStatus.SKIPPED, RunStatus.ERROR)
+FINISHED = (
+    RunStatus.PASSED,
+    RunStatus.FAILED,
+    RunStatus.NOT_AVAILABLE,
+    RunStatus.SUPERSEDED,
+    RunStatus.CANCELLED,
+    RunStatus.SKIPPED,
+    RunStatus.ERROR,
+)
 OPEN = (RunStatus.QUEUED, RunStatus.RUNNING)
 # What a node agent may report for a check it ran.
 AGENT_OUTCOMES = (RunStatus.PASSED, RunStatus.FAILED, RunStatus.NOT_AVAILABLE, RunStatus.ERROR)
 
 STATUS_COLOURS: dict[str, str] = {
-    RunStatus.QUEUED: "#8b95a5", RunStatus.RUNNING: "#4a78c2", RunStatus.PASSED: "#2e9e5b",
-    RunStatus.FAILED: "#c0392b", RunStatus.NOT_AVAILABLE: "#7f8c8d", RunStatus.SUPERSEDED: "#8b95a5",
-    RunStatus.CANCELLED: "#8b95a5", RunStatus.SKIPPED: "#b0a14f", RunStatus.ERROR: "#e0641e",
+    RunStatus.QUEUED: "#8b95a5",
+    RunStatus.RUNNING: "#4a78c2",
+    RunStatus.PASSED: "#2e9e5b",
+    RunStatus.FAILED: "#c0392b",
+    RunStatus.NOT_AVAILABLE: "#7f8c8d",
+    RunStatus.SUPERSEDED: "#8b95a5",
+    RunStatus.CANCELLED: "#8b95a5",
+    RunStatus.SKIPPED: "#b0a14f",
+    RunStatus.ERROR: "#e0641e",
 }

@@ -1,4 +1,5 @@
 """Recorded runs of background work on a node: every task run leaves a row."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -21,7 +22,11 @@ class CheckRun(models.Model):
     kind = models.CharField(max_length=40, choices=RunKind.choices)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     trigger = models.ForeignKey(
-        NodeEvent, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs",
+        NodeEvent,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
         help_text="The history row (e.g. a transition) that asked for this run.",
     )
     task_id = models.CharField(max_length=100, blank=True)
@@ -36,18 +41,21 @@ class CheckRun(models.Model):
     params = models.JSONField(default=dict, blank=True, help_text="Normalised parameters the agent runs with.")
     figures = models.JSONField(default=dict, blank=True, help_text='Measured numbers, e.g. {"busbw_gbps": 362}.')
     output = models.TextField(blank=True, help_text="The tool's output as the agent sent it (at most 64 KiB).")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                     related_name="+")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     requested_reason = models.TextField(blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True, help_text="When the node agent took the run.")
-    deadline = models.DateTimeField(null=True, blank=True,
-                                    help_text="A claimed run without a result by then becomes an error.")
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="A claimed run without a result by then becomes an error."
+    )
     scheduler_hold = models.BooleanField(
         default=False,
         help_text="The node may be held (drained/cordoned) in its workload scheduler for this run and not "
-                  "given back yet: true from just before the hold is taken until it is released or found "
-                  "no longer the check's. A production node drained by us is legitimate only while a run "
-                  "has this set.")
+        "given back yet: true from just before the hold is taken until it is released or found "
+        "no longer the check's. A production node drained by us is legitimate only while a run "
+        "has this set.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -64,8 +72,11 @@ class CheckRun(models.Model):
             # A re-delivered task finds its run instead of doing the work twice.
             models.UniqueConstraint(fields=["trigger", "kind"], name="one_run_per_trigger_and_kind"),
             # Two operators asking at once cannot queue the same check twice on a node.
-            models.UniqueConstraint(fields=["node", "kind"], condition=Q(kind__in=ACTIVE_KINDS, status__in=OPEN),
-                                    name="one_open_active_check_per_node_and_kind"),
+            models.UniqueConstraint(
+                fields=["node", "kind"],
+                condition=Q(kind__in=ACTIVE_KINDS, status__in=OPEN),
+                name="one_open_active_check_per_node_and_kind",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -13,6 +13,7 @@ given back after the result commits, the run expires or the sweep finds it left 
 (``give_back_check_hold``). Runs with ``scheduler_hold`` set are the ones whose hold may
 still be in the scheduler.
 """
+
 from __future__ import annotations
 
 import logging
@@ -137,12 +138,18 @@ def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, 
             raise CheckConflict(f"Cannot run checks on a node in state {node.get_state_display()!r}.")
         try:
             with transaction.atomic():  # a savepoint, so the conflict leaves the outer block usable
-                run = CheckRun.objects.create(node=node, kind=kind, params=normalised, requested_by=actor.user,
-                                              requested_reason=reason)
+                run = CheckRun.objects.create(
+                    node=node, kind=kind, params=normalised, requested_by=actor.user, requested_reason=reason
+                )
         except IntegrityError as exc:  # the partial unique constraint: one open run per kind
             raise CheckConflict(f"A {RunKind(kind).label} is already queued or running on {node.hostname}.") from exc
-        record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
-                     details={"check_requested": kind, "check_run": run.pk, "params": normalised})
+        record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=actor,
+            reason=reason,
+            details={"check_requested": kind, "check_run": run.pk, "params": normalised},
+        )
     return run
 
 
@@ -154,11 +161,17 @@ def cancel_check(run_id: int, *, actor: Actor, reason: str) -> CheckRun:
     with transaction.atomic():
         run = CheckRun.objects.select_for_update().get(pk=run_id, kind__in=ACTIVE_KINDS)
         changed = CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-            status=RunStatus.CANCELLED, finished=timezone.now(), summary=f"Cancelled: {reason}"[:300])
+            status=RunStatus.CANCELLED, finished=timezone.now(), summary=f"Cancelled: {reason}"[:300]
+        )
         if not changed:
             raise CheckConflict(f"Only a queued check can be cancelled; this one is {run.get_status_display()}.")
-        record_event(run.node_id, EventKind.ACTION, actor=actor, reason=reason,
-                     details={"check_cancelled": run.kind, "check_run": run.pk})
+        record_event(
+            run.node_id,
+            EventKind.ACTION,
+            actor=actor,
+            reason=reason,
+            details={"check_cancelled": run.kind, "check_run": run.pk},
+        )
     run.refresh_from_db()
     return run
 
@@ -176,8 +189,11 @@ def claim_checks_for_agent(node_id: int, now: datetime | None = None) -> Claim:
     idle, reason = node_is_idle(node, now)
     if not idle:
         return Claim(False, reason)
-    queued = list(CheckRun.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
-                  .only("id", "kind", "params").order_by("created", "id")[:CLAIM_BATCH])
+    queued = list(
+        CheckRun.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+        .only("id", "kind", "params")
+        .order_by("created", "id")[:CLAIM_BATCH]
+    )
     if not queued:
         return Claim(True, reason)
     if node.state != NodeState.PRODUCTION or not needs_hold(node):
@@ -200,7 +216,8 @@ def _claim(queued: list[CheckRun], now: datetime) -> list[CheckRun]:
     for run in queued:
         deadline = now + run_timeout(run.kind, run.params)
         if CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-                status=RunStatus.RUNNING, claimed_at=now, deadline=deadline):
+            status=RunStatus.RUNNING, claimed_at=now, deadline=deadline
+        ):
             run.status, run.claimed_at, run.deadline = RunStatus.RUNNING, now, deadline
             claimed.append(run)
     return claimed
@@ -228,8 +245,9 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
         return Claim(False, f"The node could not be held in its workload scheduler for the check: {exc}")
     if work:
         _give_back(node, why="a job started before the hold")
-        return Claim(False, f"A job started on the node before it was held for the check ({work}); "
-                            "the hold was given back.")
+        return Claim(
+            False, f"A job started on the node before it was held for the check ({work}); the hold was given back."
+        )
     if not ours:  # another's cordon keeps work off; it is theirs, there is nothing of ours to give back
         CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=False)
     claimed = _claim(queued, now)
@@ -238,14 +256,23 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
         return Claim(True, reason)
     for run in claimed:
         run.scheduler_hold = ours
-        run.details = {**run.details, "scheduler_hold": {"scheduler": adapter.kind, "reason": text,
-                                                          "ours": ours, "at": now.isoformat()}}
+        run.details = {
+            **run.details,
+            "scheduler_hold": {"scheduler": adapter.kind, "reason": text, "ours": ours, "at": now.isoformat()},
+        }
         CheckRun.objects.filter(pk=run.pk).update(details=run.details)
-    held = (f"held in {adapter.kind} ({text})" if ours
-            else f"kept free of new work in {adapter.kind} by a cordon that is not the check's")
-    record_event(node.pk, EventKind.ACTION, actor=Actor.system("checks"),
-                 reason=f"Node {held} while the agent runs the check",
-                 details={"check_runs": [run.pk for run in claimed], "scheduler_hold": ours})
+    held = (
+        f"held in {adapter.kind} ({text})"
+        if ours
+        else f"kept free of new work in {adapter.kind} by a cordon that is not the check's"
+    )
+    record_event(
+        node.pk,
+        EventKind.ACTION,
+        actor=Actor.system("checks"),
+        reason=f"Node {held} while the agent runs the check",
+        details={"check_runs": [run.pk for run in claimed], "scheduler_hold": ours},
+    )
     return Claim(True, reason, claimed)
 
 
@@ -262,7 +289,13 @@ class CheckResult:
 
     def matches(self, run: CheckRun) -> bool:
         return (run.status, run.summary, run.figures, run.output, run.started, run.finished) == (
-            self.status, self.summary[:300], self.figures, _tail(self.output), self.started_at, self.finished_at)
+            self.status,
+            self.summary[:300],
+            self.figures,
+            _tail(self.output),
+            self.started_at,
+            self.finished_at,
+        )
 
 
 def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tuple[CheckRun, bool]:
@@ -279,8 +312,11 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
         raise ValidationError({"status": [f"Must be one of {', '.join(AGENT_OUTCOMES)}."]})
     with transaction.atomic():
         # Lock the run only, not the node joined for its hostname.
-        run = (CheckRun.objects.select_for_update(of=("self",)).select_related("node")
-               .get(pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS))
+        run = (
+            CheckRun.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .get(pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS)
+        )
         if result.matches(run):
             return run, False
         expired = run.status == RunStatus.ERROR and run.details.get("expired")
@@ -319,14 +355,26 @@ def _record_outcome(run: CheckRun) -> None:
         from health.services import raise_finding
 
         # every_event: each failed run is a finding of its own, not a refresh of the open alert.
-        raise_finding(run.node_id, rule="active_check", severity=Severity.DEGRADED, subject=run.kind,
-                      summary=f"{label} failed: {run.summary}" if run.summary else f"{label} failed",
-                      evidence={"check_run": run.pk, "figures": run.figures}, source="check",
-                      observed_at=run.finished, actor=actor, every_event=True)
+        raise_finding(
+            run.node_id,
+            rule="active_check",
+            severity=Severity.DEGRADED,
+            subject=run.kind,
+            summary=f"{label} failed: {run.summary}" if run.summary else f"{label} failed",
+            evidence={"check_run": run.pk, "figures": run.figures},
+            source="check",
+            observed_at=run.finished,
+            actor=actor,
+            every_event=True,
+        )
         return
-    record_event(run.node_id, EventKind.ACTION, actor=actor,
-                 reason=f"{label} {run.get_status_display().lower()}" + (f": {run.summary}" if run.summary else ""),
-                 details={"check_run": run.pk, "check_status": run.status, "figures": run.figures})
+    record_event(
+        run.node_id,
+        EventKind.ACTION,
+        actor=actor,
+        reason=f"{label} {run.get_status_display().lower()}" + (f": {run.summary}" if run.summary else ""),
+        details={"check_run": run.pk, "check_status": run.status, "figures": run.figures},
+    )
 
 
 def expire_stale_checks(now: datetime | None = None) -> int:
@@ -342,12 +390,19 @@ def expire_stale_checks(now: datetime | None = None) -> int:
         with transaction.atomic():
             # Compare-and-swap: a result that lands meanwhile wins and this row is left alone.
             if not CheckRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, deadline__lt=now).update(
-                    status=RunStatus.ERROR, finished=now, details={**run.details, "expired": True},
-                    error=f"No result from the node agent by the deadline ({run.deadline.isoformat()})."):
+                status=RunStatus.ERROR,
+                finished=now,
+                details={**run.details, "expired": True},
+                error=f"No result from the node agent by the deadline ({run.deadline.isoformat()}).",
+            ):
                 continue
-            record_event(run.node_id, EventKind.ACTION, actor=Actor.system("checks"),
-                         reason=f"{RunKind(run.kind).label} expired: no result from the node agent in time",
-                         details={"check_run": run.pk, "check_status": RunStatus.ERROR})
+            record_event(
+                run.node_id,
+                EventKind.ACTION,
+                actor=Actor.system("checks"),
+                reason=f"{RunKind(run.kind).label} expired: no result from the node agent in time",
+                details={"check_run": run.pk, "check_status": RunStatus.ERROR},
+            )
             expired += 1
     release_left_over_holds()
     return expired
@@ -356,8 +411,13 @@ def expire_stale_checks(now: datetime | None = None) -> int:
 def release_left_over_holds() -> int:
     """Give back the holds of nodes where no held run is running any more; returns how many nodes
     were given back (a release that fails keeps the runs' flags, so the next sweep tries again)."""
-    nodes = list(CheckRun.objects.filter(scheduler_hold=True).exclude(status=RunStatus.RUNNING)
-                 .order_by().values_list("node_id", flat=True).distinct()[:RELEASE_BATCH])
+    nodes = list(
+        CheckRun.objects.filter(scheduler_hold=True)
+        .exclude(status=RunStatus.RUNNING)
+        .order_by()
+        .values_list("node_id", flat=True)
+        .distinct()[:RELEASE_BATCH]
+    )
     return sum(give_back_check_hold(node_id) for node_id in nodes)
 
 
@@ -397,10 +457,15 @@ def _give_back(node: Node, *, why: str) -> bool:
             return False
         outcome = "released" if released else "left in place: the cordon there is no longer the check's"
     CheckRun.objects.filter(pk__in=pks, scheduler_hold=True).exclude(status=RunStatus.RUNNING).update(
-        scheduler_hold=False)
-    record_event(node.pk, EventKind.ACTION, actor=Actor.system("checks"),
-                 reason=f"Scheduler hold for the active check {outcome} ({why})",
-                 details={"check_runs": pks, "scheduler_hold_released": released, "scheduler": adapter.kind})
+        scheduler_hold=False
+    )
+    record_event(
+        node.pk,
+        EventKind.ACTION,
+        actor=Actor.system("checks"),
+        reason=f"Scheduler hold for the active check {outcome} ({why})",
+        details={"check_runs": pks, "scheduler_hold_released": released, "scheduler": adapter.kind},
+    )
     return True
 
 

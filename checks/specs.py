@@ -3,6 +3,7 @@
 One table per kind, so the API, the portal form and the agent contract agree.
 The node agent runs the tool with the normalised params stored on the run.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,15 +40,21 @@ def integer(low: int, high: int | Callable[[Node], int]) -> Callable[[Any, Node]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
             raise ValueError(f"must be a whole number from {low} to {top}")
         return value
+
     return check
 
 
 def number(low: float, high: float) -> Callable[[Any, Node], float]:
     def check(value: Any, node: Node) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-                or not low <= value <= high:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or not low <= value <= high
+        ):
             raise ValueError(f"must be a number from {low} to {high}")
         return float(value)
+
     return check
 
 
@@ -56,6 +63,7 @@ def one_of(*choices: str) -> Callable[[Any, Node], str]:
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
         return str(value)
+
     return check
 
 
@@ -146,7 +154,8 @@ def _gpu_stress(f: Mapping[str, Any]) -> str | None:
         return None
     gpus = f"{len(per_gpu)} GPU" + ("" if len(per_gpu) == 1 else "s")
     return f"min {_number(f['min_tflops'])} TFLOP/s over {gpus}" + (
-        f", {_number(f['errors'])} errors" if f.get("errors") else "")
+        f", {_number(f['errors'])} errors" if f.get("errors") else ""
+    )
 
 
 def _dcgm_diag(f: Mapping[str, Any]) -> str | None:
@@ -170,8 +179,10 @@ def _memory_test(f: Mapping[str, Any]) -> str | None:
 # gpuN_tflops, min_tflops, errors; dcgm_diag tests_passed/failed/skipped/warned, level;
 # nccl_test busbw_gbps (average), max_busbw_gbps, wrong; memory_test bytes_tested, mismatches.
 HEADLINES: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
-    RunKind.GPU_STRESS: _gpu_stress, RunKind.DCGM_DIAG: _dcgm_diag,
-    RunKind.NCCL_TEST: _nccl_test, RunKind.MEMORY_TEST: _memory_test,
+    RunKind.GPU_STRESS: _gpu_stress,
+    RunKind.DCGM_DIAG: _dcgm_diag,
+    RunKind.NCCL_TEST: _nccl_test,
+    RunKind.MEMORY_TEST: _memory_test,
 }
 
 
@@ -183,5 +194,7 @@ def describe_figures(kind: str, figures: Mapping[str, Any]) -> str:
     headline = HEADLINES[kind](figures) if kind in HEADLINES else None
     if headline is not None:
         return headline
-    return ", ".join(f"{name} {_number(value)}" if isinstance(value, int | float) else f"{name} {value}"
-                     for name, value in sorted(figures.items()))
+    return ", ".join(
+        f"{name} {_number(value)}" if isinstance(value, int | float) else f"{name} {value}"
+        for name, value in sorted(figures.items())
+    )

@@ -1,4 +1,5 @@
 """Periodic work of the checks app."""
+
 from __future__ import annotations
 
 from celery import shared_task

@@ -1,4 +1,5 @@
 """Portal views of the checks app: the node page's "Active checks" partial and its request form."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -23,13 +24,21 @@ def node_checks(request: HttpRequest, pk: int) -> HttpResponse:
     """The node page's "Active checks" partial (loaded with htmx): recent runs, and for
     operators the request form and whether the node counts as idle now."""
     node = visible_node_or_404(request.user, pk)
-    runs = list(CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS).select_related("requested_by")
-                .defer("output").order_by("-created", "-id")[:RECENT_RUNS])
+    runs = list(
+        CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS)
+        .select_related("requested_by")
+        .defer("output")
+        .order_by("-created", "-id")[:RECENT_RUNS]
+    )
     for run in runs:
         run.colour = STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]
     can_request = request.user.has_perm(OPERATE) and node.state not in services.NO_CHECK_STATES
-    context = {"node": node, "runs": runs, "can_request": can_request,
-               "kinds": [(kind, RunKind(kind).label) for kind in ACTIVE_KINDS]}
+    context = {
+        "node": node,
+        "runs": runs,
+        "can_request": can_request,
+        "kinds": [(kind, RunKind(kind).label) for kind in ACTIVE_KINDS],
+    }
     if can_request:
         context["idle"], context["idle_reason"] = services.node_is_idle(node)
     return render(request, "checks/_node_checks.html", context)
@@ -44,8 +53,9 @@ def node_check_request(request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponseForbidden("You may not request checks on nodes.")
     kind = request.POST.get("kind", "")
     try:
-        run = services.request_check(node.pk, kind, actor=Actor(user=request.user),
-                                     reason=request.POST.get("reason", ""))
+        run = services.request_check(
+            node.pk, kind, actor=Actor(user=request.user), reason=request.POST.get("reason", "")
+        )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     except (ReasonRequired, services.CheckConflict) as exc:

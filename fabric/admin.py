@@ -1,6 +1,7 @@
 """Admin of the fabric: devices are editable (role, rack, node); plans, runs, discrepancies,
 counter snapshots, flaps and manual validations are history (read-only); tickets are
 read-only with a "close" action that asks for a reason and goes through ``fabric.services``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -105,9 +106,14 @@ class TicketAdmin(ReadOnlyAdmin):
     @admin.action(description="Close (reason required; the next run reopens a persisting problem)")
     def close_action(self, request: HttpRequest, queryset: QuerySet[Ticket]) -> HttpResponse | None:
         reason, page = reason_or_page(
-            self, request, queryset, title="Close fabric tickets", button="Close tickets",
+            self,
+            request,
+            queryset,
+            title="Close fabric tickets",
+            button="Close tickets",
             intro="Your name and your reason are kept with each ticket and on its nodes' histories. "
-                  "A problem that persists is reopened by the next run.")
+            "A problem that persists is reopened by the next run.",
+        )
         if page is not None:
             return page
         closed = 0

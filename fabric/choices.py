@@ -1,5 +1,6 @@
 """Fabric vocabularies: device kinds and roles, discrepancy kinds with their severities,
 ticket and run states. One place for pages, API, validation and admin."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -31,19 +32,35 @@ class DiscrepancyKind(models.TextChoices):
 
 # What a discrepancy means for the nodes it touches (health severities, see health.choices).
 KIND_SEVERITY: dict[str, str] = {
-    DiscrepancyKind.MISSING: "degraded", DiscrepancyKind.MISWIRED: "degraded", DiscrepancyKind.SWAPPED: "degraded",
-    DiscrepancyKind.LINK_DOWN: "degraded", DiscrepancyKind.DEGRADED: "degraded",
-    DiscrepancyKind.FLAPPING: "degraded", DiscrepancyKind.COUNTER_ERRORS: "warning",
-    DiscrepancyKind.UNEXPECTED: "warning", DiscrepancyKind.UNKNOWN_DEVICE: "warning",
+    DiscrepancyKind.MISSING: "degraded",
+    DiscrepancyKind.MISWIRED: "degraded",
+    DiscrepancyKind.SWAPPED: "degraded",
+    DiscrepancyKind.LINK_DOWN: "degraded",
+    DiscrepancyKind.DEGRADED: "degraded",
+    DiscrepancyKind.FLAPPING: "degraded",
+    DiscrepancyKind.COUNTER_ERRORS: "warning",
+    DiscrepancyKind.UNEXPECTED: "warning",
+    DiscrepancyKind.UNKNOWN_DEVICE: "warning",
 }
 # Kinds that fail a node's Day 1 fabric and cable check.
-BLOCKING_KINDS = (DiscrepancyKind.MISSING, DiscrepancyKind.MISWIRED, DiscrepancyKind.SWAPPED,
-                  DiscrepancyKind.LINK_DOWN, DiscrepancyKind.DEGRADED, DiscrepancyKind.FLAPPING)
+BLOCKING_KINDS = (
+    DiscrepancyKind.MISSING,
+    DiscrepancyKind.MISWIRED,
+    DiscrepancyKind.SWAPPED,
+    DiscrepancyKind.LINK_DOWN,
+    DiscrepancyKind.DEGRADED,
+    DiscrepancyKind.FLAPPING,
+)
 
 KIND_COLOURS: dict[str, str] = {
-    DiscrepancyKind.MISSING: "#c0392b", DiscrepancyKind.MISWIRED: "#e67e22", DiscrepancyKind.SWAPPED: "#d35400",
-    DiscrepancyKind.UNEXPECTED: "#8e44ad", DiscrepancyKind.LINK_DOWN: "#c0392b", DiscrepancyKind.DEGRADED: "#d4ac0d",
-    DiscrepancyKind.UNKNOWN_DEVICE: "#7f8c8d", DiscrepancyKind.COUNTER_ERRORS: "#d4ac0d",
+    DiscrepancyKind.MISSING: "#c0392b",
+    DiscrepancyKind.MISWIRED: "#e67e22",
+    DiscrepancyKind.SWAPPED: "#d35400",
+    DiscrepancyKind.UNEXPECTED: "#8e44ad",
+    DiscrepancyKind.LINK_DOWN: "#c0392b",
+    DiscrepancyKind.DEGRADED: "#d4ac0d",
+    DiscrepancyKind.UNKNOWN_DEVICE: "#7f8c8d",
+    DiscrepancyKind.COUNTER_ERRORS: "#d4ac0d",
     DiscrepancyKind.FLAPPING: "#e74c3c",
 }
 

@@ -15,6 +15,7 @@ SM) for its path records, as on any real fabric.
 Under ibsim every tool must be LD_PRELOADed with libumad2sim (``sim_preload``); see
 fabric.sim, which also keeps killed tools from holding ibsim's 10 client slots.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ class ToolResult(NamedTuple):
 
 
 class Runner(Protocol):
-    def __call__(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None) -> ToolResult: ...
+    def __call__(
+        self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> ToolResult: ...
 
 
 class CollectorError(RuntimeError):
@@ -67,21 +69,29 @@ def quiet_stderr(text: str) -> str:
     return "".join(line for line in text.splitlines(keepends=True) if "sim_connect: attached" not in line)
 
 
-def subprocess_runner(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-                      cwd: str | None = None) -> ToolResult:
+def subprocess_runner(
+    argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd: str | None = None
+) -> ToolResult:
     """Run one tool, killing it after ``timeout`` seconds (then CollectorError)."""
     tool = os.path.basename(argv[0])
     started = time.monotonic()
     try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout,
-                              env=dict(env) if env is not None else None, cwd=cwd, check=False)
+        done = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            check=False,
+        )
     except FileNotFoundError:
         raise CollectorError(tool, "not installed (Debian: apt-get install infiniband-diags)") from None
     except subprocess.TimeoutExpired as exc:
         stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
         raise CollectorError(tool, f"timed out after {timeout:g} s", quiet_stderr(stderr)) from None
-    return ToolResult(tuple(argv), done.returncode, done.stdout, quiet_stderr(done.stderr),
-                      time.monotonic() - started)
+    return ToolResult(tuple(argv), done.returncode, done.stdout, quiet_stderr(done.stderr), time.monotonic() - started)
 
 
 @dataclass
@@ -95,8 +105,7 @@ class CollectedOutputs:
 
     def texts(self) -> dict[str, str]:
         """Tool name -> its output, as stored with a discovery run."""
-        return {"ibnetdiscover": self.ibnetdiscover, "iblinkinfo": self.iblinkinfo,
-                "ibqueryerrors": self.ibqueryerrors}
+        return {"ibnetdiscover": self.ibnetdiscover, "iblinkinfo": self.iblinkinfo, "ibqueryerrors": self.ibqueryerrors}
 
     def parse(self) -> tuple[IbTopology, list[PortCounters]]:
         """The merged topology, and the counters keyed by node GUID (IbParseError /
@@ -105,9 +114,15 @@ class CollectedOutputs:
         return topology, resolve_counters(parse_ibqueryerrors(self.ibqueryerrors), topology)
 
 
-def collect(*, runner: Runner = subprocess_runner, timeout: float = 60, sim_preload: str | None = None,
-            env: Mapping[str, str] | None = None, cwd: str | None = None,
-            extra_args: Sequence[str] = ()) -> CollectedOutputs:
+def collect(
+    *,
+    runner: Runner = subprocess_runner,
+    timeout: float = 60,
+    sim_preload: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> CollectedOutputs:
     """Sweep the fabric once and read its port states and error counters (module docstring).
 
     ``timeout`` applies to each tool; ``env`` is added to this process's environment;
@@ -130,12 +145,10 @@ def collect(*, runner: Runner = subprocess_runner, timeout: float = 60, sim_prel
     return CollectedOutputs(runs[0].stdout, runs[1].stdout, runs[2].stdout, runs)
 
 
-def _run(runner: Runner, tool: str, argv: list[str], timeout: float, env: Mapping[str, str],
-         cwd: str) -> ToolResult:
+def _run(runner: Runner, tool: str, argv: list[str], timeout: float, env: Mapping[str, str], cwd: str) -> ToolResult:
     result = runner(argv, timeout=timeout, env=env, cwd=cwd)
     if result.returncode not in OK_RETURNCODES[tool]:
         raise CollectorError(tool, f"exit code {result.returncode}", result.stderr)
     if not result.stdout.strip():
         raise CollectorError(tool, "printed nothing", result.stderr)
     return result
-

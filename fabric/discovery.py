@@ -4,6 +4,7 @@ takes: cables, ports found down, device names, GUIDs and port counters by port.
 Used by the collector (``fabric.tasks``) and by the upload of tool output collected
 elsewhere (``POST /api/fabric/discoveries/``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,8 +24,9 @@ def _state(topology: IbTopology, guid: str, port: int) -> tuple[str, str] | None
     return (state.state, state.phys_state) if state is not None else None
 
 
-def seen_from_topology(topology: IbTopology, counters: Iterable[PortCounters] | None = None
-                       ) -> tuple[Seen, dict[Port, dict[str, int]] | None, dict[str, str]]:
+def seen_from_topology(
+    topology: IbTopology, counters: Iterable[PortCounters] | None = None
+) -> tuple[Seen, dict[Port, dict[str, int]] | None, dict[str, str]]:
     """(what the run saw, counters by port or None when none were given, GUID by device name).
 
     A cable one of whose ports is reported Down is not a cable: ibnetdiscover (which lists
@@ -40,9 +42,16 @@ def seen_from_topology(topology: IbTopology, counters: Iterable[PortCounters] | 
         if any(s is not None and s[0] == DOWN for s in states):
             continue  # reported down below, as a port with no peer
         linked.update(ends)
-        seen.links.append(SeenLink(Port(devices[link.a_guid].name, link.a_port),
-                                   Port(devices[link.b_guid].name, link.b_port), link.width, link.rate_gbps,
-                                   state=link.state, phys_state=link.phys_state))
+        seen.links.append(
+            SeenLink(
+                Port(devices[link.a_guid].name, link.a_port),
+                Port(devices[link.b_guid].name, link.b_port),
+                link.width,
+                link.rate_gbps,
+                state=link.state,
+                phys_state=link.phys_state,
+            )
+        )
     for (guid, port), state in sorted(topology.ports.items()):
         if port == 0 or (guid, port) in linked or state.state != DOWN or guid not in devices:
             continue
@@ -88,15 +97,19 @@ def _refuse(tool: str, exc: Exception) -> DiscoveryParseError:
     line = getattr(exc, "line_no", 0)
     text = getattr(exc, "line", "")
     message = getattr(exc, "reason", None) or str(exc)
-    return DiscoveryParseError([{"tool": tool, "line": line,
-                                 "message": message + (f": {text[:200]!r}" if text else "")}])
+    return DiscoveryParseError(
+        [{"tool": tool, "line": line, "message": message + (f": {text[:200]!r}" if text else "")}]
+    )
 
 
 def _perfquery_lids(text: str) -> list[tuple[int, int]]:
     """(line number, LID) of each '# Port counters: Lid N port P' header: perfquery names the
     device by LID only (the parser has already checked the headers' shape)."""
-    return [(n, int(line.split(":", 1)[1].split()[1])) for n, line in enumerate(text.splitlines(), 1)
-            if line.startswith("# Port")]
+    return [
+        (n, int(line.split(":", 1)[1].split()[1]))
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.startswith("# Port")
+    ]
 
 
 def _perfquery(texts: Sequence[str], topology: IbTopology) -> list[PortCounters]:
@@ -115,8 +128,9 @@ def _perfquery(texts: Sequence[str], topology: IbTopology) -> list[PortCounters]
             raise _refuse(tool, exc) from None
         for (n, lid), block in zip(_perfquery_lids(text), blocks):
             if lid not in by_lid:
-                raise DiscoveryParseError([{"tool": tool, "line": n,
-                                            "message": f"LID {lid} is not on the fabric ibnetdiscover saw"}])
+                raise DiscoveryParseError(
+                    [{"tool": tool, "line": n, "message": f"LID {lid} is not on the fabric ibnetdiscover saw"}]
+                )
             result.append(replace(block, guid=by_lid[lid]))
     return result
 

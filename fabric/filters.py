@@ -1,4 +1,5 @@
 """One FilterSet per list: the fabric pages and /api/fabric/ share them."""
+
 from __future__ import annotations
 
 import django_filters
@@ -16,8 +17,9 @@ class DiscrepancyFilterSet(FilterSet):
     kind = django_filters.MultipleChoiceFilter(choices=DiscrepancyKind.choices)
     run = IntegerFilter(field_name="run_id", help_text="Run id; the last run when absent.")
     ticket = IntegerFilter(field_name="ticket_id")
-    endpoint = django_filters.CharFilter(method="filter_endpoint",
-                                         help_text='Part of a port, e.g. "leaf01/" or "gpu-node-03".')
+    endpoint = django_filters.CharFilter(
+        method="filter_endpoint", help_text='Part of a port, e.g. "leaf01/" or "gpu-node-03".'
+    )
 
     class Meta:
         model = Discrepancy

@@ -13,6 +13,7 @@ GUIDs are normalised to "0x" + 16 lower-case hex digits. Devices are keyed by *n
 GUID. The tools also print *port* GUIDs (iblinkinfo's CA lines, ibqueryerrors' error
 lines, ibnetdiscover's ``(guid)`` columns); ``IbTopology.port_guids`` maps those back.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,14 +24,30 @@ from typing import ParamSpec, TypeVar
 
 # Per-lane rate in Gb/s, as iblinkinfo prints it (libibmad's mad_dump_linkspeed[ext]);
 # ibnetdiscover prints the IBTA name instead. FDR10 is printed "10.0 Gbps (FDR10)".
-LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0625, "EDR": 25.78125,
-             "HDR": 53.125, "NDR": 106.25, "XDR": 212.5}
-SPEED_NAME = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 14.0625: "FDR", 25.78125: "EDR", 53.125: "HDR",
-              106.25: "NDR", 212.5: "XDR"}
+LANE_GBPS = {
+    "SDR": 2.5,
+    "DDR": 5.0,
+    "QDR": 10.0,
+    "FDR10": 10.0,
+    "FDR": 14.0625,
+    "EDR": 25.78125,
+    "HDR": 53.125,
+    "NDR": 106.25,
+    "XDR": 212.5,
+}
+SPEED_NAME = {
+    2.5: "SDR",
+    5.0: "DDR",
+    10.0: "QDR",
+    14.0625: "FDR",
+    25.78125: "EDR",
+    53.125: "HDR",
+    106.25: "NDR",
+    212.5: "XDR",
+}
 LANES = {"1X": 1, "2X": 2, "4X": 4, "8X": 8, "12X": 12}
 PORT_STATES = ("Down", "Initialize", "Armed", "Active")
-PHYS_STATES = ("Sleep", "Polling", "Disabled", "PortConfigurationTraining", "LinkUp", "LinkErrorRecovery",
-               "PhyTest")
+PHYS_STATES = ("Sleep", "Polling", "Disabled", "PortConfigurationTraining", "LinkUp", "LinkErrorRecovery", "PhyTest")
 # ibnetdiscover lists a cable but not its state: such a port is up at the physical layer
 # (the scan crossed it) and somewhere between Initialize and Active.
 UNKNOWN = "Unknown"
@@ -133,7 +150,7 @@ class IbTopology:
     port_guids: dict[str, tuple[str, int]] = field(default_factory=dict)  # port GUID -> (node GUID, port)
 
     def endpoint_name(self, guid: str, port: int) -> str:
-        """"leaf01/3", "gpu-node-01 mlx5_0/1": how plans and tickets name a port."""
+        """ "leaf01/3", "gpu-node-01 mlx5_0/1": how plans and tickets name a port."""
         return f"{self.devices[guid].name}/{port}"
 
     def device_guid(self, guid: str) -> str | None:
@@ -168,7 +185,7 @@ class PortCounters:
 
 
 def normalize_guid(text: str) -> str:
-    """"0x2c90300001002", "2c90300001002" -> "0x0002c90300001002"; ValueError if not hex."""
+    """ "0x2c90300001002", "2c90300001002" -> "0x0002c90300001002"; ValueError if not hex."""
     value = int(text, 16)
     if not 0 < value < 1 << 64:
         raise ValueError(f"GUID out of range: {text}")
@@ -249,8 +266,17 @@ class _Links:
         # (a, b) -> [times seen, line no, line, width, speed, state, phys] of the first sighting
         self.seen: dict[tuple[tuple[str, int], tuple[str, int]], list] = {}  # type: ignore[type-arg]
 
-    def add(self, n: int, line: str, here: tuple[str, int], there: tuple[str, int], width: str | None,
-            speed: float | None, state: str, phys: str) -> None:
+    def add(
+        self,
+        n: int,
+        line: str,
+        here: tuple[str, int],
+        there: tuple[str, int],
+        width: str | None,
+        speed: float | None,
+        state: str,
+        phys: str,
+    ) -> None:
         known = self.peer.setdefault(here, there)
         if known != there:
             raise IbParseError(self.tool, n, line, f"port {here[0]}/{here[1]} is cabled to two ports")
@@ -293,18 +319,18 @@ def _quoted(text: str, start: int = 0) -> tuple[str, int]:
     """The "..." at or after ``start`` and the index after its closing quote."""
     i = text.index('"', start)
     j = text.index('"', i + 1)
-    return text[i + 1:j], j + 1
+    return text[i + 1 : j], j + 1
 
 
 def _node_id_guid(node_id: str, guids: _Guids) -> str:
-    """"S-0002c90300001002" -> ("0x0002c90300001002"): ibnetdiscover names nodes by GUID."""
+    """ "S-0002c90300001002" -> ("0x0002c90300001002"): ibnetdiscover names nodes by GUID."""
     if len(node_id) < 3 or node_id[1] != "-" or node_id[0] not in "SHR":
         raise ValueError(f"not an ibnetdiscover node id: {node_id!r}")
     return guids[node_id[2:]]
 
 
 def _nd_width_speed(token: str) -> tuple[str | None, float | None]:
-    """"4xHDR" -> ("4X", 53.125); "??" / "???" (not reported) -> None."""
+    """ "4xHDR" -> ("4X", 53.125); "??" / "???" (not reported) -> None."""
     lanes, sep, name = token.partition("x")
     width = f"{lanes}X" if sep and f"{lanes}X" in LANES else None
     return width, LANE_GBPS.get(name) if sep else None
@@ -314,8 +340,8 @@ def _nd_remote_comment(comment: str) -> tuple[str, int, str | None, float | None
     """'"leaf02" lid 4 4xHDR[ s=.. w=.. v=..]' -> (name, lid, width, speed)."""
     start = comment.index('"')
     end = comment.rindex('" lid ')
-    name = comment[start + 1:end]
-    tokens = comment[end + 2:].split()
+    name = comment[start + 1 : end]
+    tokens = comment[end + 2 :].split()
     lid = int(tokens[1])
     width, speed = _nd_width_speed(tokens[2])
     return name, lid, width, speed
@@ -380,7 +406,7 @@ def _nd_node(line: str, records: dict[str, _NdRecord], guids: _Guids) -> _NdReco
     count = int(rest.split(None, 1)[0])
     node_id, after = _quoted(rest)
     guid = _node_id_guid(node_id, guids)
-    comment = rest[rest.index("#", after) + 1:]
+    comment = rest[rest.index("#", after) + 1 :]
     name, end = _quoted(comment)
     lid = None
     if kind == "switch":  # '# "leaf02" base port 0 lid 4 lmc 0'
@@ -393,33 +419,40 @@ def _nd_node(line: str, records: dict[str, _NdRecord], guids: _Guids) -> _NdReco
     return record
 
 
-def _nd_port(line: str, n: int, current: _NdRecord, ports: dict[tuple[str, int], IbPortState],
-             port_guids: dict[str, tuple[str, int]], links: _Links, remote_refs: list[tuple[int, str, str]],
-             guids: _Guids) -> None:
+def _nd_port(
+    line: str,
+    n: int,
+    current: _NdRecord,
+    ports: dict[tuple[str, int], IbPortState],
+    port_guids: dict[str, tuple[str, int]],
+    links: _Links,
+    remote_refs: list[tuple[int, str, str]],
+    guids: _Guids,
+) -> None:
     close = line.index("]")
     port = int(line[1:close])
-    rest = line[close + 1:]
+    rest = line[close + 1 :]
     if rest.startswith("("):  # a CA's own port GUID: '[1](2c90300002009) '
         end = rest.index(")")
         port_guids[guids[rest[1:end]]] = (current.guid, port)
-        rest = rest[end + 1:]
+        rest = rest[end + 1 :]
     remote_id, after = _quoted(rest)
     remote = _node_id_guid(remote_id, guids)
     rest = rest[after:]
-    remote_port = int(rest[1:rest.index("]")])
+    remote_port = int(rest[1 : rest.index("]")])
     hash_at = rest.index("#")
     between = rest[:hash_at]
     if "(" in between:  # the far end is a CA: its port GUID
-        guid_text = between[between.index("(") + 1:between.index(")")]
+        guid_text = between[between.index("(") + 1 : between.index(")")]
         port_guids[guids[guid_text]] = (remote, remote_port)
-    comment = rest[hash_at + 1:].strip()
+    comment = rest[hash_at + 1 :].strip()
     if current.kind != "switch":  # '# lid 8 lmc 0 "leaf02" lid 4 4xHDR'
         tokens = comment.split(None, 4)
         if tokens[0] != "lid" or tokens[2] != "lmc":
             raise ValueError("expected '# lid N lmc M' on a CA port line")
         if current.lid is None:
             current.lid = int(tokens[1]) or None
-        comment = comment[comment.index('"'):]
+        comment = comment[comment.index('"') :]
     _, _, width, speed = _nd_remote_comment(comment)
     here, there = (current.guid, port), (remote, remote_port)
     ports[here] = IbPortState(current.guid, port, UNKNOWN, "LinkUp", width, speed, rate(width, speed))
@@ -497,8 +530,9 @@ def parse_iblinkinfo(text: str) -> IbTopology:
                 raise ValueError(f"LID {e.lid} is used by two devices")
             dev = devices[current]
             if e.port > dev.ports or (dev.lid is None and e.lid):
-                devices[current] = IbDevice(dev.guid, dev.kind, dev.name, max(dev.ports, e.port),
-                                            dev.lid or e.lid or None)
+                devices[current] = IbDevice(
+                    dev.guid, dev.kind, dev.name, max(dev.ports, e.port), dev.lid or e.lid or None
+                )
             entries.append(e)
         except IbParseError:
             raise
@@ -538,13 +572,22 @@ def _li_port(line: str, n: int) -> _LiPort:
     """'      0x0002c90300002009      8    1[  ] ==( 4X  53.125 Gbps Active/  LinkUp)==>  4  2[  ] "leaf02" (...)'"""
     i = line.index("==(")
     j = line.index(")==>", i)
-    left = line[:line.rindex("[", 0, i)].split()
+    left = line[: line.rindex("[", 0, i)].split()
     if len(left) not in (2, 3):
         raise ValueError("expected '[port GUID] LID port[ext]' before the link")
-    state, phys, width, speed = _li_link(line[i + 3:j])
-    entry = _LiPort(n, line, normalize_guid(left[0]) if len(left) == 3 else "", int(left[-2]), int(left[-1]),
-                    state, phys, width, speed)
-    right = line[j + 4:].strip()
+    state, phys, width, speed = _li_link(line[i + 3 : j])
+    entry = _LiPort(
+        n,
+        line,
+        normalize_guid(left[0]) if len(left) == 3 else "",
+        int(left[-2]),
+        int(left[-1]),
+        state,
+        phys,
+        width,
+        speed,
+    )
+    right = line[j + 4 :].strip()
     if right.startswith("[") or right == '"Port not available"':
         return entry
     k = right.index("[")
@@ -553,14 +596,14 @@ def _li_port(line: str, n: int) -> _LiPort:
         entry.peer_guid = normalize_guid(head[0])
         head = head[1:]
     entry.peer_lid, entry.peer_port = int(head[0]), int(head[1])
-    entry.peer_name = right[right.index('"', k) + 1:right.rindex('" (')]
+    entry.peer_name = right[right.index('"', k) + 1 : right.rindex('" (')]
     return entry
 
 
 def _li_link(inner: str) -> tuple[str, str, str | None, float | None]:
     """'( 4X        53.125 Gbps Active/  LinkUp)' or '(                Down/ Polling)'."""
     slash = inner.rindex("/")
-    phys = inner[slash + 1:].strip()
+    phys = inner[slash + 1 :].strip()
     tokens = inner[:slash].split()
     if not tokens:
         raise ValueError("no port state in the link column")
@@ -576,8 +619,13 @@ def _li_link(inner: str) -> tuple[str, str, str | None, float | None]:
     return state, phys, width, speed
 
 
-def _li_assemble(tool: str, devices: dict[str, IbDevice], entries: list[_LiPort], by_lid: dict[int, str],
-                 port_guids: dict[str, tuple[str, int]]) -> IbTopology:
+def _li_assemble(
+    tool: str,
+    devices: dict[str, IbDevice],
+    entries: list[_LiPort],
+    by_lid: dict[int, str],
+    port_guids: dict[str, tuple[str, int]],
+) -> IbTopology:
     by_name: dict[str, list[str]] = {}
     for dev in devices.values():
         by_name.setdefault(dev.name, []).append(dev.guid)
@@ -592,16 +640,26 @@ def _li_assemble(tool: str, devices: dict[str, IbDevice], entries: list[_LiPort]
             continue
         peer = _li_peer(e, by_lid, by_name, port_guids, devices)
         if peer is None:
-            raise IbParseError(tool, e.n, e.line, f"cannot tell which device the far end is: LID {e.peer_lid}, "
-                                                  f"name {e.peer_name!r} (output truncated, or no SM and "
-                                                  "duplicate names?)")
+            raise IbParseError(
+                tool,
+                e.n,
+                e.line,
+                f"cannot tell which device the far end is: LID {e.peer_lid}, "
+                f"name {e.peer_name!r} (output truncated, or no SM and "
+                "duplicate names?)",
+            )
         there = (peer, e.peer_port)
         links.add(e.n, e.line, here, there, e.width, e.speed, e.state, e.phys)
     return IbTopology(devices=devices, links=links.done(), ports=ports, port_guids=port_guids)
 
 
-def _li_peer(e: _LiPort, by_lid: dict[int, str], by_name: dict[str, list[str]],
-             port_guids: dict[str, tuple[str, int]], devices: dict[str, IbDevice]) -> str | None:
+def _li_peer(
+    e: _LiPort,
+    by_lid: dict[int, str],
+    by_name: dict[str, list[str]],
+    port_guids: dict[str, tuple[str, int]],
+    devices: dict[str, IbDevice],
+) -> str | None:
     if e.peer_guid is not None:
         if e.peer_guid in devices:
             return e.peer_guid
@@ -639,13 +697,21 @@ def merge(discovered: IbTopology, linkinfo: IbTopology) -> IbTopology:
         if known is None:
             devices[node] = IbDevice(node, dev.kind, dev.name, dev.ports, dev.lid)
         elif dev.ports > known.ports or (known.lid is None and dev.lid is not None):
-            devices[node] = IbDevice(node, known.kind, known.name, max(known.ports, dev.ports),
-                                     known.lid if known.lid is not None else dev.lid)
+            devices[node] = IbDevice(
+                node,
+                known.kind,
+                known.name,
+                max(known.ports, dev.ports),
+                known.lid if known.lid is not None else dev.lid,
+            )
     ports = dict(discovered.ports)
     for (guid, port), st in linkinfo.ports.items():
         node = to_node[guid]
-        ports[(node, port)] = st if node == guid else IbPortState(node, port, st.state, st.phys_state, st.width,
-                                                                     st.speed_gbps, st.rate_gbps)
+        ports[(node, port)] = (
+            st
+            if node == guid
+            else IbPortState(node, port, st.state, st.phys_state, st.width, st.speed_gbps, st.rate_gbps)
+        )
     peers = discovered.peers()
     links = {((x.a_guid, x.a_port), (x.b_guid, x.b_port)): x for x in discovered.links}
     for link in linkinfo.links:
@@ -653,8 +719,10 @@ def merge(discovered: IbTopology, linkinfo: IbTopology) -> IbTopology:
         for here, there in ((a, b), (b, a)):
             got = peers.get(here)
             if got is not None and got != there:
-                raise IbMergeError(f"{_port_label(devices, here)} is cabled to {_port_label(devices, there)} in "
-                                   f"iblinkinfo but to {_port_label(devices, got)} in ibnetdiscover")
+                raise IbMergeError(
+                    f"{_port_label(devices, here)} is cabled to {_port_label(devices, there)} in "
+                    f"iblinkinfo but to {_port_label(devices, got)} in ibnetdiscover"
+                )
         key = (a, b) if a <= b else (b, a)
         old = links.get(key)
         width, speed = link.width, link.speed_gbps
@@ -663,8 +731,17 @@ def merge(discovered: IbTopology, linkinfo: IbTopology) -> IbTopology:
         if key == ((link.a_guid, link.a_port), (link.b_guid, link.b_port)) and width == link.width:
             links[key] = link
         else:
-            links[key] = IbLink(key[0][0], key[0][1], key[1][0], key[1][1], width, speed, rate(width, speed),
-                                link.state, link.phys_state)
+            links[key] = IbLink(
+                key[0][0],
+                key[0][1],
+                key[1][0],
+                key[1][1],
+                width,
+                speed,
+                rate(width, speed),
+                link.state,
+                link.phys_state,
+            )
     port_guids = dict(discovered.port_guids)
     for port_guid, (dev, port) in linkinfo.port_guids.items():
         port_guids.setdefault(port_guid, (to_node[dev], port))
@@ -684,8 +761,9 @@ def parse_perfquery(text: str, guid: str | None = None) -> PortCounters:
     has only the LID). Port 255 (``-a``) is ``ALL_PORTS``: the device's ports summed."""
     blocks = parse_perfquery_blocks(text, guid)
     if len(blocks) != 1:
-        raise IbParseError("perfquery", 0, "", f"{len(blocks)} counter blocks, expected one "
-                                               "(use parse_perfquery_blocks for -l output)")
+        raise IbParseError(
+            "perfquery", 0, "", f"{len(blocks)} counter blocks, expected one (use parse_perfquery_blocks for -l output)"
+        )
     return blocks[0]
 
 
@@ -782,7 +860,7 @@ def _qe_counters(rest: str) -> Iterable[tuple[str, int]]:
         end = rest.find("]", start)
         if end < 0:
             raise ValueError("unclosed '[' (line cut short?)")
-        name, sep, value = rest[start + 1:end].partition(" == ")
+        name, sep, value = rest[start + 1 : end].partition(" == ")
         if not sep:
             raise ValueError("expected '[Name == value]'")
         yield counter_name(name.strip()), int(value.split()[0])

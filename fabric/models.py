@@ -6,6 +6,7 @@ an HCA by "<host> <device>" ("gpu-node-01 mlx5_0"), as ibnetdiscover and iblinki
 it. A port is "<device name>/<port number>". Discovery and validation rows are written in
 bulk by ``fabric.services.record_run``, the only writer.
 """
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -83,7 +84,9 @@ class DiscoveryRun(models.Model):
     finished = models.DateTimeField(null=True, blank=True)
     devices = models.PositiveIntegerField(default=0)
     links = models.PositiveIntegerField(default=0)
-    summary = models.JSONField(default=dict, blank=True, help_text="Discrepancies by kind, tickets opened/closed, timings.")
+    summary = models.JSONField(
+        default=dict, blank=True, help_text="Discrepancies by kind, tickets opened/closed, timings."
+    )
     error = models.TextField(blank=True)
 
     class Meta:
@@ -170,8 +173,9 @@ class Ticket(models.Model):
 
     class Meta:
         ordering = ["-opened_at", "-id"]
-        constraints = [models.UniqueConstraint(fields=["key"], condition=Q(status="open"),
-                                               name="one_open_ticket_per_problem")]
+        constraints = [
+            models.UniqueConstraint(fields=["key"], condition=Q(status="open"), name="one_open_ticket_per_problem")
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.title}"

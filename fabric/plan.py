@@ -5,6 +5,7 @@ CSV columns (header row required): ``a_device, a_port, b_device, b_port`` and op
 a switch by its node description ("leaf-r3-02"), an HCA as "<host> <device>"
 ("gpu-node-0001 mlx5_3"). A good file becomes the plan in force, as a new version.
 """
+
 from __future__ import annotations
 
 import csv
@@ -54,8 +55,15 @@ def read_csv(text: str) -> list[tuple[int, dict[str, Any]]]:
     try:
         missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
         if missing:
-            raise PlanImportError([(1, f"missing column(s) {', '.join(missing)}; the header must name "
-                                       f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})")])
+            raise PlanImportError(
+                [
+                    (
+                        1,
+                        f"missing column(s) {', '.join(missing)}; the header must name "
+                        f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})",
+                    )
+                ]
+            )
         line = 2
         for row in reader:
             rows.append((line, row))
@@ -131,8 +139,9 @@ def _role(name: str, linked_to_host: bool) -> tuple[str, str]:
     return DeviceKind.SWITCH, DeviceRole.LEAF if linked_to_host else DeviceRole.SPINE
 
 
-def ensure_devices(names: Iterable[str], *, hosts_by_switch: set[str] | None = None,
-                   in_plan: bool = False) -> dict[str, FabricDevice]:
+def ensure_devices(
+    names: Iterable[str], *, hosts_by_switch: set[str] | None = None, in_plan: bool = False
+) -> dict[str, FabricDevice]:
     """The devices by name, created where missing (HCAs tied to their node by host name)."""
     names = set(names)
     found = {d.name: d for d in FabricDevice.objects.filter(name__in=names)}
@@ -144,8 +153,15 @@ def ensure_devices(names: Iterable[str], *, hosts_by_switch: set[str] | None = N
         created = []
         for name in missing:
             kind, role = _role(name, name in (hosts_by_switch or set()))
-            created.append(FabricDevice(name=name, kind=kind, role=role, in_plan=in_plan,
-                                        node_id=nodes.get(name.split(" ", 1)[0]) if kind == DeviceKind.CA else None))
+            created.append(
+                FabricDevice(
+                    name=name,
+                    kind=kind,
+                    role=role,
+                    in_plan=in_plan,
+                    node_id=nodes.get(name.split(" ", 1)[0]) if kind == DeviceKind.CA else None,
+                )
+            )
         FabricDevice.objects.bulk_create(created, batch_size=2000)
         found.update({d.name: d for d in FabricDevice.objects.filter(name__in=missing)})
     return found
@@ -167,8 +183,9 @@ def _tie_to_nodes(devices: list[FabricDevice]) -> None:
     """HCAs planned or seen before their node was enrolled: tie them to it now (by host name)."""
     if not devices:
         return
-    nodes = dict(Node.objects.filter(hostname__in={d.name.split(" ", 1)[0] for d in devices})
-                 .values_list("hostname", "pk"))
+    nodes = dict(
+        Node.objects.filter(hostname__in={d.name.split(" ", 1)[0] for d in devices}).values_list("hostname", "pk")
+    )
     tied = [d for d in devices if nodes.get(d.name.split(" ", 1)[0])]
     for device in tied:
         device.node_id = nodes[device.name.split(" ", 1)[0]]
@@ -181,20 +198,33 @@ def import_plan(text: str, *, actor: Actor, source: str = "", note: str = "") ->
     links = [r.link for r in rows]
     leaves = leaf_switches(links)
     with transaction.atomic():
-        devices = ensure_devices({p.device for link in links for p in (link.a, link.b)}, hosts_by_switch=leaves,
-                                 in_plan=True)
+        devices = ensure_devices(
+            {p.device for link in links for p in (link.a, link.b)}, hosts_by_switch=leaves, in_plan=True
+        )
         FabricDevice.objects.exclude(name__in=devices).filter(in_plan=True).update(in_plan=False)
         FabricDevice.objects.filter(name__in=devices).update(in_plan=True)
         switches = {p.device for link in links for p in (link.a, link.b) if " " not in p.device}
         # Roles follow the plan: a switch discovered before it was planned may have been guessed wrong.
         FabricDevice.objects.filter(name__in=leaves).exclude(role=DeviceRole.LEAF).update(role=DeviceRole.LEAF)
         FabricDevice.objects.filter(name__in=switches - leaves).exclude(role=DeviceRole.SPINE).update(
-            role=DeviceRole.SPINE)
+            role=DeviceRole.SPINE
+        )
         plan = CablingPlan.objects.create(actor_name=actor.name, source=source[:300], links=len(links), note=note)
         PlannedLink.objects.bulk_create(
-            [PlannedLink(plan=plan, a_device=devices[link.a.device], a_port=link.a.port, b_device=devices[link.b.device],
-                         b_port=link.b.port, width=link.width, rate_gbps=link.rate_gbps) for link in links],
-            batch_size=2000)
+            [
+                PlannedLink(
+                    plan=plan,
+                    a_device=devices[link.a.device],
+                    a_port=link.a.port,
+                    b_device=devices[link.b.device],
+                    b_port=link.b.port,
+                    width=link.width,
+                    rate_gbps=link.rate_gbps,
+                )
+                for link in links
+            ],
+            batch_size=2000,
+        )
     return plan
 
 
@@ -204,5 +234,6 @@ def current_plan() -> tuple[CablingPlan | None, list[PlanLink]]:
     if plan is None:
         return None, []
     rows = PlannedLink.objects.filter(plan=plan).values_list(
-        "a_device__name", "a_port", "b_device__name", "b_port", "width", "rate_gbps")
+        "a_device__name", "a_port", "b_device__name", "b_port", "width", "rate_gbps"
+    )
     return plan, [PlanLink(Port(a, ap), Port(b, bp), w, r) for a, ap, b, bp, w, r in rows.iterator(chunk_size=5000)]

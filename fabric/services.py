@@ -10,6 +10,7 @@ seen again updates its ticket), closes tickets whose problem is gone, and puts e
 ticket's opening and closing on the affected nodes' histories as a finding (health rule
 ``ib_fabric``) and its resolution.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -51,9 +52,16 @@ ACTOR = Actor.system("fabric")
 FINDING_RULE = "ib_fabric"
 
 
-def record_run(seen: Seen | None, counters: Mapping[Port, Mapping[str, int]], *, source: str = RunSource.COLLECTOR,
-               actor: Actor = ACTOR, outputs: Mapping[str, str] | None = None, guids: Mapping[str, str] | None = None,
-               now: datetime | None = None) -> DiscoveryRun:
+def record_run(
+    seen: Seen | None,
+    counters: Mapping[Port, Mapping[str, int]],
+    *,
+    source: str = RunSource.COLLECTOR,
+    actor: Actor = ACTOR,
+    outputs: Mapping[str, str] | None = None,
+    guids: Mapping[str, str] | None = None,
+    now: datetime | None = None,
+) -> DiscoveryRun:
     """Record one look at the fabric (see the module docstring). ``seen`` None: counters only
     (e.g. from node agents), no topology check and no ticket closed for a topology problem."""
     now = now or timezone.now()
@@ -63,10 +71,17 @@ def record_run(seen: Seen | None, counters: Mapping[Port, Mapping[str, int]], *,
         devices = ensure_devices(names)
         _note_seen(devices, guids or {}, now)
         plan, plan_links = current_plan()
-        run = DiscoveryRun.objects.create(source=source, plan=plan, actor_name=actor.name, started=now,
-                                          devices=len(seen.devices) if seen else 0,
-                                          links=len(seen.links) if seen else 0)
-        DiscoveryOutput.objects.bulk_create([DiscoveryOutput(run=run, tool=t, text=x) for t, x in (outputs or {}).items()])
+        run = DiscoveryRun.objects.create(
+            source=source,
+            plan=plan,
+            actor_name=actor.name,
+            started=now,
+            devices=len(seen.devices) if seen else 0,
+            links=len(seen.links) if seen else 0,
+        )
+        DiscoveryOutput.objects.bulk_create(
+            [DiscoveryOutput(run=run, tool=t, text=x) for t, x in (outputs or {}).items()]
+        )
         problems = compare(plan_links, seen) if seen is not None and plan is not None else []
         if seen is not None:
             _store_links(run, seen, devices)
@@ -74,9 +89,14 @@ def record_run(seen: Seen | None, counters: Mapping[Port, Mapping[str, int]], *,
         peers = {end: other for link in plan_links for end, other in ((link.a, link.b), (link.b, link.a))}
         opened, closed = _tickets(run, problems, devices, peers, topology=seen is not None, now=now)
         run.status, run.finished = RunStatus.DONE, timezone.now()
-        run.summary = {"by_kind": dict(Counter(p.kind for p in problems)), "discrepancies": len(problems),
-                       "tickets_opened": opened, "tickets_closed": closed,
-                       "seconds": round((run.finished - started).total_seconds(), 3), "planned_links": len(plan_links)}
+        run.summary = {
+            "by_kind": dict(Counter(p.kind for p in problems)),
+            "discrepancies": len(problems),
+            "tickets_opened": opened,
+            "tickets_closed": closed,
+            "seconds": round((run.finished - started).total_seconds(), 3),
+            "planned_links": len(plan_links),
+        }
         run.save(update_fields=["status", "finished", "summary"])
     return run
 
@@ -90,25 +110,49 @@ def _note_seen(devices: Mapping[str, FabricDevice], guids: Mapping[str, str], no
 
 
 def _store_links(run: DiscoveryRun, seen: Seen, devices: Mapping[str, FabricDevice]) -> None:
-    rows = [DiscoveredLink(run=run, a_device=devices[link.a.device], a_port=link.a.port, b_device=devices[link.b.device],
-                           b_port=link.b.port, width=link.width or "", rate_gbps=link.rate_gbps, state=link.state,
-                           phys_state=link.phys_state) for link in seen.links]
-    rows += [DiscoveredLink(run=run, a_device=devices[port.device], a_port=port.port, state=state.split("/")[0],
-                            phys_state=state.split("/")[-1].strip()) for port, state in seen.down_ports.items()]
+    rows = [
+        DiscoveredLink(
+            run=run,
+            a_device=devices[link.a.device],
+            a_port=link.a.port,
+            b_device=devices[link.b.device],
+            b_port=link.b.port,
+            width=link.width or "",
+            rate_gbps=link.rate_gbps,
+            state=link.state,
+            phys_state=link.phys_state,
+        )
+        for link in seen.links
+    ]
+    rows += [
+        DiscoveredLink(
+            run=run,
+            a_device=devices[port.device],
+            a_port=port.port,
+            state=state.split("/")[0],
+            phys_state=state.split("/")[-1].strip(),
+        )
+        for port, state in seen.down_ports.items()
+    ]
     DiscoveredLink.objects.bulk_create(rows, batch_size=5000)
 
 
 def _previous_counters(device_ids: Iterable[int]) -> dict[tuple[int, int], PortCounterSnapshot]:
     """Each port's latest snapshot before this run, from the last run that took counters."""
-    last = (PortCounterSnapshot.objects.filter(device_id__in=list(device_ids)).order_by("-taken_at")
-            .values_list("run_id", flat=True).first())
+    last = (
+        PortCounterSnapshot.objects.filter(device_id__in=list(device_ids))
+        .order_by("-taken_at")
+        .values_list("run_id", flat=True)
+        .first()
+    )
     if last is None:
         return {}
     return {(s.device_id, s.port): s for s in PortCounterSnapshot.objects.filter(run_id=last)}
 
 
-def _counters(run: DiscoveryRun, counters: Mapping[Port, Mapping[str, int]], devices: Mapping[str, FabricDevice],
-              now: datetime) -> list[Problem]:
+def _counters(
+    run: DiscoveryRun, counters: Mapping[Port, Mapping[str, int]], devices: Mapping[str, FabricDevice], now: datetime
+) -> list[Problem]:
     if not counters:
         return []
     previous = _previous_counters(d.pk for d in devices.values())
@@ -118,8 +162,17 @@ def _counters(run: DiscoveryRun, counters: Mapping[Port, Mapping[str, int]], dev
         before = previous.get((device.pk, port.port))
         deltas = counter_deltas(before.counters, values) if before else None
         hours = (now - before.taken_at).total_seconds() / 3600 if before else None
-        snapshots.append(PortCounterSnapshot(run=run, device=device, port=port.port, taken_at=now, counters=dict(values),
-                                             deltas=deltas or {}, seconds_since_previous=hours * 3600 if hours else None))
+        snapshots.append(
+            PortCounterSnapshot(
+                run=run,
+                device=device,
+                port=port.port,
+                taken_at=now,
+                counters=dict(values),
+                deltas=deltas or {},
+                seconds_since_previous=hours * 3600 if hours else None,
+            )
+        )
         if deltas and deltas.get(FLAP_COUNTER, 0) > 0:
             flaps.append(LinkFlap(device=device, port=port.port, run=run, observed_at=now, count=deltas[FLAP_COUNTER]))
         problem = counter_problems(port, values, deltas, hours)
@@ -127,9 +180,13 @@ def _counters(run: DiscoveryRun, counters: Mapping[Port, Mapping[str, int]], dev
             problems.append(problem)
     PortCounterSnapshot.objects.bulk_create(snapshots, batch_size=5000)
     LinkFlap.objects.bulk_create(flaps)
-    recent = (LinkFlap.objects.filter(observed_at__gt=now - timedelta(hours=FLAP_WINDOW_HOURS),
-                                      device__in=list(devices.values()))
-              .values("device__name", "port").annotate(n=Sum("count")))
+    recent = (
+        LinkFlap.objects.filter(
+            observed_at__gt=now - timedelta(hours=FLAP_WINDOW_HOURS), device__in=list(devices.values())
+        )
+        .values("device__name", "port")
+        .annotate(n=Sum("count"))
+    )
     for row in recent:
         problem = flap_problem(Port(row["device__name"], row["port"]), row["n"])
         if problem:
@@ -154,12 +211,20 @@ def _nodes_of(problem: Problem, devices: Mapping[str, FabricDevice], peers: Mapp
     return {devices[name].node_id for name in names if name in devices and devices[name].node_id}
 
 
-TOPOLOGY_KINDS = {k for k in DiscrepancyKind.values if k not in (DiscrepancyKind.COUNTER_ERRORS,
-                                                                    DiscrepancyKind.FLAPPING)}
+TOPOLOGY_KINDS = {
+    k for k in DiscrepancyKind.values if k not in (DiscrepancyKind.COUNTER_ERRORS, DiscrepancyKind.FLAPPING)
+}
 
 
-def _tickets(run: DiscoveryRun, problems: list[Problem], devices: dict[str, FabricDevice],
-             peers: Mapping[Port, Port], *, topology: bool, now: datetime) -> tuple[int, int]:
+def _tickets(
+    run: DiscoveryRun,
+    problems: list[Problem],
+    devices: dict[str, FabricDevice],
+    peers: Mapping[Port, Port],
+    *,
+    topology: bool,
+    now: datetime,
+) -> tuple[int, int]:
     """Open, update and close tickets; returns (opened, closed)."""
     devices = dict(devices)
     wanted = {name for problem in problems for name in _devices_touched(problem, peers)}
@@ -175,9 +240,19 @@ def _tickets(run: DiscoveryRun, problems: list[Problem], devices: dict[str, Fabr
             ticket.last_run, ticket.times_seen = run, ticket.times_seen + 1
             ticket.detail = f"Expected {problem.expected}; found {problem.found}."
             ticket.save(update_fields=["last_run", "times_seen", "detail"])
-        discrepancies.append(Discrepancy(run=run, kind=problem.kind, key=problem.key, a_endpoint=problem.a,
-                                         b_endpoint=problem.b, expected=problem.expected[:300],
-                                         found=problem.found[:300], evidence=problem.evidence, ticket=ticket))
+        discrepancies.append(
+            Discrepancy(
+                run=run,
+                kind=problem.kind,
+                key=problem.key,
+                a_endpoint=problem.a,
+                b_endpoint=problem.b,
+                expected=problem.expected[:300],
+                found=problem.found[:300],
+                evidence=problem.evidence,
+                ticket=ticket,
+            )
+        )
     Discrepancy.objects.bulk_create(discrepancies, batch_size=5000)
     closed = 0
     for ticket in open_tickets.values():  # not seen by this run: fixed, if this run could have seen it
@@ -197,16 +272,36 @@ def _title(problem: Problem) -> str:
 def _open_ticket(run: DiscoveryRun, problem: Problem, node_ids: set[int], now: datetime) -> Ticket:
     from health.services import raise_finding
 
-    ticket = Ticket.objects.create(key=problem.key, kind=problem.kind, title=_title(problem), opened_at=now,
-                                   detail=f"Expected {problem.expected}; found {problem.found}.",
-                                   endpoints=problem.endpoints, first_run=run, last_run=run)
+    ticket = Ticket.objects.create(
+        key=problem.key,
+        kind=problem.kind,
+        title=_title(problem),
+        opened_at=now,
+        detail=f"Expected {problem.expected}; found {problem.found}.",
+        endpoints=problem.endpoints,
+        first_run=run,
+        last_run=run,
+    )
     ticket.nodes.set(node_ids)
     for node_id in sorted(node_ids):
-        raise_finding(node_id, rule=FINDING_RULE, severity=KIND_SEVERITY[problem.kind], subject=f"ticket:{ticket.pk}",
-                      summary=f"Fabric ticket #{ticket.pk}: {ticket.title} (found {problem.found})",
-                      evidence={"ticket": ticket.pk, "kind": problem.kind, "endpoints": problem.endpoints,
-                                "expected": problem.expected, "found": problem.found, "run": run.pk},
-                      source="fabric", observed_at=now, actor=ACTOR)
+        raise_finding(
+            node_id,
+            rule=FINDING_RULE,
+            severity=KIND_SEVERITY[problem.kind],
+            subject=f"ticket:{ticket.pk}",
+            summary=f"Fabric ticket #{ticket.pk}: {ticket.title} (found {problem.found})",
+            evidence={
+                "ticket": ticket.pk,
+                "kind": problem.kind,
+                "endpoints": problem.endpoints,
+                "expected": problem.expected,
+                "found": problem.found,
+                "run": run.pk,
+            },
+            source="fabric",
+            observed_at=now,
+            actor=ACTOR,
+        )
     return ticket
 
 
@@ -217,8 +312,12 @@ def _close_ticket(ticket: Ticket, run: DiscoveryRun, now: datetime, reason: str 
     ticket.closed_reason = (reason or f"Fixed: not found by run {run.pk}")[:300]
     ticket.save(update_fields=["status", "closed_at", "last_run", "closed_reason"])
     for node_id in ticket.nodes.values_list("pk", flat=True):
-        clear_condition(node_id, rule=FINDING_RULE, subject=f"ticket:{ticket.pk}",
-                        reason=f"fabric ticket #{ticket.pk} closed: {ticket.closed_reason}")
+        clear_condition(
+            node_id,
+            rule=FINDING_RULE,
+            subject=f"ticket:{ticket.pk}",
+            reason=f"fabric ticket #{ticket.pk} closed: {ticket.closed_reason}",
+        )
 
 
 def close_ticket(ticket_id: int, *, actor: Actor, reason: str) -> Ticket:
@@ -234,8 +333,14 @@ def close_ticket(ticket_id: int, *, actor: Actor, reason: str) -> Ticket:
 def record_manual_validation(*, actor: Actor, scope: str, result: str, notes: str = "") -> ManualValidation:
     """The fabric team's hands-on check, on the record with who and when."""
     scope = clean_reason(scope)
-    return ManualValidation.objects.create(actor=actor.user, actor_name=actor.name, scope=scope[:300], result=result,
-                                           notes=notes, run=DiscoveryRun.objects.filter(status=RunStatus.DONE).first())
+    return ManualValidation.objects.create(
+        actor=actor.user,
+        actor_name=actor.name,
+        scope=scope[:300],
+        result=result,
+        notes=notes,
+        run=DiscoveryRun.objects.filter(status=RunStatus.DONE).first(),
+    )
 
 
 def node_fabric_problems(node_id: int) -> list[Ticket]:
@@ -250,8 +355,9 @@ def node_fabric_problems(node_id: int) -> list[Ticket]:
 
     hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first() or ""
     mine = Q(nodes=node_id) | Q(key__contains=f"|{hostname} ")
-    return list(Ticket.objects.filter(mine, status=TicketStatus.OPEN, kind__in=BLOCKING_KINDS).distinct()
-                .order_by("opened_at"))
+    return list(
+        Ticket.objects.filter(mine, status=TicketStatus.OPEN, kind__in=BLOCKING_KINDS).distinct().order_by("opened_at")
+    )
 
 
 def last_run() -> DiscoveryRun | None:
@@ -265,6 +371,6 @@ def plan_covers_node(node_id: int) -> bool:
     hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first()
     if hostname:
         FabricDevice.objects.filter(in_plan=True, node__isnull=True, name__startswith=f"{hostname} ").update(
-            node_id=node_id)
+            node_id=node_id
+        )
     return FabricDevice.objects.filter(node_id=node_id, in_plan=True).exists()
-

@@ -14,6 +14,7 @@ abstract sockets, read by ibsim and by umad2sim) and its own opensm cache/tmp fo
 ibsim has 10 client slots and a killed tool keeps its slot, so a tool that times out
 is followed by dropping every client whose process is gone (console ``Attached``/``X``).
 """
+
 from __future__ import annotations
 
 import glob
@@ -34,12 +35,24 @@ from .collector import CollectedOutputs, CollectorError, ToolResult, subprocess_
 from .ibdiags import COUNTER_NAMES, IbTopology, counter_name, parse_iblinkinfo, parse_perfquery
 from .topology import GeneratedFabric
 
-UMAD2SIM_CANDIDATES = ("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so", "/usr/lib/*/umad2sim/libumad2sim.so",
-                       "/usr/lib/umad2sim/libumad2sim.so", "/usr/lib64/umad2sim/libumad2sim.so")
+UMAD2SIM_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so",
+    "/usr/lib/*/umad2sim/libumad2sim.so",
+    "/usr/lib/umad2sim/libumad2sim.so",
+    "/usr/lib64/umad2sim/libumad2sim.so",
+)
 TOOLS = ("ibsim", "opensm", "ibnetdiscover", "iblinkinfo", "ibqueryerrors", "perfquery")
 _End = tuple[str, int]
-TRAFFIC_COUNTERS = {"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets",
-                    "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets"}
+TRAFFIC_COUNTERS = {
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "unicast_xmit_packets",
+    "unicast_rcv_packets",
+    "multicast_xmit_packets",
+    "multicast_rcv_packets",
+}
 
 
 def umad2sim_path() -> str | None:
@@ -75,11 +88,11 @@ def read_net(text: str) -> tuple[dict[str, str], dict[str, int], dict[_End, _End
             current, _, comment = rest.partition('"')
             ports[current] = int(first.split()[1])
             desc = comment.partition("#")[2].strip()
-            names[current] = desc[1:desc.index('"', 1)] if desc.startswith('"') else current
+            names[current] = desc[1 : desc.index('"', 1)] if desc.startswith('"') else current
         elif line.startswith("[") and current is not None:
-            port = int(line[1:line.index("]")])
-            remote, _, after = line[line.index('"') + 1:].partition('"')
-            remote_port = int(after[1:after.index("]")]) if after.startswith("[") else 1
+            port = int(line[1 : line.index("]")])
+            remote, _, after = line[line.index('"') + 1 :].partition('"')
+            remote_port = int(after[1 : after.index("]")]) if after.startswith("[") else 1
             cables[(current, port)] = (remote, remote_port)
         elif not line.strip():
             current = None
@@ -89,8 +102,15 @@ def read_net(text: str) -> tuple[dict[str, str], dict[str, int], dict[_End, _End
 class SimulatedFabric:
     """ibsim + opensm in a temporary folder; a context manager (see the module docstring)."""
 
-    def __init__(self, fabric: GeneratedFabric | str, *, sweep_interval: int = 2, start_timeout: float = 15.0,
-                 tool_timeout: float = 20.0, wait_timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        fabric: GeneratedFabric | str,
+        *,
+        sweep_interval: int = 2,
+        start_timeout: float = 15.0,
+        tool_timeout: float = 20.0,
+        wait_timeout: float = 15.0,
+    ) -> None:
         self.net_text = fabric.net_file() if isinstance(fabric, GeneratedFabric) else fabric
         self.names, self.port_counts, self.cables = read_net(self.net_text)
         self.ids = {}
@@ -118,15 +138,18 @@ class SimulatedFabric:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self) -> None:
         missing = missing_components()
         if missing:
-            raise SimulatorError(f"cannot simulate a fabric: missing {', '.join(missing)} "
-                                 "(apt-get install ibsim-utils libumad2sim0 infiniband-diags opensm)")
+            raise SimulatorError(
+                f"cannot simulate a fabric: missing {', '.join(missing)} "
+                "(apt-get install ibsim-utils libumad2sim0 infiniband-diags opensm)"
+            )
         self.dir = Path(tempfile.mkdtemp(prefix="nodewarden-ibsim-"))
         self.sockname = f"nw{os.getpid()}{secrets.token_hex(4)}"
         try:
@@ -145,9 +168,15 @@ class SimulatedFabric:
         console_in = os.open(fifo, os.O_RDWR)
         self._fds.append(console_in)
         with open(self.dir / "ibsim.log", "wb") as log:
-            self._ibsim = subprocess.Popen(["ibsim", "-s", "fabric.net"], stdin=console_in, stdout=log,
-                                           stderr=subprocess.STDOUT, cwd=self.dir, env=self.env(preload=False),
-                                           start_new_session=True)
+            self._ibsim = subprocess.Popen(
+                ["ibsim", "-s", "fabric.net"],
+                stdin=console_in,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                env=self.env(preload=False),
+                start_new_session=True,
+            )
         self._console_fd = os.open(fifo, os.O_WRONLY)
         self._fds.append(self._console_fd)
         self._wait_log("ibsim.log", "Network simulator ready", self._ibsim)
@@ -160,8 +189,9 @@ class SimulatedFabric:
         env = {**self.env(), "OSM_TMP_DIR": str(self.dir), "OSM_CACHE_DIR": str(self.dir)}
         with open(self.dir / "opensm.out", "wb") as out:
             argv = ["opensm", "-F", str(self.dir / "osm.conf"), "-f", str(self.dir / "osm.log")]
-            self._opensm = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, env=env,
-                                            start_new_session=True)
+            self._opensm = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir, env=env, start_new_session=True
+            )
         self._wait_log("osm.log", "SUBNET UP", self._opensm)
 
     def stop(self) -> None:
@@ -200,8 +230,9 @@ class SimulatedFabric:
             if proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise SimulatorError(f"{proc.args[0]} did not print {text!r} (exit code {proc.poll()}); "
-                             f"{name}: {self._tail(name)}")
+        raise SimulatorError(
+            f"{proc.args[0]} did not print {text!r} (exit code {proc.poll()}); {name}: {self._tail(name)}"
+        )
 
     def _tail(self, name: str, size: int = 1500) -> str:
         path = self.dir / name if self.dir else None
@@ -255,14 +286,14 @@ class SimulatedFabric:
 
     def run(self, tool: str, *args: str, timeout: float | None = None, ok: Sequence[int] = (0,)) -> ToolResult:
         """Run one diag against the fabric (stderr without ibsim's attach notices)."""
-        result = self._runner([tool, *args], timeout=timeout or self.tool_timeout, env=self.env(),
-                              cwd=str(self.dir))
+        result = self._runner([tool, *args], timeout=timeout or self.tool_timeout, env=self.env(), cwd=str(self.dir))
         if result.returncode not in ok:
             raise CollectorError(tool, f"exit code {result.returncode}", result.stderr)
         return result
 
-    def _runner(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-                cwd: str | None = None) -> ToolResult:
+    def _runner(
+        self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> ToolResult:
         try:
             return subprocess_runner(argv, timeout=timeout, env=env, cwd=cwd)
         except CollectorError:
@@ -272,8 +303,13 @@ class SimulatedFabric:
     def collect(self, **kwargs: Any) -> CollectedOutputs:
         """fabric.collector.collect against this fabric."""
         kwargs.setdefault("timeout", self.tool_timeout)
-        return collector.collect(runner=self._runner, sim_preload=umad2sim_path(),
-                                 env={"IBSIM_SOCKNAME": self.sockname}, cwd=str(self.dir), **kwargs)
+        return collector.collect(
+            runner=self._runner,
+            sim_preload=umad2sim_path(),
+            env={"IBSIM_SOCKNAME": self.sockname},
+            cwd=str(self.dir),
+            **kwargs,
+        )
 
     def topology(self) -> IbTopology:
         return self.collect().parse()[0]
@@ -306,8 +342,10 @@ class SimulatedFabric:
         for here, there in pulled:
             del self.cables[here], self.cables[there]
             self.unlinked[here], self.unlinked[there] = there, here
-        self.wait_until(lambda topo: all(self._state(topo, e) in (None, "Down") for c in pulled for e in c),
-                        f"{', '.join(self._label(h) for h, _ in pulled)} down")
+        self.wait_until(
+            lambda topo: all(self._state(topo, e) in (None, "Down") for c in pulled for e in c),
+            f"{', '.join(self._label(h) for h, _ in pulled)} down",
+        )
         return pulled
 
     def relink(self, node_name: str, port: int | None = None) -> list[tuple[_End, _End]]:
@@ -319,8 +357,10 @@ class SimulatedFabric:
         cables = [(end, self.unlinked[end]) for end in ends]
         for here, there in cables:
             self.link(here, there, wait=False)
-        self.wait_until(lambda topo: all(self._state(topo, e) == "Active" for c in cables for e in c),
-                        f"{', '.join(self._label(h) for h, _ in cables)} Active")
+        self.wait_until(
+            lambda topo: all(self._state(topo, e) == "Active" for c in cables for e in c),
+            f"{', '.join(self._label(h) for h, _ in cables)} Active",
+        )
         return cables
 
     def link(self, a: tuple[str, int], b: tuple[str, int], *, wait: bool = True) -> None:
@@ -331,8 +371,10 @@ class SimulatedFabric:
         self.unlinked.pop(a, None)
         self.unlinked.pop(b, None)
         if wait:
-            self.wait_until(lambda topo: self._state(topo, a) == "Active" == self._state(topo, b),
-                            f"{self._label(a)} <-> {self._label(b)} Active")
+            self.wait_until(
+                lambda topo: self._state(topo, a) == "Active" == self._state(topo, b),
+                f"{self._label(a)} <-> {self._label(b)} Active",
+            )
 
     def swap_cables(self, a: tuple[str, int], b: tuple[str, int]) -> None:
         """Exchange the far ends of the cables on ports ``a`` and ``b`` ((node, port) each):
@@ -347,9 +389,14 @@ class SimulatedFabric:
             del self.cables[other]
         self.link(a, y, wait=False)
         self.link(b, x, wait=False)
-        self.wait_until(lambda topo: all(self._state(topo, e) == "Active" for e in (a, b, x, y))
-                        and self._peer_name(topo, a) == self._label(y) and self._peer_name(topo, b) == self._label(x),
-                        f"{self._label(a)} <-> {self._label(y)} and {self._label(b)} <-> {self._label(x)}")
+        self.wait_until(
+            lambda topo: (
+                all(self._state(topo, e) == "Active" for e in (a, b, x, y))
+                and self._peer_name(topo, a) == self._label(y)
+                and self._peer_name(topo, b) == self._label(x)
+            ),
+            f"{self._label(a)} <-> {self._label(y)} and {self._label(b)} <-> {self._label(x)}",
+        )
 
     def set_counter(self, node_name: str, port: int, counter: str, value: int) -> None:
         """Set a port counter by its IBTA name ("SymbolErrorCounter", or with the

@@ -1,4 +1,5 @@
 """Celery tasks of the fabric: collection on a schedule, the agents' counters, both idempotent."""
+
 from __future__ import annotations
 
 import logging
@@ -32,8 +33,10 @@ def collect_fabric() -> str:
     from .discovery import seen_from_topology
     from .services import record_run
 
-    outputs = collect(timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300),
-                      env=getattr(settings, "NODEWARDEN_FABRIC_TOOL_ENV", None) or None)
+    outputs = collect(
+        timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300),
+        env=getattr(settings, "NODEWARDEN_FABRIC_TOOL_ENV", None) or None,
+    )
     topology, counters = outputs.parse()
     seen, by_port, guids = seen_from_topology(topology, counters)
     run = record_run(seen, by_port or {}, source=RunSource.COLLECTOR, outputs=outputs.texts(), guids=guids)
@@ -54,7 +57,8 @@ def record_agent_counters() -> str:
         return "no planned HCA on a known node"
     counters = {}
     for node_id, hostname, ports in NodeHealth.objects.filter(node_id__in=set(hcas.values())).values_list(
-            "node_id", "node__hostname", "ib_ports"):
+        "node_id", "node__hostname", "ib_ports"
+    ):
         for port in ports or []:
             name = f"{hostname} {port.get('device')}"
             if name in hcas and port.get("counters"):

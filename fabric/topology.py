@@ -14,6 +14,7 @@ ports share its node GUID; LIDs as opensm hands them out (the SM's port first, t
 ``_lids``); nodes printed in reverse breadth-first order from the
 first HCA (where the SM and the diags attach).
 """
+
 from __future__ import annotations
 
 import csv
@@ -32,8 +33,16 @@ SWITCH_GUID_BASE = 0x0002C90300100000
 CA_GUID_BASE = 0x0002C90300200000
 SWITCH_DEVID, CA_DEVID, VENDID = 0xD2F0, 0x101B, 0x02C9
 # libibmad's text for each per-lane rate, as iblinkinfo prints it.
-SPEED_TEXT = {2.5: "2.5 Gbps", 5.0: "5.0 Gbps", 10.0: "10.0 Gbps", 14.0625: "14.0625 Gbps",
-              25.78125: "25.78125 Gbps", 53.125: "53.125 Gbps", 106.25: "106.25 Gbps", 212.5: "212.5 Gbps"}
+SPEED_TEXT = {
+    2.5: "2.5 Gbps",
+    5.0: "5.0 Gbps",
+    10.0: "10.0 Gbps",
+    14.0625: "14.0625 Gbps",
+    25.78125: "25.78125 Gbps",
+    53.125: "53.125 Gbps",
+    106.25: "106.25 Gbps",
+    212.5: "212.5 Gbps",
+}
 # ibsim's enabled-width bits (PortInfo LinkWidthEnabled) and extended-speed bits.
 IBSIM_WIDTH_BITS = {"1X": 1, "4X": 2, "8X": 4, "12X": 8}
 IBSIM_SPEED_BITS = {"SDR": (1, 0), "DDR": (3, 0), "QDR": (7, 0), "FDR": (7, 1), "EDR": (7, 3), "HDR": (7, 7)}
@@ -157,23 +166,33 @@ class GeneratedFabric:
             raise ValueError(f"ibsim cannot train {self.width} {name} links")
         speed_bits, ext_bits = IBSIM_SPEED_BITS[name]
         # Enabled widths: the fabric's plus 1X, so a port limited to 1X (w=1) still trains.
-        out = [f"# nodewarden fabric.topology: {len(self.hosts())} hosts, "
-               f"{sum(n.kind == 'switch' for n in self.nodes.values())} switches",
-               "# first node = where the SM and the diags attach (ibsim's default SIM_HOST)",
-               f"width={IBSIM_WIDTH_BITS[self.width] | 1}", f"speed={speed_bits}", f"extspeed={ext_bits}", ""]
+        out = [
+            f"# nodewarden fabric.topology: {len(self.hosts())} hosts, "
+            f"{sum(n.kind == 'switch' for n in self.nodes.values())} switches",
+            "# first node = where the SM and the diags attach (ibsim's default SIM_HOST)",
+            f"width={IBSIM_WIDTH_BITS[self.width] | 1}",
+            f"speed={speed_bits}",
+            f"extspeed={ext_bits}",
+            "",
+        ]
         for node in self.nodes.values():
-            out += [f"vendid=0x{VENDID:04x}", f"devid=0x{CA_DEVID if node.kind == 'ca' else SWITCH_DEVID:04x}",
-                    f"{'caguid' if node.kind == 'ca' else 'switchguid'}=0x{node.guid:016x}",
-                    f"{'Hca' if node.kind == 'ca' else 'Switch'}\t{node.ports} \"{node.sim_id}\"\t# \"{node.name}\""]
+            out += [
+                f"vendid=0x{VENDID:04x}",
+                f"devid=0x{CA_DEVID if node.kind == 'ca' else SWITCH_DEVID:04x}",
+                f"{'caguid' if node.kind == 'ca' else 'switchguid'}=0x{node.guid:016x}",
+                f'{"Hca" if node.kind == "ca" else "Switch"}\t{node.ports} "{node.sim_id}"\t# "{node.name}"',
+            ]
             for port in range(1, node.ports + 1):
                 there = self.peer.get((node.name, port))
                 if there is None:
                     continue
-                line = f"[{port}]\t\"{self.nodes[there[0]].sim_id}\"[{there[1]}]"
+                line = f'[{port}]\t"{self.nodes[there[0]].sim_id}"[{there[1]}]'
                 width, speed = self.trained_as((node.name, port), there)
                 if speed != self.speed_gbps:
-                    raise ValueError(f"{node.name}/{port} is planted slower ({speed} Gb/s a lane): ibsim "
-                                     "cannot train one cable slower than the rest")
+                    raise ValueError(
+                        f"{node.name}/{port} is planted slower ({speed} Gb/s a lane): ibsim "
+                        "cannot train one cable slower than the rest"
+                    )
                 if width != self.width:
                     if width not in IBSIM_WIDTH_BITS:
                         raise ValueError(f"ibsim cannot train a {width} link")
@@ -208,8 +227,10 @@ class GeneratedFabric:
         That table is keyed by the GUID in network byte order, read as a host integer: on
         x86 it sorts by the GUID's last byte first (seen with opensm 3.3 under ibsim)."""
         sm = self._sm()
-        ordered = sorted((n for n in reachable if n is not sm),
-                         key=lambda n: int.from_bytes(n.port_guid(1).to_bytes(8, "big"), "little"))
+        ordered = sorted(
+            (n for n in reachable if n is not sm),
+            key=lambda n: int.from_bytes(n.port_guid(1).to_bytes(8, "big"), "little"),
+        )
         return {n.name: lid for lid, n in enumerate([sm, *ordered], 1)}
 
     def ibnetdiscover_text(self) -> str:
@@ -217,17 +238,27 @@ class GeneratedFabric:
         order = self._discovery_order()[::-1]
         lids = self._lids(order)
         sm = self._sm()
-        out = ["#", f"# Topology file: generated on {time.ctime()}", "#",
-               f"# Initiated from node {sm.guid:016x} port {sm.port_guid(1):016x}"]
+        out = [
+            "#",
+            f"# Topology file: generated on {time.ctime()}",
+            "#",
+            f"# Initiated from node {sm.guid:016x} port {sm.port_guid(1):016x}",
+        ]
         for node in [n for n in order if n.kind == "switch"] + [n for n in order if n.kind != "switch"]:
-            out += ["", f"vendid=0x{VENDID:x}", f"devid=0x{CA_DEVID if node.kind == 'ca' else SWITCH_DEVID:x}",
-                    f"sysimgguid=0x{node.guid:x}"]
+            out += [
+                "",
+                f"vendid=0x{VENDID:x}",
+                f"devid=0x{CA_DEVID if node.kind == 'ca' else SWITCH_DEVID:x}",
+                f"sysimgguid=0x{node.guid:x}",
+            ]
             if node.kind == "switch":
-                out += [f"switchguid=0x{node.guid:x}({node.guid:x})",
-                        f"Switch\t{node.ports} \"S-{node.guid:016x}\"\t\t# \"{node.name}\" base port 0 "
-                        f"lid {lids[node.name]} lmc 0"]
+                out += [
+                    f"switchguid=0x{node.guid:x}({node.guid:x})",
+                    f'Switch\t{node.ports} "S-{node.guid:016x}"\t\t# "{node.name}" base port 0 '
+                    f"lid {lids[node.name]} lmc 0",
+                ]
             else:
-                out += [f"caguid=0x{node.guid:x}", f"Ca\t{node.ports} \"H-{node.guid:016x}\"\t\t# \"{node.name}\""]
+                out += [f"caguid=0x{node.guid:x}", f'Ca\t{node.ports} "H-{node.guid:016x}"\t\t# "{node.name}"']
             for port in range(1, node.ports + 1):
                 there = self.peer.get((node.name, port))
                 if there is not None:
@@ -239,13 +270,15 @@ class GeneratedFabric:
         remote = self.nodes[there[0]]
         width, speed = self.trained_as((node.name, port), there)
         trained = f"{width.lower()}{SPEED_NAME[speed]}"
-        rid = f"\"{'S' if remote.kind == 'switch' else 'H'}-{remote.guid:016x}\"[{there[1]}]"
+        rid = f'"{"S" if remote.kind == "switch" else "H"}-{remote.guid:016x}"[{there[1]}]'
         if remote.kind != "switch":
             rid += f"({remote.port_guid(there[1]):x}) "
         if node.kind == "switch":
-            return f"[{port}]\t{rid}\t\t# \"{remote.name}\" lid {lids[remote.name]} {trained}"
-        return (f"[{port}]({node.port_guid(port):x}) \t{rid}\t\t# lid {lids[node.name]} lmc 0 \"{remote.name}\" "
-                f"lid {lids[remote.name]} {trained}")
+            return f'[{port}]\t{rid}\t\t# "{remote.name}" lid {lids[remote.name]} {trained}'
+        return (
+            f'[{port}]({node.port_guid(port):x}) \t{rid}\t\t# lid {lids[node.name]} lmc 0 "{remote.name}" '
+            f"lid {lids[remote.name]} {trained}"
+        )
 
     def iblinkinfo_text(self) -> str:
         """What ``iblinkinfo`` prints for the fabric as built (every port, down ones too)."""
@@ -268,18 +301,21 @@ class GeneratedFabric:
         if node.kind != "switch":
             head = f"      0x{node.port_guid(port):016x} {lids[node.name]:6d} {port:4d}[  ] =="
         if there is None:
-            return head + "(                Down/ Polling)==>             [  ] \"\" ( )"
+            return head + '(                Down/ Polling)==>             [  ] "" ( )'
         width, speed = self.trained_as((node.name, port), there)
         could_width = f"Could be {self.width}" if width != self.width else ""
         could_speed = f"Could be {SPEED_TEXT[self.speed_gbps]}" if speed != self.speed_gbps else ""
         remote = self.nodes[there[0]]
-        return (head + f"({width:>3} {SPEED_TEXT[speed]:>18} {'Active':>6}/{'LinkUp':>8})==>  "
-                f"{lids[remote.name]:6d} {there[1]:4d}[  ] \"{remote.name}\" ({could_width} {could_speed})")
+        return (
+            head + f"({width:>3} {SPEED_TEXT[speed]:>18} {'Active':>6}/{'LinkUp':>8})==>  "
+            f'{lids[remote.name]:6d} {there[1]:4d}[  ] "{remote.name}" ({could_width} {could_speed})'
+        )
 
     # --- faults -------------------------------------------------------------------------------
 
-    def plant(self, *, miswires: int = 0, swaps: int = 0, missing: int = 0, degraded: int = 0,
-              seed: int | None = 0) -> list[PlantedFault]:
+    def plant(
+        self, *, miswires: int = 0, swaps: int = 0, missing: int = 0, degraded: int = 0, seed: int | None = 0
+    ) -> list[PlantedFault]:
         """Put faults in the cabling as built (the plan stays); each touches its own cables.
 
         - swap: two HCAs of one host with their cables exchanged (each on the other's rail);
@@ -324,8 +360,9 @@ class GeneratedFabric:
             result.append(PlantedFault("swap", (first, second), ((first.a, second.b), (second.a, first.b))))
         return result
 
-    def _plant_miswires(self, rng: random.Random, rows: list[PlanRow], n: int,
-                        touched: set[_Key]) -> list[PlantedFault]:
+    def _plant_miswires(
+        self, rng: random.Random, rows: list[PlanRow], n: int, touched: set[_Key]
+    ) -> list[PlantedFault]:
         rows = [r for r in rows if _key(r.a, r.b) not in touched]
         result = []
         for row in self._pick(rng, rows, n, "miswires"):
@@ -342,8 +379,12 @@ class GeneratedFabric:
     def _free_ports(self, *, exclude: str) -> list[tuple[str, int]]:
         """Unused ports of the leaves (switches with HCAs on them), other than ``exclude``."""
         leaves = {r.b_device for r in self.plan if self.nodes[r.a_device].kind == "ca"}
-        return [(name, port) for name in sorted(leaves - {exclude}) for port in range(1, self.nodes[name].ports + 1)
-                if (name, port) not in self.peer and (name, port) not in self.planned_ports]
+        return [
+            (name, port)
+            for name in sorted(leaves - {exclude})
+            for port in range(1, self.nodes[name].ports + 1)
+            if (name, port) not in self.peer and (name, port) not in self.planned_ports
+        ]
 
     def _plant_missing(self, rng: random.Random, rows: list[PlanRow], n: int, touched: set[_Key]) -> list[PlantedFault]:
         uplinks: dict[str, int] = {}
@@ -368,8 +409,9 @@ class GeneratedFabric:
             raise ValueError(f"cannot plant {n} missing cables: only {len(result)} can go")
         return result
 
-    def _plant_degraded(self, rng: random.Random, rows: list[PlanRow], n: int,
-                        touched: set[_Key]) -> list[PlantedFault]:
+    def _plant_degraded(
+        self, rng: random.Random, rows: list[PlanRow], n: int, touched: set[_Key]
+    ) -> list[PlantedFault]:
         result = []
         slower = sorted(s for s in SPEED_NAME if s < self.speed_gbps)
         for i, row in enumerate(self._pick(rng, rows, n, "degraded cables")):
@@ -387,10 +429,19 @@ class GeneratedFabric:
         self.peer[(b.device, b.port)] = (a.device, a.port)
 
 
-def generate_fat_tree(*, hosts: int, hcas_per_host: int = 8, leaves: int | None = None, spines: int | None = None,
-                      rail_optimized: bool = True, name_prefix: str = "gpu-node", switch_ports: int = 64,
-                      width: str = "4X", speed: str = "HDR", host_names: Sequence[str] | None = None
-                      ) -> GeneratedFabric:
+def generate_fat_tree(
+    *,
+    hosts: int,
+    hcas_per_host: int = 8,
+    leaves: int | None = None,
+    spines: int | None = None,
+    rail_optimized: bool = True,
+    name_prefix: str = "gpu-node",
+    switch_ports: int = 64,
+    width: str = "4X",
+    speed: str = "HDR",
+    host_names: Sequence[str] | None = None,
+) -> GeneratedFabric:
     """A two-level fat tree: leaves with half their ports down to HCAs and half up, every
     leaf's uplinks spread round-robin over the spines (a spine may take several of one
     leaf's). Rail-optimized: HCA k ("mlx5_k") of every host on rail k's leaves
@@ -426,8 +477,11 @@ def generate_fat_tree(*, hosts: int, hcas_per_host: int = 8, leaves: int | None 
             host = host_names[h - 1] if host_names else f"{name_prefix}-{h:0{digits}d}"
             name = f"{host} mlx5_{k}"
             nodes[name] = _Node(name, "ca", 1, CA_GUID_BASE + 2 * len(nodes), "H-" + name.replace(" ", "-"))
-    leaf_names = [f"leaf-r{r}-{i:02d}" if rail_optimized else f"leaf-{i:02d}"
-                  for r in range(rails) for i in range(1, leaves_per_rail + 1)]
+    leaf_names = [
+        f"leaf-r{r}-{i:02d}" if rail_optimized else f"leaf-{i:02d}"
+        for r in range(rails)
+        for i in range(1, leaves_per_rail + 1)
+    ]
     spine_names = [f"spine-{i:02d}" for i in range(1, spines + 1)]
     for i, name in enumerate(leaf_names + spine_names):
         nodes[name] = _Node(name, "switch", switch_ports, SWITCH_GUID_BASE + i, f"S-{name}")

@@ -1,4 +1,5 @@
 """Portal pages of the fabric (staff only)."""
+
 from django.urls import path
 
 from . import views

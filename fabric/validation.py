@@ -13,6 +13,7 @@ Discrepancies, each with the exact ports on both ends and the evidence:
 - counter_errors: error counters rising faster than their limits;
 - flapping: a port whose link went down too often within the flap window.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -92,9 +93,15 @@ def _degraded(plan: PlanLink, seen: SeenLink) -> Problem | None:
         short.append(f"{seen.rate_gbps:g} Gb/s of {plan.rate_gbps:g}")
     if not short:
         return None
-    return Problem(K.DEGRADED, _key(K.DEGRADED, plan.a, plan.b), str(plan.a), str(plan.b),
-                   expected=f"{plan.width or 'any'} at {plan.rate_gbps or 'any'} Gb/s",
-                   found=", ".join(short), evidence={"width": seen.width, "rate_gbps": seen.rate_gbps})
+    return Problem(
+        K.DEGRADED,
+        _key(K.DEGRADED, plan.a, plan.b),
+        str(plan.a),
+        str(plan.b),
+        expected=f"{plan.width or 'any'} at {plan.rate_gbps or 'any'} Gb/s",
+        found=", ".join(short),
+        evidence={"width": seen.width, "rate_gbps": seen.rate_gbps},
+    )
 
 
 def compare(plan: Iterable[PlanLink], seen: Seen) -> list[Problem]:
@@ -119,12 +126,28 @@ def compare(plan: Iterable[PlanLink], seen: Seen) -> list[Problem]:
             wrong.append(p)
         elif p.a in seen.down_ports or p.b in seen.down_ports:
             end = p.a if p.a in seen.down_ports else p.b
-            problems.append(Problem(K.LINK_DOWN, _key(K.LINK_DOWN, p.a, p.b), str(p.a), str(p.b),
-                                    expected="Active/LinkUp", found=f"{end} {seen.down_ports[end]}",
-                                    evidence={"down_port": str(end)}))
+            problems.append(
+                Problem(
+                    K.LINK_DOWN,
+                    _key(K.LINK_DOWN, p.a, p.b),
+                    str(p.a),
+                    str(p.b),
+                    expected="Active/LinkUp",
+                    found=f"{end} {seen.down_ports[end]}",
+                    evidence={"down_port": str(end)},
+                )
+            )
         else:
-            problems.append(Problem(K.MISSING, _key(K.MISSING, p.a, p.b), str(p.a), str(p.b),
-                                    expected=f"{p.a} <-> {p.b}", found="no link on either port"))
+            problems.append(
+                Problem(
+                    K.MISSING,
+                    _key(K.MISSING, p.a, p.b),
+                    str(p.a),
+                    str(p.b),
+                    expected=f"{p.a} <-> {p.b}",
+                    found="no link on either port",
+                )
+            )
     problems += _miswires(wrong, peer)
     problems += _unplanned(seen, planned_peer, {p.a.device for p in plan} | {p.b.device for p in plan})
     return problems
@@ -145,15 +168,32 @@ def _miswires(wrong: list[PlanLink], peer: Mapping[Port, tuple[Port, SeenLink]])
             if {p.a, p.b} & crossed:
                 paired |= {p, other}
                 found = f"{p.a} <-> {got[0]}, " + ", ".join(
-                    f"{end} <-> {peer[end][0]}" for end in (p.b, other.a, other.b) if end in peer and end != got[0])
-                problems.append(Problem(K.SWAPPED, _key(K.SWAPPED, p.a, p.b, other.a, other.b), str(p.a), str(p.b),
-                                        expected=f"{p.a} <-> {p.b}, {other.a} <-> {other.b}", found=found,
-                                        evidence={"also": [str(other.a), str(other.b)]}))
+                    f"{end} <-> {peer[end][0]}" for end in (p.b, other.a, other.b) if end in peer and end != got[0]
+                )
+                problems.append(
+                    Problem(
+                        K.SWAPPED,
+                        _key(K.SWAPPED, p.a, p.b, other.a, other.b),
+                        str(p.a),
+                        str(p.b),
+                        expected=f"{p.a} <-> {p.b}, {other.a} <-> {other.b}",
+                        found=found,
+                        evidence={"also": [str(other.a), str(other.b)]},
+                    )
+                )
                 continue
         found = "; ".join(f"{end} <-> {peer[end][0]}" for end in (p.a, p.b) if end in peer)
-        problems.append(Problem(K.MISWIRED, _key(K.MISWIRED, p.a, p.b), str(p.a), str(p.b),
-                                expected=f"{p.a} <-> {p.b}", found=found,
-                                evidence={"also": sorted({str(peer[end][0]) for end in (p.a, p.b) if end in peer})}))
+        problems.append(
+            Problem(
+                K.MISWIRED,
+                _key(K.MISWIRED, p.a, p.b),
+                str(p.a),
+                str(p.b),
+                expected=f"{p.a} <-> {p.b}",
+                found=found,
+                evidence={"also": sorted({str(peer[end][0]) for end in (p.a, p.b) if end in peer})},
+            )
+        )
     return problems
 
 
@@ -161,16 +201,31 @@ def _unplanned(seen: Seen, planned_peer: Mapping[Port, Port], plan_devices: set[
     problems = []
     unknown = sorted(seen.devices - plan_devices)
     for name in unknown:
-        problems.append(Problem(K.UNKNOWN_DEVICE, _key(K.UNKNOWN_DEVICE, name), name,
-                                expected="a device of the cabling plan", found=f"{name!r} on the fabric"))
+        problems.append(
+            Problem(
+                K.UNKNOWN_DEVICE,
+                _key(K.UNKNOWN_DEVICE, name),
+                name,
+                expected="a device of the cabling plan",
+                found=f"{name!r} on the fabric",
+            )
+        )
     unknown_set = set(unknown)
     for link in seen.links:
         if link.a in planned_peer or link.b in planned_peer:
             continue  # explained by a planned cable (correct, miswired or swapped)
         if link.a.device in unknown_set or link.b.device in unknown_set:
             continue  # reported with its unknown device
-        problems.append(Problem(K.UNEXPECTED, _key(K.UNEXPECTED, link.a, link.b), str(link.a), str(link.b),
-                                expected="no cable on these ports", found=f"{link.a} <-> {link.b}"))
+        problems.append(
+            Problem(
+                K.UNEXPECTED,
+                _key(K.UNEXPECTED, link.a, link.b),
+                str(link.a),
+                str(link.b),
+                expected="no cable on these ports",
+                found=f"{link.a} <-> {link.b}",
+            )
+        )
     return problems
 
 
@@ -198,12 +253,19 @@ def counter_deltas(previous: Mapping[str, int] | None, current: Mapping[str, int
     (port reset, perfquery -R, reboot), so its increase is its new value."""
     if previous is None:
         return {}
-    return {name: value - previous[name] if name in previous and value >= previous[name] else value
-            for name, value in current.items()}
+    return {
+        name: value - previous[name] if name in previous and value >= previous[name] else value
+        for name, value in current.items()
+    }
 
 
-def counter_problems(port: Port, counters: Mapping[str, int], deltas: Mapping[str, int] | None,
-                     hours: float | None, limits: Mapping[str, float] = COUNTER_LIMITS_PER_HOUR) -> Problem | None:
+def counter_problems(
+    port: Port,
+    counters: Mapping[str, int],
+    deltas: Mapping[str, int] | None,
+    hours: float | None,
+    limits: Mapping[str, float] = COUNTER_LIMITS_PER_HOUR,
+) -> Problem | None:
     """A port whose error counters rise faster than their limits. Without an earlier look, the
     counters' own values count as an hour's worth (they have risen at least that much)."""
     rising = deltas if deltas is not None else counters
@@ -215,15 +277,29 @@ def counter_problems(port: Port, counters: Mapping[str, int], deltas: Mapping[st
             over[name] = increase
     if not over:
         return None
-    found = ", ".join(f"{name} +{n}" + (f" in {span:.1f} h" if deltas is not None else "") for name, n in sorted(over.items()))
-    return Problem(K.COUNTER_ERRORS, _key(K.COUNTER_ERRORS, port), str(port),
-                   expected="error counters within limits", found=found,
-                   evidence={"increase": over, "counters": dict(counters), "hours": span})
+    found = ", ".join(
+        f"{name} +{n}" + (f" in {span:.1f} h" if deltas is not None else "") for name, n in sorted(over.items())
+    )
+    return Problem(
+        K.COUNTER_ERRORS,
+        _key(K.COUNTER_ERRORS, port),
+        str(port),
+        expected="error counters within limits",
+        found=found,
+        evidence={"increase": over, "counters": dict(counters), "hours": span},
+    )
 
 
-def flap_problem(port: Port, flaps: int, window_hours: int = FLAP_WINDOW_HOURS,
-                 limit: int = FLAP_LIMIT) -> Problem | None:
+def flap_problem(
+    port: Port, flaps: int, window_hours: int = FLAP_WINDOW_HOURS, limit: int = FLAP_LIMIT
+) -> Problem | None:
     if flaps < limit:
         return None
-    return Problem(K.FLAPPING, _key(K.FLAPPING, port), str(port), expected=f"fewer than {limit} flaps in {window_hours} h",
-                   found=f"{flaps} link-down events in {window_hours} h", evidence={"flaps": flaps})
+    return Problem(
+        K.FLAPPING,
+        _key(K.FLAPPING, port),
+        str(port),
+        expected=f"fewer than {limit} flaps in {window_hours} h",
+        found=f"{flaps} link-down events in {window_hours} h",
+        evidence={"flaps": flaps},
+    )

@@ -4,6 +4,7 @@ plan upload), discrepancies, tickets (operators close them), a port's page, manu
 Customers never see these pages (404): they see fabric findings on their own nodes' histories.
 Every change goes through ``fabric.plan`` or ``fabric.services``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -105,22 +106,31 @@ def _link_discrepancies(rows: list[Discrepancy]) -> list[Discrepancy]:
 
 # --- Overview ---------------------------------------------------------------------------------
 
+
 def _overview_context(request: HttpRequest) -> dict[str, Any]:
     run, plan = services.last_run(), CablingPlan.objects.first()
     by_kind = (run.summary or {}).get("by_kind", {}) if run else {}
     since = timezone.now() - timedelta(days=RUN_CHART_DAYS)
-    runs = (DiscoveryRun.objects.filter(status=RunStatus.DONE, started__gte=since)
-            .order_by("-started", "-id").values_list("started", "summary")[:RUN_CHART_LIMIT])
+    runs = (
+        DiscoveryRun.objects.filter(status=RunStatus.DONE, started__gte=since)
+        .order_by("-started", "-id")
+        .values_list("started", "summary")[:RUN_CHART_LIMIT]
+    )
     return {
-        "run": run, "plan": plan, "can_operate": request.user.has_perm(OPERATE),
+        "run": run,
+        "plan": plan,
+        "can_operate": request.user.has_perm(OPERATE),
         "duration": (run.finished - run.started).total_seconds() if run and run.finished else None,
-        "tiles": [{"kind": k, "label": k.label, "count": by_kind.get(k, 0), "colour": KIND_COLOURS[k]}
-                  for k in DiscrepancyKind],
+        "tiles": [
+            {"kind": k, "label": k.label, "count": by_kind.get(k, 0), "colour": KIND_COLOURS[k]}
+            for k in DiscrepancyKind
+        ],
         "discrepancies": sum(by_kind.values()),
         "open_tickets": Ticket.objects.filter(status=TicketStatus.OPEN).count(),
         "topology_chart": charts.topology(run, plan),
         "runs_chart": charts.runs_over_time(reversed(list(runs))),
-        "run_chart_days": RUN_CHART_DAYS, "upload_form": PlanUploadForm(),
+        "run_chart_days": RUN_CHART_DAYS,
+        "upload_form": PlanUploadForm(),
     }
 
 
@@ -150,8 +160,9 @@ def plan_upload(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         upload = form.cleaned_data["csv_file"]
         try:
-            plan = import_plan(_read_plan(upload), actor=Actor(user=request.user), source=upload.name,
-                               note=form.cleaned_data["note"])
+            plan = import_plan(
+                _read_plan(upload), actor=Actor(user=request.user), source=upload.name, note=form.cleaned_data["note"]
+            )
         except PlanImportError as exc:
             errors = exc.errors
         else:
@@ -163,6 +174,7 @@ def plan_upload(request: HttpRequest) -> HttpResponse:
 
 # --- Discrepancies and tickets ---------------------------------------------------------------
 
+
 @staff_only
 def discrepancy_list(request: HttpRequest) -> HttpResponse:
     """What a run found (the last run unless one is picked), filtered by kind and endpoint."""
@@ -172,11 +184,20 @@ def discrepancy_list(request: HttpRequest) -> HttpResponse:
     page, query = _page(request, filterset.qs if valid else queryset.none())
     _link_discrepancies(list(page.object_list))
     runs = DiscoveryRun.objects.filter(status=RunStatus.DONE).only("id", "started", "source")[:30]
-    return render(request, "fabric/discrepancy_list.html", {
-        "filterset": filterset, "errors": filterset.errors, "page": page, "query": query,
-        "kinds": DiscrepancyKind.choices, "runs": runs, "last_run": services.last_run(),
-        "selected_kinds": request.GET.getlist("kind"),
-    })
+    return render(
+        request,
+        "fabric/discrepancy_list.html",
+        {
+            "filterset": filterset,
+            "errors": filterset.errors,
+            "page": page,
+            "query": query,
+            "kinds": DiscrepancyKind.choices,
+            "runs": runs,
+            "last_run": services.last_run(),
+            "selected_kinds": request.GET.getlist("kind"),
+        },
+    )
 
 
 @staff_only
@@ -187,12 +208,21 @@ def ticket_list(request: HttpRequest) -> HttpResponse:
     filterset = TicketFilterSet(_clean_query(request, status=TicketStatus.OPEN), queryset=queryset, request=request)
     valid = filterset.is_valid()
     page, query = _page(request, filterset.qs if valid else queryset.none())
-    return render(request, "fabric/ticket_list.html", {
-        "filterset": filterset, "errors": filterset.errors, "page": page, "query": query,
-        "kinds": DiscrepancyKind.choices, "statuses": TicketStatus.choices,
-        "status": request.GET.get("status", TicketStatus.OPEN), "selected_kinds": request.GET.getlist("kind"),
-        "can_operate": request.user.has_perm(OPERATE),
-    })
+    return render(
+        request,
+        "fabric/ticket_list.html",
+        {
+            "filterset": filterset,
+            "errors": filterset.errors,
+            "page": page,
+            "query": query,
+            "kinds": DiscrepancyKind.choices,
+            "statuses": TicketStatus.choices,
+            "status": request.GET.get("status", TicketStatus.OPEN),
+            "selected_kinds": request.GET.getlist("kind"),
+            "can_operate": request.user.has_perm(OPERATE),
+        },
+    )
 
 
 @staff_only
@@ -201,11 +231,19 @@ def ticket_detail(request: HttpRequest, pk: int) -> HttpResponse:
     ticket = get_object_or_404(Ticket.objects.select_related("first_run", "last_run"), pk=pk)
     found = list(ticket.discrepancies.select_related("run").order_by("-run__started", "-id")[:TICKET_DISCREPANCIES])
     urls = port_urls(ticket.endpoints)
-    return render(request, "fabric/ticket_detail.html", {
-        "ticket": ticket, "discrepancies": _link_discrepancies(found), "nodes": ticket.nodes.order_by("hostname"),
-        "endpoints": [(e, urls.get(e)) for e in ticket.endpoints], "can_operate": request.user.has_perm(OPERATE),
-        "colour": KIND_COLOURS.get(ticket.kind, "#888"), "shown": TICKET_DISCREPANCIES,
-    })
+    return render(
+        request,
+        "fabric/ticket_detail.html",
+        {
+            "ticket": ticket,
+            "discrepancies": _link_discrepancies(found),
+            "nodes": ticket.nodes.order_by("hostname"),
+            "endpoints": [(e, urls.get(e)) for e in ticket.endpoints],
+            "can_operate": request.user.has_perm(OPERATE),
+            "colour": KIND_COLOURS.get(ticket.kind, "#888"),
+            "shown": TICKET_DISCREPANCIES,
+        },
+    )
 
 
 @staff_only
@@ -231,6 +269,7 @@ def ticket_close(request: HttpRequest, pk: int) -> HttpResponse:
 
 # --- A port, and manual checks ---------------------------------------------------------------
 
+
 def _touching(device: FabricDevice, port: int) -> Q:
     return Q(a_device=device, a_port=port) | Q(b_device=device, b_port=port)
 
@@ -250,25 +289,46 @@ def link_detail(request: HttpRequest, device_id: int, port: int) -> HttpResponse
     if not 0 < port < 256:
         raise Http404("No such port")
     plan, run = CablingPlan.objects.first(), services.last_run()
-    planned = (PlannedLink.objects.filter(_touching(device, port), plan=plan).select_related("a_device", "b_device")
-               .first() if plan else None)
-    seen = (DiscoveredLink.objects.filter(_touching(device, port), run=run).select_related("a_device", "b_device")
-            .first() if run else None)
-    snapshots = list(PortCounterSnapshot.objects.filter(device=device, port=port)
-                     .order_by("-taken_at", "-id")[:COUNTER_POINTS])[::-1]
+    planned = (
+        PlannedLink.objects.filter(_touching(device, port), plan=plan).select_related("a_device", "b_device").first()
+        if plan
+        else None
+    )
+    seen = (
+        DiscoveredLink.objects.filter(_touching(device, port), run=run).select_related("a_device", "b_device").first()
+        if run
+        else None
+    )
+    snapshots = list(
+        PortCounterSnapshot.objects.filter(device=device, port=port).order_by("-taken_at", "-id")[:COUNTER_POINTS]
+    )[::-1]
     name = f"{device.name}/{port}"
     # A ticket's key lists its planned ports, "|"-separated: match the whole port, not "leaf01/1" in "leaf01/10".
-    tickets = (Ticket.objects.filter(Q(key__endswith=f"|{name}") | Q(key__contains=f"|{name}|"))
-               .order_by("-opened_at", "-id")[:PORT_ROWS])
+    tickets = Ticket.objects.filter(Q(key__endswith=f"|{name}") | Q(key__contains=f"|{name}|")).order_by(
+        "-opened_at", "-id"
+    )[:PORT_ROWS]
     peers = {"planned": _peer(planned, device, port), "seen": _peer(seen, device, port)}
     urls = port_urls(peers.values())
-    return render(request, "fabric/link_detail.html", {
-        "device": device, "port": port, "name": name, "plan": plan, "run": run, "planned": planned, "seen": seen,
-        "peers": {k: (v, urls.get(v)) for k, v in peers.items()},
-        "counter_chart": charts.counter_history(snapshots), "latest": snapshots[-1] if snapshots else None,
-        "flaps": LinkFlap.objects.filter(device=device, port=port).select_related("run")[:PORT_ROWS],
-        "tickets": tickets, "points": COUNTER_POINTS, "rows": PORT_ROWS,
-    })
+    return render(
+        request,
+        "fabric/link_detail.html",
+        {
+            "device": device,
+            "port": port,
+            "name": name,
+            "plan": plan,
+            "run": run,
+            "planned": planned,
+            "seen": seen,
+            "peers": {k: (v, urls.get(v)) for k, v in peers.items()},
+            "counter_chart": charts.counter_history(snapshots),
+            "latest": snapshots[-1] if snapshots else None,
+            "flaps": LinkFlap.objects.filter(device=device, port=port).select_related("run")[:PORT_ROWS],
+            "tickets": tickets,
+            "points": COUNTER_POINTS,
+            "rows": PORT_ROWS,
+        },
+    )
 
 
 @staff_only
@@ -289,7 +349,17 @@ def validation_list(request: HttpRequest) -> HttpResponse:
     queryset = ManualValidation.objects.order_by("-created", "-id")
     filterset = ValidationFilterSet(_clean_query(request), queryset=queryset, request=request)
     page, query = _page(request, filterset.qs if filterset.is_valid() else queryset.none())
-    return render(request, "fabric/validation_list.html", {
-        "form": form, "page": page, "query": query, "filterset": filterset, "errors": filterset.errors,
-        "results": ValidationResult.choices, "can_operate": request.user.has_perm(OPERATE),
-    }, status=400 if form.errors else 200)
+    return render(
+        request,
+        "fabric/validation_list.html",
+        {
+            "form": form,
+            "page": page,
+            "query": query,
+            "filterset": filterset,
+            "errors": filterset.errors,
+            "results": ValidationResult.choices,
+            "can_operate": request.user.has_perm(OPERATE),
+        },
+        status=400 if form.errors else 200,
+    )

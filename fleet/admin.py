@@ -1,4 +1,5 @@
 """Admin for the fleet inventory."""
+
 from django.contrib import admin
 
 from .models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant, TenantMembership

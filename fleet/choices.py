@@ -1,4 +1,5 @@
 """Enumerations of the fleet inventory."""
+
 from django.db import models
 
 

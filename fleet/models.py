@@ -1,4 +1,5 @@
 """Fleet inventory: where nodes live, who rents them, what they should be."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -26,9 +27,7 @@ class Cluster(models.Model):
 
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="clusters")
     name = models.CharField(max_length=100, unique=True)
-    scheduler_kind = models.CharField(
-        max_length=20, choices=SchedulerKind.choices, default=SchedulerKind.NONE
-    )
+    scheduler_kind = models.CharField(max_length=20, choices=SchedulerKind.choices, default=SchedulerKind.NONE)
     scheduler_endpoint = models.CharField(
         max_length=200, blank=True, help_text="Slurm controller host or Kubernetes API server URL."
     )
@@ -70,9 +69,7 @@ class Tenant(models.Model):
 class TenantMembership(models.Model):
     """Ties a customer's user account to its tenant; such users see only that tenant's nodes."""
 
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_membership"
-    )
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tenant_membership")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
 
     def __str__(self) -> str:
@@ -89,7 +86,8 @@ class HardwareProfile(models.Model):
     hca_rate_gbps = models.PositiveIntegerField(default=0, help_text="Expected link rate per HCA port.")
     memory_gb = models.PositiveIntegerField(help_text="Host memory in GiB.")
     firmware_baseline = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='Minimum firmware per component, e.g. {"bios": "1.8.2", "bmc": "5.10"}.',
     )
 
@@ -108,12 +106,15 @@ class Persona(models.Model):
     description = models.CharField(max_length=300, blank=True)
     boot_image = models.CharField(max_length=200, blank=True, help_text="OS image a node of this role boots.")
     scheduler_labels = models.JSONField(
-        default=dict, blank=True, help_text='Kubernetes node labels, e.g. {"nodewarden.io/role": "inference"}.')
+        default=dict, blank=True, help_text='Kubernetes node labels, e.g. {"nodewarden.io/role": "inference"}.'
+    )
     slurm_partition = models.CharField(max_length=100, blank=True, help_text="Slurm partition nodes of this role join.")
     validation_stages = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text="Day 1 stages a node re-roled to this persona walks (firmware, inventory, burn_in, fabric, "
-                  "reliability); empty: all of them.")
+        "reliability); empty: all of them.",
+    )
 
     class Meta:
         ordering = ["name"]

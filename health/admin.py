@@ -1,6 +1,7 @@
 """Admin: rules and the XID catalog are editable, always with a reason and audited
 (``HealthRuleChange``); findings, alerts and unrouted alerts are read-only, alerts get
 audited resolve/unsilence actions that go through ``health.alerts``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -51,15 +52,32 @@ class AuditedAdmin(admin.ModelAdmin):
     inlines = [ChangeLogInline]
 
     def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm, **target: Any) -> None:
-        HealthRuleChange.objects.create(actor=request.user, actor_name=request.user.get_username(),
-                                        reason=form.cleaned_data["change_reason"], changes=_changes(obj, form),
-                                        **target)
+        HealthRuleChange.objects.create(
+            actor=request.user,
+            actor_name=request.user.get_username(),
+            reason=form.cleaned_data["change_reason"],
+            changes=_changes(obj, form),
+            **target,
+        )
 
 
 @admin.register(HealthRule)
 class HealthRuleAdmin(AuditedAdmin):
-    list_display = ["key", "hardware_profile", "enabled", "shadow", "severity", "recommended_action", "threshold",
-                    "clear_threshold", "window_seconds", "count", "clear_after_seconds", "updated", "updated_by"]
+    list_display = [
+        "key",
+        "hardware_profile",
+        "enabled",
+        "shadow",
+        "severity",
+        "recommended_action",
+        "threshold",
+        "clear_threshold",
+        "window_seconds",
+        "count",
+        "clear_after_seconds",
+        "updated",
+        "updated_by",
+    ]
     list_filter = ["enabled", "shadow", "severity", "hardware_profile"]
     list_select_related = ["hardware_profile", "updated_by"]
     search_fields = ["key", "description"]
@@ -88,8 +106,18 @@ class XidDefinitionAdmin(AuditedAdmin):
 
 @admin.register(Finding)
 class FindingAdmin(ReadOnlyAdmin):
-    list_display = ["created", "hostname", "gpu_index", "rule", "xid", "severity", "recommended_action", "summary",
-                    "source", "shadow"]
+    list_display = [
+        "created",
+        "hostname",
+        "gpu_index",
+        "rule",
+        "xid",
+        "severity",
+        "recommended_action",
+        "summary",
+        "source",
+        "shadow",
+    ]
     list_filter = ["severity", "rule", "source", "shadow"]
     search_fields = ["hostname", "summary", "rule", "subject"]
     date_hierarchy = "created"
@@ -114,8 +142,18 @@ class AlertReasonForm(forms.Form):
 
 @admin.register(Alert)
 class AlertAdmin(ReadOnlyAdmin):
-    list_display = ["node", "gpu_index", "rule", "subject", "severity", "state", "occurrences", "last_seen",
-                    "acknowledged_at", "silenced_until"]
+    list_display = [
+        "node",
+        "gpu_index",
+        "rule",
+        "subject",
+        "severity",
+        "state",
+        "occurrences",
+        "last_seen",
+        "acknowledged_at",
+        "silenced_until",
+    ]
     list_filter = ["state", "severity", "rule"]
     list_select_related = ["node"]
     search_fields = ["node__hostname", "summary", "rule", "subject"]
@@ -127,11 +165,19 @@ class AlertAdmin(ReadOnlyAdmin):
     def _with_reason(self, request: HttpRequest, queryset: QuerySet[Alert], verb: Any, name: str) -> Any:
         form = AlertReasonForm(request.POST if "apply" in request.POST else None)
         if not form.is_valid():
-            return TemplateResponse(request, "health/admin_alert_action.html", {
-                **self.admin_site.each_context(request), "title": f"{name.capitalize()} alerts", "form": form,
-                "alerts": queryset, "action": f"{name}_action", "opts": self.model._meta,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            })
+            return TemplateResponse(
+                request,
+                "health/admin_alert_action.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": f"{name.capitalize()} alerts",
+                    "form": form,
+                    "alerts": queryset,
+                    "action": f"{name}_action",
+                    "opts": self.model._meta,
+                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
         done = 0
         for pk in queryset.values_list("pk", flat=True):
             try:

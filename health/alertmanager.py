@@ -6,6 +6,7 @@ startsAt, endsAt, fingerprint, generatorURL). Each alert is matched to a node by
 node's full hostname or its short name). Alerts that match no node are stored as
 ``UnroutedAlert`` and listed in the response: never silently dropped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,9 +30,14 @@ from .services import clear_condition, raise_finding
 RULE = "alertmanager"
 HOST_LABELS = ("hostname", "Hostname", "node", "nodename", "instance")
 SEVERITY_LABELS = {
-    "page": Severity.CATASTROPHIC, "catastrophic": Severity.CATASTROPHIC, "critical": Severity.DEGRADED,
-    "degraded": Severity.DEGRADED, "error": Severity.DEGRADED, "warning": Severity.WARNING,
-    "info": Severity.INFO, "none": Severity.INFO,
+    "page": Severity.CATASTROPHIC,
+    "catastrophic": Severity.CATASTROPHIC,
+    "critical": Severity.DEGRADED,
+    "degraded": Severity.DEGRADED,
+    "error": Severity.DEGRADED,
+    "warning": Severity.WARNING,
+    "info": Severity.INFO,
+    "none": Severity.INFO,
 }
 MAX_ALERTS = 1000
 
@@ -124,8 +130,9 @@ def severity_of(labels: dict[str, str]) -> str:
 
 
 def _subject(alert: WebhookAlert) -> str:
-    fingerprint = alert.fingerprint or hashlib.sha256(
-        json.dumps(alert.labels, sort_keys=True).encode()).hexdigest()[:16]
+    fingerprint = (
+        alert.fingerprint or hashlib.sha256(json.dumps(alert.labels, sort_keys=True).encode()).hexdigest()[:16]
+    )
     return f"{alert.labels.get('alertname', '')}|{fingerprint}"[:200]
 
 
@@ -148,9 +155,16 @@ def receive(hook: Webhook, *, actor: Actor) -> Outcome:
         name = alert.labels.get("alertname", "")
         if node_id is None:
             outcome.unmatched.append({"fingerprint": alert.fingerprint, "alertname": name, "reason": why})
-            unrouted.append(UnroutedAlert(status=alert.status, fingerprint=alert.fingerprint[:100],
-                                          alertname=name[:200], labels=alert.labels,
-                                          annotations=alert.annotations, reason=why[:300]))
+            unrouted.append(
+                UnroutedAlert(
+                    status=alert.status,
+                    fingerprint=alert.fingerprint[:100],
+                    alertname=name[:200],
+                    labels=alert.labels,
+                    annotations=alert.annotations,
+                    reason=why[:300],
+                )
+            )
         elif alert.status == "resolved":
             clear_condition(node_id, rule=RULE, subject=_subject(alert), reason="resolved in Alertmanager")
             outcome.resolved += 1
@@ -166,10 +180,21 @@ def _fire(node_id: int, alert: WebhookAlert, cfg: Any, actor: Actor) -> None:
     name = alert.labels.get("alertname", "alert")
     action = alert.labels.get("nodewarden_action", "")
     raise_finding(
-        node_id, rule=RULE, severity=severity_of(alert.labels), source="alertmanager", subject=_subject(alert),
+        node_id,
+        rule=RULE,
+        severity=severity_of(alert.labels),
+        source="alertmanager",
+        subject=_subject(alert),
         summary=f"{name}: {notes.get('summary') or notes.get('description') or ''}".strip(": ")[:500],
         recommended_action=action if action in RecommendedAction.values else cfg.recommended_action,
-        observed_at=_parse_time(alert.startsAt), shadow=cfg.shadow, actor=actor,
-        evidence={"labels": alert.labels, "annotations": notes, "startsAt": alert.startsAt,
-                  "fingerprint": alert.fingerprint, "generatorURL": alert.generatorURL},
+        observed_at=_parse_time(alert.startsAt),
+        shadow=cfg.shadow,
+        actor=actor,
+        evidence={
+            "labels": alert.labels,
+            "annotations": notes,
+            "startsAt": alert.startsAt,
+            "fingerprint": alert.fingerprint,
+            "generatorURL": alert.generatorURL,
+        },
     )

@@ -3,6 +3,7 @@
 One function per verb: permission, lock, change, and a history row on the node (an
 operator note), in one transaction. Views, the API and the admin all call these.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -41,8 +42,13 @@ def _locked(alert_id: int, actor: Actor) -> Alert:
 
 def _note(alert: Alert, actor: Actor, verb: str, reason: str, **details: Any) -> None:
     gpu = f"GPU {alert.gpu_index}: " if alert.gpu_index is not None else ""
-    record_event(alert.node_id, EventKind.NOTE, actor=actor, reason=f"Alert {verb}: {gpu}{alert.summary} ({reason})",
-                 details={"alert_id": alert.pk, "rule": alert.rule, "alert_verb": verb, **details})
+    record_event(
+        alert.node_id,
+        EventKind.NOTE,
+        actor=actor,
+        reason=f"Alert {verb}: {gpu}{alert.summary} ({reason})",
+        details={"alert_id": alert.pk, "rule": alert.rule, "alert_verb": verb, **details},
+    )
 
 
 def acknowledge(alert_id: int, *, actor: Actor, note: str) -> Alert:
@@ -56,8 +62,9 @@ def acknowledge(alert_id: int, *, actor: Actor, note: str) -> Alert:
     return alert
 
 
-def silence(alert_id: int, *, actor: Actor, reason: str, until: datetime | None = None,
-            minutes: int | None = None) -> Alert:
+def silence(
+    alert_id: int, *, actor: Actor, reason: str, until: datetime | None = None, minutes: int | None = None
+) -> Alert:
     """Hide the alert until ``until`` (or for ``minutes``): it still counts occurrences, and
     remediation skips it. At most 30 days; the end must lie in the future."""
     reason = _reason(reason)

@@ -1,4 +1,5 @@
 """Severities, recommended actions and alert states: labels and colours in one place."""
+
 from django.db import models
 
 

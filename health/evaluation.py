@@ -8,6 +8,7 @@ deltas of cumulative counters. Ingest may pass the node's firing alerts, read wi
 node (``OPEN_ALERT_FIELDS``, made Alerts by ``open_alerts_from_values``): a healthy
 report is then evaluated without any query.
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,7 +100,6 @@ class _FiringOnOneNode:
     def __init__(self) -> None:
         from telemetry.store import CompiledRead
 
-
         self.read = CompiledRead(lambda node_id: _firing([node_id]).values_list(*OPEN_ALERT_FIELDS))
 
     def fetch(self, node_id: int) -> list[Any]:
@@ -143,15 +143,26 @@ def _apply(condition: Any, rule: str, cfg: Any, ctx: ReportContext, open_alerts:
     elif alert is None:
         return
     elif condition.state == CLEAR:
-        if note_clear(alert, now=now, clear_after_seconds=cfg.clear_after_seconds,
-                      reason=f"condition clear for {cfg.clear_after_seconds} s"):
+        if note_clear(
+            alert,
+            now=now,
+            clear_after_seconds=cfg.clear_after_seconds,
+            reason=f"condition clear for {cfg.clear_after_seconds} s",
+        ):
             open_alerts.pop((ctx.node_id, key), None)
     else:
         note_not_clear(alert)
 
 
-def _fire(condition: Any, rule: str, cfg: Any, ctx: ReportContext, alert: Any,
-          open_alerts: dict[tuple[int, str], Any], key: str) -> None:
+def _fire(
+    condition: Any,
+    rule: str,
+    cfg: Any,
+    ctx: ReportContext,
+    alert: Any,
+    open_alerts: dict[tuple[int, str], Any],
+    key: str,
+) -> None:
     from .choices import SEVERITY_RANK, Severity
     from .models import Alert
     from .services import is_event_rule, raise_finding
@@ -164,8 +175,9 @@ def _fire(condition: Any, rule: str, cfg: Any, ctx: ReportContext, alert: Any,
         return
     if alert is not None and not is_event_rule(rule) and SEVERITY_RANK[severity] <= alert.severity_rank:
         # Same condition seen again: refresh the alert, no new finding (a hot GPU is one finding a day, not 2,880).
-        Alert.objects.filter(pk=alert.pk).update(last_seen=observed, occurrences=F("occurrences") + 1,
-                                                 clearing_since=None)
+        Alert.objects.filter(pk=alert.pk).update(
+            last_seen=observed, occurrences=F("occurrences") + 1, clearing_since=None
+        )
         alert.clearing_since = None
         return
     finding = raise_finding(ctx.node_id, **_finding_kwargs(condition, rule, cfg, ctx, severity))
@@ -174,10 +186,18 @@ def _fire(condition: Any, rule: str, cfg: Any, ctx: ReportContext, alert: Any,
 
 
 def _finding_kwargs(condition: Any, rule: str, cfg: Any, ctx: ReportContext, severity: str) -> dict[str, Any]:
-    return dict(rule=rule, severity=severity, summary=condition.summary, evidence=condition.evidence,
-                gpu_index=condition.gpu_index, subject=condition.subject, xid=condition.xid,
-                recommended_action=condition.recommended_action or cfg.recommended_action,
-                source=ctx.source, observed_at=condition.observed_at or ctx.report.collected_at)
+    return dict(
+        rule=rule,
+        severity=severity,
+        summary=condition.summary,
+        evidence=condition.evidence,
+        gpu_index=condition.gpu_index,
+        subject=condition.subject,
+        xid=condition.xid,
+        recommended_action=condition.recommended_action or cfg.recommended_action,
+        source=ctx.source,
+        observed_at=condition.observed_at or ctx.report.collected_at,
+    )
 
 
 def _shadow_seen_recently(node_id: int, rule: str, condition: Any, observed: datetime) -> bool:
@@ -187,8 +207,14 @@ def _shadow_seen_recently(node_id: int, rule: str, condition: Any, observed: dat
 
     if is_event_rule(rule):
         return False
-    return Finding.objects.filter(node_id=node_id, rule=rule, shadow=True, gpu_index=condition.gpu_index,
-                                  subject=condition.subject, observed_at__gt=observed - SHADOW_DEDUPE).exists()
+    return Finding.objects.filter(
+        node_id=node_id,
+        rule=rule,
+        shadow=True,
+        gpu_index=condition.gpu_index,
+        subject=condition.subject,
+        observed_at__gt=observed - SHADOW_DEDUPE,
+    ).exists()
 
 
 def _clear_heartbeat(ctx: ReportContext, open_alerts: dict[tuple[int, str], Any]) -> None:

@@ -1,4 +1,5 @@
 """One FilterSet per list: the alert page and /api/alerts/ share AlertFilterSet; /api/findings/ FindingFilterSet."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,20 +29,33 @@ class AlertFilterSet(FilterSet):
     node = IntegerFilter(field_name="node_id")
     rule = django_filters.CharFilter()
     gpu = IntegerFilter(field_name="gpu_index", min_value=0, max_value=SMALLINT_MAX)
-    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="node__site", to_field_name="slug",
-                                            empty_label="Any site")
-    cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="node__cluster",
-                                               to_field_name="name", empty_label="Any cluster")
+    site = django_filters.ModelChoiceFilter(
+        queryset=Site.objects.all(), field_name="node__site", to_field_name="slug", empty_label="Any site"
+    )
+    cluster = django_filters.ModelChoiceFilter(
+        queryset=Cluster.objects.all(), field_name="node__cluster", to_field_name="name", empty_label="Any cluster"
+    )
     # Scoped choices: a customer probing another tenant's slug gets "invalid choice", not an empty list.
-    tenant = django_filters.ModelChoiceFilter(queryset=_tenant_choices, field_name="node__tenant",
-                                              to_field_name="slug", empty_label="Any tenant")
+    tenant = django_filters.ModelChoiceFilter(
+        queryset=_tenant_choices, field_name="node__tenant", to_field_name="slug", empty_label="Any tenant"
+    )
     acknowledged = django_filters.BooleanFilter(method="filter_acknowledged")
     show_silenced = django_filters.BooleanFilter(method="filter_silenced", label="Show silenced")
 
     class Meta:
         model = Alert
-        fields = ["severity", "state", "node", "rule", "gpu", "site", "cluster", "tenant", "acknowledged",
-                  "show_silenced"]
+        fields = [
+            "severity",
+            "state",
+            "node",
+            "rule",
+            "gpu",
+            "site",
+            "cluster",
+            "tenant",
+            "acknowledged",
+            "show_silenced",
+        ]
 
     def filter_acknowledged(self, queryset: QuerySet[Alert], name: str, value: bool | None) -> QuerySet[Alert]:
         if value is None:

@@ -11,6 +11,7 @@ Events (XIDs, failed checks, failed Day 1 stages) are not conditions: they block
 was seen since the action; an XID from before the reboot does not.
 The fleet auditor reads the same rule for the nodes already in production.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -26,7 +27,6 @@ from .services import is_event_rule
 from .tasks import QUIET_RULES  # events whose alerts resolve by going quiet
 
 
-
 def threshold_rank() -> int:
     severity = getattr(settings, "NODEWARDEN_RELEASE_BLOCKING_SEVERITY", Severity.DEGRADED)
     return SEVERITY_RANK[Severity(severity)]
@@ -35,8 +35,13 @@ def threshold_rank() -> int:
 def is_report_condition(rule: str) -> bool:
     """A condition a health rule evaluates on every agent report (so a clean report clears it)."""
     spec = REGISTRY.get(rule)
-    return (spec is not None and spec.fn is not None and spec.scope not in (TASK, EXTERNAL)
-            and not is_event_rule(rule) and rule not in QUIET_RULES)
+    return (
+        spec is not None
+        and spec.fn is not None
+        and spec.scope not in (TASK, EXTERNAL)
+        and not is_event_rule(rule)
+        and rule not in QUIET_RULES
+    )
 
 
 def blocks(alert: Any, since: datetime, rank: int | None = None) -> bool:
@@ -51,8 +56,9 @@ def blocks(alert: Any, since: datetime, rank: int | None = None) -> bool:
 
 def blocking_alerts(node_id: int, since: datetime, limit: int = 20) -> list[Alert]:
     """The node's firing alerts that block its release, worst first (bounded)."""
-    candidates = (Alert.objects.filter(node_id=node_id, state=AlertState.FIRING, severity_rank__gte=threshold_rank())
-                  .order_by("-severity_rank", "-last_seen")[:200])
+    candidates = Alert.objects.filter(
+        node_id=node_id, state=AlertState.FIRING, severity_rank__gte=threshold_rank()
+    ).order_by("-severity_rank", "-last_seen")[:200]
     return [a for a in candidates if blocks(a, since)][:limit]
 
 

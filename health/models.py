@@ -4,6 +4,7 @@ Findings are append-only history (like ``nodes.NodeEvent``); alerts are the
 deduplicated, mutable view an operator works from. Only ``health.services``
 writes either.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -57,20 +58,25 @@ class HealthRule(models.Model):
     """
 
     key = models.CharField(max_length=60, db_index=True)
-    hardware_profile = models.ForeignKey(HardwareProfile, on_delete=models.CASCADE, null=True, blank=True,
-                                         related_name="health_rules",
-                                         help_text="Empty: the default for every profile.")
+    hardware_profile = models.ForeignKey(
+        HardwareProfile,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="health_rules",
+        help_text="Empty: the default for every profile.",
+    )
     enabled = models.BooleanField(default=True)
     shadow = models.BooleanField(default=False, help_text="Record findings only: no alert, no history event.")
     severity = models.CharField(max_length=20, choices=Severity.choices)
-    recommended_action = models.CharField(max_length=30, choices=RecommendedAction.choices,
-                                          default=RecommendedAction.NONE)
+    recommended_action = models.CharField(
+        max_length=30, choices=RecommendedAction.choices, default=RecommendedAction.NONE
+    )
     threshold = models.FloatField(null=True, blank=True)
     clear_threshold = models.FloatField(null=True, blank=True, help_text="Hysteresis: clears only past this.")
     window_seconds = models.PositiveIntegerField(null=True, blank=True)
     count = models.PositiveIntegerField(null=True, blank=True, help_text="Events within the window that fire.")
-    clear_after_seconds = models.PositiveIntegerField(default=0,
-                                                      help_text="The condition must stay clear this long.")
+    clear_after_seconds = models.PositiveIntegerField(default=0, help_text="The condition must stay clear this long.")
     params = models.JSONField(default=dict, blank=True)
     description = models.TextField(blank=True)
     updated = models.DateTimeField(default=timezone.now)
@@ -80,10 +86,14 @@ class HealthRule(models.Model):
         ordering = ["key", "hardware_profile__name"]
         constraints = [
             # Two partial constraints: NULLs never collide in a plain unique constraint.
-            models.UniqueConstraint(fields=["key"], condition=Q(hardware_profile__isnull=True),
-                                    name="health_rule_one_default"),
-            models.UniqueConstraint(fields=["key", "hardware_profile"], condition=Q(hardware_profile__isnull=False),
-                                    name="health_rule_one_per_profile"),
+            models.UniqueConstraint(
+                fields=["key"], condition=Q(hardware_profile__isnull=True), name="health_rule_one_default"
+            ),
+            models.UniqueConstraint(
+                fields=["key", "hardware_profile"],
+                condition=Q(hardware_profile__isnull=False),
+                name="health_rule_one_per_profile",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -156,15 +166,17 @@ class Alert(models.Model):
     severity = models.CharField(max_length=20, choices=Severity.choices)
     # Denormalised for sorting by severity in SQL (SEVERITY_RANK).
     severity_rank = models.PositiveSmallIntegerField(default=0)
-    recommended_action = models.CharField(max_length=30, choices=RecommendedAction.choices,
-                                          default=RecommendedAction.NONE)
+    recommended_action = models.CharField(
+        max_length=30, choices=RecommendedAction.choices, default=RecommendedAction.NONE
+    )
     summary = models.TextField()
     state = models.CharField(max_length=10, choices=AlertState.choices, default=AlertState.FIRING)
     first_seen = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
     occurrences = models.PositiveIntegerField(default=1)
-    clearing_since = models.DateTimeField(null=True, blank=True,
-                                          help_text="Condition seen clear since; resolves after the rule's delay.")
+    clearing_since = models.DateTimeField(
+        null=True, blank=True, help_text="Condition seen clear since; resolves after the rule's delay."
+    )
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_reason = models.CharField(max_length=300, blank=True)
     resolved_by = models.CharField(max_length=150, blank=True)
@@ -180,8 +192,9 @@ class Alert(models.Model):
         ordering = ["-severity_rank", "-last_seen"]
         constraints = [
             # At most one firing alert per condition; resolved ones pile up as history.
-            models.UniqueConstraint(fields=["node", "dedupe_key"], condition=Q(state="firing"),
-                                    name="one_firing_alert_per_condition"),
+            models.UniqueConstraint(
+                fields=["node", "dedupe_key"], condition=Q(state="firing"), name="one_firing_alert_per_condition"
+            ),
         ]
         indexes = [
             models.Index(fields=["state", "-severity_rank", "-last_seen"], name="alert_list"),
@@ -221,8 +234,9 @@ class Finding(AppendOnlyModel):
     rule = models.CharField(max_length=60, db_index=True)
     xid = models.PositiveIntegerField(null=True, blank=True, verbose_name="XID")
     severity = models.CharField(max_length=20, choices=Severity.choices)
-    recommended_action = models.CharField(max_length=30, choices=RecommendedAction.choices,
-                                          default=RecommendedAction.NONE)
+    recommended_action = models.CharField(
+        max_length=30, choices=RecommendedAction.choices, default=RecommendedAction.NONE
+    )
     summary = models.TextField()
     evidence = models.JSONField(default=dict, blank=True)
     source = models.CharField(max_length=30, blank=True, help_text="agent, dcgm-exporter, alertmanager, ...")
@@ -238,8 +252,10 @@ class Finding(AppendOnlyModel):
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["node", "-created"], name="finding_node_created"),
-                   models.Index(fields=["-created"], name="finding_created")]
+        indexes = [
+            models.Index(fields=["node", "-created"], name="finding_node_created"),
+            models.Index(fields=["-created"], name="finding_created"),
+        ]
 
     def __str__(self) -> str:
         gpu = f" GPU{self.gpu_index}" if self.gpu_index is not None else ""

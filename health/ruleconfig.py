@@ -4,6 +4,7 @@ The cache holds every ``HealthRule`` row and every profile's HCA rate; it is dro
 a rule is saved (signal in ``apps.py``) and re-read at most every ``TTL_SECONDS`` anyway,
 so a change made by another process is picked up quickly.
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,9 +28,16 @@ def invalidate_cache() -> None:
 
 def _row_config(row: Any) -> RuleConfig:
     return RuleConfig(
-        key=row.key, severity=row.severity, recommended_action=row.recommended_action, threshold=row.threshold,
-        clear_threshold=row.clear_threshold, window_seconds=row.window_seconds, count=row.count,
-        clear_after_seconds=row.clear_after_seconds, params=row.params or {}, enabled=row.enabled,
+        key=row.key,
+        severity=row.severity,
+        recommended_action=row.recommended_action,
+        threshold=row.threshold,
+        clear_threshold=row.clear_threshold,
+        window_seconds=row.window_seconds,
+        count=row.count,
+        clear_after_seconds=row.clear_after_seconds,
+        params=row.params or {},
+        enabled=row.enabled,
         shadow=row.shadow,
     )
 
@@ -67,8 +75,11 @@ class RuleBook:
         """(spec, config) of every enabled rule run per report, for nodes of this profile."""
         if profile_id not in self._per_profile:
             self._per_profile[profile_id] = [
-                (spec, cfg) for spec in REGISTRY.values() if spec.fn is not None
-                for cfg in [self.config(spec.key, profile_id)] if cfg.enabled
+                (spec, cfg)
+                for spec in REGISTRY.values()
+                if spec.fn is not None
+                for cfg in [self.config(spec.key, profile_id)]
+                if cfg.enabled
             ]
         return self._per_profile[profile_id]
 

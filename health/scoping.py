@@ -2,6 +2,7 @@
 
 A customer does not see the fleet auditor's findings (``audit.*``): they say that Nodewarden's books
 and its scheduler or BMC disagree, which is the operators' to put right, not a fact about the node."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ operator edited are left alone. Without them every XID would read "unknown, warn
 A catalog row an operator never edited follows ``health/data/xid_catalog.csv``: when a
 new catalog changes its severity or action (XID 43 and 45 lost "check the application"
 for NVIDIA's "no action"), the next migrate updates it and logs the change."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,8 +49,12 @@ def refresh_unedited_xids(catalog: list[dict[str, Any]]) -> int:
                 setattr(definition, name, new)
             definition.save(update_fields=list(changes))
             HealthRuleChange.objects.create(
-                xid=definition, target=f"XID {definition.xid}", actor=None, actor_name="xid catalog",
+                xid=definition,
+                target=f"XID {definition.xid}",
+                actor=None,
+                actor_name="xid catalog",
                 reason="health/data/xid_catalog.csv changed (NVIDIA's recommended action); this row was never edited",
-                changes=changes)
+                changes=changes,
+            )
             updated += 1
     return updated

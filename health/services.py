@@ -16,6 +16,7 @@ clear_condition(node_id, *, rule, gpu_index=None, subject="", reason="") -> Aler
 
 Operator verbs (acknowledge, silence, unsilence, resolve) live in ``health.alerts``.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -76,9 +77,19 @@ def raise_finding(
     summary = (summary or "").strip() or f"{rule} fired"
     observed_at = observed_at or timezone.now()
     actor = actor or HEALTH
-    fields = dict(rule=rule, severity=severity, recommended_action=recommended_action, summary=summary,
-                  evidence=evidence or {}, gpu_index=gpu_index, source=source, subject=subject,
-                  observed_at=observed_at, xid=xid, actor_name=actor.name)
+    fields = dict(
+        rule=rule,
+        severity=severity,
+        recommended_action=recommended_action,
+        summary=summary,
+        evidence=evidence or {},
+        gpu_index=gpu_index,
+        source=source,
+        subject=subject,
+        observed_at=observed_at,
+        xid=xid,
+        actor_name=actor.name,
+    )
     events = is_event_rule(rule) if every_event is None else every_event
     with transaction.atomic():
         node = Node.objects.only("id", "hostname").get(pk=node_id)
@@ -113,10 +124,16 @@ def _open_or_refresh_alert(node: Node, fields: dict[str, Any]) -> tuple[Alert, b
             # A savepoint: losing the race to a concurrent ingest must not break the outer transaction.
             with transaction.atomic():
                 return Alert.objects.create(
-                    node=node, dedupe_key=key, rule=fields["rule"], gpu_index=fields["gpu_index"],
-                    subject=fields["subject"], severity=fields["severity"], summary=fields["summary"],
+                    node=node,
+                    dedupe_key=key,
+                    rule=fields["rule"],
+                    gpu_index=fields["gpu_index"],
+                    subject=fields["subject"],
+                    severity=fields["severity"],
+                    summary=fields["summary"],
                     recommended_action=fields["recommended_action"],
-                    first_seen=fields["observed_at"], last_seen=fields["observed_at"],
+                    first_seen=fields["observed_at"],
+                    last_seen=fields["observed_at"],
                 ), True
         except IntegrityError:
             continue  # the other writer's alert is committed now: refresh it instead
@@ -130,20 +147,28 @@ def _record_finding_event(node: Node, finding: Finding, alert: Alert, actor: Act
     if action != RecommendedAction.NONE:
         reason += f" (recommended: {action.label})"
     details = {
-        "severity": finding.severity, "rule": finding.rule, "gpu_index": finding.gpu_index, "xid": finding.xid,
-        "recommended_action": finding.recommended_action, "finding_id": finding.pk, "alert_id": alert.pk,
-        "subject": finding.subject, "source": finding.source,
+        "severity": finding.severity,
+        "rule": finding.rule,
+        "gpu_index": finding.gpu_index,
+        "xid": finding.xid,
+        "recommended_action": finding.recommended_action,
+        "finding_id": finding.pk,
+        "alert_id": alert.pk,
+        "subject": finding.subject,
+        "source": finding.source,
     }
     return record_event(node.pk, EventKind.FINDING, actor=actor, reason=reason, details=details)
 
 
-def clear_condition(node_id: int, *, rule: str, gpu_index: int | None = None, subject: str = "",
-                    reason: str = "") -> Alert | None:
+def clear_condition(
+    node_id: int, *, rule: str, gpu_index: int | None = None, subject: str = "", reason: str = ""
+) -> Alert | None:
     """The condition behind an open alert is gone: resolve it now. None if no alert was open."""
     key = dedupe_key(rule, gpu_index, subject)
     with transaction.atomic():
-        alert = Alert.objects.select_for_update().filter(node_id=node_id, dedupe_key=key,
-                                                         state=AlertState.FIRING).first()
+        alert = (
+            Alert.objects.select_for_update().filter(node_id=node_id, dedupe_key=key, state=AlertState.FIRING).first()
+        )
         if alert is None:
             return None
         return resolve_alert_locked(alert, reason=reason or "condition cleared", actor=HEALTH)
@@ -158,9 +183,13 @@ def resolve_alert_locked(alert: Alert, *, reason: str, actor: Actor, at: datetim
     alert.clearing_since = None
     alert.save(update_fields=["state", "resolved_at", "resolved_reason", "resolved_by", "clearing_since"])
     gpu = f"GPU {alert.gpu_index}: " if alert.gpu_index is not None else ""
-    record_event(alert.node_id, EventKind.NOTE, actor=actor, reason=f"Alert resolved: {gpu}{alert.summary} ({reason})",
-                 details={"alert_id": alert.pk, "rule": alert.rule, "gpu_index": alert.gpu_index,
-                          "resolved": True})
+    record_event(
+        alert.node_id,
+        EventKind.NOTE,
+        actor=actor,
+        reason=f"Alert resolved: {gpu}{alert.summary} ({reason})",
+        details={"alert_id": alert.pk, "rule": alert.rule, "gpu_index": alert.gpu_index, "resolved": True},
+    )
     return alert
 
 

@@ -1,4 +1,5 @@
 """Periodic health work: missing heartbeats, and resolving XID alerts that went quiet."""
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,7 @@ log = logging.getLogger(__name__)
 
 # States in which a node's agent must be reporting: serving, leaving service, being validated
 # or triaged. Nodes in repair, RMA or remediation are expected to go dark.
-REPORTING_STATES = (NodeState.PRODUCTION, NodeState.DRAIN_PENDING, NodeState.DRAINING, NodeState.TRIAGE,
-                    *DAY1_STAGES)
+REPORTING_STATES = (NodeState.PRODUCTION, NodeState.DRAIN_PENDING, NodeState.DRAINING, NodeState.TRIAGE, *DAY1_STAGES)
 BATCH = 500  # nodes (or alerts) handled per run; the next run, a minute later, takes the rest
 QUIET_RULES = ("xid", "xid_repeated")
 
@@ -34,8 +34,12 @@ def check_heartbeats() -> dict[str, int]:
     now = timezone.now()
     book = RuleBook()
     raised, refreshed = _raise_missing(now, book)
-    return {"raised": raised, "refreshed": refreshed, "left_service": _resolve_left_service(),
-            "quiet_resolved": _resolve_quiet_xids(now, book)}
+    return {
+        "raised": raised,
+        "refreshed": refreshed,
+        "left_service": _resolve_left_service(),
+        "quiet_resolved": _resolve_quiet_xids(now, book),
+    }
 
 
 def _grace(book: RuleBook, profile_id: int | None) -> float:
@@ -55,54 +59,92 @@ def _stale_nodes(now: datetime, book: RuleBook) -> list[Any]:
 
     shortest = min([_grace(book, None), *(_grace(book, p) for p in book.rates)])
     cutoff = now - timedelta(seconds=shortest)
-    rows = (NodeHealth.objects.filter(node__state__in=REPORTING_STATES, last_received_at__lt=cutoff,
-                                      node__state_changed_at__lt=cutoff)
-            .select_related("node").order_by("last_received_at")[:BATCH])
-    return [h for h in rows if (now - _silent_since(h)).total_seconds() > _grace(book, h.node.hardware_profile_id)
-            and book.config("heartbeat_missing", h.node.hardware_profile_id).enabled]
+    rows = (
+        NodeHealth.objects.filter(
+            node__state__in=REPORTING_STATES, last_received_at__lt=cutoff, node__state_changed_at__lt=cutoff
+        )
+        .select_related("node")
+        .order_by("last_received_at")[:BATCH]
+    )
+    return [
+        h
+        for h in rows
+        if (now - _silent_since(h)).total_seconds() > _grace(book, h.node.hardware_profile_id)
+        and book.config("heartbeat_missing", h.node.hardware_profile_id).enabled
+    ]
 
 
 def _raise_missing(now: datetime, book: RuleBook) -> tuple[int, int]:
     stale = _stale_nodes(now, book)
-    open_ids = set(Alert.objects.filter(node_id__in=[h.node_id for h in stale], rule="heartbeat_missing",
-                                        state=AlertState.FIRING).values_list("node_id", flat=True))
-    refreshed = Alert.objects.filter(node_id__in=open_ids, rule="heartbeat_missing", state=AlertState.FIRING
-                                     ).update(last_seen=now, occurrences=F("occurrences") + 1)
+    open_ids = set(
+        Alert.objects.filter(
+            node_id__in=[h.node_id for h in stale], rule="heartbeat_missing", state=AlertState.FIRING
+        ).values_list("node_id", flat=True)
+    )
+    refreshed = Alert.objects.filter(node_id__in=open_ids, rule="heartbeat_missing", state=AlertState.FIRING).update(
+        last_seen=now, occurrences=F("occurrences") + 1
+    )
     raised = 0
     for health in stale:
         if health.node_id in open_ids:
             continue
         cfg = book.config("heartbeat_missing", health.node.hardware_profile_id)
         silent = int((now - _silent_since(health)).total_seconds())
-        raise_finding(health.node_id, rule="heartbeat_missing", severity=cfg.severity, source="heartbeat",
-                      recommended_action=cfg.recommended_action, shadow=cfg.shadow, observed_at=now, actor=HEALTH,
-                      summary=f"No report for {silent // 60} min {silent % 60} s (grace {cfg.threshold:g} s)",
-                      evidence={"last_received_at": health.last_received_at.isoformat(),
-                                "last_report_at": health.last_report_at.isoformat(), "silent_seconds": silent,
-                                "grace_seconds": cfg.threshold, "state": health.node.state})
+        raise_finding(
+            health.node_id,
+            rule="heartbeat_missing",
+            severity=cfg.severity,
+            source="heartbeat",
+            recommended_action=cfg.recommended_action,
+            shadow=cfg.shadow,
+            observed_at=now,
+            actor=HEALTH,
+            summary=f"No report for {silent // 60} min {silent % 60} s (grace {cfg.threshold:g} s)",
+            evidence={
+                "last_received_at": health.last_received_at.isoformat(),
+                "last_report_at": health.last_report_at.isoformat(),
+                "silent_seconds": silent,
+                "grace_seconds": cfg.threshold,
+                "state": health.node.state,
+            },
+        )
         raised += 1
     return raised, refreshed
 
 
 def _resolve_left_service() -> int:
     """A node sent to repair or RMA is expected to go dark: its heartbeat alert no longer applies."""
-    alerts = (Alert.objects.filter(rule="heartbeat_missing", state=AlertState.FIRING)
-              .exclude(node__state__in=REPORTING_STATES).values_list("node_id", flat=True)[:BATCH])
-    return sum(1 for node_id in alerts
-               if clear_condition(node_id, rule="heartbeat_missing", reason="node left the reporting states"))
+    alerts = (
+        Alert.objects.filter(rule="heartbeat_missing", state=AlertState.FIRING)
+        .exclude(node__state__in=REPORTING_STATES)
+        .values_list("node_id", flat=True)[:BATCH]
+    )
+    return sum(
+        1
+        for node_id in alerts
+        if clear_condition(node_id, rule="heartbeat_missing", reason="node left the reporting states")
+    )
 
 
 def _resolve_quiet_xids(now: datetime, book: RuleBook) -> int:
     """XIDs are events: their alerts resolve after the rule's quiet period with no new event."""
     shortest = min(book.config(rule, None).clear_after_seconds or 6 * 3600 for rule in QUIET_RULES)
-    candidates = (Alert.objects.filter(rule__in=QUIET_RULES, state=AlertState.FIRING,
-                                       last_seen__lt=now - timedelta(seconds=shortest))
-                  .select_related("node").order_by("last_seen")[:BATCH])
+    candidates = (
+        Alert.objects.filter(
+            rule__in=QUIET_RULES, state=AlertState.FIRING, last_seen__lt=now - timedelta(seconds=shortest)
+        )
+        .select_related("node")
+        .order_by("last_seen")[:BATCH]
+    )
     resolved = 0
     for alert in candidates:
         quiet = book.config(alert.rule, alert.node.hardware_profile_id).clear_after_seconds or 6 * 3600
         if (now - alert.last_seen).total_seconds() >= quiet and clear_condition(
-                alert.node_id, rule=alert.rule, gpu_index=alert.gpu_index, subject=alert.subject,
-                reason=f"no new event for {quiet // 3600} h"):
+            alert.node_id,
+            rule=alert.rule,
+            gpu_index=alert.gpu_index,
+            subject=alert.subject,
+            reason=f"no new event for {quiet // 3600} h",
+        ):
             resolved += 1
     return resolved

@@ -1,4 +1,5 @@
 """Portal pages of the health app."""
+
 from django.contrib.auth.decorators import login_required
 from django.urls import path
 

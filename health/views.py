@@ -3,6 +3,7 @@
 Querysets start from ``health.scoping`` (customers see their tenant's nodes only);
 every change goes through ``health.alerts``.
 """
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -48,20 +49,30 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     valid = filterset.is_valid()
     queryset = filterset.qs if valid else filterset.queryset.none()
     page = Paginator(queryset.order_by("-severity_rank", "-last_seen", "-id"), PAGE_SIZE).get_page(
-        request.GET.get("page"))
+        request.GET.get("page")
+    )
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "health/alert_list.html", {
-        "filterset": filterset, "page": page, "query": query.urlencode(), "errors": filterset.errors,
-        "can_operate": request.user.has_perm(OPERATE), "states": AlertState.choices,
-        "state": request.GET.get("state", AlertState.FIRING),
-    })
+    return render(
+        request,
+        "health/alert_list.html",
+        {
+            "filterset": filterset,
+            "page": page,
+            "query": query.urlencode(),
+            "errors": filterset.errors,
+            "can_operate": request.user.has_perm(OPERATE),
+            "states": AlertState.choices,
+            "state": request.GET.get("state", AlertState.FIRING),
+        },
+    )
 
 
 VERBS = {
     "acknowledge": lambda pk, actor, post: verbs.acknowledge(pk, actor=actor, note=post.get("reason", "")),
-    "silence": lambda pk, actor, post: verbs.silence(pk, actor=actor, reason=post.get("reason", ""),
-                                                     minutes=_minutes(post.get("minutes"))),
+    "silence": lambda pk, actor, post: verbs.silence(
+        pk, actor=actor, reason=post.get("reason", ""), minutes=_minutes(post.get("minutes"))
+    ),
     "unsilence": lambda pk, actor, post: verbs.unsilence(pk, actor=actor, reason=post.get("reason", "")),
     "resolve": lambda pk, actor, post: verbs.resolve(pk, actor=actor, reason=post.get("reason", "")),
 }
@@ -98,17 +109,18 @@ def alert_action(request: HttpRequest, pk: int, verb: str) -> HttpResponse:
 def node_alerts(request: HttpRequest, pk: int) -> HttpResponse:
     """The node page's "Alerts" partial (loaded with htmx): open alerts and the latest findings."""
     node = visible_node_or_404(request.user, pk)
-    open_alerts = visible_alerts(request.user).filter(node=node, state=AlertState.FIRING).order_by(
-        "-severity_rank", "-last_seen")
+    open_alerts = (
+        visible_alerts(request.user).filter(node=node, state=AlertState.FIRING).order_by("-severity_rank", "-last_seen")
+    )
     findings = visible_findings(request.user).filter(node=node, shadow=False)[:NODE_FINDINGS]
-    return render(request, "health/_node_alerts.html", {"node": node, "alerts": open_alerts,
-                                                         "findings": findings})
+    return render(request, "health/_node_alerts.html", {"node": node, "alerts": open_alerts, "findings": findings})
 
 
 def alert_summary(request: HttpRequest) -> HttpResponse:
     """The fleet overview's alert tiles (loaded with htmx): firing alerts per severity, one query."""
     firing = visible_alerts(request.user).filter(state=AlertState.FIRING)
     counts = dict(firing.values_list("severity").annotate(n=Count("id")).order_by())
-    tiles = [{"severity": s, "label": s.label, "count": counts.get(s, 0), "colour": SEVERITY_COLOURS[s]}
-             for s in Severity]
+    tiles = [
+        {"severity": s, "label": s.label, "count": counts.get(s, 0), "colour": SEVERITY_COLOURS[s]} for s in Severity
+    ]
     return render(request, "health/_alert_summary.html", {"tiles": tiles, "total": sum(counts.values())})

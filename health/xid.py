@@ -4,6 +4,7 @@
 ``manage.py build_xid_catalog`` with the mapping below; a data migration seeds
 ``XidDefinition`` from it, and operators override rows in the admin.
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,10 @@ CSV_FIELDS = ["xid", "name", "meaning", "nvidia_bucket", "investigatory_action",
 # required": the node cannot run work. N/A means NVIDIA marks the XID unused on A100 and
 # newer, so seeing one is unexpected: worth a warning, not silence.
 SEVERITY_MAP: dict[str, str] = {
-    "CRITICAL": Severity.CATASTROPHIC, "WARNING": Severity.WARNING, "INFO": Severity.INFO, "N/A": Severity.WARNING,
+    "CRITICAL": Severity.CATASTROPHIC,
+    "WARNING": Severity.WARNING,
+    "INFO": Severity.INFO,
+    "N/A": Severity.WARNING,
 }
 
 # NVIDIA's immediate-action bucket -> the first rung we recommend. IGNORE and the two
@@ -31,22 +35,34 @@ SEVERITY_MAP: dict[str, str] = {
 # job; 154: the recovery action is in the line, rules/xid.py reads it) start nothing of
 # their own: the XID they accompany carries the severity and the action.
 BUCKET_ACTIONS: dict[str, str] = {
-    "RESET_GPU": A.RESET_GPU, "WORKFLOW_XID_48": A.RESET_GPU, "WORKFLOW_NVLINK_ERR": A.RESET_GPU,
+    "RESET_GPU": A.RESET_GPU,
+    "WORKFLOW_XID_48": A.RESET_GPU,
+    "WORKFLOW_NVLINK_ERR": A.RESET_GPU,
     "WORKFLOW_NVLINK5_ERR": A.RESET_GPU,
-    "RESTART_BM": A.REBOOT, "RESTART_VM": A.REBOOT,
-    "CHECK_MECHANICALS": A.INSPECT, "CONTACT_SUPPORT": A.INSPECT,
-    "RESTART_APP": A.CHECK_APPLICATION, "CHECK_UVM": A.CHECK_APPLICATION,
+    "RESTART_BM": A.REBOOT,
+    "RESTART_VM": A.REBOOT,
+    "CHECK_MECHANICALS": A.INSPECT,
+    "CONTACT_SUPPORT": A.INSPECT,
+    "RESTART_APP": A.CHECK_APPLICATION,
+    "CHECK_UVM": A.CHECK_APPLICATION,
     "UPDATE_SWFW": A.REIMAGE,  # driver or firmware update: our reimage rung carries the new image
-    "IGNORE": A.NONE, "WORKFLOW_XID_45": A.NONE, "XID_154": A.NONE,
+    "IGNORE": A.NONE,
+    "WORKFLOW_XID_45": A.NONE,
+    "XID_154": A.NONE,
 }
 
 # Per-XID overrides of the bucket mapping, with why. Each agrees with NVIDIA's bucket and
 # only pins it down (a test keeps IGNORE and the follow-the-other-Xid buckets at "none").
 XID_ACTIONS: dict[int, str] = {
     79: A.REBOOT,  # fallen off the bus: only a reboot (or power cycle) brings it back
-    48: A.RESET_GPU, 64: A.RESET_GPU, 95: A.RESET_GPU, 140: A.RESET_GPU,  # memory errors: a reset clears them
+    48: A.RESET_GPU,
+    64: A.RESET_GPU,
+    95: A.RESET_GPU,
+    140: A.RESET_GPU,  # memory errors: a reset clears them
     # Application faults: the job did something wrong, the GPU is fine; restart the job.
-    13: A.CHECK_APPLICATION, 31: A.CHECK_APPLICATION, 68: A.CHECK_APPLICATION,
+    13: A.CHECK_APPLICATION,
+    31: A.CHECK_APPLICATION,
+    68: A.CHECK_APPLICATION,
 }
 # XIDs that are the application's doing, not the node's: 43 (the application hit a fault and
 # was stopped) and 45 (cleanup after it was killed or after another XID) among them, though
@@ -70,9 +86,13 @@ def distil_row(row: dict[str, str]) -> dict[str, Any]:
     if catalog_severity == "N/A":
         meaning = f"Unexpected XID: {meaning}"
     return {
-        "xid": xid, "name": row["name"][:100], "meaning": meaning, "nvidia_bucket": bucket,
+        "xid": xid,
+        "name": row["name"][:100],
+        "meaning": meaning,
+        "nvidia_bucket": bucket,
         "investigatory_action": (row.get("investigatory_action") or "")[:200],
-        "severity": str(severity), "recommended_action": str(XID_ACTIONS.get(xid, action)),
+        "severity": str(severity),
+        "recommended_action": str(XID_ACTIONS.get(xid, action)),
     }
 
 
@@ -121,8 +141,10 @@ def _load() -> dict[int, XidInfo]:
     global _cache
     with _lock:
         if _cache is None:
-            _cache = {d.xid: XidInfo(d.xid, d.name, d.meaning, d.severity, d.recommended_action)
-                      for d in XidDefinition.objects.all()}
+            _cache = {
+                d.xid: XidInfo(d.xid, d.name, d.meaning, d.severity, d.recommended_action)
+                for d in XidDefinition.objects.all()
+            }
         return _cache
 
 

@@ -4,6 +4,7 @@ The state field is read-only; the only override is the "Force state" action,
 which needs the ``nodes.force_node_state`` permission and a reason, and goes
 through ``nodes.services.force_state`` like every other change of state.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,9 @@ HISTORY_INLINE_ROWS = 50
 
 class ForceStateForm(forms.Form):
     target = forms.ChoiceField(choices=NodeState.choices, label="New state")
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=1000,
-                             help_text="Recorded in each node's history.")
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), max_length=1000, help_text="Recorded in each node's history."
+    )
 
 
 class GPUInline(admin.TabularInline):
@@ -51,8 +53,11 @@ class HistoryInline(admin.TabularInline):
         # Inline formsets cannot take a sliced queryset: bound by ids instead.
         node_id = request.resolver_match.kwargs.get("object_id") if request.resolver_match else None
         if node_id:
-            newest = list(qs.filter(node_id=node_id).order_by("-created", "-id")
-                          .values_list("id", flat=True)[:HISTORY_INLINE_ROWS])
+            newest = list(
+                qs.filter(node_id=node_id)
+                .order_by("-created", "-id")
+                .values_list("id", flat=True)[:HISTORY_INLINE_ROWS]
+            )
             qs = qs.filter(id__in=newest)
         return qs
 
@@ -62,8 +67,7 @@ class HistoryInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "state", "state_changed_at", "site", "cluster", "tenant", "hardware_profile",
-                    "serial"]
+    list_display = ["hostname", "state", "state_changed_at", "site", "cluster", "tenant", "hardware_profile", "serial"]
     list_filter = ["state", "site", "cluster", "tenant", "hardware_profile", "persona", "is_revalidation"]
     list_select_related = ["site", "cluster", "tenant", "hardware_profile"]
     search_fields = ["hostname", "serial", "bmc_address", "gpus__uuid"]
@@ -82,17 +86,25 @@ class NodeAdmin(admin.ModelAdmin):
             actor = services.Actor(user=request.user)
             done = 0
             for node_id in queryset.values_list("pk", flat=True):
-                services.force_state(node_id, form.cleaned_data["target"], actor=actor,
-                                     reason=form.cleaned_data["reason"])
+                services.force_state(
+                    node_id, form.cleaned_data["target"], actor=actor, reason=form.cleaned_data["reason"]
+                )
                 done += 1
             label = NodeState(form.cleaned_data["target"]).label
             self.message_user(request, f"Forced {done} node(s) to {label}.", messages.WARNING)
             return None
-        return TemplateResponse(request, "admin/nodes/node/force_state.html", {
-            **self.admin_site.each_context(request), "title": "Force state", "form": form,
-            "nodes": queryset.select_related(None).only("hostname", "state"), "opts": self.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-        })
+        return TemplateResponse(
+            request,
+            "admin/nodes/node/force_state.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Force state",
+                "form": form,
+                "nodes": queryset.select_related(None).only("hostname", "state"),
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
 
 
 @admin.register(NodeEvent)

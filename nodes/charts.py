@@ -1,5 +1,6 @@
 """Plotly figures as plain dicts: views pass them to templates through json_script,
 tests assert on their data. No plotly.js here, no HTML."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -33,17 +34,27 @@ def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
         per_state[c.state][c.day] += c.node_hours
     data = [
         {
-            "type": "scatter", "mode": "lines", "stackgroup": "states", "name": state.label,
+            "type": "scatter",
+            "mode": "lines",
+            "stackgroup": "states",
+            "name": state.label,
             "x": [d.isoformat() for d in days],
             "y": [round(per_state[state][d] / samples[d], 1) if samples[d] else 0 for d in days],
             "line": {"width": 0.5, "color": STATE_COLOURS[state]},
             "hovertemplate": f"{state.label}: %{{y}} (day's average)<extra></extra>",
         }
-        for state in NodeState if state in per_state
+        for state in NodeState
+        if state in per_state
     ]
-    layout = {**_BASE_LAYOUT, "height": 300, "hovermode": "x unified", "showlegend": True,
-              "legend": {"orientation": "h", "y": -0.2}, "xaxis": {"type": "date"},
-              "yaxis": {"title": {"text": "nodes"}}}
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 300,
+        "hovermode": "x unified",
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": {"type": "date"},
+        "yaxis": {"title": {"text": "nodes"}},
+    }
     return {"data": data, "layout": layout}
 
 
@@ -64,19 +75,29 @@ def state_timeline(node: Node, changes: Sequence[NodeEvent], now: datetime | Non
         mine = [(a, b) for st, a, b in segments if st == s]
         if not mine:
             continue
-        data.append({
-            "type": "bar", "orientation": "h", "name": s.label, "y": [s.label] * len(mine),
-            "base": [a.isoformat() for a, _ in mine],
-            "x": [max((b - a).total_seconds() * 1000, 1) for a, b in mine],
-            "marker": {"color": STATE_COLOURS[s]},
-            "customdata": [[a.strftime("%Y-%m-%d %H:%M"), b.strftime("%Y-%m-%d %H:%M")] for a, b in mine],
-            "hovertemplate": f"{s.label}<br>%{{customdata[0]}} to %{{customdata[1]}}<extra></extra>",
-        })
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": s.label,
+                "y": [s.label] * len(mine),
+                "base": [a.isoformat() for a, _ in mine],
+                "x": [max((b - a).total_seconds() * 1000, 1) for a, b in mine],
+                "marker": {"color": STATE_COLOURS[s]},
+                "customdata": [[a.strftime("%Y-%m-%d %H:%M"), b.strftime("%Y-%m-%d %H:%M")] for a, b in mine],
+                "hovertemplate": f"{s.label}<br>%{{customdata[0]}} to %{{customdata[1]}}<extra></extra>",
+            }
+        )
     ordered = [s.label for s in NodeState if any(st == s for st, _, _ in segments)]
-    layout = {**_BASE_LAYOUT, "height": 60 + 28 * len(ordered), "showlegend": False, "barmode": "overlay",
-              "margin": {"l": 160, "r": 10, "t": 10, "b": 30},
-              "xaxis": {"type": "date"},
-              "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(ordered))}}
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 60 + 28 * len(ordered),
+        "showlegend": False,
+        "barmode": "overlay",
+        "margin": {"l": 160, "r": 10, "t": 10, "b": 30},
+        "xaxis": {"type": "date"},
+        "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(ordered))},
+    }
     return {"data": data, "layout": layout}
 
 
@@ -113,29 +134,56 @@ def lifecycle_graph(changes: Iterable[NodeEvent], current: str | None) -> Figure
             annotations.append(_arrow(source, target, colour, min(1.5 + count, 5), hover=f"{count}×"))
     states = list(NodeState)
     visited = {s for pair in taken for s in pair}
-    data = [{
-        "type": "scatter", "mode": "markers+text", "name": "states",
-        "x": [STATE_LAYOUT[s][0] for s in states], "y": [STATE_LAYOUT[s][1] for s in states],
-        "text": [s.label for s in states], "textposition": "bottom center",
-        "marker": {
-            "size": [26 if s == current else 16 for s in states],
-            "color": [STATE_COLOURS[s] if (s in visited or s == current) else "#e3e6ea" for s in states],
-            "line": {"width": [4 if s == current else 1 for s in states], "color": "#111"},
-        },
-        "hovertemplate": "%{text}<extra></extra>",
-    }]
-    layout = {**_BASE_LAYOUT, "height": 380, "showlegend": False, "annotations": annotations,
-              "margin": {"l": 10, "r": 10, "t": 10, "b": 10},
-              "xaxis": {"visible": False, "range": [-0.7, 8.8]},
-              "yaxis": {"visible": False, "range": [-4.2, 0.6]}}
+    data = [
+        {
+            "type": "scatter",
+            "mode": "markers+text",
+            "name": "states",
+            "x": [STATE_LAYOUT[s][0] for s in states],
+            "y": [STATE_LAYOUT[s][1] for s in states],
+            "text": [s.label for s in states],
+            "textposition": "bottom center",
+            "marker": {
+                "size": [26 if s == current else 16 for s in states],
+                "color": [STATE_COLOURS[s] if (s in visited or s == current) else "#e3e6ea" for s in states],
+                "line": {"width": [4 if s == current else 1 for s in states], "color": "#111"},
+            },
+            "hovertemplate": "%{text}<extra></extra>",
+        }
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 380,
+        "showlegend": False,
+        "annotations": annotations,
+        "margin": {"l": 10, "r": 10, "t": 10, "b": 10},
+        "xaxis": {"visible": False, "range": [-0.7, 8.8]},
+        "yaxis": {"visible": False, "range": [-4.2, 0.6]},
+    }
     return {"data": data, "layout": layout}
 
 
 def _arrow(source: str, target: str, colour: str, width: float, hover: str = "") -> dict[str, Any]:
     (x0, y0), (x1, y1) = STATE_LAYOUT[source], STATE_LAYOUT[target]
-    arrow = {"x": x1, "y": y1, "ax": x0, "ay": y0, "xref": "x", "yref": "y", "axref": "x", "ayref": "y",
-             "showarrow": True, "arrowhead": 2, "arrowsize": 1, "arrowwidth": width, "arrowcolor": colour,
-             "standoff": 9, "startstandoff": 9, "text": "", "name": f"{source}->{target}"}
+    arrow = {
+        "x": x1,
+        "y": y1,
+        "ax": x0,
+        "ay": y0,
+        "xref": "x",
+        "yref": "y",
+        "axref": "x",
+        "ayref": "y",
+        "showarrow": True,
+        "arrowhead": 2,
+        "arrowsize": 1,
+        "arrowwidth": width,
+        "arrowcolor": colour,
+        "standoff": 9,
+        "startstandoff": 9,
+        "text": "",
+        "name": f"{source}->{target}",
+    }
     if hover:
         arrow["hovertext"] = hover
     return arrow

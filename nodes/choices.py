@@ -1,5 +1,6 @@
 """Lifecycle states, their labels, colours and phases: the one place tables,
 filters, charts and the API read them from."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -41,21 +42,35 @@ class Phase(models.TextChoices):
 
 # Column headings where space is short (the fleet overview's table).
 PHASE_SHORT: dict[str, str] = {
-    Phase.DAY0: "Day 0", Phase.DAY1: "Day 1", Phase.PRODUCTION: "Production", Phase.OUT: "Out", Phase.RETIRED: "Retired",
+    Phase.DAY0: "Day 0",
+    Phase.DAY1: "Day 1",
+    Phase.PRODUCTION: "Production",
+    Phase.OUT: "Out",
+    Phase.RETIRED: "Retired",
 }
 
 S = NodeState
 
 DAY1_STAGES: tuple[str, ...] = (
-    S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
+    S.FIRMWARE_UPDATE,
+    S.INVENTORY_CHECK,
+    S.BURN_IN,
+    S.FABRIC_CHECK,
+    S.RELIABILITY_ASSESSMENT,
 )
 
 STATE_PHASE: dict[str, str] = {
-    S.ENROLLED: Phase.DAY0, S.INITIALIZING: Phase.DAY0, S.ONBOARD: Phase.DAY0,
+    S.ENROLLED: Phase.DAY0,
+    S.INITIALIZING: Phase.DAY0,
+    S.ONBOARD: Phase.DAY0,
     **{stage: Phase.DAY1 for stage in DAY1_STAGES},
-    S.PRODUCTION: Phase.PRODUCTION, S.DRAIN_PENDING: Phase.PRODUCTION,
-    S.DRAINING: Phase.OUT, S.TRIAGE: Phase.OUT, S.REMEDIATING: Phase.OUT,
-    S.REPAIR: Phase.OUT, S.RMA: Phase.OUT,
+    S.PRODUCTION: Phase.PRODUCTION,
+    S.DRAIN_PENDING: Phase.PRODUCTION,
+    S.DRAINING: Phase.OUT,
+    S.TRIAGE: Phase.OUT,
+    S.REMEDIATING: Phase.OUT,
+    S.REPAIR: Phase.OUT,
+    S.RMA: Phase.OUT,
     S.DECOMMISSIONED: Phase.RETIRED,
 }
 
@@ -64,22 +79,42 @@ TROUBLE_STATES: tuple[str, ...] = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REME
 
 # Badge colours (CSS custom property suffixes in static/css/app.css, and chart colours).
 STATE_COLOURS: dict[str, str] = {
-    S.ENROLLED: "#8b95a5", S.INITIALIZING: "#6c8ebf", S.ONBOARD: "#4a78c2",
-    S.FIRMWARE_UPDATE: "#7b61c9", S.INVENTORY_CHECK: "#8d5fd3", S.BURN_IN: "#a05ad6",
-    S.FABRIC_CHECK: "#b355cf", S.RELIABILITY_ASSESSMENT: "#c24fc0",
-    S.PRODUCTION: "#2e9e5b", S.DRAIN_PENDING: "#d9a21b", S.DRAINING: "#e08a1e",
-    S.TRIAGE: "#e0641e", S.REMEDIATING: "#d94a3a", S.REPAIR: "#c0392b", S.RMA: "#8e2a20",
+    S.ENROLLED: "#8b95a5",
+    S.INITIALIZING: "#6c8ebf",
+    S.ONBOARD: "#4a78c2",
+    S.FIRMWARE_UPDATE: "#7b61c9",
+    S.INVENTORY_CHECK: "#8d5fd3",
+    S.BURN_IN: "#a05ad6",
+    S.FABRIC_CHECK: "#b355cf",
+    S.RELIABILITY_ASSESSMENT: "#c24fc0",
+    S.PRODUCTION: "#2e9e5b",
+    S.DRAIN_PENDING: "#d9a21b",
+    S.DRAINING: "#e08a1e",
+    S.TRIAGE: "#e0641e",
+    S.REMEDIATING: "#d94a3a",
+    S.REPAIR: "#c0392b",
+    S.RMA: "#8e2a20",
     S.DECOMMISSIONED: "#555c66",
 }
 
 # Fixed positions of the states on the lifecycle graph (x: left to right through life,
 # y: main road at 0, detours above/below). Hand-laid so the picture stays stable.
 STATE_LAYOUT: dict[str, tuple[float, float]] = {
-    S.ENROLLED: (0, 0), S.INITIALIZING: (1, 0), S.ONBOARD: (2, 0),
-    S.FIRMWARE_UPDATE: (3, 0), S.INVENTORY_CHECK: (4, 0), S.BURN_IN: (5, 0),
-    S.FABRIC_CHECK: (6, 0), S.RELIABILITY_ASSESSMENT: (7, 0), S.PRODUCTION: (8, 0),
-    S.DRAIN_PENDING: (8, -1.2), S.DRAINING: (7, -1.8), S.TRIAGE: (5.5, -2.2),
-    S.REMEDIATING: (4, -3.2), S.REPAIR: (5.5, -3.6), S.RMA: (7, -3.4),
+    S.ENROLLED: (0, 0),
+    S.INITIALIZING: (1, 0),
+    S.ONBOARD: (2, 0),
+    S.FIRMWARE_UPDATE: (3, 0),
+    S.INVENTORY_CHECK: (4, 0),
+    S.BURN_IN: (5, 0),
+    S.FABRIC_CHECK: (6, 0),
+    S.RELIABILITY_ASSESSMENT: (7, 0),
+    S.PRODUCTION: (8, 0),
+    S.DRAIN_PENDING: (8, -1.2),
+    S.DRAINING: (7, -1.8),
+    S.TRIAGE: (5.5, -2.2),
+    S.REMEDIATING: (4, -3.2),
+    S.REPAIR: (5.5, -3.6),
+    S.RMA: (7, -3.4),
     S.DECOMMISSIONED: (1.5, -3.0),
 }
 
@@ -102,6 +137,9 @@ class EventKind(models.TextChoices):
 
 
 EVENT_KIND_COLOURS: dict[str, str] = {
-    EventKind.TRANSITION: "#4a78c2", EventKind.FORCED: "#c0392b", EventKind.FINDING: "#e0641e",
-    EventKind.ACTION: "#2e9e5b", EventKind.NOTE: "#8b95a5",
+    EventKind.TRANSITION: "#4a78c2",
+    EventKind.FORCED: "#c0392b",
+    EventKind.FINDING: "#e0641e",
+    EventKind.ACTION: "#2e9e5b",
+    EventKind.NOTE: "#8b95a5",
 }

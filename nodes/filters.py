@@ -1,4 +1,5 @@
 """One FilterSet for the node list page, its CSV export and the REST API."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,34 +26,54 @@ class NodeFilterSet(FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=NodeState.choices)
     phase = django_filters.ChoiceFilter(choices=Phase.choices, method="filter_phase")
     in_trouble = django_filters.BooleanFilter(method="filter_in_trouble", label="In trouble")
-    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="site",
-                                            to_field_name="slug")
-    cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="cluster",
-                                               to_field_name="name")
+    site = django_filters.ModelChoiceFilter(queryset=Site.objects.all(), field_name="site", to_field_name="slug")
+    cluster = django_filters.ModelChoiceFilter(
+        queryset=Cluster.objects.all(), field_name="cluster", to_field_name="name"
+    )
     rack = django_filters.ModelChoiceFilter(queryset=Rack.objects.all())
     # Scoped choices: a customer probing another tenant's slug gets "invalid choice", not an empty list.
     tenant = django_filters.ModelChoiceFilter(queryset=_tenant_choices, field_name="tenant", to_field_name="slug")
-    unassigned = django_filters.BooleanFilter(field_name="tenant", lookup_expr="isnull",
-                                              label="Unassigned capacity")
+    unassigned = django_filters.BooleanFilter(field_name="tenant", lookup_expr="isnull", label="Unassigned capacity")
     hardware_profile = django_filters.ModelChoiceFilter(queryset=HardwareProfile.objects.all())
     persona = django_filters.ModelChoiceFilter(queryset=Persona.objects.all())
     ordering = django_filters.OrderingFilter(
-        fields=(("hostname", "hostname"), ("serial", "serial"), ("state", "state"),
-                ("state_changed_at", "state_changed_at"), ("site__name", "site"),
-                ("cluster__name", "cluster"), ("tenant__name", "tenant")),
+        fields=(
+            ("hostname", "hostname"),
+            ("serial", "serial"),
+            ("state", "state"),
+            ("state_changed_at", "state_changed_at"),
+            ("site__name", "site"),
+            ("cluster__name", "cluster"),
+            ("tenant__name", "tenant"),
+        ),
     )
 
     class Meta:
         model = Node
-        fields = ["q", "state", "phase", "in_trouble", "site", "cluster", "rack", "tenant", "unassigned",
-                  "hardware_profile", "persona"]
+        fields = [
+            "q",
+            "state",
+            "phase",
+            "in_trouble",
+            "site",
+            "cluster",
+            "rack",
+            "tenant",
+            "unassigned",
+            "hardware_profile",
+            "persona",
+        ]
 
     def search(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
         value = value.strip()
         if not value:
             return queryset
-        matches = (Q(hostname__icontains=value) | Q(serial__icontains=value)
-                   | Q(bmc_address__icontains=value) | Q(gpus__uuid__iexact=value))
+        matches = (
+            Q(hostname__icontains=value)
+            | Q(serial__icontains=value)
+            | Q(bmc_address__icontains=value)
+            | Q(gpus__uuid__iexact=value)
+        )
         # A GPU UUID match joins gpus; filter by id to keep one row per node.
         return queryset.filter(pk__in=Node.objects.filter(matches).values("pk"))
 

@@ -11,6 +11,7 @@ declared and run in one place: ``schedulers.reactions``. Its handler runs even w
 has moved on since the transition (``even_if_moved_on``): a cordon followed at once by the
 start of a remediation must still evict.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -3,6 +3,7 @@
 Each stream is read with the same time cursor and a bounded page, then merged,
 so a page costs two indexed queries however long the node has lived.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ The lifecycle is declared here and nowhere else. Transition methods only check
 and set fields: locking, saving, history and follow-up work belong to
 ``nodes.services``, the only road to a state change.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,7 +43,11 @@ class Node(ConcurrentTransitionMixin, models.Model):
     rack = models.ForeignKey(Rack, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes")
     rack_unit = models.PositiveSmallIntegerField(null=True, blank=True)
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="nodes",
+        Tenant,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="nodes",
         help_text="Customer renting the node; empty for unassigned capacity.",
     )
     hardware_profile = models.ForeignKey(HardwareProfile, on_delete=models.PROTECT, related_name="nodes")
@@ -68,115 +73,219 @@ class Node(ConcurrentTransitionMixin, models.Model):
         return self.hostname
 
     # --- Day 0 -----------------------------------------------------------
-    @transition(field=state, source=S.ENROLLED, target=S.INITIALIZING, permission=OPERATE,
-                custom=_meta("Start initialization", Q_PROVISIONING))
+    @transition(
+        field=state,
+        source=S.ENROLLED,
+        target=S.INITIALIZING,
+        permission=OPERATE,
+        custom=_meta("Start initialization", Q_PROVISIONING),
+    )
     def start_initialization(self) -> None:
         """Boot image, network and cloud-init are being prepared."""
 
-    @transition(field=state, source=S.INITIALIZING, target=S.ONBOARD, permission=OPERATE,
-                custom=_meta("Mark onboard", Q_PROVISIONING))
+    @transition(
+        field=state,
+        source=S.INITIALIZING,
+        target=S.ONBOARD,
+        permission=OPERATE,
+        custom=_meta("Mark onboard", Q_PROVISIONING),
+    )
     def mark_onboard(self) -> None:
         """The node booted and its agent joined the portal."""
 
     # --- Day 1 -----------------------------------------------------------
-    @transition(field=state, source=S.ONBOARD, target=S.FIRMWARE_UPDATE, permission=OPERATE,
-                custom=_meta("Start validation", Q_VALIDATION))
+    @transition(
+        field=state,
+        source=S.ONBOARD,
+        target=S.FIRMWARE_UPDATE,
+        permission=OPERATE,
+        custom=_meta("Start validation", Q_VALIDATION),
+    )
     def start_validation(self) -> None:
         """First walk through the Day 1 stages."""
         self.is_revalidation = False
 
-    @transition(field=state, source=[S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA], target=S.FIRMWARE_UPDATE,
-                permission=OPERATE, custom=_meta("Re-validate", Q_VALIDATION))
+    @transition(
+        field=state,
+        source=[S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA],
+        target=S.FIRMWARE_UPDATE,
+        permission=OPERATE,
+        custom=_meta("Re-validate", Q_VALIDATION),
+    )
     def revalidate(self) -> None:
         """Back from triage, remediation, repair or RMA: every Day 1 check again."""
         self.is_revalidation = True
 
-    @transition(field=state, source=S.FIRMWARE_UPDATE, target=S.INVENTORY_CHECK, permission=OPERATE,
-                custom=_meta("Pass firmware", Q_VALIDATION, style="success"))
+    @transition(
+        field=state,
+        source=S.FIRMWARE_UPDATE,
+        target=S.INVENTORY_CHECK,
+        permission=OPERATE,
+        custom=_meta("Pass firmware", Q_VALIDATION, style="success"),
+    )
     def pass_firmware(self) -> None:
         """Firmware matches the hardware profile's baseline."""
 
-    @transition(field=state, source=S.INVENTORY_CHECK, target=S.BURN_IN, permission=OPERATE,
-                custom=_meta("Pass inventory check", Q_VALIDATION, style="success"))
+    @transition(
+        field=state,
+        source=S.INVENTORY_CHECK,
+        target=S.BURN_IN,
+        permission=OPERATE,
+        custom=_meta("Pass inventory check", Q_VALIDATION, style="success"),
+    )
     def pass_inventory_check(self) -> None:
         """The node holds what its hardware profile says."""
 
-    @transition(field=state, source=S.BURN_IN, target=S.FABRIC_CHECK, permission=OPERATE,
-                custom=_meta("Pass burn-in", Q_VALIDATION, style="success"))
+    @transition(
+        field=state,
+        source=S.BURN_IN,
+        target=S.FABRIC_CHECK,
+        permission=OPERATE,
+        custom=_meta("Pass burn-in", Q_VALIDATION, style="success"),
+    )
     def pass_burn_in(self) -> None:
         """GPU burn-in and NCCL tests met their thresholds."""
 
-    @transition(field=state, source=S.FABRIC_CHECK, target=S.RELIABILITY_ASSESSMENT, permission=OPERATE,
-                custom=_meta("Pass fabric check", Q_VALIDATION, style="success"))
+    @transition(
+        field=state,
+        source=S.FABRIC_CHECK,
+        target=S.RELIABILITY_ASSESSMENT,
+        permission=OPERATE,
+        custom=_meta("Pass fabric check", Q_VALIDATION, style="success"),
+    )
     def pass_fabric_check(self) -> None:
         """InfiniBand cabling matches the plan."""
 
-    @transition(field=state, source=S.RELIABILITY_ASSESSMENT, target=S.PRODUCTION, permission=OPERATE,
-                custom=_meta("Release to production", Q_VALIDATION, style="success"))
+    @transition(
+        field=state,
+        source=S.RELIABILITY_ASSESSMENT,
+        target=S.PRODUCTION,
+        permission=OPERATE,
+        custom=_meta("Release to production", Q_VALIDATION, style="success"),
+    )
     def release_to_production(self) -> None:
         """All Day 1 stages passed."""
         self.is_revalidation = False
 
-    @transition(field=state, source=[S.INITIALIZING, *DAY1_STAGES], target=S.TRIAGE, permission=OPERATE,
-                custom=_meta("Fail validation", Q_REMEDIATION, style="danger"))
+    @transition(
+        field=state,
+        source=[S.INITIALIZING, *DAY1_STAGES],
+        target=S.TRIAGE,
+        permission=OPERATE,
+        custom=_meta("Fail validation", Q_REMEDIATION, style="danger"),
+    )
     def fail_validation(self) -> None:
         """A Day 0 or Day 1 stage failed."""
 
     # --- Day 2+ ----------------------------------------------------------
-    @transition(field=state, source=S.PRODUCTION, target=S.DRAIN_PENDING, permission=OPERATE,
-                custom=_meta("Drain when job ends", Q_REMEDIATION, style="warning"))
+    @transition(
+        field=state,
+        source=S.PRODUCTION,
+        target=S.DRAIN_PENDING,
+        permission=OPERATE,
+        custom=_meta("Drain when job ends", Q_REMEDIATION, style="warning"),
+    )
     def request_drain(self) -> None:
         """Leave production once the customer's current job ends."""
 
-    @transition(field=state, source=S.DRAIN_PENDING, target=S.PRODUCTION, permission=OPERATE,
-                custom=_meta("Cancel drain", Q_REMEDIATION))
+    @transition(
+        field=state,
+        source=S.DRAIN_PENDING,
+        target=S.PRODUCTION,
+        permission=OPERATE,
+        custom=_meta("Cancel drain", Q_REMEDIATION),
+    )
     def cancel_drain(self) -> None:
         """The reason to drain went away before the job ended."""
 
-    @transition(field=state, source=[S.PRODUCTION, S.DRAIN_PENDING], target=S.DRAINING, permission=OPERATE,
-                custom=_meta("Drain now", Q_REMEDIATION, style="warning"))
+    @transition(
+        field=state,
+        source=[S.PRODUCTION, S.DRAIN_PENDING],
+        target=S.DRAINING,
+        permission=OPERATE,
+        custom=_meta("Drain now", Q_REMEDIATION, style="warning"),
+    )
     def start_draining(self) -> None:
         """No new work; the workload scheduler moves work off the node."""
 
-    @transition(field=state, source=S.DRAINING, target=S.TRIAGE, permission=OPERATE,
-                custom=_meta("Complete drain", Q_REMEDIATION))
+    @transition(
+        field=state,
+        source=S.DRAINING,
+        target=S.TRIAGE,
+        permission=OPERATE,
+        custom=_meta("Complete drain", Q_REMEDIATION),
+    )
     def complete_drain(self) -> None:
         """No customer work left on the node."""
 
-    @transition(field=state, source=[S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING], target=S.TRIAGE,
-                permission=OPERATE, custom=_meta("Cordon now", Q_REMEDIATION, style="danger"))
+    @transition(
+        field=state,
+        source=[S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING],
+        target=S.TRIAGE,
+        permission=OPERATE,
+        custom=_meta("Cordon now", Q_REMEDIATION, style="danger"),
+    )
     def cordon(self) -> None:
         """Catastrophic finding: out of production at once, job or not."""
 
-    @transition(field=state, source=S.TRIAGE, target=S.REMEDIATING, permission=OPERATE,
-                custom=_meta("Start remediation", Q_REMEDIATION))
+    @transition(
+        field=state,
+        source=S.TRIAGE,
+        target=S.REMEDIATING,
+        permission=OPERATE,
+        custom=_meta("Start remediation", Q_REMEDIATION),
+    )
     def start_remediation(self) -> None:
         """An automated fix (reset, reboot, power cycle, reimage) is running."""
 
-    @transition(field=state, source=S.REMEDIATING, target=S.TRIAGE, permission=OPERATE,
-                custom=_meta("Remediation failed", Q_REMEDIATION, style="danger"))
+    @transition(
+        field=state,
+        source=S.REMEDIATING,
+        target=S.TRIAGE,
+        permission=OPERATE,
+        custom=_meta("Remediation failed", Q_REMEDIATION, style="danger"),
+    )
     def fail_remediation(self) -> None:
         """The fix did not work; back to triage for the next rung."""
 
-    @transition(field=state, source=[S.TRIAGE, S.REMEDIATING], target=S.REPAIR, permission=OPERATE,
-                custom=_meta("Send to repair", Q_REMEDIATION, style="danger"))
+    @transition(
+        field=state,
+        source=[S.TRIAGE, S.REMEDIATING],
+        target=S.REPAIR,
+        permission=OPERATE,
+        custom=_meta("Send to repair", Q_REMEDIATION, style="danger"),
+    )
     def send_to_repair(self) -> None:
         """A technician's hands are needed."""
 
-    @transition(field=state, source=[S.TRIAGE, S.REPAIR], target=S.RMA, permission=OPERATE,
-                custom=_meta("Return to vendor (RMA)", Q_REMEDIATION, style="danger"))
+    @transition(
+        field=state,
+        source=[S.TRIAGE, S.REPAIR],
+        target=S.RMA,
+        permission=OPERATE,
+        custom=_meta("Return to vendor (RMA)", Q_REMEDIATION, style="danger"),
+    )
     def send_to_rma(self) -> None:
         """Hardware goes back to the vendor."""
 
-    @transition(field=state, source=[S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA],
-                target=S.DECOMMISSIONED, permission=OPERATE,
-                custom=_meta("Decommission", Q_PROVISIONING, style="danger"))
+    @transition(
+        field=state,
+        source=[S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA],
+        target=S.DECOMMISSIONED,
+        permission=OPERATE,
+        custom=_meta("Decommission", Q_PROVISIONING, style="danger"),
+    )
     def decommission(self) -> None:
         """The node leaves the fleet for good."""
 
     # --- Override --------------------------------------------------------
-    @transition(field=state, source="*", target=RETURN_VALUE(*NodeState.values), permission=FORCE,
-                custom=_meta("Force state", Q_REMEDIATION, style="danger", admin_only=True))
+    @transition(
+        field=state,
+        source="*",
+        target=RETURN_VALUE(*NodeState.values),
+        permission=FORCE,
+        custom=_meta("Force state", Q_REMEDIATION, style="danger", admin_only=True),
+    )
     def force_state(self, target: str) -> str:
         """Admin override past the state machine's rules; always audited."""
         if target not in NodeState.values:
@@ -222,8 +331,9 @@ class NodeEvent(models.Model):
     source_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
     target_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)
     reason = models.TextField()
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     actor_kind = models.CharField(max_length=10, choices=ActorKind.choices)
     actor_name = models.CharField(max_length=150, help_text="Username, or system:<component>.")
     correlation_id = models.CharField(max_length=100, blank=True, help_text="Request or task id.")
@@ -234,14 +344,23 @@ class NodeEvent(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
         indexes = [
-            models.Index(fields=["node", "-created"]), models.Index(fields=["-created"]),
+            models.Index(fields=["node", "-created"]),
+            models.Index(fields=["-created"]),
             # The reports read state changes only (a minority of the rows): these two answer from the
             # index alone (no heap page per row). By time: a period's flows, of the fleet or of one
             # cluster's or tenant's nodes. By flow: the nodes behind one band of the Sankey.
-            models.Index(fields=["created"], include=["node", "source_state", "target_state"],
-                         condition=Q(kind__in=STATE_CHANGE_KINDS), name="nodeevent_change_time"),
-            models.Index(fields=["source_state", "target_state", "created"], include=["node", "hostname"],
-                         condition=Q(kind__in=STATE_CHANGE_KINDS), name="nodeevent_change_flow"),
+            models.Index(
+                fields=["created"],
+                include=["node", "source_state", "target_state"],
+                condition=Q(kind__in=STATE_CHANGE_KINDS),
+                name="nodeevent_change_time",
+            ),
+            models.Index(
+                fields=["source_state", "target_state", "created"],
+                include=["node", "hostname"],
+                condition=Q(kind__in=STATE_CHANGE_KINDS),
+                name="nodeevent_change_flow",
+            ),
         ]
 
     def __str__(self) -> str:

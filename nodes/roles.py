@@ -1,4 +1,5 @@
 """Built-in operator roles, kept in step with the permissions after every migrate."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,8 +9,13 @@ FLEET_ADMINS = "Fleet admins"
 
 ROLE_PERMISSIONS = {
     OPERATORS: ["nodes.operate_node", "nodes.view_node", "nodes.view_nodeevent"],
-    FLEET_ADMINS: ["nodes.operate_node", "nodes.force_node_state", "nodes.view_node", "nodes.change_node",
-                   "nodes.view_nodeevent"],
+    FLEET_ADMINS: [
+        "nodes.operate_node",
+        "nodes.force_node_state",
+        "nodes.view_node",
+        "nodes.change_node",
+        "nodes.view_nodeevent",
+    ],
 }
 
 

@@ -3,6 +3,7 @@
 Staff see the whole fleet. A customer's user sees only its tenant's nodes, and
 anything else answers 404 (not 403), so other tenants' hostnames do not leak.
 """
+
 from __future__ import annotations
 
 from typing import Any

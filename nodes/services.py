@@ -5,6 +5,7 @@ saves, writes the history row in the same transaction, and queues follow-up
 work only once that transaction has committed. Views, the API, admin and tasks
 all call these functions; none of them touches ``Node.state``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -94,10 +95,18 @@ def _transition(
         node.state_changed_at = timezone.now()
         node.save(update_fields=["state", "state_changed_at", "is_revalidation", "last_updated"])
         event = NodeEvent.objects.create(
-            node=node, hostname=node.hostname, kind=kind, transition=name,
-            source_state=source, target_state=node.state, reason=reason,
-            actor=actor.user, actor_kind=actor.kind, actor_name=actor.name,
-            correlation_id=correlation_id, details=details or {},
+            node=node,
+            hostname=node.hostname,
+            kind=kind,
+            transition=name,
+            source_state=source,
+            target_state=node.state,
+            reason=reason,
+            actor=actor.user,
+            actor_kind=actor.kind,
+            actor_name=actor.name,
+            correlation_id=correlation_id,
+            details=details or {},
             created=node.state_changed_at,
         )
         transaction.on_commit(lambda: _queue_followup(event, name))
@@ -120,10 +129,10 @@ def transition_meta(name: str) -> dict[str, Any]:
 
 # --- One function per verb ------------------------------------------------
 def _verb(name: str) -> Callable[..., NodeEvent]:
-    def verb(node_id: int, *, actor: Actor, reason: str, details: dict[str, Any] | None = None,
-             correlation_id: str = "") -> NodeEvent:
-        return _transition(node_id, name, actor=actor, reason=reason, details=details,
-                           correlation_id=correlation_id)
+    def verb(
+        node_id: int, *, actor: Actor, reason: str, details: dict[str, Any] | None = None, correlation_id: str = ""
+    ) -> NodeEvent:
+        return _transition(node_id, name, actor=actor, reason=reason, details=details, correlation_id=correlation_id)
 
     verb.__name__ = verb.__qualname__ = name
     verb.__doc__ = getattr(Node, name).__doc__
@@ -152,23 +161,46 @@ send_to_rma = _verb("send_to_rma")
 decommission = _verb("decommission")
 
 
-def force_state(node_id: int, target: str, *, actor: Actor, reason: str,
-                correlation_id: str = "") -> NodeEvent:
+def force_state(node_id: int, target: str, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
     """Put a node into any state, past the state machine's rules; recorded as a forced change."""
     if target not in NodeState.values:
         raise ValueError(f"Unknown state {target!r}.")
-    return _transition(node_id, "force_state", actor=actor, reason=reason, kind=EventKind.FORCED,
-                       correlation_id=correlation_id, args=(target,), details={"forced_target": target})
+    return _transition(
+        node_id,
+        "force_state",
+        actor=actor,
+        reason=reason,
+        kind=EventKind.FORCED,
+        correlation_id=correlation_id,
+        args=(target,),
+        details={"forced_target": target},
+    )
 
 
 # Verbs an operator may run by name from the portal and the API (force_state is admin-only).
 VERBS: dict[str, Callable[..., NodeEvent]] = {
     fn.__name__: fn
     for fn in (
-        start_initialization, mark_onboard, start_validation, revalidate, pass_firmware,
-        pass_inventory_check, pass_burn_in, pass_fabric_check, release_to_production,
-        fail_validation, request_drain, cancel_drain, start_draining, complete_drain, cordon,
-        start_remediation, fail_remediation, send_to_repair, send_to_rma, decommission,
+        start_initialization,
+        mark_onboard,
+        start_validation,
+        revalidate,
+        pass_firmware,
+        pass_inventory_check,
+        pass_burn_in,
+        pass_fabric_check,
+        release_to_production,
+        fail_validation,
+        request_drain,
+        cancel_drain,
+        start_draining,
+        complete_drain,
+        cordon,
+        start_remediation,
+        fail_remediation,
+        send_to_repair,
+        send_to_rma,
+        decommission,
     )
 }
 
@@ -187,20 +219,35 @@ def available_transitions(node: Node, user: Any) -> list[dict[str, Any]]:
     for t in node.get_available_user_state_transitions(user):
         if t.custom.get("admin_only"):
             continue
-        result.append({"name": t.name, "label": t.custom["label"], "target": t.target,
-                       "style": t.custom.get("style", "primary")})
+        result.append(
+            {"name": t.name, "label": t.custom["label"], "target": t.target, "style": t.custom.get("style", "primary")}
+        )
     return result
 
 
-def record_event(node_id: int, kind: str, *, actor: Actor, reason: str,
-                 details: dict[str, Any] | None = None, correlation_id: str = "") -> NodeEvent:
+def record_event(
+    node_id: int,
+    kind: str,
+    *,
+    actor: Actor,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+) -> NodeEvent:
     """Append a finding, action or operator note to a node's history (no change of state)."""
     if kind not in (EventKind.FINDING, EventKind.ACTION, EventKind.NOTE):
         raise ValueError(f"{kind!r} is not a plain event kind.")
     reason = clean_reason(reason)
     node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
     return NodeEvent.objects.create(
-        node=node, hostname=node.hostname, kind=kind, source_state=node.state, reason=reason,
-        actor=actor.user, actor_kind=actor.kind, actor_name=actor.name,
-        correlation_id=correlation_id, details=details or {},
+        node=node,
+        hostname=node.hostname,
+        kind=kind,
+        source_state=node.state,
+        reason=reason,
+        actor=actor.user,
+        actor_kind=actor.kind,
+        actor_name=actor.name,
+        correlation_id=correlation_id,
+        details=details or {},
     )

@@ -7,6 +7,7 @@ days from the roll-up and everything else (a period's partial first day, today, 
 rolled up) from the hourly snapshots: the figures are the same as summing the snapshots, fresh
 ones included, in three queries whatever the fleet's size.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -43,12 +44,27 @@ def roll_up(*, today: date | None = None) -> int:
     if last >= today:
         return 0
     snapshots = StateCountSnapshot.objects.filter(taken_at__gte=_midnight(last), taken_at__lt=_midnight(today))
-    samples = dict(snapshots.annotate(day=TruncDate("taken_at")).values("day")
-                   .annotate(n=Count("taken_at", distinct=True)).order_by().values_list("day", "n"))
-    rows = [DailyStateCount(day=r["day"], state=r["state"], cluster_id=r["cluster_id"], tenant_id=r["tenant_id"],
-                            node_hours=r["node_hours"], samples=samples[r["day"]])
-            for r in snapshots.annotate(day=TruncDate("taken_at"))
-            .values("day", "state", "cluster_id", "tenant_id").annotate(node_hours=Sum("count")).order_by()]
+    samples = dict(
+        snapshots.annotate(day=TruncDate("taken_at"))
+        .values("day")
+        .annotate(n=Count("taken_at", distinct=True))
+        .order_by()
+        .values_list("day", "n")
+    )
+    rows = [
+        DailyStateCount(
+            day=r["day"],
+            state=r["state"],
+            cluster_id=r["cluster_id"],
+            tenant_id=r["tenant_id"],
+            node_hours=r["node_hours"],
+            samples=samples[r["day"]],
+        )
+        for r in snapshots.annotate(day=TruncDate("taken_at"))
+        .values("day", "state", "cluster_id", "tenant_id")
+        .annotate(node_hours=Sum("count"))
+        .order_by()
+    ]
     with transaction.atomic():
         DailyStateCount.objects.filter(day__gte=last, day__lt=today).delete()
         DailyStateCount.objects.bulk_create(rows, batch_size=5000)
@@ -66,9 +82,14 @@ class DayCount:
     samples: int
 
 
-def daily_counts(since: datetime, until: datetime, *, by: str | None = None,
-                 scope: dict[str, Any] | None = None,
-                 buckets: Mapping[str, Sequence[str]] | None = None) -> list[DayCount]:
+def daily_counts(
+    since: datetime,
+    until: datetime,
+    *,
+    by: str | None = None,
+    scope: dict[str, Any] | None = None,
+    buckets: Mapping[str, Sequence[str]] | None = None,
+) -> list[DayCount]:
     """Per day in [since, until), state and ``by`` (a snapshot field such as ``cluster__name``), the
     node-hours of the snapshots taken in the period, of the ``scope`` (snapshot filters). Finished
     days wholly inside the period come from the roll-up; the rest from the hourly snapshots.
@@ -88,12 +109,16 @@ def daily_counts(since: datetime, until: datetime, *, by: str | None = None,
     fields = [by] if by else []
     counts: list[DayCount] = []
     if end_full > first_full:
-        rolled = (_bucketed(DailyStateCount.objects.filter(day__gte=first_full, day__lt=end_full, **scope), buckets)
-                  .values("day", "bucket", *fields).annotate(hours=Sum("node_hours"), samples=Max("samples"))
-                  .order_by())
+        rolled = (
+            _bucketed(DailyStateCount.objects.filter(day__gte=first_full, day__lt=end_full, **scope), buckets)
+            .values("day", "bucket", *fields)
+            .annotate(hours=Sum("node_hours"), samples=Max("samples"))
+            .order_by()
+        )
         counts += [DayCount(r["day"], r["bucket"], r[by] if by else None, r["hours"], r["samples"]) for r in rolled]
-        live = Q(taken_at__gte=since, taken_at__lt=_midnight(first_full)) | Q(taken_at__gte=_midnight(end_full),
-                                                                                 taken_at__lt=until)
+        live = Q(taken_at__gte=since, taken_at__lt=_midnight(first_full)) | Q(
+            taken_at__gte=_midnight(end_full), taken_at__lt=until
+        )
     else:
         live = Q(taken_at__gte=since, taken_at__lt=until)
     return counts + _live(_bucketed(StateCountSnapshot.objects.filter(live, **scope), buckets), fields)
@@ -104,8 +129,10 @@ def _bucketed(rows: QuerySet[Any], buckets: Mapping[str, Sequence[str]] | None) 
     if buckets is None:
         return rows.annotate(bucket=F("state"))
     return rows.filter(state__in=[state for states in buckets.values() for state in states]).annotate(
-        bucket=Case(*(When(state__in=states, then=Value(name)) for name, states in buckets.items()),
-                    output_field=CharField()))
+        bucket=Case(
+            *(When(state__in=states, then=Value(name)) for name, states in buckets.items()), output_field=CharField()
+        )
+    )
 
 
 def _live(snapshots: QuerySet[Any], fields: Sequence[str]) -> list[DayCount]:

@@ -1,4 +1,5 @@
 """Background work on nodes. Tasks take ids, re-read state and are safe to run twice."""
+
 from __future__ import annotations
 
 import logging
@@ -31,7 +32,8 @@ def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-unty
     try:
         with transaction.atomic():
             run, _ = CheckRun.objects.get_or_create(
-                trigger=event, kind=RunKind.TRANSITION_FOLLOWUP,
+                trigger=event,
+                kind=RunKind.TRANSITION_FOLLOWUP,
                 defaults={"node": event.node, "task_id": self.request.id or ""},
             )
     except IntegrityError:  # a concurrent delivery created it first
@@ -65,12 +67,11 @@ def snapshot_state_counts() -> int:
     """Store the current number of nodes per state, cluster and tenant (for the history chart), then
     roll the finished days up (``statecounts.roll_up``: the charts of weeks and months read those)."""
     now = timezone.now().replace(second=0, microsecond=0)
-    rows = (
-        Node.objects.values("state", "cluster_id", "tenant_id").annotate(n=Count("id")).order_by()
-    )
+    rows = Node.objects.values("state", "cluster_id", "tenant_id").annotate(n=Count("id")).order_by()
     snapshots = [
-        StateCountSnapshot(taken_at=now, state=r["state"], cluster_id=r["cluster_id"],
-                           tenant_id=r["tenant_id"], count=r["n"])
+        StateCountSnapshot(
+            taken_at=now, state=r["state"], cluster_id=r["cluster_id"], tenant_id=r["tenant_id"], count=r["n"]
+        )
         for r in rows
     ]
     with transaction.atomic():

@@ -1,4 +1,5 @@
 """Portal pages."""
+
 from django.urls import path
 
 from . import views

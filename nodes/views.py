@@ -3,6 +3,7 @@
 Every queryset starts from ``nodes.scoping`` so customers see their tenant only;
 every change goes through ``nodes.services``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,15 +39,29 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
     """Counts by state, by site and cluster, recent changes, and counts over time."""
     nodes = visible_nodes(request.user)
     counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
-    tiles = [{"state": s, "label": s.label, "count": counts.get(s, 0), "colour": STATE_COLOURS[s],
-              "trouble": s in TROUBLE_STATES} for s in NodeState]
-    recent = (visible_events(request.user).filter(kind__in=STATE_CHANGES)
-              .only("id", "node_id", "hostname", "created", "source_state", "target_state", "actor_name",
-                    "reason", "kind")[:15])
+    tiles = [
+        {
+            "state": s,
+            "label": s.label,
+            "count": counts.get(s, 0),
+            "colour": STATE_COLOURS[s],
+            "trouble": s in TROUBLE_STATES,
+        }
+        for s in NodeState
+    ]
+    recent = (
+        visible_events(request.user)
+        .filter(kind__in=STATE_CHANGES)
+        .only("id", "node_id", "hostname", "created", "source_state", "target_state", "actor_name", "reason", "kind")[
+            :15
+        ]
+    )
     context = {
-        "tiles": tiles, "total": sum(counts.values()),
+        "tiles": tiles,
+        "total": sum(counts.values()),
         "in_trouble": sum(counts.get(s, 0) for s in TROUBLE_STATES),
-        "recent": recent, "by_cluster": _counts_by_cluster(nodes),
+        "recent": recent,
+        "by_cluster": _counts_by_cluster(nodes),
         "phases": [(PHASE_SHORT[p], p.label) for p in Phase],
     }
     if request.htmx:
@@ -64,9 +79,17 @@ def _counts_by_cluster(nodes) -> list[dict]:  # type: ignore[no-untyped-def]
     rows: dict[tuple[str, str], dict] = {}
     for r in nodes.values("site__name", "site__slug", "cluster__name", "state").annotate(n=Count("id")).order_by():
         key = (r["site__name"], r["cluster__name"] or "")
-        row = rows.setdefault(key, {"site": r["site__name"], "site_slug": r["site__slug"],
-                                    "cluster": r["cluster__name"] or "", "total": 0, "trouble": 0,
-                                    "phases": dict.fromkeys(Phase.values, 0)})
+        row = rows.setdefault(
+            key,
+            {
+                "site": r["site__name"],
+                "site_slug": r["site__slug"],
+                "cluster": r["cluster__name"] or "",
+                "total": 0,
+                "trouble": 0,
+                "phases": dict.fromkeys(Phase.values, 0),
+            },
+        )
         row["phases"][STATE_PHASE[r["state"]]] += r["n"]
         row["total"] += r["n"]
         row["trouble"] += r["n"] if r["state"] in TROUBLE_STATES else 0
@@ -99,10 +122,17 @@ def node_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(queryset, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "nodes/list.html", {
-        "filterset": filterset, "page": page, "query": query.urlencode(),
-        "sort": request.GET.get("ordering", ""), "errors": filterset.errors if filterset.is_bound else {},
-    })
+    return render(
+        request,
+        "nodes/list.html",
+        {
+            "filterset": filterset,
+            "page": page,
+            "query": query.urlencode(),
+            "sort": request.GET.get("ordering", ""),
+            "errors": filterset.errors if filterset.is_bound else {},
+        },
+    )
 
 
 @login_required
@@ -118,15 +148,34 @@ def node_export_csv(request: HttpRequest) -> HttpResponse:
             return value
 
     writer = csv.writer(Echo())
-    header = ["hostname", "serial", "state", "state_since", "site", "cluster", "tenant", "hardware_profile",
-              "bmc_address"]
+    header = [
+        "hostname",
+        "serial",
+        "state",
+        "state_since",
+        "site",
+        "cluster",
+        "tenant",
+        "hardware_profile",
+        "bmc_address",
+    ]
 
     def rows():  # type: ignore[no-untyped-def]
         yield writer.writerow(header)
         for n in queryset.iterator(chunk_size=500):
-            yield writer.writerow([n.hostname, n.serial, n.state, n.state_changed_at.isoformat(), n.site.name,
-                                   n.cluster.name if n.cluster else "", n.tenant.name if n.tenant else "",
-                                   n.hardware_profile.name, n.bmc_address])
+            yield writer.writerow(
+                [
+                    n.hostname,
+                    n.serial,
+                    n.state,
+                    n.state_changed_at.isoformat(),
+                    n.site.name,
+                    n.cluster.name if n.cluster else "",
+                    n.tenant.name if n.tenant else "",
+                    n.hardware_profile.name,
+                    n.bmc_address,
+                ]
+            )
 
     response = StreamingHttpResponse(rows(), content_type="text/csv")
     response["Content-Disposition"] = 'attachment; filename="nodes.csv"'
@@ -135,8 +184,7 @@ def node_export_csv(request: HttpRequest) -> HttpResponse:
 
 def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
     return get_object_or_404(
-        visible_nodes(request.user).select_related("site", "cluster", "rack", "tenant", "hardware_profile",
-                                                   "persona"),
+        visible_nodes(request.user).select_related("site", "cluster", "rack", "tenant", "hardware_profile", "persona"),
         pk=pk,
     )
 
@@ -145,17 +193,24 @@ def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One node's life: state, inventory, actions, timeline, lifecycle graph and history."""
     node = _visible_node_or_404(request, pk)
-    changes = list(NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
-                   .only("created", "source_state", "target_state", "transition").order_by("created", "id")[:1000])
-    return render(request, "nodes/detail.html", {
-        "node": node,
-        "gpus": node.gpus.all(),
-        "transitions": services.available_transitions(node, request.user),
-        "can_note": request.user.has_perm("nodes.operate_node"),
-        "timeline_chart": charts.state_timeline(node, changes),
-        "graph_chart": charts.lifecycle_graph(changes, node.state),
-        "history": history_page(node),
-    })
+    changes = list(
+        NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
+        .only("created", "source_state", "target_state", "transition")
+        .order_by("created", "id")[:1000]
+    )
+    return render(
+        request,
+        "nodes/detail.html",
+        {
+            "node": node,
+            "gpus": node.gpus.all(),
+            "transitions": services.available_transitions(node, request.user),
+            "can_note": request.user.has_perm("nodes.operate_node"),
+            "timeline_chart": charts.state_timeline(node, changes),
+            "graph_chart": charts.lifecycle_graph(changes, node.state),
+            "history": history_page(node),
+        },
+    )
 
 
 @login_required
@@ -184,8 +239,7 @@ def node_transition(request: HttpRequest, pk: int, name: str) -> HttpResponse:
     """Run a lifecycle transition from the node page's buttons."""
     node = _visible_node_or_404(request, pk)
     try:
-        services.perform(node.pk, name, actor=services.Actor(user=request.user),
-                         reason=request.POST.get("reason", ""))
+        services.perform(node.pk, name, actor=services.Actor(user=request.user), reason=request.POST.get("reason", ""))
     except services.TransitionForbidden as exc:
         return HttpResponseForbidden(str(exc))
     except services.ReasonRequired as exc:
@@ -206,8 +260,9 @@ def node_note(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.user.has_perm("nodes.operate_node"):
         return HttpResponseForbidden("You may not add notes to nodes.")
     try:
-        services.record_event(node.pk, EventKind.NOTE, actor=services.Actor(user=request.user),
-                              reason=request.POST.get("reason", ""))
+        services.record_event(
+            node.pk, EventKind.NOTE, actor=services.Actor(user=request.user), reason=request.POST.get("reason", "")
+        )
     except services.ReasonRequired as exc:
         messages.error(request, str(exc))
     else:

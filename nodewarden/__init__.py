@@ -1,4 +1,5 @@
 """Nodewarden: lifecycle manager for GPU server fleets."""
+
 from .celery import app as celery_app
 
 __all__ = ("celery_app",)

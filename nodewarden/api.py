@@ -5,6 +5,7 @@ Every refusal reaches the client as a 4xx with one body shape (``ERROR_SHAPE``),
 ``nodewarden.bounds`` and ``nodewarden.filters``), bodies are bounded in size and nesting
 before they are decoded, and page sizes are clamped.
 """
+
 from __future__ import annotations
 
 import io

@@ -3,6 +3,7 @@
 Namespaced ``api`` so its route names (``api:node-detail``) never shadow the
 portal pages' names (``node-detail``).
 """
+
 from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
@@ -10,7 +11,6 @@ from fleet.api import views as fleet
 from nodes.api import views as nodes
 
 app_name = "api"
-
 
 
 class Router(DefaultRouter):

@@ -4,6 +4,7 @@ Input is checked against these where it is decoded (serializers, filters, the ag
 msgspec schema), so a value the database would refuse is a 400 naming the field, never
 a database error (a 500).
 """
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta

@@ -9,6 +9,7 @@ Queues:
 A worker for the demo listens on all of them; a production deployment runs one
 worker pool per queue so that a burst of burn-ins never delays a reboot.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,29 +42,41 @@ app.conf.beat_schedule = {
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
-    "fail-stuck-day0": {"task": "provisioning.tasks.fail_stuck_day0", "schedule": 300.0,
-                        "options": {"queue": "provisioning"}},
+    "fail-stuck-day0": {
+        "task": "provisioning.tasks.fail_stuck_day0",
+        "schedule": 300.0,
+        "options": {"queue": "provisioning"},
+    },
     # InfiniBand: the fabric against the cabling plan several times a day (a no-op unless
     # NODEWARDEN_FABRIC_COLLECT), and the agents' HCA counters every 15 minutes.
-    "collect-fabric": {"task": "fabric.tasks.collect_fabric",
-                       "schedule": 3600.0 * float(os.environ.get("NODEWARDEN_FABRIC_COLLECT_HOURS", "4"))},
+    "collect-fabric": {
+        "task": "fabric.tasks.collect_fabric",
+        "schedule": 3600.0 * float(os.environ.get("NODEWARDEN_FABRIC_COLLECT_HOURS", "4")),
+    },
     "record-agent-ib-counters": {"task": "fabric.tasks.record_agent_counters", "schedule": 900.0},
     # Remediation: re-drive stalled steps, finished drains and queued plans.
-    "reconcile-remediations": {"task": "remediation.tasks.reconcile", "schedule": 60.0,
-                               "options": {"queue": "remediation"}},
+    "reconcile-remediations": {
+        "task": "remediation.tasks.reconcile",
+        "schedule": 60.0,
+        "options": {"queue": "remediation"},
+    },
     # What transitions owe the workload schedulers (retried), and drains moved on as they report.
-    "follow-drains": {"task": "schedulers.tasks.follow_drains", "schedule": 60.0,
-                      "options": {"queue": "remediation"}},
+    "follow-drains": {"task": "schedulers.tasks.follow_drains", "schedule": 60.0, "options": {"queue": "remediation"}},
     # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
     "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
     # Trends: degrading figures, peer underperformers and lemon nodes, once a day.
     "evaluate-trends": {"task": "trends.tasks.evaluate_trends", "schedule": crontab(hour=3, minute=30)},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
-    "advance-day1-stages": {"task": "validation.tasks.advance_day1_stages", "schedule": 15.0,
-                            "options": {"queue": "validation"}},
+    "advance-day1-stages": {
+        "task": "validation.tasks.advance_day1_stages",
+        "schedule": 15.0,
+        "options": {"queue": "validation"},
+    },
     # The fleet auditor: what Nodewarden believes against schedulers, BMCs and the clock.
-    "audit-fleet": {"task": "audit.tasks.audit_fleet",
-                    "schedule": 60.0 * float(os.environ.get("NODEWARDEN_AUDIT_MINUTES", "5"))},
+    "audit-fleet": {
+        "task": "audit.tasks.audit_fleet",
+        "schedule": 60.0 * float(os.environ.get("NODEWARDEN_AUDIT_MINUTES", "5")),
+    },
 }
 if os.environ.get("NODEWARDEN_DEMO_CHURN"):
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.

@@ -1,4 +1,5 @@
 """Template context every portal page gets."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -3,6 +3,7 @@
 Malformed values fail loudly at start-up instead of being silently ignored,
 and every secret may also be given as ``NAME_FILE`` (Docker/Kubernetes secrets).
 """
+
 from __future__ import annotations
 
 import os

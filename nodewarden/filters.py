@@ -5,6 +5,7 @@ of handing 2**70 to the database; a date-time filter refuses a UTC offset Postgr
 (``nodewarden.bounds``). Declare ``IntegerFilter``/``IsoDateTimeFilter`` from here, never
 django-filter's ``NumberFilter``: tests/api/test_bad_input.py checks every FilterSet.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -56,9 +57,17 @@ def _column_range(field: models.Field) -> dict[str, int]:
     return {"min_value": 0 if low is None else low, "max_value": BIGINT_MAX if high is None else high}
 
 
-_INTEGER_COLUMNS = (models.AutoField, models.BigAutoField, models.SmallAutoField, models.IntegerField,
-                    models.BigIntegerField, models.SmallIntegerField, models.PositiveIntegerField,
-                    models.PositiveBigIntegerField, models.PositiveSmallIntegerField)
+_INTEGER_COLUMNS = (
+    models.AutoField,
+    models.BigAutoField,
+    models.SmallAutoField,
+    models.IntegerField,
+    models.BigIntegerField,
+    models.SmallIntegerField,
+    models.PositiveIntegerField,
+    models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField,
+)
 
 
 class FilterSet(django_filters.FilterSet):
@@ -75,8 +84,10 @@ class RestFilterSet(django_filters.rest_framework.FilterSet, FilterSet):
     """What the API's filter backend generates for ``filterset_fields``: DRF's boolean parsing,
     the bounded filters of ``FilterSet``."""
 
-    FILTER_DEFAULTS = {**django_filters.rest_framework.FilterSet.FILTER_DEFAULTS,
-                       **{column: FilterSet.FILTER_DEFAULTS[column] for column in (*_INTEGER_COLUMNS, models.DateTimeField)}}
+    FILTER_DEFAULTS = {
+        **django_filters.rest_framework.FilterSet.FILTER_DEFAULTS,
+        **{column: FilterSet.FILTER_DEFAULTS[column] for column in (*_INTEGER_COLUMNS, models.DateTimeField)},
+    }
 
 
 class FilterBackend(django_filters.rest_framework.DjangoFilterBackend):

@@ -11,6 +11,7 @@
 - Operations a customer's user cannot see (staff-only permission classes that answer 404)
   carry ``x-customer-view: absent`` and say so in their description.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,10 +31,10 @@ REF = "#/components/schemas/{name}"
 # "error" and "detail") and the fuzzer (tests/api/test_fuzz.py) checks every 4xx against it.
 ERROR_RESPONSE: dict[str, Any] = {
     "description": "Why the request was refused, in one shape for every 4xx (nodewarden.api.error_body): "
-                   "`detail` one readable sentence, `code` a short machine-readable word (DRF's codes, "
-                   "`conflict`, `too_large`, or the agent endpoints' own), `fields` each offending input "
-                   "(by path, e.g. `figures.busbw`) with its messages, `{}` when no field is to blame. "
-                   "Some endpoints add keys: `errors` (a plan's lines), `error` (the agent endpoints).",
+    "`detail` one readable sentence, `code` a short machine-readable word (DRF's codes, "
+    "`conflict`, `too_large`, or the agent endpoints' own), `fields` each offending input "
+    "(by path, e.g. `figures.busbw`) with its messages, `{}` when no field is to blame. "
+    "Some endpoints add keys: `errors` (a plan's lines), `error` (the agent endpoints).",
     "type": "object",
     "required": ["detail", "code", "fields"],
     "properties": {
@@ -59,8 +60,7 @@ ERROR_DESCRIPTIONS = {
     "429": "Too many failed credentials from this address (or a login locked out): retry after Retry-After.",
 }
 
-CUSTOMER_ABSENT = ("Staff only: a customer's user is answered 404, as if this did not exist "
-                   "(x-customer-view: absent).")
+CUSTOMER_ABSENT = "Staff only: a customer's user is answered 404, as if this did not exist (x-customer-view: absent)."
 
 
 class AutoSchema(openapi.AutoSchema):
@@ -96,7 +96,7 @@ def _error(status: str) -> dict[str, Any]:
 def _report_components() -> dict[str, Any]:
     from telemetry.schema import ReportBatch
 
-    (_, ), components = msgspec.json.schema_components((ReportBatch,), ref_template=REF)
+    (_,), components = msgspec.json.schema_components((ReportBatch,), ref_template=REF)
     return components
 
 
@@ -115,18 +115,39 @@ def _agent_paths() -> dict[str, Any]:
                 "The body may be gzip-compressed (`Content-Encoding: gzip`). A report whose `report_id` was "
                 "already accepted is counted in `duplicates` and changes nothing, so resending is safe. "
                 "400: the body does not decode (the message names the field, e.g. `at $.reports[0].gpus[1].index`); "
-                "403: a report names another node's hostname; 413: body over the limit."),
+                "403: a report names another node's hostname; 413: body over the limit."
+            ),
             "tags": ["agent"],
             "security": [{"nodeAgentToken": []}],
-            "requestBody": {"required": True,
-                            "content": {"application/json": {"schema": {"$ref": REF.format(name="ReportBatch")}}}},
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": REF.format(name="ReportBatch")}}},
+            },
             "responses": {
-                "200": {"description": "Accepted.", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["accepted", "duplicates"], "additionalProperties": False,
-                    "properties": {"accepted": {"type": "integer", "minimum": 0,
-                                                "description": "Reports stored by this request."},
-                                   "duplicates": {"type": "integer", "minimum": 0,
-                                                  "description": "Reports already stored (same report_id)."}}}}}},
+                "200": {
+                    "description": "Accepted.",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["accepted", "duplicates"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "accepted": {
+                                        "type": "integer",
+                                        "minimum": 0,
+                                        "description": "Reports stored by this request.",
+                                    },
+                                    "duplicates": {
+                                        "type": "integer",
+                                        "minimum": 0,
+                                        "description": "Reports already stored (same report_id).",
+                                    },
+                                },
+                            }
+                        }
+                    },
+                },
                 **agent_errors,
             },
         },
@@ -138,13 +159,16 @@ def _agent_paths() -> dict[str, Any]:
             "description": (
                 "Used once by a booting node (docs/day0.md). The join token in the body is the credential. "
                 f"Body at most {MAX_JOIN_BODY_BYTES} bytes. 401: unknown token; 403: the token is for another "
-                "host or already used; 409: the node is not waiting to join; 410: the token expired."),
+                "host or already used; 409: the node is not waiting to join; 410: the token expired."
+            ),
             "tags": ["agent"],
             "security": [{}],
             "requestBody": {"required": True, "content": {"application/json": {"schema": JOIN_REQUEST_SCHEMA}}},
             "responses": {
-                "201": {"description": "Joined: keep node_token, it is shown once.",
-                        "content": {"application/json": {"schema": JOIN_RESULT_SCHEMA}}},
+                "201": {
+                    "description": "Joined: keep node_token, it is shown once.",
+                    "content": {"application/json": {"schema": JOIN_RESULT_SCHEMA}},
+                },
                 **{code: _error(code) for code in ("400", "401", "403", "409", "410", "413", "429")},
             },
         },

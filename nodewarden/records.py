@@ -1,5 +1,6 @@
 """Building blocks shared by every app that keeps records: append-only querysets and
 read-only admin pages. History is evidence; nothing in the portal rewrites it."""
+
 from __future__ import annotations
 
 from typing import Any

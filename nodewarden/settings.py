@@ -5,6 +5,7 @@ environment (see README "Configuration"). With nothing set, an embedded default
 serves: SQLite under ./var and a filesystem Celery broker, so the demo runs
 anywhere Python runs.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -217,7 +218,8 @@ SPECTACULAR_SETTINGS = {
         "the records about them (history, health, checks, alerts, repairs, RMA, availability): any other "
         "object answers 404, never 403, so its existence does not leak. Operations marked "
         "`x-customer-view: absent` (fabric, holds and circuit breakers, trends) answer 404 to customers "
-        "altogether; operator verbs answer them 403. The node agent's report format: docs/report-format.md."),
+        "altogether; operator verbs answer them 403. The node agent's report format: docs/report-format.md."
+    ),
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # SERVE_PERMISSIONS (who may read the schema and Swagger UI) follow NODEWARDEN_API_DOCS below.
@@ -230,9 +232,11 @@ SPECTACULAR_SETTINGS = {
     "OAS_VERSION": "3.1.0",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "nodewarden.openapi.postprocess"],
     # NodeState appears as state, source_state, target_state and target: one enum in the schema.
-    "ENUM_NAME_OVERRIDES": {"NodeStateEnum": "nodes.choices.NodeState",
-                            "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind",
-                            "RmaOutcomeEnum": "repairs.choices.RmaOutcome"},
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStateEnum": "nodes.choices.NodeState",
+        "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind",
+        "RmaOutcomeEnum": "repairs.choices.RmaOutcome",
+    },
 }
 
 LOGGING = {
@@ -267,6 +271,7 @@ NODEWARDEN_FABRIC_TOOL_TIMEOUT = env_int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300) 
 # Extra environment for the diag tools, as JSON (e.g. the demo's simulated fabric: LD_PRELOAD of
 # libumad2sim and IBSIM_SOCKNAME, so the real tools talk to ibsim instead of an HCA).
 
+
 # --- Workload schedulers and remediation ---------------------------------------------------------
 def _json_setting(name: str, default: str) -> object:
     import json
@@ -285,8 +290,9 @@ NODEWARDEN_REPEAT_INCIDENTS = env_int("NODEWARDEN_REPEAT_INCIDENTS", 5)
 NODEWARDEN_REPEAT_DAYS = env_int("NODEWARDEN_REPEAT_DAYS", 7)
 # A step no worker has touched for this long is queued again: longer than a power action may
 # take (off and on, each up to NODEWARDEN_BMC_POWER_TIMEOUT), so a slow BMC is never doubled.
-NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int("NODEWARDEN_REMEDIATION_STALL_SECONDS",
-                                               2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60)
+NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int(
+    "NODEWARDEN_REMEDIATION_STALL_SECONDS", 2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60
+)
 NODEWARDEN_FABRIC_TOOL_ENV = _json_setting("NODEWARDEN_FABRIC_TOOL_ENV", "{}")
 
 # --- Fleet auditor (README "Fleet auditor") ---------------------------------------------------
@@ -375,10 +381,16 @@ AXES_VERBOSE = False
 # Caches: Redis when REDIS_URL is set, so every gunicorn worker shares one count of wrong tokens;
 # in-process memory otherwise (the demo without Redis: each worker counts on its own).
 if REDIS_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": "nodewarden"}}
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "nodewarden",
+        }
+    }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 
 # The scrapers' networks for /metrics (CIDRs, comma-separated): a client there needs no token.
 # None by default, the loopback included (README "Prometheus metrics").
@@ -396,9 +408,11 @@ NODEWARDEN_METRICS_NETWORKS = _networks("NODEWARDEN_METRICS_NETWORKS")
 NODEWARDEN_API_DOCS = env_str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
 if NODEWARDEN_API_DOCS not in ("public", "authenticated", "off"):
     raise ImproperlyConfigured("NODEWARDEN_API_DOCS must be public, authenticated or off")
-SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = ["rest_framework.permissions.AllowAny"
-                                             if NODEWARDEN_API_DOCS == "public"
-                                             else "rest_framework.permissions.IsAuthenticated"]
+SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = [
+    "rest_framework.permissions.AllowAny"
+    if NODEWARDEN_API_DOCS == "public"
+    else "rest_framework.permissions.IsAuthenticated"
+]
 
 # --- REST API throttles (issue 14; kept apart from the REST_FRAMEWORK dict above) -------------
 # Wrong credentials (API tokens, node agent tokens, join tokens, the /metrics token) per client

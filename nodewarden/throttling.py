@@ -13,6 +13,7 @@ The client address is the one DRF's throttles use: ``REMOTE_ADDR``, or with
 ``NODEWARDEN_TRUSTED_PROXIES`` = n > 0 (DRF's ``NUM_PROXIES``) the address the n-th proxy from
 the right put in ``X-Forwarded-For``. Axes and the ``/metrics`` scrape networks read the same one.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -92,8 +93,14 @@ def too_many_failures_response(throttle: AuthFailureThrottle) -> JsonResponse:
     wait = throttle.retry_after()
     from .api import error_body
 
-    response = JsonResponse(error_body(f"Too many wrong credentials from this address; try again in {wait} s.",
-                                       "throttled", error="too many failed attempts"), status=429)
+    response = JsonResponse(
+        error_body(
+            f"Too many wrong credentials from this address; try again in {wait} s.",
+            "throttled",
+            error="too many failed attempts",
+        ),
+        status=429,
+    )
     response["Retry-After"] = str(wait)
     return response
 
@@ -102,8 +109,7 @@ def refuse_if_locked_out(request: HttpRequest | Any) -> AuthFailureThrottle:
     """For DRF authentication classes: raise 429 (Throttled) when the client is locked out."""
     throttle = AuthFailureThrottle()
     if throttle.locked_out(request):
-        raise exceptions.Throttled(wait=throttle.retry_after(),
-                                   detail="Too many wrong credentials from this address.")
+        raise exceptions.Throttled(wait=throttle.retry_after(), detail="Too many wrong credentials from this address.")
     return throttle
 
 

@@ -5,6 +5,7 @@ read them: settings.SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]). Swagger UI is th
 script is a file of its own, not an inline script the Content-Security-Policy would block.
 Error pages: templates/403.html, 404.html, 500.html (Django's default handlers find them).
 """
+
 from django.conf import settings
 from django.contrib import admin
 from django.templatetags.static import static

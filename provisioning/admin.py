@@ -1,6 +1,7 @@
 """Admin for Day 0: "Enroll node" (a form over ``enrollment.enroll``, on the boot configs' page),
 boot configs (network fields editable, secrets never shown) and join tokens (read-only; the one
 change is "revoke", which needs a reason and is recorded)."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -36,16 +37,26 @@ class EnrollNodeForm(forms.Form):
     hostname = forms.CharField(max_length=253)
     serial = forms.CharField(max_length=100)
     bmc_driver = forms.ChoiceField(label="BMC driver", choices=BmcDriverKind.choices, initial=BmcDriverKind.REDFISH)
-    bmc_address = forms.CharField(label="BMC address", max_length=255,
-                                  help_text="Redfish: base URL such as https://10.0.0.5. IPMI: host or host:port.")
-    bmc_system_id = forms.CharField(label="BMC system id", max_length=255, required=False,
-                                    help_text="Redfish system Id, UUID or path; blank for the BMC's only system.")
+    bmc_address = forms.CharField(
+        label="BMC address",
+        max_length=255,
+        help_text="Redfish: base URL such as https://10.0.0.5. IPMI: host or host:port.",
+    )
+    bmc_system_id = forms.CharField(
+        label="BMC system id",
+        max_length=255,
+        required=False,
+        help_text="Redfish system Id, UUID or path; blank for the BMC's only system.",
+    )
     bmc_username = forms.CharField(label="BMC username", max_length=64)
     # Never rendered back, not even after a refused enrollment: the browser's copy is the only one.
-    bmc_password = forms.CharField(label="BMC password", required=False, strip=False,
-                                   widget=forms.PasswordInput(render_value=False,
-                                                              attrs={"autocomplete": "new-password"}),
-                                   help_text="Stored encrypted; never shown again.")
+    bmc_password = forms.CharField(
+        label="BMC password",
+        required=False,
+        strip=False,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted; never shown again.",
+    )
     bmc_verify_tls = forms.BooleanField(label="Verify the BMC's TLS certificate", required=False, initial=True)
     hardware_profile = forms.ModelChoiceField(HardwareProfile.objects.all(), to_field_name="name")
     site = forms.ModelChoiceField(Site.objects.all(), to_field_name="slug")
@@ -53,10 +64,15 @@ class EnrollNodeForm(forms.Form):
     rack = forms.CharField(max_length=100, required=False, help_text="Rack name within the site.")
     tenant = forms.ModelChoiceField(Tenant.objects.all(), to_field_name="slug", required=False)
     persona = forms.ModelChoiceField(Persona.objects.all(), to_field_name="name", required=False)
-    start = forms.BooleanField(label="Start Day 0 now", required=False, initial=True,
-                               help_text="Prepare the boot config and join token, then PXE-boot the node.")
-    reason = forms.CharField(max_length=1000, widget=forms.Textarea(attrs={"rows": 2}),
-                             help_text="Recorded in the node's history.")
+    start = forms.BooleanField(
+        label="Start Day 0 now",
+        required=False,
+        initial=True,
+        help_text="Prepare the boot config and join token, then PXE-boot the node.",
+    )
+    reason = forms.CharField(
+        max_length=1000, widget=forms.Textarea(attrs={"rows": 2}), help_text="Recorded in the node's history."
+    )
 
     def enrollment_request(self) -> EnrollmentRequest:
         """The cleaned form as the service's request: chosen objects by the name the service looks up."""
@@ -76,8 +92,16 @@ class BootConfigAdmin(admin.ModelAdmin):
     Their list offers "Enroll node" (``enroll/``), where Day 0 begins and the boot config comes from.
     """
 
-    list_display = ["node", "generation", "boot_image", "interface_mac", "ip_address", "vlan_id",
-                    "user_data_fetched_at", "last_updated"]
+    list_display = [
+        "node",
+        "generation",
+        "boot_image",
+        "interface_mac",
+        "ip_address",
+        "vlan_id",
+        "user_data_fetched_at",
+        "last_updated",
+    ]
     list_select_related = ["node"]
     search_fields = ["node__hostname", "interface_mac", "boot_image"]
     raw_id_fields = ["node"]
@@ -103,8 +127,12 @@ class BootConfigAdmin(admin.ModelAdmin):
         if form.is_valid():
             start = form.cleaned_data["start"]
             try:
-                node = enroll(form.enrollment_request(), actor=Actor(user=request.user),
-                              reason=form.cleaned_data["reason"], start=start)
+                node = enroll(
+                    form.enrollment_request(),
+                    actor=Actor(user=request.user),
+                    reason=form.cleaned_data["reason"],
+                    start=start,
+                )
             except EnrollmentError as exc:
                 for name, errors in exc.errors.items():
                     form.add_error(name if name in form.fields else None, errors)
@@ -112,18 +140,33 @@ class BootConfigAdmin(admin.ModelAdmin):
                 then = " Day 0 started: it boots from the network." if start else ""
                 self.message_user(request, f"Enrolled {node.hostname}.{then}", messages.SUCCESS)
                 return redirect("admin:nodes_node_change", node.pk)
-        return TemplateResponse(request, "admin/provisioning/enroll_node.html", {
-            **self.admin_site.each_context(request), "title": "Enroll node", "form": form,
-            "opts": self.model._meta,
-        })
+        return TemplateResponse(
+            request,
+            "admin/provisioning/enroll_node.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Enroll node",
+                "form": form,
+                "opts": self.model._meta,
+            },
+        )
 
 
 @admin.register(JoinToken)
 class JoinTokenAdmin(ReadOnlyAdmin):
     """Only the prefix is shown; the hash, the salt and the kubeadm secret hash never are."""
 
-    list_display = ["prefix", "node", "generation", "status", "created", "expires_at", "used_at", "revoked_at",
-                    "created_by"]
+    list_display = [
+        "prefix",
+        "node",
+        "generation",
+        "status",
+        "created",
+        "expires_at",
+        "used_at",
+        "revoked_at",
+        "created_by",
+    ]
     list_filter = ["used_at", "revoked_at"]
     list_select_related = ["node", "created_by"]
     search_fields = ["node__hostname", "prefix"]
@@ -137,9 +180,14 @@ class JoinTokenAdmin(ReadOnlyAdmin):
     @admin.action(description="Revoke (reason required, audited)", permissions=["revoke"])
     def revoke_action(self, request: HttpRequest, queryset: QuerySet[JoinToken]) -> HttpResponse | None:
         reason, page = reason_or_page(
-            self, request, queryset, title="Revoke join tokens", button="Revoke",
+            self,
+            request,
+            queryset,
+            title="Revoke join tokens",
+            button="Revoke",
             intro="A revoked join token can no longer be used to join. Your name and your reason are "
-                  "recorded in each node's history.")
+            "recorded in each node's history.",
+        )
         if page is not None:
             return page
         revoked = 0

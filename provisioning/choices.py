@@ -1,4 +1,5 @@
 """Enumerations of Day 0 provisioning."""
+
 from django.db import models
 
 

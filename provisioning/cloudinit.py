@@ -16,6 +16,7 @@ nothing else runs. Re-issuing on fetch was rejected: anyone who learns the seed 
 could then mint live tokens at will. Re-provisioning is an operator's act
 (``services.prepare_boot``).
 """
+
 from __future__ import annotations
 
 import json
@@ -98,8 +99,7 @@ def network_config(boot: BootConfig) -> str:
 
 def network_config_dict(boot: BootConfig) -> dict[str, Any]:
     """Network config version 2: the provisioning interface by MAC, static or DHCP, optionally on a VLAN."""
-    ethernet: dict[str, Any] = {"match": {"macaddress": boot.interface_mac} if boot.interface_mac
-                                else {"name": "en*"}}
+    ethernet: dict[str, Any] = {"match": {"macaddress": boot.interface_mac} if boot.interface_mac else {"name": "en*"}}
     if boot.mtu:
         ethernet["mtu"] = boot.mtu
     addressing = _addressing(boot)
@@ -152,8 +152,18 @@ def user_data_dict(boot: BootConfig, token: JoinToken, comments: list[str]) -> d
         "runcmd": [
             ["python3", "-m", "venv", AGENT_VENV],
             [f"{AGENT_VENV}/bin/pip", "install", "--quiet", agent_package()],
-            ["sh", "-c", " && ".join([shlex.join(_join_command(token)), "systemctl daemon-reload",
-                                      "systemctl enable --now nodewarden-agent.service", *after_join])],
+            [
+                "sh",
+                "-c",
+                " && ".join(
+                    [
+                        shlex.join(_join_command(token)),
+                        "systemctl daemon-reload",
+                        "systemctl enable --now nodewarden-agent.service",
+                        *after_join,
+                    ]
+                ),
+            ],
         ],
     }
     if "." in node.hostname:
@@ -167,8 +177,16 @@ def agent_package() -> str:
 
 
 def _join_command(token: JoinToken) -> list[str]:
-    return [f"{AGENT_VENV}/bin/nodewarden-agent", "--config", AGENT_CONFIG, "join",
-            "--url", portal_url(), "--join-token", token.clear_token()]
+    return [
+        f"{AGENT_VENV}/bin/nodewarden-agent",
+        "--config",
+        AGENT_CONFIG,
+        "join",
+        "--url",
+        portal_url(),
+        "--join-token",
+        token.clear_token(),
+    ]
 
 
 def _file(path: str, content: str, permissions: str = "0644") -> dict[str, str]:
@@ -181,13 +199,24 @@ def _agent_config(hostname: str) -> str:
 
 
 def _agent_unit() -> str:
-    return "\n".join([
-        "[Unit]", "Description=Nodewarden node agent", "Wants=network-online.target",
-        "After=network-online.target", "",
-        "[Service]", f"Environment=NODEWARDEN_CONFIG={AGENT_CONFIG}",
-        f"ExecStart={AGENT_VENV}/bin/nodewarden-agent run", "Restart=always", "StateDirectory=nodewarden-agent", "",
-        "[Install]", "WantedBy=multi-user.target", "",
-    ])
+    return "\n".join(
+        [
+            "[Unit]",
+            "Description=Nodewarden node agent",
+            "Wants=network-online.target",
+            "After=network-online.target",
+            "",
+            "[Service]",
+            f"Environment=NODEWARDEN_CONFIG={AGENT_CONFIG}",
+            f"ExecStart={AGENT_VENV}/bin/nodewarden-agent run",
+            "Restart=always",
+            "StateDirectory=nodewarden-agent",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
 
 
 # --- workload schedulers -----------------------------------------------------------------
@@ -206,14 +235,16 @@ def _endpoint(raw: str, default_port: int) -> str:
 def kubernetes_ca_cert_hash(cluster: Any) -> str:
     """The cluster CA's public-key hash (``sha256:<hex>``): a cluster field if there is one, else
     NODEWARDEN_KUBERNETES_CA_CERT_HASHES[cluster name]; "" when unknown or malformed."""
-    value = getattr(cluster, "kubernetes_ca_cert_hash", "") or \
-        dict(getattr(settings, "NODEWARDEN_KUBERNETES_CA_CERT_HASHES", {})).get(cluster.name, "")
+    value = getattr(cluster, "kubernetes_ca_cert_hash", "") or dict(
+        getattr(settings, "NODEWARDEN_KUBERNETES_CA_CERT_HASHES", {})
+    ).get(cluster.name, "")
     value = (value or "").strip().lower()
     return value if _CA_HASH.match(value) else ""
 
 
-def _kubernetes(cluster: Any, hostname: str, token: JoinToken, files: list[dict[str, str]],
-                comments: list[str]) -> list[str]:
+def _kubernetes(
+    cluster: Any, hostname: str, token: JoinToken, files: list[dict[str, str]], comments: list[str]
+) -> list[str]:
     """Write a kubeadm JoinConfiguration; return the command that joins, if the join can be verified.
 
     The CA hash pins the API server's CA (the config-file form of
@@ -223,22 +254,35 @@ def _kubernetes(cluster: Any, hostname: str, token: JoinToken, files: list[dict[
     """
     endpoint = _endpoint(cluster.scheduler_endpoint, KUBERNETES_API_PORT)
     if not endpoint or not token.kubeadm_token_id:
-        comments.append(f"Kubernetes: cluster {cluster.name} has no usable API server endpoint "
-                        f"({cluster.scheduler_endpoint!r}) or no bootstrap token; the node does not join it.")
+        comments.append(
+            f"Kubernetes: cluster {cluster.name} has no usable API server endpoint "
+            f"({cluster.scheduler_endpoint!r}) or no bootstrap token; the node does not join it."
+        )
         return []
     ca_hash = kubernetes_ca_cert_hash(cluster)
     discovery: dict[str, Any] = {"apiServerEndpoint": endpoint, "token": token.kubeadm_token()}
     if ca_hash:
         discovery["caCertHashes"] = [ca_hash]
-    config = {"apiVersion": KUBEADM_API_VERSION, "kind": "JoinConfiguration",
-              "discovery": {"bootstrapToken": discovery},
-              "nodeRegistration": {"name": hostname, "taints": [LIFECYCLE_TAINT]}}
-    note = "" if ca_hash else ("# The cluster CA hash is not configured: set caCertHashes (sha256:...) here and run\n"
-                               f"# kubeadm join --config {KUBEADM_JOIN_CONFIG}. Never skip CA verification.\n")
+    config = {
+        "apiVersion": KUBEADM_API_VERSION,
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": discovery},
+        "nodeRegistration": {"name": hostname, "taints": [LIFECYCLE_TAINT]},
+    }
+    note = (
+        ""
+        if ca_hash
+        else (
+            "# The cluster CA hash is not configured: set caCertHashes (sha256:...) here and run\n"
+            f"# kubeadm join --config {KUBEADM_JOIN_CONFIG}. Never skip CA verification.\n"
+        )
+    )
     files.append(_file(KUBEADM_JOIN_CONFIG, note + _dump(config), permissions="0600"))
     if not ca_hash:
-        comments.append(f"Kubernetes: no CA cert hash for cluster {cluster.name} (set "
-                        "NODEWARDEN_KUBERNETES_CA_CERT_HASHES); kubeadm join is written, not run.")
+        comments.append(
+            f"Kubernetes: no CA cert hash for cluster {cluster.name} (set "
+            "NODEWARDEN_KUBERNETES_CA_CERT_HASHES); kubeadm join is written, not run."
+        )
         return []
     return [shlex.join(["kubeadm", "join", "--config", KUBEADM_JOIN_CONFIG])]
 
@@ -255,13 +299,18 @@ def _slurm(cluster: Any, files: list[dict[str, str]], comments: list[str]) -> No
     controller = _endpoint(cluster.scheduler_endpoint, SLURMCTLD_PORT)
     ref = munge_key_ref()
     if not controller or not _SECRET_REF.match(ref):
-        comments.append(f"Slurm: cluster {cluster.name} has no usable controller ({cluster.scheduler_endpoint!r}) "
-                        "or munge key reference; no Slurm configuration written.")
+        comments.append(
+            f"Slurm: cluster {cluster.name} has no usable controller ({cluster.scheduler_endpoint!r}) "
+            "or munge key reference; no Slurm configuration written."
+        )
         return
-    content = "\n".join([
-        "# Written by Nodewarden at Day 0. slurmd starts once the node is released to production.",
-        f"# The munge key is not shipped in user-data: it comes from {ref}.",
-        f"SLURMD_OPTIONS={shlex.quote('--conf-server ' + controller)}",
-        f"NODEWARDEN_MUNGE_KEY_REF={shlex.quote(ref)}", "",
-    ])
+    content = "\n".join(
+        [
+            "# Written by Nodewarden at Day 0. slurmd starts once the node is released to production.",
+            f"# The munge key is not shipped in user-data: it comes from {ref}.",
+            f"SLURMD_OPTIONS={shlex.quote('--conf-server ' + controller)}",
+            f"NODEWARDEN_MUNGE_KEY_REF={shlex.quote(ref)}",
+            "",
+        ]
+    )
     files.append(_file(SLURMD_DEFAULTS, content))

@@ -15,6 +15,7 @@ the network through the BMC.
 
 The acting user needs the ``nodes.operate_node`` permission (system actors always may).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
@@ -31,8 +32,13 @@ from nodes.services import Actor, ReasonRequired, TransitionForbidden, clean_rea
 DRIVERS = ("redfish", "ipmi")
 REQUIRED = ("hostname", "serial", "bmc_address", "bmc_username", "hardware_profile", "site")
 # The request's names for the BmcEndpoint fields it fills in (the model validates them).
-ENDPOINT_FIELDS = {"driver": "bmc_driver", "address": "bmc_address", "system_id": "bmc_system_id",
-                   "username": "bmc_username", "password": "bmc_password"}
+ENDPOINT_FIELDS = {
+    "driver": "bmc_driver",
+    "address": "bmc_address",
+    "system_id": "bmc_system_id",
+    "username": "bmc_username",
+    "password": "bmc_password",
+}
 
 
 class EnrollmentError(ValueError):
@@ -89,8 +95,10 @@ def _check_models(req: EnrollmentRequest, errors: dict[str, list[str]]) -> None:
     """The node's and the endpoint's own field rules (lengths, no credentials in the BMC address),
     for fields not refused already: the import command and the admin reach here unchecked."""
     node = Node(hostname=req.hostname, serial=req.serial, bmc_address=_bmc_host(req))
-    checks = [(node, {"hostname": "hostname", "serial": "serial", "bmc_address": "bmc_address"}),
-              (_endpoint(req), ENDPOINT_FIELDS)]
+    checks = [
+        (node, {"hostname": "hostname", "serial": "serial", "bmc_address": "bmc_address"}),
+        (_endpoint(req), ENDPOINT_FIELDS),
+    ]
     for instance, names in checks:
         exclude = [f.name for f in instance._meta.fields if f.name not in names]
         try:
@@ -117,20 +125,26 @@ def _resolve(req: EnrollmentRequest) -> tuple[dict[str, Any], dict[str, list[str
     if req.bmc_driver not in DRIVERS:
         errors["bmc_driver"] = [f"One of {', '.join(DRIVERS)}."]
     _check_models(req, errors)
-    need("hardware_profile", req.hardware_profile, lambda v: HardwareProfile.objects.filter(name=v).first(),
-         "hardware profile")
+    need(
+        "hardware_profile",
+        req.hardware_profile,
+        lambda v: HardwareProfile.objects.filter(name=v).first(),
+        "hardware profile",
+    )
     need("site", req.site, lambda v: Site.objects.filter(slug=v).first(), "site")
     need("cluster", req.cluster, lambda v: Cluster.objects.filter(name=v).first(), "cluster")
     need("tenant", req.tenant, lambda v: Tenant.objects.filter(slug=v).first(), "tenant")
     need("persona", req.persona, lambda v: Persona.objects.filter(name=v).first(), "persona")
     site = found.get("site")
     if site is not None:  # rack names are per site: without one, there is nothing to look in
-        need("rack", req.rack, lambda v: Rack.objects.filter(site=site, name=v).first(), "rack",
-             f" in site {req.site!r}")
+        need(
+            "rack", req.rack, lambda v: Rack.objects.filter(site=site, name=v).first(), "rack", f" in site {req.site!r}"
+        )
     cluster = found.get("cluster")
     if cluster is not None and site is not None and cluster.site_id != site.pk:
-        errors.setdefault("cluster", []).append(f"Cluster {cluster.name!r} is in site {cluster.site.slug!r}, "
-                                                f"not {site.slug!r}.")
+        errors.setdefault("cluster", []).append(
+            f"Cluster {cluster.name!r} is in site {cluster.site.slug!r}, not {site.slug!r}."
+        )
     return found, errors
 
 
@@ -142,8 +156,11 @@ def _duplicates(req: EnrollmentRequest) -> dict[str, list[str]]:
         # No stored value holds a NUL, and PostgreSQL refuses one even in a lookup (_resolve names it).
         return None if any("\x00" in v for v in values) else queryset.first()
 
-    endpoint = first(BmcEndpoint.objects.filter(address=req.bmc_address, system_id=req.bmc_system_id)
-                     .select_related("node"), req.bmc_address, req.bmc_system_id)
+    endpoint = first(
+        BmcEndpoint.objects.filter(address=req.bmc_address, system_id=req.bmc_system_id).select_related("node"),
+        req.bmc_address,
+        req.bmc_system_id,
+    )
     bmc = f"BMC {req.bmc_address}" + (f" system {req.bmc_system_id}" if req.bmc_system_id else "")
     errors: dict[str, list[str]] = {}
     for name, what, taken in (
@@ -159,8 +176,14 @@ def _duplicates(req: EnrollmentRequest) -> dict[str, list[str]]:
 def _endpoint(req: EnrollmentRequest) -> Any:
     from bmc.models import BmcEndpoint
 
-    return BmcEndpoint(driver=req.bmc_driver, address=req.bmc_address, system_id=req.bmc_system_id,
-                       username=req.bmc_username, password=req.bmc_password, verify_tls=req.bmc_verify_tls)
+    return BmcEndpoint(
+        driver=req.bmc_driver,
+        address=req.bmc_address,
+        system_id=req.bmc_system_id,
+        username=req.bmc_username,
+        password=req.bmc_password,
+        verify_tls=req.bmc_verify_tls,
+    )
 
 
 def _bmc_host(req: EnrollmentRequest) -> str:
@@ -204,14 +227,27 @@ def enroll(req: EnrollmentRequest, *, actor: Actor, reason: str = "Enrolled", st
     try:
         with transaction.atomic():
             node = Node.objects.create(
-                hostname=req.hostname, serial=req.serial, bmc_address=_bmc_host(req), site=found["site"],
-                cluster=found.get("cluster"), rack=found.get("rack"), tenant=found.get("tenant"),
-                hardware_profile=found["hardware_profile"], persona=found.get("persona"), state=NodeState.ENROLLED)
+                hostname=req.hostname,
+                serial=req.serial,
+                bmc_address=_bmc_host(req),
+                site=found["site"],
+                cluster=found.get("cluster"),
+                rack=found.get("rack"),
+                tenant=found.get("tenant"),
+                hardware_profile=found["hardware_profile"],
+                persona=found.get("persona"),
+                state=NodeState.ENROLLED,
+            )
             endpoint = _endpoint(req)
             endpoint.node = node
             endpoint.save()
-            record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
-                         details={"enrolled": req.redacted(), "bmc_inventory": facts})
+            record_event(
+                node.pk,
+                EventKind.ACTION,
+                actor=actor,
+                reason=reason,
+                details={"enrolled": req.redacted(), "bmc_inventory": facts},
+            )
             if start:
                 # robust: the node is enrolled whatever happens next; a Day 0 that cannot start is
                 # logged and the node stays Enrolled (provision it again), not a failed enrollment.
@@ -219,8 +255,9 @@ def enroll(req: EnrollmentRequest, *, actor: Actor, reason: str = "Enrolled", st
     except IntegrityError as exc:
         # A concurrent enrollment of the same serial or hostname won the race since _duplicates():
         # the atomic block rolled back node, endpoint and history row together.
-        raise EnrollmentConflict(_duplicates(req) or {
-            "serial": [f"{req.serial!r} or {req.hostname!r} was enrolled meanwhile."]}) from exc
+        raise EnrollmentConflict(
+            _duplicates(req) or {"serial": [f"{req.serial!r} or {req.hostname!r} was enrolled meanwhile."]}
+        ) from exc
     return node
 
 

@@ -1,4 +1,5 @@
 """Day 0 records: how a node boots (BootConfig) and how its agent proves it may join (JoinToken)."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -40,10 +41,14 @@ class BootConfig(models.Model):
     boot_image = models.CharField(max_length=100, blank=True, help_text="OS image name, e.g. ubuntu-24.04-gpu.")
     boot_image_url = models.URLField(max_length=500, blank=True, help_text="Where the boot loader fetches it.")
     kernel_cmdline_extra = models.CharField(
-        max_length=500, blank=True, help_text="Appended to the kernel command line after the NoCloud seed.",
+        max_length=500,
+        blank=True,
+        help_text="Appended to the kernel command line after the NoCloud seed.",
     )
     interface_mac = models.CharField(
-        max_length=17, blank=True, verbose_name="provisioning interface MAC",
+        max_length=17,
+        blank=True,
+        verbose_name="provisioning interface MAC",
         help_text="Empty: DHCP on every en* interface (only without a static address).",
     )
     ip_address = models.GenericIPAddressField(null=True, blank=True, help_text="Empty: DHCP.")
@@ -51,10 +56,15 @@ class BootConfig(models.Model):
     gateway = models.GenericIPAddressField(null=True, blank=True)
     dns_servers = models.JSONField(default=list, blank=True, help_text='e.g. ["10.0.0.53", "10.0.1.53"].')
     mtu = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(576), MaxValueValidator(9216)],
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(576), MaxValueValidator(9216)],
     )
     vlan_id = models.PositiveSmallIntegerField(
-        null=True, blank=True, verbose_name="VLAN", validators=[MinValueValidator(1), MaxValueValidator(4094)],
+        null=True,
+        blank=True,
+        verbose_name="VLAN",
+        validators=[MinValueValidator(1), MaxValueValidator(4094)],
     )
     # Last time cloud-init fetched user-data: the first sign of life of a booting node.
     user_data_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -83,14 +93,16 @@ class BootConfig(models.Model):
         self.interface_mac = (self.interface_mac or "").strip().lower()
         if self.interface_mac:
             if not _MAC.match(self.interface_mac):
-                errors["interface_mac"] = (f"{self.interface_mac!r} is not a MAC address: write six hex pairs, "
-                                           "e.g. 3c:ec:ef:12:34:56.")
+                errors["interface_mac"] = (
+                    f"{self.interface_mac!r} is not a MAC address: write six hex pairs, e.g. 3c:ec:ef:12:34:56."
+                )
             self.interface_mac = self.interface_mac.replace("-", ":")
         errors.update(self._address_errors())
         errors.update(self._dns_errors())
         if _DATASOURCE.search(self.kernel_cmdline_extra) or any(ord(c) < 32 for c in self.kernel_cmdline_extra):
-            errors["kernel_cmdline_extra"] = ("Must not hold control characters or a ds= datasource: "
-                                              "the NoCloud seed is set by Nodewarden.")
+            errors["kernel_cmdline_extra"] = (
+                "Must not hold control characters or a ds= datasource: the NoCloud seed is set by Nodewarden."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -124,7 +136,7 @@ class BootConfig(models.Model):
     def _dns_errors(self) -> dict[str, str]:
         servers = self.dns_servers
         if not isinstance(servers, list):
-            return {"dns_servers": "Must be a list of IP addresses, e.g. [\"10.0.0.53\"]."}
+            return {"dns_servers": 'Must be a list of IP addresses, e.g. ["10.0.0.53"].'}
         if len(servers) > MAX_DNS_SERVERS:
             return {"dns_servers": f"At most {MAX_DNS_SERVERS} servers (the resolver ignores the rest)."}
         for index, server in enumerate(servers):
@@ -156,7 +168,11 @@ class JoinToken(models.Model):
     used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
 
     class Meta:
@@ -164,8 +180,9 @@ class JoinToken(models.Model):
         indexes = [models.Index(fields=["node", "-created"])]
         constraints = [
             # Kubernetes keys bootstrap tokens by id; two live ones with one id would shadow each other.
-            models.UniqueConstraint(fields=["kubeadm_token_id"], condition=~models.Q(kubeadm_token_id=""),
-                                    name="unique_kubeadm_token_id"),
+            models.UniqueConstraint(
+                fields=["kubeadm_token_id"], condition=~models.Q(kubeadm_token_id=""), name="unique_kubeadm_token_id"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,6 +6,7 @@ installer's kernel command line carries the NoCloud seed URL, cloud-init runs th
 user-data, the agent joins with its one-time token, and ``provisioning.services.join``
 moves the node to Onboard.
 """
+
 from __future__ import annotations
 
 from nodes.followups import followup

@@ -13,6 +13,7 @@ new join token, living only as long as the reimage step; the reinstalled node's 
 replaces the agent's token and completes the step, whose success check is exactly that
 the node came back and joined (``remediation.services.reimage_rejoined``).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,18 @@ ACTOR = Actor.system("provisioning")
 DEFAULT_JOIN_TOKEN_TTL = timedelta(hours=24)
 PROVISIONABLE = (NodeState.ENROLLED, NodeState.INITIALIZING)
 # BootConfig fields an operator may set through prepare_boot (the API's optional body).
-BOOT_FIELDS = ("boot_image", "boot_image_url", "kernel_cmdline_extra", "interface_mac", "ip_address",
-               "prefix_length", "gateway", "dns_servers", "mtu", "vlan_id")
+BOOT_FIELDS = (
+    "boot_image",
+    "boot_image_url",
+    "kernel_cmdline_extra",
+    "interface_mac",
+    "ip_address",
+    "prefix_length",
+    "gateway",
+    "dns_servers",
+    "mtu",
+    "vlan_id",
+)
 # What an agent may tell about itself at join; kept in the history row, so it is bounded.
 MAX_FACTS_BYTES = 8192
 
@@ -57,8 +68,9 @@ def join_token_ttl() -> timedelta:
 
 
 # --- prepare_boot -----------------------------------------------------------------
-def prepare_boot(node_id: int, *, actor: Actor, reason: str,
-                 boot_config: Mapping[str, Any] | None = None) -> tuple[BootConfig, str]:
+def prepare_boot(
+    node_id: int, *, actor: Actor, reason: str, boot_config: Mapping[str, Any] | None = None
+) -> tuple[BootConfig, str]:
     """Get a node ready to boot for Day 0 and return its boot config and a fresh join token.
 
     Creates the BootConfig if needed (applying ``boot_config`` fields, validated),
@@ -80,25 +92,31 @@ def prepare_boot(node_id: int, *, actor: Actor, reason: str,
         # is an outer join, which PostgreSQL cannot lock.
         node = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node_id)
         if node.state not in PROVISIONABLE:
-            raise TransitionNotAllowed(f"Cannot provision a node in state {node.get_state_display()!r}: only "
-                                       "enrolled or initializing nodes boot for Day 0.")
+            raise TransitionNotAllowed(
+                f"Cannot provision a node in state {node.get_state_display()!r}: only "
+                "enrolled or initializing nodes boot for Day 0."
+            )
         boot = _updated_boot_config(node, boot_config or {})
         revoked = _revoke_unused(node.pk)
         token, clear = _issue_join_token(node, boot.generation, actor)
-        details = {"boot_generation": boot.generation, "join_token": token.prefix,
-                   "join_token_expires_at": token.expires_at.isoformat(), "join_tokens_revoked": revoked}
+        details = {
+            "boot_generation": boot.generation,
+            "join_token": token.prefix,
+            "join_token_expires_at": token.expires_at.isoformat(),
+            "join_tokens_revoked": revoked,
+        }
         if token.kubeadm_token_id:
             details["kubeadm_token_id"] = token.kubeadm_token_id
         if node.state == NodeState.ENROLLED:
             lifecycle.start_initialization(node.pk, actor=actor, reason=reason, details=details)
         else:
-            record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Re-provisioned: {reason}",
-                         details=details)
+            record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Re-provisioned: {reason}", details=details)
     return boot, clear
 
 
-def prepare_reimage(node_id: int, *, actor: Actor, reason: str,
-                    expires_at: datetime | None = None) -> tuple[BootConfig, JoinToken]:
+def prepare_reimage(
+    node_id: int, *, actor: Actor, reason: str, expires_at: datetime | None = None
+) -> tuple[BootConfig, JoinToken]:
     """Get a remediating node ready to be reinstalled: a new boot generation and join token.
 
     Bumps the node's boot config generation (a new cloud-init instance-id), revokes its
@@ -112,17 +130,28 @@ def prepare_reimage(node_id: int, *, actor: Actor, reason: str,
     with transaction.atomic():
         node = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node_id)
         if node.state != NodeState.REMEDIATING:
-            raise TransitionNotAllowed(f"Cannot reimage a node in state {node.get_state_display()!r}: only a node "
-                                       "under remediation is reimaged (Day 0 uses prepare_boot).")
+            raise TransitionNotAllowed(
+                f"Cannot reimage a node in state {node.get_state_display()!r}: only a node "
+                "under remediation is reimaged (Day 0 uses prepare_boot)."
+            )
         boot = _updated_boot_config(node, {})
         revoked = _revoke_unused(node.pk)
         token, _ = _issue_join_token(node, boot.generation, actor)
         if expires_at is not None and expires_at < token.expires_at:
             token.expires_at = expires_at
             token.save(update_fields=["expires_at"])
-        record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Reimage prepared: {reason}", details={
-            "boot_generation": boot.generation, "join_token": token.prefix,
-            "join_token_expires_at": token.expires_at.isoformat(), "join_tokens_revoked": revoked})
+        record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=actor,
+            reason=f"Reimage prepared: {reason}",
+            details={
+                "boot_generation": boot.generation,
+                "join_token": token.prefix,
+                "join_token_expires_at": token.expires_at.isoformat(),
+                "join_tokens_revoked": revoked,
+            },
+        )
     return boot, token
 
 
@@ -138,14 +167,22 @@ def _updated_boot_config(node: Node, changes: Mapping[str, Any]) -> BootConfig:
 
 def _revoke_unused(node_id: int) -> int:
     return JoinToken.objects.filter(node_id=node_id, used_at__isnull=True, revoked_at__isnull=True).update(
-        revoked_at=timezone.now())
+        revoked_at=timezone.now()
+    )
 
 
 def _issue_join_token(node: Node, generation: int, actor: Actor) -> tuple[JoinToken, str]:
     salt = new_salt()
     clear = join_token_for(salt)
-    token = JoinToken(node=node, generation=generation, key_hash=hash_token(clear), salt=salt, prefix=clear[:12],
-                      expires_at=timezone.now() + join_token_ttl(), created_by=actor.user)
+    token = JoinToken(
+        node=node,
+        generation=generation,
+        key_hash=hash_token(clear),
+        salt=salt,
+        prefix=clear[:12],
+        expires_at=timezone.now() + join_token_ttl(),
+        created_by=actor.user,
+    )
     if node.cluster is not None and node.cluster.scheduler_kind == SchedulerKind.KUBERNETES:
         token.kubeadm_token_id = new_kubeadm_token_id()
         token.kubeadm_secret_hash = hash_token(token.kubeadm_token())
@@ -216,8 +253,9 @@ def join(join_token: str, *, hostname: str, agent_facts: dict[str, Any]) -> Join
         raise WrongHostname(f"This join token belongs to {node.hostname!r}, not {hostname!r}.")
     with transaction.atomic():
         now = timezone.now()
-        consumed = JoinToken.objects.filter(pk=token.pk, used_at__isnull=True, revoked_at__isnull=True,
-                                            expires_at__gt=now).update(used_at=now)
+        consumed = JoinToken.objects.filter(
+            pk=token.pk, used_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now
+        ).update(used_at=now)
         if not consumed:
             token.refresh_from_db()
             raise _refusal(token, now)
@@ -226,14 +264,25 @@ def join(join_token: str, *, hostname: str, agent_facts: dict[str, Any]) -> Join
             agent_token = _rejoin_after_reimage(node, token, hostname, facts)
         elif node.state != NodeState.INITIALIZING:
             # Rolls the consumption back with the rest: the token stays usable once the node is ready.
-            raise NodeNotJoinable(f"{node.hostname} is {node.get_state_display()!r}, not 'Initializing': "
-                                  "an operator must provision it first.")
+            raise NodeNotJoinable(
+                f"{node.hostname} is {node.get_state_display()!r}, not 'Initializing': "
+                "an operator must provision it first."
+            )
         else:
-            agent_token = issue_agent_token(node.pk, actor=ACTOR,
-                                            reason=f"Agent token issued at join ({token.prefix}…)")
-            lifecycle.mark_onboard(node.pk, actor=ACTOR, reason="The node booted and its agent joined.", details={
-                "join_token": token.prefix, "agent_token": agent_token[:12], "hostname": hostname, "facts": facts,
-            })
+            agent_token = issue_agent_token(
+                node.pk, actor=ACTOR, reason=f"Agent token issued at join ({token.prefix}…)"
+            )
+            lifecycle.mark_onboard(
+                node.pk,
+                actor=ACTOR,
+                reason="The node booted and its agent joined.",
+                details={
+                    "join_token": token.prefix,
+                    "agent_token": agent_token[:12],
+                    "hostname": hostname,
+                    "facts": facts,
+                },
+            )
     return JoinResult(node_id=node.pk, hostname=node.hostname, agent_token=agent_token)
 
 
@@ -249,32 +298,54 @@ def _rejoin_after_reimage(node: Node, token: JoinToken, hostname: str, facts: di
     step = ladder.reimage_awaiting_join(node.pk)
     current = BootConfig.objects.filter(node_id=node.pk).values_list("generation", flat=True).first()
     if step is None:
-        raise NodeNotJoinable(f"{node.hostname} is {node.get_state_display()!r} with no reimage waiting for it to "
-                              "rejoin: only a reinstalled node joins during a remediation.")
+        raise NodeNotJoinable(
+            f"{node.hostname} is {node.get_state_display()!r} with no reimage waiting for it to "
+            "rejoin: only a reinstalled node joins during a remediation."
+        )
     if token.generation != current or token.created < step.started:
-        raise NodeNotJoinable(f"Join token {token.prefix}… was not issued for the running reimage of "
-                              f"{node.hostname} (boot generation {token.generation}, current {current}).")
+        raise NodeNotJoinable(
+            f"Join token {token.prefix}… was not issued for the running reimage of "
+            f"{node.hostname} (boot generation {token.generation}, current {current})."
+        )
     revoke_agent_tokens(node.pk, actor=ACTOR, reason="Reimaged: the reinstalled node's agent joins with a new token")
-    agent_token = issue_agent_token(node.pk, actor=ACTOR,
-                                    reason=f"Agent token issued at the rejoin after a reimage ({token.prefix}…)")
-    record_event(node.pk, EventKind.ACTION, actor=ACTOR, reason="The reimaged node booted and its agent rejoined.",
-                 details={"join_token": token.prefix, "agent_token": agent_token[:12], "hostname": hostname,
-                          "boot_generation": token.generation, "remediation": step.remediation_id, "facts": facts})
-    if not remediation.reimage_rejoined(step, f"the reinstalled node (boot generation {token.generation}) "
-                                              f"rejoined with join token {token.prefix}…"):
+    agent_token = issue_agent_token(
+        node.pk, actor=ACTOR, reason=f"Agent token issued at the rejoin after a reimage ({token.prefix}…)"
+    )
+    record_event(
+        node.pk,
+        EventKind.ACTION,
+        actor=ACTOR,
+        reason="The reimaged node booted and its agent rejoined.",
+        details={
+            "join_token": token.prefix,
+            "agent_token": agent_token[:12],
+            "hostname": hostname,
+            "boot_generation": token.generation,
+            "remediation": step.remediation_id,
+            "facts": facts,
+        },
+    )
+    if not remediation.reimage_rejoined(
+        step, f"the reinstalled node (boot generation {token.generation}) rejoined with join token {token.prefix}…"
+    ):
         raise NodeNotJoinable(f"The reimage of {node.hostname} ended before its agent rejoined.")
     return agent_token
 
 
 def _refusal(token: JoinToken, now: datetime) -> JoinRefused:
     if token.revoked_at is not None:
-        return JoinTokenRevoked(f"Join token {token.prefix}… was revoked at {token.revoked_at.isoformat()}; "
-                                "ask an operator to provision the node again.")
+        return JoinTokenRevoked(
+            f"Join token {token.prefix}… was revoked at {token.revoked_at.isoformat()}; "
+            "ask an operator to provision the node again."
+        )
     if token.used_at is not None:
-        return JoinTokenUsed(f"Join token {token.prefix}… was already used at {token.used_at.isoformat()}; "
-                             "a join token works once.")
-    return JoinTokenExpired(f"Join token {token.prefix}… expired at {token.expires_at.isoformat()}; "
-                            "ask an operator to provision the node again.")
+        return JoinTokenUsed(
+            f"Join token {token.prefix}… was already used at {token.used_at.isoformat()}; a join token works once."
+        )
+    return JoinTokenExpired(
+        f"Join token {token.prefix}… expired at {token.expires_at.isoformat()}; "
+        "ask an operator to provision the node again."
+    )
 
 
 def _clean_facts(facts: Any) -> dict[str, Any]:
@@ -299,8 +370,14 @@ def revoke_join_token(token_id: int, *, actor: Actor, reason: str) -> bool:
     with transaction.atomic():
         token = JoinToken.objects.get(pk=token_id)
         revoked = JoinToken.objects.filter(pk=token_id, used_at__isnull=True, revoked_at__isnull=True).update(
-            revoked_at=timezone.now())
+            revoked_at=timezone.now()
+        )
         if revoked:
-            record_event(token.node_id, EventKind.ACTION, actor=actor, reason=reason,
-                         details={"join_token_revoked": token.prefix})
+            record_event(
+                token.node_id,
+                EventKind.ACTION,
+                actor=actor,
+                reason=reason,
+                details={"join_token_revoked": token.prefix},
+            )
     return bool(revoked)

@@ -9,6 +9,7 @@ holds SECRET_KEY, can render user-data for as long as the token lives. Rotating
 SECRET_KEY turns every outstanding token into one that no longer matches its hash:
 those nodes answer 401 at join and need a fresh ``prepare_boot``.
 """
+
 from __future__ import annotations
 
 import base64

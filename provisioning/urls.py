@@ -1,4 +1,5 @@
 """Portal routes of this app: the NoCloud seed files (cloud-init fetches <seed URL><file name>)."""
+
 from django.urls import path
 
 from . import views

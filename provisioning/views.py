@@ -3,6 +3,7 @@
 No login: the node has no credentials yet. The unguessable instance key in the URL is
 what names (and guards) a node's seed; an unknown key answers 404 and says nothing more.
 """
+
 from __future__ import annotations
 
 from django.http import Http404, HttpRequest, HttpResponse

@@ -2,6 +2,7 @@
 configuration (editable); holds are placed and released through ``remediation.services``
 (only an active hold's end can be edited); circuit breakers are read-only with a "reset"
 action that asks for a reason; remediations and their steps are history (read-only)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,8 +32,15 @@ from .models import (
 TARGETS = ("node", "cluster", "rack", "tenant")
 
 
-def _with_reason(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Any], *, title: str,
-                 button: str, verb: Callable[[int, Actor, str], object]) -> HttpResponse | None:
+def _with_reason(
+    modeladmin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    title: str,
+    button: str,
+    verb: Callable[[int, Actor, str], object],
+) -> HttpResponse | None:
     """Ask for a reason (an intermediate page), then run ``verb`` on each selected row."""
     reason, page = reason_or_page(modeladmin, request, queryset, title=title, button=button)
     if page is not None:
@@ -52,9 +60,21 @@ def _with_reason(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Q
 class RemediationPolicyAdmin(admin.ModelAdmin):
     """Which findings lead to which plan, first match by priority (lowest first)."""
 
-    list_display = ["name", "enabled", "priority", "match_rule", "match_xid", "match_severity", "match_component",
-                    "urgency", "first_rung", "requires_approval", "disruptive_only_in_window", "stand_down_if_cleared",
-                    "shadow"]
+    list_display = [
+        "name",
+        "enabled",
+        "priority",
+        "match_rule",
+        "match_xid",
+        "match_severity",
+        "match_component",
+        "urgency",
+        "first_rung",
+        "requires_approval",
+        "disruptive_only_in_window",
+        "stand_down_if_cleared",
+        "shadow",
+    ]
     list_display_links = ["name"]
     list_editable = ["enabled"]
     list_filter = ["enabled", "urgency", "first_rung", "requires_approval", "shadow"]
@@ -91,8 +111,18 @@ class HoldAdmin(admin.ModelAdmin):
     """Holds are placed through ``place_hold`` (kept on the node's history) and released with a reason."""
 
     form = HoldForm
-    list_display = ["id", "node", "cluster", "rack", "tenant", "reason", "actor_name", "created", "until",
-                    "released_at"]
+    list_display = [
+        "id",
+        "node",
+        "cluster",
+        "rack",
+        "tenant",
+        "reason",
+        "actor_name",
+        "created",
+        "until",
+        "released_at",
+    ]
     list_filter = ["released_at"]
     list_select_related = ["node", "cluster", "rack", "tenant"]
     search_fields = ["node__hostname", "cluster__name", "reason", "actor_name"]
@@ -121,15 +151,24 @@ class HoldAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        hold = services.place_hold(actor=Actor(user=request.user), reason=obj.reason, until=obj.until,
-                                   **{f"{name}_id": getattr(obj, f"{name}_id") for name in TARGETS})
+        hold = services.place_hold(
+            actor=Actor(user=request.user),
+            reason=obj.reason,
+            until=obj.until,
+            **{f"{name}_id": getattr(obj, f"{name}_id") for name in TARGETS},
+        )
         obj.pk, obj.actor_name, obj.created = hold.pk, hold.actor_name, hold.created
 
     @admin.action(description="Release (reason required)")
     def release_action(self, request: HttpRequest, queryset: QuerySet[Hold]) -> HttpResponse | None:
-        return _with_reason(self, request, queryset.filter(released_at__isnull=True), title="Release holds",
-                            button="Release holds",
-                            verb=lambda pk, actor, reason: services.release_hold(pk, actor=actor, reason=reason))
+        return _with_reason(
+            self,
+            request,
+            queryset.filter(released_at__isnull=True),
+            title="Release holds",
+            button="Release holds",
+            verb=lambda pk, actor, reason: services.release_hold(pk, actor=actor, reason=reason),
+        )
 
 
 @admin.register(CircuitBreaker)
@@ -146,9 +185,14 @@ class CircuitBreakerAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Reset (reason required): automated actions resume in the cluster")
     def reset_action(self, request: HttpRequest, queryset: QuerySet[CircuitBreaker]) -> HttpResponse | None:
-        return _with_reason(self, request, queryset.filter(reset_at__isnull=True), title="Reset circuit breakers",
-                            button="Reset breakers",
-                            verb=lambda pk, actor, reason: services.reset_breaker(pk, actor=actor, reason=reason))
+        return _with_reason(
+            self,
+            request,
+            queryset.filter(reset_at__isnull=True),
+            title="Reset circuit breakers",
+            button="Reset breakers",
+            verb=lambda pk, actor, reason: services.reset_breaker(pk, actor=actor, reason=reason),
+        )
 
 
 class StepInline(admin.TabularInline):

@@ -1,4 +1,5 @@
 """Remediation vocabularies: the escalation ladder, urgencies, statuses, safety domains."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -29,8 +30,12 @@ def next_rung(rung: str) -> str:
 
 # The first rung a finding's recommended action (health.RecommendedAction) points at.
 RECOMMENDED_RUNG = {
-    "reset_gpu": Rung.GPU_RESET, "reboot": Rung.REBOOT, "power_cycle": Rung.POWER_CYCLE,
-    "reimage": Rung.REIMAGE, "inspect": Rung.REPAIR, "rma": Rung.RMA,
+    "reset_gpu": Rung.GPU_RESET,
+    "reboot": Rung.REBOOT,
+    "power_cycle": Rung.POWER_CYCLE,
+    "reimage": Rung.REIMAGE,
+    "inspect": Rung.REPAIR,
+    "rma": Rung.RMA,
 }
 
 
@@ -72,12 +77,22 @@ class StepStatus(models.TextChoices):
 
 
 STATUS_COLOURS: dict[str, str] = {
-    Status.AWAITING_APPROVAL: "#7b61c9", Status.QUEUED: "#8b95a5", Status.DRAINING: "#d9a21b",
-    Status.RUNNING: "#e0641e", Status.VALIDATING: "#4a78c2", Status.HANDED_OFF: "#c0392b",
-    Status.SUCCEEDED: "#2e9e5b", Status.CLEARED: "#7fb89a", Status.STOPPED: "#555c66", Status.FAILED: "#8e2a20",
+    Status.AWAITING_APPROVAL: "#7b61c9",
+    Status.QUEUED: "#8b95a5",
+    Status.DRAINING: "#d9a21b",
+    Status.RUNNING: "#e0641e",
+    Status.VALIDATING: "#4a78c2",
+    Status.HANDED_OFF: "#c0392b",
+    Status.SUCCEEDED: "#2e9e5b",
+    Status.CLEARED: "#7fb89a",
+    Status.STOPPED: "#555c66",
+    Status.FAILED: "#8e2a20",
 }
 STEP_COLOURS: dict[str, str] = {
-    StepStatus.RUNNING: "#e0641e", StepStatus.VERIFYING: "#4a78c2", StepStatus.PASSED: "#2e9e5b", StepStatus.FAILED: "#c0392b",
+    StepStatus.RUNNING: "#e0641e",
+    StepStatus.VERIFYING: "#4a78c2",
+    StepStatus.PASSED: "#2e9e5b",
+    StepStatus.FAILED: "#c0392b",
     StepStatus.SKIPPED: "#8b95a5",
 }
 

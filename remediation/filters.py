@@ -1,5 +1,6 @@
 """One FilterSet per list: the fleet page's open list and /api/remediations/ share
 RemediationFilterSet; holds and circuit breakers have their own for /api/."""
+
 from __future__ import annotations
 
 import django_filters
@@ -20,8 +21,9 @@ class RemediationFilterSet(FilterSet):
     open = django_filters.BooleanFilter(method="filter_open", label="Open only")
     rung = django_filters.MultipleChoiceFilter(choices=Rung.choices)
     node = IntegerFilter(field_name="node_id")
-    cluster = django_filters.ModelChoiceFilter(queryset=Cluster.objects.all(), field_name="node__cluster",
-                                               to_field_name="name", empty_label="Any cluster")
+    cluster = django_filters.ModelChoiceFilter(
+        queryset=Cluster.objects.all(), field_name="node__cluster", to_field_name="name", empty_label="Any cluster"
+    )
 
     class Meta:
         model = Remediation

@@ -1,5 +1,6 @@
 """Remediation's hooks on the lifecycle: findings become decisions, and the node's road
 through drain, re-validation and back to production moves its remediation on."""
+
 from __future__ import annotations
 
 from django.db import transaction
@@ -47,6 +48,9 @@ def climb_after_failed_validation(node: Node, event: NodeEvent) -> str:
 def confirming_before_leaving(node: Node) -> str | None:
     """A node drained for a condition that may clear by itself stays drain pending (no new work, no
     disruption) until its confirmation window has run: the reconciler stands it down if it clears."""
-    rem = (Remediation.objects.filter(node_id=node.pk, status=Status.DRAINING)
-           .select_related("finding__alert", "policy").first())
+    rem = (
+        Remediation.objects.filter(node_id=node.pk, status=Status.DRAINING)
+        .select_related("finding__alert", "policy")
+        .first()
+    )
     return services.confirming(rem) or None if rem is not None else None

@@ -15,6 +15,7 @@ Reboot and power cycle wait until the BMC reports the node on again. Then every 
 its success check is the re-validation that follows, and only that passes it. A BMC error fails
 the step, and the ladder climbs.
 """
+
 from __future__ import annotations
 
 from django.db.models import F
@@ -73,8 +74,11 @@ def _reimage(step: RemediationStep, endpoint: object) -> str:
 
     try:
         boot, token = provisioning.prepare_reimage(
-            step.remediation.node_id, actor=ACTOR, reason=f"Reimage (remediation {step.remediation_id})",
-            expires_at=step.deadline)
+            step.remediation.node_id,
+            actor=ACTOR,
+            reason=f"Reimage (remediation {step.remediation_id})",
+            expires_at=step.deadline,
+        )
     except TransitionNotAllowed as exc:  # the node left remediation meanwhile
         step_failed(step, f"could not prepare the reinstall: {exc}")
         return "failed"
@@ -87,13 +91,21 @@ def _reimage(step: RemediationStep, endpoint: object) -> str:
     RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING, boot_generation__isnull=True).update(
         boot_generation=boot.generation,
         detail=f"PXE boot once and a power cycle: the installer reinstalls boot generation {boot.generation}; "
-               f"waiting for the node's agent to rejoin with join token {token.prefix}… "
-               f"(until {step.deadline:%H:%M:%S} UTC)")
+        f"waiting for the node's agent to rejoin with join token {token.prefix}… "
+        f"(until {step.deadline:%H:%M:%S} UTC)",
+    )
     return "waiting for the node to rejoin"
 
 
 def reimage_awaiting_join(node_id: int) -> RemediationStep | None:
     """The node's running reimage step, if its remediation runs it: the only one a join may complete."""
-    return (RemediationStep.objects.filter(remediation__node_id=node_id, remediation__status=Status.RUNNING,
-                                           rung=Rung.REIMAGE, status=StepStatus.RUNNING)
-            .order_by("-started").first())
+    return (
+        RemediationStep.objects.filter(
+            remediation__node_id=node_id,
+            remediation__status=Status.RUNNING,
+            rung=Rung.REIMAGE,
+            status=StepStatus.RUNNING,
+        )
+        .order_by("-started")
+        .first()
+    )

@@ -1,5 +1,6 @@
 """Remediation: policies, one remediation per incident with its steps up the ladder, and the
 safety rails (holds, maintenance windows, blast-radius limits, circuit breakers)."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -27,15 +28,22 @@ class RemediationPolicy(models.Model):
     match_severity = models.CharField(max_length=20, blank=True, help_text="catastrophic, degraded, warning, info.")
     match_component = models.CharField(max_length=60, blank=True, help_text="A substring of the finding's subject.")
     urgency = models.CharField(max_length=20, choices=Urgency.choices)
-    first_rung = models.CharField(max_length=20, choices=Rung.choices, blank=True,
-                                  help_text="Blank: the finding's recommended action (the XID catalog's), else reboot.")
+    first_rung = models.CharField(
+        max_length=20,
+        choices=Rung.choices,
+        blank=True,
+        help_text="Blank: the finding's recommended action (the XID catalog's), else reboot.",
+    )
     requires_approval = models.BooleanField(default=False, help_text="An operator approves before anything is done.")
     disruptive_only_in_window = models.BooleanField(
-        default=False, help_text="Reboot, power cycle and reimage wait for a maintenance window.")
+        default=False, help_text="Reboot, power cycle and reimage wait for a maintenance window."
+    )
     shadow = models.BooleanField(default=False, help_text="Record what would be done; do nothing.")
     stand_down_if_cleared = models.BooleanField(
-        default=True, help_text="A drain waiting for the job to end is cancelled if the finding's condition "
-                                "cleared meanwhile (a link that flapped once, a passing hot spell).")
+        default=True,
+        help_text="A drain waiting for the job to end is cancelled if the finding's condition "
+        "cleared meanwhile (a link that flapped once, a passing hot spell).",
+    )
 
     class Meta:
         ordering = ["priority", "name"]
@@ -57,22 +65,32 @@ class Remediation(models.Model):
     created = models.DateTimeField(default=timezone.now)
     updated = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
-    finding_created = models.DateTimeField(null=True, blank=True, editable=False,
-                                           help_text="When the finding was recorded (a copy, filled on save).")
+    finding_created = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the finding was recorded (a copy, filled on save)."
+    )
     decisions = models.JSONField(default=list, blank=True, help_text="Each decision: when, what, why, who.")
     queued_reason = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["status", "updated"]), models.Index(fields=["node", "-created"]),
-                   # The reports' time to recover: the remediations that succeeded in a period, read
-                   # from the index alone (with the finding's time copied here, no finding is read).
-                   models.Index(fields=["status", "finished"], include=["node", "finding", "finding_created", "created"],
-                                name="remediation_status_finished"),
-                   # The reports' remediations by rung: those begun in a period (from the index alone).
-                   models.Index(fields=["created"], include=["rung", "status"], name="remediation_created")]
-        constraints = [models.UniqueConstraint(fields=["node"], condition=Q(status__in=[s.value for s in OPEN]),
-                                               name="one_open_remediation_per_node")]
+        indexes = [
+            models.Index(fields=["status", "updated"]),
+            models.Index(fields=["node", "-created"]),
+            # The reports' time to recover: the remediations that succeeded in a period, read
+            # from the index alone (with the finding's time copied here, no finding is read).
+            models.Index(
+                fields=["status", "finished"],
+                include=["node", "finding", "finding_created", "created"],
+                name="remediation_status_finished",
+            ),
+            # The reports' remediations by rung: those begun in a period (from the index alone).
+            models.Index(fields=["created"], include=["rung", "status"], name="remediation_created"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"], condition=Q(status__in=[s.value for s in OPEN]), name="one_open_remediation_per_node"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.node} {self.get_rung_display()} ({self.get_status_display()})"
@@ -106,17 +124,22 @@ class RemediationStep(models.Model):
     started = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
     acted_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the rung's action was carried out (its success check follows).")
+        null=True, blank=True, help_text="When the rung's action was carried out (its success check follows)."
+    )
     deadline = models.DateTimeField()
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Task deliveries that worked on it.")
     last_activity = models.DateTimeField(
-        null=True, blank=True, help_text="When a worker last took the step up, or the reconciler queued it again.")
+        null=True, blank=True, help_text="When a worker last took the step up, or the reconciler queued it again."
+    )
     detail = models.TextField(blank=True)
     # Set once the BMC has PXE-booted the node: from then on the step waits on the node itself (its
     # agent's join with this generation's token passes it; the deadline fails it), not on a worker.
     boot_generation = models.PositiveIntegerField(
-        null=True, blank=True, editable=False,
-        help_text="Reimage: the boot config generation the node was PXE-booted to install.")
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Reimage: the boot config generation the node was PXE-booted to install.",
+    )
 
     class Meta:
         ordering = ["remediation", "started", "id"]
@@ -170,7 +193,9 @@ class BlastRadiusLimit(models.Model):
     max_drains_per_hour = models.PositiveIntegerField(default=20)
 
     def __str__(self) -> str:
-        return f"{self.get_domain_display()}: {self.max_share:.0%} / {self.max_count} / {self.max_drains_per_hour} per h"
+        return (
+            f"{self.get_domain_display()}: {self.max_share:.0%} / {self.max_count} / {self.max_drains_per_hour} per h"
+        )
 
 
 class CircuitBreaker(models.Model):
@@ -185,8 +210,11 @@ class CircuitBreaker(models.Model):
 
     class Meta:
         ordering = ["-tripped_at"]
-        constraints = [models.UniqueConstraint(fields=["cluster"], condition=Q(reset_at__isnull=True),
-                                               name="one_tripped_breaker_per_cluster")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster"], condition=Q(reset_at__isnull=True), name="one_tripped_breaker_per_cluster"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.cluster}: {'tripped' if self.reset_at is None else 'reset'} ({self.reason[:60]})"

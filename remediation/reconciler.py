@@ -14,6 +14,7 @@ Every minute it re-drives:
 - queued remediations: admitted when the hold, breaker or limit is gone;
 - remediations whose node is in triage but whose rung never started.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,6 +38,8 @@ def stall() -> timedelta:
 
     seconds = getattr(settings, "NODEWARDEN_REMEDIATION_STALL_SECONDS", None)
     return timedelta(seconds=seconds) if seconds is not None else STALL
+
+
 S = NodeState
 
 
@@ -44,8 +47,16 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """One pass over everything that may have stalled. An item that fails (a bug, a service that
     refuses) is logged and counted under "errors"; it never stops the pass for the others."""
     now = now or timezone.now()
-    counts = {"timed_out": 0, "requeued": 0, "drained": 0, "stood_down": 0, "superseded": 0, "admitted": 0,
-              "restarted": 0, "errors": 0}
+    counts = {
+        "timed_out": 0,
+        "requeued": 0,
+        "drained": 0,
+        "stood_down": 0,
+        "superseded": 0,
+        "admitted": 0,
+        "restarted": 0,
+        "errors": 0,
+    }
     stalled_after = stall()
 
     def each(items, act) -> None:  # type: ignore[no-untyped-def]
@@ -64,8 +75,11 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             return "timed_out"
         # A reimage waiting for its node to rejoin waits on no worker.
-        if step.boot_generation is None and (step.last_activity or step.started) < now - stalled_after \
-                and _claim(step, now):
+        if (
+            step.boot_generation is None
+            and (step.last_activity or step.started) < now - stalled_after
+            and _claim(step, now)
+        ):
             services.queue_step(step.pk)
             return "requeued"
         return ""
@@ -91,21 +105,38 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
         return "restarted"
 
     each(RemediationStep.objects.filter(status=StepStatus.RUNNING).order_by("deadline")[:BATCH], step_due)
-    each(Remediation.objects.filter(status=Status.DRAINING)
-         .select_related("node__cluster", "finding__alert", "policy")[:BATCH], draining)
-    each(Remediation.objects.filter(status__in=OPEN, node__state__in=services.OUT_OF_HANDS).values_list(
-        "pk", flat=True)[:BATCH], superseded)
-    each(Remediation.objects.filter(status=Status.QUEUED).select_related("node", "finding__alert", "policy")
-         .order_by("updated")[:BATCH], queued)
-    each(Remediation.objects.filter(status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING),
-                                    updated__lt=now - stalled_after).exclude(steps__status=StepStatus.RUNNING)[:BATCH],
-         stranded)
+    each(
+        Remediation.objects.filter(status=Status.DRAINING).select_related("node__cluster", "finding__alert", "policy")[
+            :BATCH
+        ],
+        draining,
+    )
+    each(
+        Remediation.objects.filter(status__in=OPEN, node__state__in=services.OUT_OF_HANDS).values_list("pk", flat=True)[
+            :BATCH
+        ],
+        superseded,
+    )
+    each(
+        Remediation.objects.filter(status=Status.QUEUED)
+        .select_related("node", "finding__alert", "policy")
+        .order_by("updated")[:BATCH],
+        queued,
+    )
+    each(
+        Remediation.objects.filter(
+            status=Status.RUNNING, node__state__in=(S.TRIAGE, S.REMEDIATING), updated__lt=now - stalled_after
+        ).exclude(steps__status=StepStatus.RUNNING)[:BATCH],
+        stranded,
+    )
     return counts
 
 
 def _claim(step: RemediationStep, now) -> bool:  # type: ignore[no-untyped-def]
     """Compare-and-swap on last_activity: of two reconcilers (or a worker taking the step up
     meanwhile), only one re-queues it, and not again until it has stalled once more."""
-    return bool(RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING,
-                                               last_activity=step.last_activity).update(last_activity=now))
-
+    return bool(
+        RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING, last_activity=step.last_activity).update(
+            last_activity=now
+        )
+    )

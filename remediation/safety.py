@@ -4,6 +4,7 @@ blast-radius limits per failure domain, and maintenance windows for disruptive r
 ``block_reason`` answers why an action may not proceed now (None: it may). A blocked
 remediation is queued and the reconciler tries again later; nothing is lost.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -31,9 +32,13 @@ BREAKER_SHARE, BREAKER_MIN_NODES, BREAKER_WINDOW = 0.3, 5, timedelta(minutes=10)
 def breaker_thresholds() -> tuple[float, int, timedelta]:
     from django.conf import settings
 
-    return (float(getattr(settings, "NODEWARDEN_BREAKER_SHARE", BREAKER_SHARE)),
-            int(getattr(settings, "NODEWARDEN_BREAKER_MIN_NODES", BREAKER_MIN_NODES)),
-            timedelta(seconds=getattr(settings, "NODEWARDEN_BREAKER_WINDOW_SECONDS", BREAKER_WINDOW.total_seconds())))
+    return (
+        float(getattr(settings, "NODEWARDEN_BREAKER_SHARE", BREAKER_SHARE)),
+        int(getattr(settings, "NODEWARDEN_BREAKER_MIN_NODES", BREAKER_MIN_NODES)),
+        timedelta(seconds=getattr(settings, "NODEWARDEN_BREAKER_WINDOW_SECONDS", BREAKER_WINDOW.total_seconds())),
+    )
+
+
 TAKE_OUT_TRANSITIONS = ("cordon", "request_drain", "start_draining")
 
 
@@ -45,8 +50,12 @@ def active_hold(node: Node, now: datetime) -> Hold | None:
         scope |= Q(rack_id=node.rack_id)
     if node.tenant_id:
         scope |= Q(tenant_id=node.tenant_id)
-    return (Hold.objects.filter(scope, released_at__isnull=True).filter(Q(until__isnull=True) | Q(until__gt=now))
-            .order_by("created").first())
+    return (
+        Hold.objects.filter(scope, released_at__isnull=True)
+        .filter(Q(until__isnull=True) | Q(until__gt=now))
+        .order_by("created")
+        .first()
+    )
 
 
 def tripped_breaker(node: Node) -> CircuitBreaker | None:
@@ -66,19 +75,34 @@ def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     share, min_nodes, window = breaker_thresholds()
     size = Node.objects.filter(cluster_id=node.cluster_id).exclude(state=S.DECOMMISSIONED).count()
     since = now - window
-    last_reset = (CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=False)
-                  .order_by("-reset_at").values_list("reset_at", flat=True).first())
+    last_reset = (
+        CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=False)
+        .order_by("-reset_at")
+        .values_list("reset_at", flat=True)
+        .first()
+    )
     if last_reset is not None and last_reset > since:
         since = last_reset  # an operator looked at the findings before the reset
-    hit = (Finding.objects.filter(node__cluster_id=node.cluster_id, shadow=False, created__gte=since,
-                                  severity__in=(Severity.DEGRADED, Severity.CATASTROPHIC))
-           .values("node_id").distinct().count())
+    hit = (
+        Finding.objects.filter(
+            node__cluster_id=node.cluster_id,
+            shadow=False,
+            created__gte=since,
+            severity__in=(Severity.DEGRADED, Severity.CATASTROPHIC),
+        )
+        .values("node_id")
+        .distinct()
+        .count()
+    )
     if hit < min_nodes or hit < share * size:
         return None
-    reason = (f"{hit} of {size} nodes of {node.cluster} had degraded or catastrophic findings within "
-              f"{int(window.total_seconds() // 60)} min: automated actions stop until an operator resets it")
-    breaker, _ = CircuitBreaker.objects.get_or_create(cluster_id=node.cluster_id, reset_at__isnull=True,
-                                                      defaults={"reason": reason, "tripped_at": now})
+    reason = (
+        f"{hit} of {size} nodes of {node.cluster} had degraded or catastrophic findings within "
+        f"{int(window.total_seconds() // 60)} min: automated actions stop until an operator resets it"
+    )
+    breaker, _ = CircuitBreaker.objects.get_or_create(
+        cluster_id=node.cluster_id, reset_at__isnull=True, defaults={"reason": reason, "tripped_at": now}
+    )
     return breaker
 
 
@@ -105,11 +129,16 @@ def blast_radius_block(node: Node, now: datetime) -> str | None:
         total = out + sum(counts.get(s, 0) for s in SERVING) + 1
         label = Domain(domain).label.lower()
         if out + 1 > limit.max_count or (out + 1) / total > limit.max_share:
-            return (f"blast-radius limit of the {label}: {out} of {total} nodes already out of production "
-                    f"(limit {limit.max_share:.0%} and {limit.max_count} nodes)")
-        drains = NodeEvent.objects.filter(scope_on_events(scope), transition__in=TAKE_OUT_TRANSITIONS,
-                                          actor_name__startswith="system:remediation",
-                                          created__gte=now - timedelta(hours=1)).count()
+            return (
+                f"blast-radius limit of the {label}: {out} of {total} nodes already out of production "
+                f"(limit {limit.max_share:.0%} and {limit.max_count} nodes)"
+            )
+        drains = NodeEvent.objects.filter(
+            scope_on_events(scope),
+            transition__in=TAKE_OUT_TRANSITIONS,
+            actor_name__startswith="system:remediation",
+            created__gte=now - timedelta(hours=1),
+        ).count()
         if drains >= limit.max_drains_per_hour:
             return f"drain-rate limit of the {label}: {drains} automated drains in the last hour (limit {limit.max_drains_per_hour})"
     return None

@@ -14,6 +14,7 @@ Escalation: a node that fails again within ``ESCALATION_WINDOW`` of a rung start
 next rung; a repeat offender (``REPEAT_INCIDENTS`` in ``REPEAT_DAYS``) goes to repair.
 Every decision is kept on the remediation and written to the node's history.
 """
+
 from __future__ import annotations
 
 import logging
@@ -106,30 +107,42 @@ def urgency_and_rung(finding: Any) -> tuple[str, str, RemediationPolicy | None]:
     """What the finding alone calls for: its policy's urgency and first rung, else the defaults."""
     policy = match_policy(finding)
     urgency = policy.urgency if policy else DEFAULT_URGENCY.get(finding.severity, Urgency.WATCH)
-    rung = (policy.first_rung if policy and policy.first_rung else
-            RECOMMENDED_RUNG.get(finding.recommended_action, Rung.REBOOT))
+    rung = (
+        policy.first_rung
+        if policy and policy.first_rung
+        else RECOMMENDED_RUNG.get(finding.recommended_action, Rung.REBOOT)
+    )
     return urgency, rung, policy
 
 
 def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
     """Urgency and rung for this finding on this node, with the reasons (see the module docstring)."""
     urgency, rung, policy = urgency_and_rung(finding)
-    reasons = [f"policy {policy.name!r}" if policy else f"default for {finding.severity} findings",
-               f"{Urgency(urgency).label.lower()}", f"first rung {Rung(rung).label.lower()}"
-               + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})")]
-    recent = Remediation.objects.filter(node=node, created__gte=now - timedelta(days=_setting(
-        "NODEWARDEN_REPEAT_DAYS", 7))).exclude(status=Status.STOPPED)
+    reasons = [
+        f"policy {policy.name!r}" if policy else f"default for {finding.severity} findings",
+        f"{Urgency(urgency).label.lower()}",
+        f"first rung {Rung(rung).label.lower()}"
+        + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})"),
+    ]
+    recent = Remediation.objects.filter(
+        node=node, created__gte=now - timedelta(days=_setting("NODEWARDEN_REPEAT_DAYS", 7))
+    ).exclude(status=Status.STOPPED)
     incidents = recent.count() + 1
     if incidents >= _setting("NODEWARDEN_REPEAT_INCIDENTS", 5) and LADDER.index(rung) < LADDER.index(Rung.REPAIR):
         rung = Rung.REPAIR
-        reasons.append(f"repeat offender: {incidents} incidents in {_setting('NODEWARDEN_REPEAT_DAYS', 7)} days, "
-                       "straight to repair")
-    last = recent.filter(status=Status.SUCCEEDED, finished__gte=now - timedelta(
-        hours=_setting("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72))).first()
+        reasons.append(
+            f"repeat offender: {incidents} incidents in {_setting('NODEWARDEN_REPEAT_DAYS', 7)} days, "
+            "straight to repair"
+        )
+    last = recent.filter(
+        status=Status.SUCCEEDED, finished__gte=now - timedelta(hours=_setting("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72))
+    ).first()
     if last is not None and LADDER.index(rung) <= LADDER.index(last.rung):
         rung = next_rung(last.rung)
-        reasons.append(f"failed again {_ago(now - last.finished)} after a {Rung(last.rung).label.lower()}: "
-                       f"climbing to {Rung(rung).label.lower()}")
+        reasons.append(
+            f"failed again {_ago(now - last.finished)} after a {Rung(last.rung).label.lower()}: "
+            f"climbing to {Rung(rung).label.lower()}"
+        )
     return Plan(urgency, rung, policy, reasons)
 
 
@@ -145,8 +158,13 @@ def _decide(rem: Remediation, what: str, *, actor: Actor = ACTOR, event: bool = 
     rem.updated = now
     rem.save(update_fields=["decisions", "updated", "status", "rung", "queued_reason", "finished"])
     if event:
-        record_event(rem.node_id, EventKind.ACTION, actor=actor, reason=f"Remediation: {what}",
-                     details={"remediation": rem.pk, "rung": rem.rung, "status": rem.status, **details})
+        record_event(
+            rem.node_id,
+            EventKind.ACTION,
+            actor=actor,
+            reason=f"Remediation: {what}",
+            details={"remediation": rem.pk, "rung": rem.rung, "status": rem.status, **details},
+        )
 
 
 # --- From a finding to a plan --------------------------------------------------------------------
@@ -171,16 +189,26 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         return open_rem
     if node.state not in ACTIONABLE:
         return None  # Day 0/Day 1 (validation decides), already in repair or RMA, or gone
-    if finding.rule in VALIDATION_RULES and not RemediationPolicy.objects.filter(
-            enabled=True, match_rule=finding.rule).exists():
+    if (
+        finding.rule in VALIDATION_RULES
+        and not RemediationPolicy.objects.filter(enabled=True, match_rule=finding.rule).exists()
+    ):
         return None
     plan = plan_for(finding, node, now)
     if plan.urgency == Urgency.WATCH:
         return None  # the finding itself is on the record and its alert on the list
     try:
         with transaction.atomic():
-            rem = Remediation.objects.create(node=node, finding=finding, policy=plan.policy, urgency=plan.urgency,
-                                             rung=plan.rung, status=Status.QUEUED, created=now, updated=now)
+            rem = Remediation.objects.create(
+                node=node,
+                finding=finding,
+                policy=plan.policy,
+                urgency=plan.urgency,
+                rung=plan.rung,
+                status=Status.QUEUED,
+                created=now,
+                updated=now,
+            )
             _decide(rem, f"{finding.summary} -> " + "; ".join(plan.reasons), finding=finding.pk)
     except IntegrityError:  # another finding opened one for this node meanwhile
         return Remediation.objects.filter(node=node, status__in=OPEN).first()
@@ -205,8 +233,9 @@ def hasten(remediation_id: int, finding: Any, *, now: datetime | None = None) ->
     now = now or timezone.now()
     urgency, rung, _policy = urgency_and_rung(finding)
     with transaction.atomic():
-        rem = Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(
-            pk=remediation_id)
+        rem = (
+            Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(pk=remediation_id)
+        )
         more_urgent = URGENCY_RANK.get(urgency, 0) > URGENCY_RANK.get(rem.urgency, 0)
         not_started = rem.status in (Status.AWAITING_APPROVAL, Status.QUEUED, Status.DRAINING)
         higher_rung = not_started and LADDER.index(rung) > LADDER.index(rem.rung)
@@ -217,9 +246,20 @@ def hasten(remediation_id: int, finding: Any, *, now: datetime | None = None) ->
             Remediation.objects.filter(pk=rem.pk).update(urgency=urgency)
         if higher_rung:
             rem.rung = rung
-        _decide(rem, f"{finding.summary} is more severe: " + ", ".join(filter(None, [
-            f"now {Urgency(urgency).label.lower()}" if more_urgent else "",
-            f"first rung {Rung(rung).label.lower()}" if higher_rung else ""])), finding=finding.pk)
+        _decide(
+            rem,
+            f"{finding.summary} is more severe: "
+            + ", ".join(
+                filter(
+                    None,
+                    [
+                        f"now {Urgency(urgency).label.lower()}" if more_urgent else "",
+                        f"first rung {Rung(rung).label.lower()}" if higher_rung else "",
+                    ],
+                )
+            ),
+            finding=finding.pk,
+        )
         if not (more_urgent and rem.status == Status.DRAINING and urgency == Urgency.NOW):
             return rem
         if rem.node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING):
@@ -257,8 +297,9 @@ def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediati
     if node.state == S.PRODUCTION and rem.urgency == Urgency.WHEN_IDLE:
         rem.status = Status.DRAINING
         _decide(rem, "draining: the node leaves production when its current job ends", event=False)
-        node_services.request_drain(node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)}",
-                                    details={"remediation": rem.pk})
+        node_services.request_drain(
+            node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)}", details={"remediation": rem.pk}
+        )
         return rem
     if node.state in (S.DRAIN_PENDING, S.DRAINING):
         rem.status = Status.DRAINING
@@ -274,8 +315,12 @@ def _finding_text(rem: Remediation) -> str:
 def _take_out_now(rem: Remediation, actor: Actor) -> None:
     """Cordon: out of production at once; the cordon's scheduler reaction (``schedulers.reactions``)
     evicts the job once the transition has committed."""
-    node_services.cordon(rem.node_id, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
-                         details={"remediation": rem.pk})
+    node_services.cordon(
+        rem.node_id,
+        actor=actor,
+        reason=f"Remediation {rem.pk}: {_finding_text(rem)} (act now)",
+        details={"remediation": rem.pk},
+    )
 
 
 # --- The ladder ----------------------------------------------------------------------------------
@@ -306,13 +351,19 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
             return rem
     with transaction.atomic():
         step, created = RemediationStep.objects.get_or_create(
-            remediation=rem, rung=rem.rung,
-            defaults={"deadline": now + timedelta(seconds=RUNG_TIMEOUT.get(rem.rung, 900)), "started": now})
+            remediation=rem,
+            rung=rem.rung,
+            defaults={"deadline": now + timedelta(seconds=RUNG_TIMEOUT.get(rem.rung, 900)), "started": now},
+        )
         if not created and step.status != StepStatus.RUNNING:
             return rem  # this rung was tried already in this incident
         if node.state == S.TRIAGE:
-            node_services.start_remediation(node.pk, actor=ACTOR, reason=f"{Rung(rem.rung).label} (remediation {rem.pk})",
-                                            details={"remediation": rem.pk, "rung": rem.rung})
+            node_services.start_remediation(
+                node.pk,
+                actor=ACTOR,
+                reason=f"{Rung(rem.rung).label} (remediation {rem.pk})",
+                details={"remediation": rem.pk, "rung": rem.rung},
+            )
         rem.status, rem.queued_reason = Status.RUNNING, ""
         _decide(rem, f"{Rung(rem.rung).label.lower()} started", event=False)
         transaction.on_commit(lambda: queue_step(step.pk))
@@ -336,13 +387,24 @@ def _hand_off(rem: Remediation) -> Remediation:
     component = _component(rem)
     if rem.rung == Rung.RMA:
         vendor, failed_serial = _rma_vendor_and_serial(rem)
-        repairs.open_rma_case(node.pk, vendor=vendor, part=component, failed_serial=failed_serial,
-                              actor=ACTOR, reason=f"Remediation {rem.pk}: {what}")
+        repairs.open_rma_case(
+            node.pk,
+            vendor=vendor,
+            part=component,
+            failed_serial=failed_serial,
+            actor=ACTOR,
+            reason=f"Remediation {rem.pk}: {what}",
+        )
     else:
-        repairs.open_repair_ticket(node.pk, component=component,
-                                   what=f"{what}. Tried: {_tried(rem) or 'nothing automated'}.", actor=ACTOR,
-                                   reason=f"Remediation {rem.pk}: {what}",
-                                   finding_id=rem.finding_id, remediation_id=rem.pk)
+        repairs.open_repair_ticket(
+            node.pk,
+            component=component,
+            what=f"{what}. Tried: {_tried(rem) or 'nothing automated'}.",
+            actor=ACTOR,
+            reason=f"Remediation {rem.pk}: {what}",
+            finding_id=rem.finding_id,
+            remediation_id=rem.pk,
+        )
     rem.status, rem.finished = Status.HANDED_OFF, timezone.now()
     _decide(rem, f"handed off: {Rung(rem.rung).label.lower()}")
     return rem
@@ -381,20 +443,26 @@ def action_done(step: RemediationStep, detail: str) -> None:
     is not passed yet: it waits, verifying, for its success check (``on_back_in_production``)."""
     with transaction.atomic():
         if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
-                status=StepStatus.VERIFYING, acted_at=timezone.now(), detail=detail[:2000]):
+            status=StepStatus.VERIFYING, acted_at=timezone.now(), detail=detail[:2000]
+        ):
             return  # another delivery finished it
         rem = Remediation.objects.select_related("node").get(pk=step.remediation_id)
         rem.status = Status.VALIDATING
         _decide(rem, f"{Rung(step.rung).label.lower()} done ({detail}); re-validating before production", event=False)
         if rem.node.state == S.REMEDIATING:
-            node_services.revalidate(rem.node_id, actor=ACTOR, reason=f"{Rung(step.rung).label} done: re-validating",
-                                     details={"remediation": rem.pk})
+            node_services.revalidate(
+                rem.node_id,
+                actor=ACTOR,
+                reason=f"{Rung(step.rung).label} done: re-validating",
+                details={"remediation": rem.pk},
+            )
 
 
 def _verified(rem: Remediation, status: str, detail: str) -> None:
     """The verifying step of the remediation has its answer: passed or failed, with why."""
     RemediationStep.objects.filter(remediation=rem, status=StepStatus.VERIFYING).update(
-        status=status, finished=timezone.now(), detail=Concat(F("detail"), Value(f"; {detail}"[:1000])))
+        status=status, finished=timezone.now(), detail=Concat(F("detail"), Value(f"; {detail}"[:1000]))
+    )
 
 
 def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
@@ -402,8 +470,11 @@ def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
     re-validation starts (its success check). Called inside the join's transaction; the step row is
     locked so the deadline cannot fail it meanwhile. False (nothing written) if it is no longer running."""
     with transaction.atomic():
-        running = RemediationStep.objects.select_for_update().filter(
-            pk=step.pk, rung=Rung.REIMAGE, status=StepStatus.RUNNING).first()
+        running = (
+            RemediationStep.objects.select_for_update()
+            .filter(pk=step.pk, rung=Rung.REIMAGE, status=StepStatus.RUNNING)
+            .first()
+        )
         if running is None:
             return False
         action_done(running, detail)
@@ -414,7 +485,8 @@ def step_failed(step: RemediationStep, detail: str) -> None:
     """The rung did not work (or could not run): climb."""
     with transaction.atomic():
         if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
-                status=StepStatus.FAILED, finished=timezone.now(), detail=detail[:2000]):
+            status=StepStatus.FAILED, finished=timezone.now(), detail=detail[:2000]
+        ):
             return
         rem = Remediation.objects.get(pk=step.remediation_id)
         escalate(rem, f"{Rung(step.rung).label.lower()} failed: {detail}")
@@ -501,21 +573,23 @@ def stand_down(remediation_id: int) -> Remediation:
     it work again); a node already out, waiting in triage for its confirmation, re-validates.
     Idempotent: anything else is left alone."""
     with transaction.atomic():
-        rem = Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(
-            pk=remediation_id)
+        rem = (
+            Remediation.objects.select_for_update(of=("self",)).select_related("node", "finding").get(pk=remediation_id)
+        )
         in_drain = rem.status == Status.DRAINING and rem.node.state == S.DRAIN_PENDING
-        confirming_in_triage = (rem.status == Status.QUEUED and rem.node.state == S.TRIAGE
-                                and not rem.steps.exists())
+        confirming_in_triage = rem.status == Status.QUEUED and rem.node.state == S.TRIAGE and not rem.steps.exists()
         if not (in_drain or confirming_in_triage):
             return rem
         if in_drain:
             why = f"{_finding_text(rem)} cleared by itself before the job ended: standing down"
-            node_services.cancel_drain(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
-                                       details={"remediation": rem.pk})
+            node_services.cancel_drain(
+                rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}", details={"remediation": rem.pk}
+            )
         else:  # out of production already: back through re-validation, nothing disruptive done
             why = f"{_finding_text(rem)} cleared by itself while being confirmed: standing down, re-validating"
-            node_services.revalidate(rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}",
-                                     details={"remediation": rem.pk})
+            node_services.revalidate(
+                rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}", details={"remediation": rem.pk}
+            )
         rem.status, rem.finished = Status.CLEARED, timezone.now()
         _decide(rem, why)
     return rem
@@ -537,9 +611,11 @@ def on_back_in_production(node_id: int) -> Remediation | None:
     if rem is None:
         return None
     # Since the action being verified (or the last action carried out, or the finding).
-    since = (rem.steps.filter(status=StepStatus.VERIFYING).values_list("acted_at", flat=True).first()
-             or rem.steps.exclude(acted_at=None).order_by("-acted_at").values_list("acted_at", flat=True).first()
-             or rem.created)
+    since = (
+        rem.steps.filter(status=StepStatus.VERIFYING).values_list("acted_at", flat=True).first()
+        or rem.steps.exclude(acted_at=None).order_by("-acted_at").values_list("acted_at", flat=True).first()
+        or rem.created
+    )
     firing = still_firing(rem.finding, since=since) if rem.finding else None
     rem.finished = timezone.now()
     if firing:
@@ -549,8 +625,11 @@ def on_back_in_production(node_id: int) -> Remediation | None:
         return rem
     _verified(rem, StepStatus.PASSED, "re-validation passed")
     rem.status = Status.SUCCEEDED
-    _decide(rem, f"back in production after {Rung(rem.rung).label.lower()} and re-validation "
-                 f"({_ago(rem.finished - rem.created)} after the finding)")
+    _decide(
+        rem,
+        f"back in production after {Rung(rem.rung).label.lower()} and re-validation "
+        f"({_ago(rem.finished - rem.created)} after the finding)",
+    )
     return rem
 
 
@@ -588,7 +667,8 @@ def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     if rem.status not in OPEN:
         raise RemediationConflict(f"Remediation {rem.pk} is already {rem.get_status_display().lower()}.")
     RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
-        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}")
+        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}"
+    )
     rem.status, rem.finished = Status.STOPPED, timezone.now()
     _decide(rem, f"stopped: {reason}", actor=actor)
     return rem
@@ -602,7 +682,8 @@ def end_superseded(remediation_id: int) -> Remediation:
         if rem.status not in OPEN or rem.node.state not in OUT_OF_HANDS:
             return rem
         RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
-            status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"node in {rem.node.state}")
+            status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"node in {rem.node.state}"
+        )
         rem.status, rem.finished = Status.STOPPED, timezone.now()
         _decide(rem, f"the node went to {rem.node.get_state_display().lower()} by other hands: nothing more to do")
     return rem
@@ -615,7 +696,8 @@ def skip_rung(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     if rem.status not in SKIPPABLE:
         raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}: no rung to skip.")
     RemediationStep.objects.filter(remediation=rem, rung=rem.rung, status=StepStatus.RUNNING).update(
-        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"skipped by {actor.name}: {reason}")
+        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"skipped by {actor.name}: {reason}"
+    )
     with transaction.atomic():
         return escalate(rem, f"{Rung(rem.rung).label.lower()} skipped by {actor.name}: {reason}", actor=actor)
 
@@ -623,14 +705,29 @@ def skip_rung(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
 # --- Safety verbs --------------------------------------------------------------------------------
 
 
-def place_hold(*, actor: Actor, reason: str, node_id: int | None = None, cluster_id: int | None = None,
-               rack_id: int | None = None, tenant_id: int | None = None, until: datetime | None = None) -> Any:
+def place_hold(
+    *,
+    actor: Actor,
+    reason: str,
+    node_id: int | None = None,
+    cluster_id: int | None = None,
+    rack_id: int | None = None,
+    tenant_id: int | None = None,
+    until: datetime | None = None,
+) -> Any:
     """No automated action on the node or domain (all None: the whole fleet) until released."""
     from .models import Hold
 
     reason = _operator(actor, reason)
-    hold = Hold.objects.create(node_id=node_id, cluster_id=cluster_id, rack_id=rack_id, tenant_id=tenant_id,
-                               reason=reason, actor_name=actor.name, until=until)
+    hold = Hold.objects.create(
+        node_id=node_id,
+        cluster_id=cluster_id,
+        rack_id=rack_id,
+        tenant_id=tenant_id,
+        reason=reason,
+        actor_name=actor.name,
+        until=until,
+    )
     if node_id:
         record_event(node_id, EventKind.NOTE, actor=actor, reason=f"Hold placed: {reason}", details={"hold": hold.pk})
     return hold
@@ -645,8 +742,9 @@ def release_hold(hold_id: int, *, actor: Actor, reason: str) -> Any:
         hold.released_at, hold.released_reason = timezone.now(), f"{actor.name}: {reason}"
         hold.save(update_fields=["released_at", "released_reason"])
         if hold.node_id:
-            record_event(hold.node_id, EventKind.NOTE, actor=actor, reason=f"Hold released: {reason}",
-                         details={"hold": hold.pk})
+            record_event(
+                hold.node_id, EventKind.NOTE, actor=actor, reason=f"Hold released: {reason}", details={"hold": hold.pk}
+            )
     return hold
 
 

@@ -4,6 +4,7 @@ work by status and rung, tripped breakers, active holds, time to recover).
 
 Every read is a fixed number of queries whatever the number of rows, with row caps.
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,11 @@ def ladder(rem: Remediation, steps: Sequence[RemediationStep]) -> list[LadderRun
 
 def decisions(rem: Remediation) -> list[dict[str, Any]]:
     """The remediation's decisions, oldest first, with ``at`` read back into a datetime."""
-    return [{**d, "at": parse_datetime(d.get("at", "")) if isinstance(d.get("at"), str) else None}
-            for d in rem.decisions or [] if isinstance(d, dict)]
+    return [
+        {**d, "at": parse_datetime(d.get("at", "")) if isinstance(d.get("at"), str) else None}
+        for d in rem.decisions or []
+        if isinstance(d, dict)
+    ]
 
 
 def outlook(rem: Remediation, steps: Sequence[RemediationStep]) -> str:
@@ -89,7 +93,9 @@ def outlook(rem: Remediation, steps: Sequence[RemediationStep]) -> str:
         text = PLAIN_OPEN[rem.status].format(rung=Rung(rem.rung).label.lower())
         running = next((s for s in steps if s.status == StepStatus.RUNNING), None)
         if rem.status == Status.RUNNING and running is not None:
-            text += f" This step should be done by {running.deadline:%Y-%m-%d %H:%M} UTC, then the node is re-validated."
+            text += (
+                f" This step should be done by {running.deadline:%Y-%m-%d %H:%M} UTC, then the node is re-validated."
+            )
         return text
     ended = f"{rem.finished:%Y-%m-%d %H:%M} UTC" if rem.finished else "an unknown time"
     if rem.status == Status.SUCCEEDED:
@@ -106,15 +112,21 @@ def outlook(rem: Remediation, steps: Sequence[RemediationStep]) -> str:
 
 def node_panel(node: Node) -> dict[str, Any]:
     """The node's current (or last) remediation with its ladder and decisions, and earlier ones."""
-    recent = list(Remediation.objects.filter(node=node).select_related("finding", "policy")
-                  .order_by("-created", "-id")[:OLDER + 1])
+    recent = list(
+        Remediation.objects.filter(node=node)
+        .select_related("finding", "policy")
+        .order_by("-created", "-id")[: OLDER + 1]
+    )
     current = next((r for r in recent if r.is_open), recent[0] if recent else None)
     if current is None:
         return {"current": None, "older": []}
     steps = list(current.steps.all())
     return {
-        "current": current, "colour": STATUS_COLOURS.get(current.status, "#888"),
-        "ladder": ladder(current, steps), "decisions": decisions(current), "outlook": outlook(current, steps),
+        "current": current,
+        "colour": STATUS_COLOURS.get(current.status, "#888"),
+        "ladder": ladder(current, steps),
+        "decisions": decisions(current),
+        "outlook": outlook(current, steps),
         "older": [r for r in recent if r.pk != current.pk][:OLDER],
     }
 
@@ -123,8 +135,11 @@ def actions_for(rem: Remediation | None) -> list[dict[str, str]]:
     """The operator verbs the remediation's status allows (the caller checks the permission)."""
     if rem is None:
         return []
-    return [{"name": name, "label": label, "style": style} for name, label, style, statuses in ACTIONS
-            if rem.status in statuses]
+    return [
+        {"name": name, "label": label, "style": style}
+        for name, label, style, statuses in ACTIONS
+        if rem.status in statuses
+    ]
 
 
 # --- The fleet -----------------------------------------------------------------------------------
@@ -138,9 +153,10 @@ def open_counts(remediations: QuerySet[Remediation]) -> tuple[list[dict[str, Any
     for status, rung, n in rows:
         by_status[status] += n
         by_rung[rung] += n
-    return ([{"status": s, "label": Status(s).label, "count": by_status[s], "colour": STATUS_COLOURS[s]}
-             for s in OPEN],
-            [{"rung": r, "label": Rung(r).label, "count": by_rung[r]} for r in LADDER])
+    return (
+        [{"status": s, "label": Status(s).label, "count": by_status[s], "colour": STATUS_COLOURS[s]} for s in OPEN],
+        [{"rung": r, "label": Rung(r).label, "count": by_rung[r]} for r in LADDER],
+    )
 
 
 def tripped_breakers() -> QuerySet[CircuitBreaker]:
@@ -151,8 +167,12 @@ def tripped_breakers() -> QuerySet[CircuitBreaker]:
 def active_holds(now: datetime | None = None) -> list[Hold]:
     now = now or timezone.now()
     # The four possible targets, one of which names the hold on every row.
-    holds = (Hold.objects.filter(released_at__isnull=True).filter(Q(until__isnull=True) | Q(until__gt=now))
-             .select_related("node", "cluster", "rack", "tenant").order_by("-created", "-id"))
+    holds = (
+        Hold.objects.filter(released_at__isnull=True)
+        .filter(Q(until__isnull=True) | Q(until__gt=now))
+        .select_related("node", "cluster", "rack", "tenant")
+        .order_by("-created", "-id")
+    )
     return list(holds[:MAX_HOLDS])
 
 
@@ -179,8 +199,13 @@ def duration_text(seconds: float | None) -> str:
 
 def _stats(seconds: list[float]) -> dict[str, Any]:
     median, p90 = percentile(seconds, 50), percentile(seconds, 90)
-    return {"count": len(seconds), "median_s": median, "p90_s": p90,
-            "median": duration_text(median), "p90": duration_text(p90)}
+    return {
+        "count": len(seconds),
+        "median_s": median,
+        "p90_s": p90,
+        "median": duration_text(median),
+        "p90": duration_text(p90),
+    }
 
 
 def mttr(remediations: QuerySet[Remediation], now: datetime | None = None) -> dict[str, Any]:
@@ -191,14 +216,20 @@ def mttr(remediations: QuerySet[Remediation], now: datetime | None = None) -> di
     so time spent queued, draining and re-validating all counts.
     """
     now = now or timezone.now()
-    rows = (remediations.filter(status=Status.SUCCEEDED, finished__isnull=False, finished__gte=now - MTTR_WINDOW)
-            .annotate(began=Coalesce("finding__created", "created")).order_by("-finished")
-            .values_list("node__cluster__name", "began", "finished")[:MAX_RECOVERIES])
+    rows = (
+        remediations.filter(status=Status.SUCCEEDED, finished__isnull=False, finished__gte=now - MTTR_WINDOW)
+        .annotate(began=Coalesce("finding__created", "created"))
+        .order_by("-finished")
+        .values_list("node__cluster__name", "began", "finished")[:MAX_RECOVERIES]
+    )
     overall: list[float] = []
     per_cluster: dict[str, list[float]] = defaultdict(list)
     for cluster, began, finished in rows:
         seconds = max((finished - began).total_seconds(), 0.0)
         overall.append(seconds)
         per_cluster[cluster or ""].append(seconds)
-    return {"window_days": MTTR_WINDOW.days, "overall": _stats(overall),
-            "clusters": [{"cluster": name, **_stats(values)} for name, values in sorted(per_cluster.items())]}
+    return {
+        "window_days": MTTR_WINDOW.days,
+        "overall": _stats(overall),
+        "clusters": [{"cluster": name, **_stats(values)} for name, values in sorted(per_cluster.items())],
+    }

@@ -1,4 +1,5 @@
 """Celery tasks of remediation: small, idempotent, safe to run twice."""
+
 from __future__ import annotations
 
 from celery import shared_task

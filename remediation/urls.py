@@ -1,4 +1,5 @@
 """Portal pages of remediation."""
+
 from django.urls import path
 
 from . import views

@@ -5,6 +5,7 @@ staff (open work, breakers, holds, time to recover, availability per cluster).
 Customers see their own nodes' panels, read-only; the fleet page answers them 404.
 Every change goes through ``remediation.services``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -35,7 +36,9 @@ from .models import Remediation
 PAGE_SIZE = 50
 AVAILABILITY_DAYS = 30
 VERBS: dict[str, Callable[..., Remediation]] = {
-    "approve": services.approve, "skip-rung": services.skip_rung, "stop": services.stop,
+    "approve": services.approve,
+    "skip-rung": services.skip_rung,
+    "stop": services.stop,
 }
 REFUSALS = (ReasonRequired, services.RemediationConflict)
 
@@ -44,8 +47,9 @@ class HoldForm(forms.Form):
     """A hold on one node (by hostname) or on a whole cluster, with a reason."""
 
     hostname = forms.CharField(required=False, max_length=253)
-    cluster = forms.ModelChoiceField(Cluster.objects.order_by("name"), required=False, to_field_name="name",
-                                     empty_label="or a cluster")
+    cluster = forms.ModelChoiceField(
+        Cluster.objects.order_by("name"), required=False, to_field_name="name", empty_label="or a cluster"
+    )
     until = forms.DateTimeField(required=False, help_text="UTC; empty: until released.")
     reason = forms.CharField(max_length=1000, error_messages={"required": "A reason is required."})
 
@@ -72,10 +76,16 @@ def node_remediation(request: HttpRequest, pk: int) -> HttpResponse:
     node = visible_node_or_404(request.user, pk)
     panel = summary.node_panel(node)
     can_act = request.user.has_perm(OPERATE)
-    return render(request, "remediation/_node_remediation.html", {
-        "node": node, **panel, "staff": is_operator_view(request.user),
-        "actions": summary.actions_for(panel["current"]) if can_act else [],
-    })
+    return render(
+        request,
+        "remediation/_node_remediation.html",
+        {
+            "node": node,
+            **panel,
+            "staff": is_operator_view(request.user),
+            "actions": summary.actions_for(panel["current"]) if can_act else [],
+        },
+    )
 
 
 @login_required
@@ -95,8 +105,9 @@ def remediation_action(request: HttpRequest, pk: int, action: str) -> HttpRespon
     except REFUSALS as exc:
         messages.error(request, str(exc))
     else:
-        messages.success(request, f"Remediation {done.pk}: {done.get_status_display().lower()} "
-                                  f"({done.get_rung_display().lower()}).")
+        messages.success(
+            request, f"Remediation {done.pk}: {done.get_status_display().lower()} ({done.get_rung_display().lower()})."
+        )
     return redirect("node-detail", pk=rem.node_id)
 
 
@@ -119,8 +130,9 @@ def _query(request: HttpRequest) -> QueryDict:
 
 def _open_list(request: HttpRequest) -> tuple[RemediationFilterSet, Any, str]:
     # node and its cluster: the hostname and cluster columns; finding: what caused it.
-    queryset = (Remediation.objects.select_related("node__cluster", "finding").defer("decisions")
-                .order_by("created", "id"))
+    queryset = (
+        Remediation.objects.select_related("node__cluster", "finding").defer("decisions").order_by("created", "id")
+    )
     filterset = RemediationFilterSet(_query(request), queryset=queryset, request=request)
     rows: QuerySet[Remediation] = filterset.qs if filterset.is_valid() else queryset.none()
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -136,16 +148,29 @@ def overview(request: HttpRequest) -> HttpResponse:
     by_status, by_rung = summary.open_counts(Remediation.objects.all())
     filterset, page, query = _open_list(request)
     snapshots = StateCountSnapshot.objects.filter(taken_at__gte=now - timedelta(days=AVAILABILITY_DAYS))
-    return render(request, "remediation/overview.html", {
-        "by_status": by_status, "by_rung": by_rung, "open_total": sum(t["count"] for t in by_status),
-        "breakers": summary.tripped_breakers(), "holds": summary.active_holds(now),
-        "mttr": summary.mttr(Remediation.objects.all(), now),
-        "availability_chart": charts.availability_by_cluster(snapshots), "availability_days": AVAILABILITY_DAYS,
-        "filterset": filterset, "errors": filterset.errors, "page": page, "query": query,
-        "statuses": Status.choices, "rungs": Rung.choices,
-        "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
-        "can_operate": request.user.has_perm(OPERATE), "now": now,
-    })
+    return render(
+        request,
+        "remediation/overview.html",
+        {
+            "by_status": by_status,
+            "by_rung": by_rung,
+            "open_total": sum(t["count"] for t in by_status),
+            "breakers": summary.tripped_breakers(),
+            "holds": summary.active_holds(now),
+            "mttr": summary.mttr(Remediation.objects.all(), now),
+            "availability_chart": charts.availability_by_cluster(snapshots),
+            "availability_days": AVAILABILITY_DAYS,
+            "filterset": filterset,
+            "errors": filterset.errors,
+            "page": page,
+            "query": query,
+            "statuses": Status.choices,
+            "rungs": Rung.choices,
+            "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+            "can_operate": request.user.has_perm(OPERATE),
+            "now": now,
+        },
+    )
 
 
 def _operate(request: HttpRequest, act: Callable[[Actor], str]) -> HttpResponse:
@@ -181,8 +206,13 @@ def hold_place(request: HttpRequest) -> HttpResponse:
     node, cluster = data.get("node"), data.get("cluster")
 
     def place(actor: Actor) -> str:
-        services.place_hold(actor=actor, reason=data["reason"], node_id=node.pk if node else None,
-                            cluster_id=cluster.pk if cluster else None, until=data.get("until"))
+        services.place_hold(
+            actor=actor,
+            reason=data["reason"],
+            node_id=node.pk if node else None,
+            cluster_id=cluster.pk if cluster else None,
+            until=data.get("until"),
+        )
         return f"Hold placed on {node or cluster}: no automated action there until it is released."
 
     return _operate(request, place)

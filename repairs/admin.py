@@ -1,6 +1,7 @@
 """Admin: tickets, cases and their history are read-only (they change only through
 ``repairs.services``, from the portal or the API); webhook endpoints are editable; failed
 deliveries get a "retry now" action."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -42,8 +43,18 @@ class CaseEventInline(EventInline):
 
 @admin.register(RepairTicket)
 class RepairTicketAdmin(ReadOnlyAdmin):
-    list_display = ["id", "hostname", "component", "state", "site", "rack", "rack_unit", "assignee", "created",
-                    "resolved_at"]
+    list_display = [
+        "id",
+        "hostname",
+        "component",
+        "state",
+        "site",
+        "rack",
+        "rack_unit",
+        "assignee",
+        "created",
+        "resolved_at",
+    ]
     list_filter = ["state", "site"]
     search_fields = ["hostname", "component", "what", "assignee"]
     date_hierarchy = "created"
@@ -53,8 +64,18 @@ class RepairTicketAdmin(ReadOnlyAdmin):
 
 @admin.register(RmaCase)
 class RmaCaseAdmin(ReadOnlyAdmin):
-    list_display = ["id", "hostname", "vendor", "part", "failed_serial", "replacement_serial", "vendor_case_number",
-                    "state", "outcome", "created"]
+    list_display = [
+        "id",
+        "hostname",
+        "vendor",
+        "part",
+        "failed_serial",
+        "replacement_serial",
+        "vendor_case_number",
+        "state",
+        "outcome",
+        "created",
+    ]
     list_filter = ["state", "outcome", "vendor"]
     search_fields = ["hostname", "vendor", "part", "failed_serial", "replacement_serial", "vendor_case_number"]
     date_hierarchy = "created"
@@ -64,8 +85,17 @@ class RmaCaseAdmin(ReadOnlyAdmin):
 
 @admin.register(RepairEvent)
 class RepairEventAdmin(ReadOnlyAdmin):
-    list_display = ["created", "ticket", "rma_case", "hostname", "verb", "from_state", "to_state", "actor_name",
-                    "reason"]
+    list_display = [
+        "created",
+        "ticket",
+        "rma_case",
+        "hostname",
+        "verb",
+        "from_state",
+        "to_state",
+        "actor_name",
+        "reason",
+    ]
     list_filter = ["verb", "to_state"]
     list_select_related = ["ticket", "rma_case"]
     search_fields = ["hostname", "actor_name", "reason"]
@@ -73,8 +103,9 @@ class RepairEventAdmin(ReadOnlyAdmin):
 
 class WebhookEndpointForm(forms.ModelForm):
     url = forms.URLField(max_length=500, assume_scheme="https")
-    events = forms.MultipleChoiceField(choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple,
-                                       required=False)
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple, required=False
+    )
 
     class Meta:
         model = WebhookEndpoint
@@ -91,8 +122,17 @@ class WebhookEndpointAdmin(admin.ModelAdmin):
 
 @admin.register(WebhookDelivery)
 class WebhookDeliveryAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created", "endpoint", "event", "status", "attempts", "next_attempt_at", "delivered_at",
-                    "last_error"]
+    list_display = [
+        "id",
+        "created",
+        "endpoint",
+        "event",
+        "status",
+        "attempts",
+        "next_attempt_at",
+        "delivered_at",
+        "last_error",
+    ]
     list_filter = ["status", "event", "endpoint"]
     list_select_related = ["endpoint"]
     actions = ["retry_now"]

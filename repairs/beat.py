@@ -1,4 +1,5 @@
 """The repairs app's Celery beat entry, merged into nodewarden/celery.py's beat_schedule."""
+
 from __future__ import annotations
 
 BEAT = {

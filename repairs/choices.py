@@ -1,5 +1,6 @@
 """States of repair tickets and RMA cases, outcomes and webhook events, with their labels and
 badge colours: the one place pages, filters, the API, the CSV export and webhooks read them."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -38,13 +39,17 @@ OPEN_TICKET_STATES: tuple[str, ...] = (TicketState.OPEN, TicketState.IN_PROGRESS
 OPEN_RMA_STATES: tuple[str, ...] = (RmaState.OPENED, RmaState.SHIPPED, RmaState.RETURNED)
 
 # Both kinds of record log their changes in RepairEvent; "cancelled" is shared.
-EVENT_STATE_CHOICES: list[tuple[str, str]] = list(
-    {**dict(TicketState.choices), **dict(RmaState.choices)}.items())
+EVENT_STATE_CHOICES: list[tuple[str, str]] = list({**dict(TicketState.choices), **dict(RmaState.choices)}.items())
 
 STATE_COLOURS: dict[str, str] = {
-    TicketState.OPEN: "#e0641e", TicketState.IN_PROGRESS: "#4a78c2", TicketState.RESOLVED: "#2e9e5b",
-    TicketState.CANCELLED: "#8b95a5", RmaState.OPENED: "#e0641e", RmaState.SHIPPED: "#7b61c9",
-    RmaState.RETURNED: "#4a78c2", RmaState.CLOSED: "#2e9e5b",
+    TicketState.OPEN: "#e0641e",
+    TicketState.IN_PROGRESS: "#4a78c2",
+    TicketState.RESOLVED: "#2e9e5b",
+    TicketState.CANCELLED: "#8b95a5",
+    RmaState.OPENED: "#e0641e",
+    RmaState.SHIPPED: "#7b61c9",
+    RmaState.RETURNED: "#4a78c2",
+    RmaState.CLOSED: "#2e9e5b",
 }
 STATE_LABELS: dict[str, str] = dict(EVENT_STATE_CHOICES)
 
@@ -70,10 +75,15 @@ class DeliveryStatus(models.TextChoices):
 
 # Which webhook event each verb raises.
 TICKET_VERB_EVENTS: dict[str, str] = {
-    "open": WebhookEvent.TICKET_OPENED, "start": WebhookEvent.TICKET_UPDATED,
-    "resolve": WebhookEvent.TICKET_RESOLVED, "cancel": WebhookEvent.TICKET_UPDATED,
+    "open": WebhookEvent.TICKET_OPENED,
+    "start": WebhookEvent.TICKET_UPDATED,
+    "resolve": WebhookEvent.TICKET_RESOLVED,
+    "cancel": WebhookEvent.TICKET_UPDATED,
 }
 RMA_VERB_EVENTS: dict[str, str] = {
-    "open": WebhookEvent.RMA_OPENED, "ship": WebhookEvent.RMA_UPDATED, "receive": WebhookEvent.RMA_UPDATED,
-    "close": WebhookEvent.RMA_CLOSED, "cancel": WebhookEvent.RMA_UPDATED,
+    "open": WebhookEvent.RMA_OPENED,
+    "ship": WebhookEvent.RMA_UPDATED,
+    "receive": WebhookEvent.RMA_UPDATED,
+    "close": WebhookEvent.RMA_CLOSED,
+    "cancel": WebhookEvent.RMA_UPDATED,
 }

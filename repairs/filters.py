@@ -1,4 +1,5 @@
 """One FilterSet per list: the pages, the API lists and the CSV exports share them."""
+
 from __future__ import annotations
 
 import django_filters
@@ -16,8 +17,9 @@ class RepairTicketFilterSet(FilterSet):
     site = django_filters.CharFilter(field_name="site", help_text="Site slug.")
     rack = django_filters.CharFilter(field_name="rack", help_text="Rack name.")
     node = IntegerFilter(field_name="node_id")
-    q = django_filters.CharFilter(method="search", label="Search",
-                                  help_text="Component, task, hostname or assignee contains this.")
+    q = django_filters.CharFilter(
+        method="search", label="Search", help_text="Component, task, hostname or assignee contains this."
+    )
 
     class Meta:
         model = RepairTicket
@@ -27,8 +29,12 @@ class RepairTicketFilterSet(FilterSet):
         value = value.strip()
         if not value:
             return queryset
-        return queryset.filter(Q(component__icontains=value) | Q(what__icontains=value)
-                               | Q(hostname__icontains=value) | Q(assignee__icontains=value))
+        return queryset.filter(
+            Q(component__icontains=value)
+            | Q(what__icontains=value)
+            | Q(hostname__icontains=value)
+            | Q(assignee__icontains=value)
+        )
 
 
 class RmaCaseFilterSet(FilterSet):
@@ -38,8 +44,9 @@ class RmaCaseFilterSet(FilterSet):
     outcome = django_filters.ChoiceFilter(choices=RmaOutcome.choices)
     vendor = django_filters.CharFilter(lookup_expr="iexact")
     node = IntegerFilter(field_name="node_id")
-    q = django_filters.CharFilter(method="search", label="Search",
-                                  help_text="Part, serials, vendor case number or hostname contains this.")
+    q = django_filters.CharFilter(
+        method="search", label="Search", help_text="Part, serials, vendor case number or hostname contains this."
+    )
 
     class Meta:
         model = RmaCase
@@ -49,6 +56,10 @@ class RmaCaseFilterSet(FilterSet):
         value = value.strip()
         if not value:
             return queryset
-        return queryset.filter(Q(part__icontains=value) | Q(failed_serial__icontains=value)
-                               | Q(replacement_serial__icontains=value) | Q(vendor_case_number__icontains=value)
-                               | Q(hostname__icontains=value))
+        return queryset.filter(
+            Q(part__icontains=value)
+            | Q(failed_serial__icontains=value)
+            | Q(replacement_serial__icontains=value)
+            | Q(vendor_case_number__icontains=value)
+            | Q(hostname__icontains=value)
+        )

@@ -4,6 +4,7 @@ The two lifecycles are declared here; transition methods only check and set fiel
 Locking, saving, history, the node's own state and webhooks belong to
 ``repairs.services``, the only road to a change of a ticket or a case.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,8 +42,9 @@ class RepairTicket(ConcurrentTransitionMixin, models.Model):
     rack = models.CharField(max_length=100, blank=True, help_text="Rack name at open time.")
     rack_unit = models.PositiveSmallIntegerField(null=True, blank=True)
     state = FSMField(choices=TicketState.choices, default=TicketState.OPEN, protected=True)
-    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                  related_name="+")
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     opened_by_name = models.CharField(max_length=150, help_text="Username, or system:<component>.")
     assignee = models.CharField(max_length=150, blank=True, help_text="Technician (free text).")
     notes = models.TextField(blank=True)
@@ -55,8 +57,11 @@ class RepairTicket(ConcurrentTransitionMixin, models.Model):
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["node", "state"]), models.Index(fields=["state", "-created"]),
-                   models.Index(fields=["-created"])]
+        indexes = [
+            models.Index(fields=["node", "state"]),
+            models.Index(fields=["state", "-created"]),
+            models.Index(fields=["-created"]),
+        ]
 
     def __str__(self) -> str:
         return f"Repair #{self.pk} {self.hostname}: {self.component}"
@@ -65,14 +70,20 @@ class RepairTicket(ConcurrentTransitionMixin, models.Model):
     def start(self) -> None:
         """A technician is on it."""
 
-    @transition(field=state, source=T.IN_PROGRESS, target=T.RESOLVED, permission=OPERATE,
-                custom=_meta("Resolve", "success"))
+    @transition(
+        field=state, source=T.IN_PROGRESS, target=T.RESOLVED, permission=OPERATE, custom=_meta("Resolve", "success")
+    )
     def resolve(self) -> None:
         """The part was checked or replaced; the node goes back through Day 1."""
         self.resolved_at = timezone.now()
 
-    @transition(field=state, source=[T.OPEN, T.IN_PROGRESS], target=T.CANCELLED, permission=OPERATE,
-                custom=_meta("Cancel", "danger"))
+    @transition(
+        field=state,
+        source=[T.OPEN, T.IN_PROGRESS],
+        target=T.CANCELLED,
+        permission=OPERATE,
+        custom=_meta("Cancel", "danger"),
+    )
     def cancel(self) -> None:
         """Not needed after all (opened by mistake, or superseded)."""
 
@@ -89,8 +100,9 @@ class RmaCase(ConcurrentTransitionMixin, models.Model):
     vendor_case_number = models.CharField(max_length=100, blank=True)
     state = FSMField(choices=RmaState.choices, default=RmaState.OPENED, protected=True)
     outcome = models.CharField(max_length=20, choices=RmaOutcome.choices, blank=True)
-    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                                  related_name="+")
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     opened_by_name = models.CharField(max_length=150, help_text="Username, or system:<component>.")
     notes = models.TextField(blank=True)
     created = models.DateTimeField(default=timezone.now)
@@ -102,8 +114,11 @@ class RmaCase(ConcurrentTransitionMixin, models.Model):
     class Meta:
         verbose_name = "RMA case"
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["node", "state"]), models.Index(fields=["state", "-created"]),
-                   models.Index(fields=["-created"])]
+        indexes = [
+            models.Index(fields=["node", "state"]),
+            models.Index(fields=["state", "-created"]),
+            models.Index(fields=["-created"]),
+        ]
 
     def __str__(self) -> str:
         return f"RMA #{self.pk} {self.vendor} {self.part} ({self.failed_serial})"
@@ -113,21 +128,24 @@ class RmaCase(ConcurrentTransitionMixin, models.Model):
         """The failed part left for the vendor."""
         self.shipped_at = timezone.now()
 
-    @transition(field=state, source=R.SHIPPED, target=R.RETURNED, permission=OPERATE,
-                custom=_meta("Mark received"))
+    @transition(field=state, source=R.SHIPPED, target=R.RETURNED, permission=OPERATE, custom=_meta("Mark received"))
     def receive(self, outcome: str, replacement_serial: str) -> None:
         """The vendor answered: a part (new, repaired or the same) came back, or the claim was denied."""
         self.outcome, self.replacement_serial = outcome, replacement_serial
         self.returned_at = timezone.now()
 
-    @transition(field=state, source=R.RETURNED, target=R.CLOSED, permission=OPERATE,
-                custom=_meta("Close", "success"))
+    @transition(field=state, source=R.RETURNED, target=R.CLOSED, permission=OPERATE, custom=_meta("Close", "success"))
     def close(self) -> None:
         """The part is back in the node; the node goes back through Day 1."""
         self.closed_at = timezone.now()
 
-    @transition(field=state, source=[R.OPENED, R.SHIPPED], target=R.CANCELLED, permission=OPERATE,
-                custom=_meta("Cancel", "danger"))
+    @transition(
+        field=state,
+        source=[R.OPENED, R.SHIPPED],
+        target=R.CANCELLED,
+        permission=OPERATE,
+        custom=_meta("Cancel", "danger"),
+    )
     def cancel(self) -> None:
         """No return after all."""
         self.closed_at = timezone.now()
@@ -147,8 +165,9 @@ class RepairEvent(models.Model):
     verb = models.CharField(max_length=20)
     from_state = models.CharField(max_length=20, choices=EVENT_STATE_CHOICES, blank=True)
     to_state = models.CharField(max_length=20, choices=EVENT_STATE_CHOICES)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
-                              related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     actor_name = models.CharField(max_length=150, help_text="Username, or system:<component>.")
     reason = models.TextField()
     details = models.JSONField(default=dict, blank=True)
@@ -159,10 +178,13 @@ class RepairEvent(models.Model):
     class Meta:
         ordering = ["created", "id"]
         indexes = [models.Index(fields=["ticket", "created"]), models.Index(fields=["rma_case", "created"])]
-        constraints = [models.CheckConstraint(
-            condition=models.Q(ticket__isnull=False, rma_case__isnull=True)
-            | models.Q(ticket__isnull=True, rma_case__isnull=False),
-            name="repair_event_is_for_a_ticket_or_a_case")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(ticket__isnull=False, rma_case__isnull=True)
+                | models.Q(ticket__isnull=True, rma_case__isnull=False),
+                name="repair_event_is_for_a_ticket_or_a_case",
+            )
+        ]
 
     def __str__(self) -> str:
         subject = f"ticket #{self.ticket_id}" if self.ticket_id else f"RMA #{self.rma_case_id}"

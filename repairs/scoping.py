@@ -1,5 +1,6 @@
 """Which tickets and cases a user may see: those of the nodes they may see (nodes.scoping).
 Staff see all; a customer sees its tenant's nodes' records, read-only; others answer 404."""
+
 from __future__ import annotations
 
 from typing import Any

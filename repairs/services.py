@@ -10,6 +10,7 @@ node returns to customers untested. Cancelling never moves the node: an operator
 Refusals change nothing: ``RepairForbidden`` (403), ``ReasonRequired`` and Django's
 ``ValidationError`` (400), ``RepairConflict`` (409), ``DoesNotExist`` (404).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,14 +27,26 @@ from nodes.services import Actor, TransitionForbidden, clean_reason, record_even
 
 from . import webhooks
 from .choices import (
-    OPEN_RMA_STATES, OPEN_TICKET_STATES, RMA_VERB_EVENTS, STATE_LABELS, TICKET_VERB_EVENTS, RmaOutcome,
+    OPEN_RMA_STATES,
+    OPEN_TICKET_STATES,
+    RMA_VERB_EVENTS,
+    STATE_LABELS,
+    TICKET_VERB_EVENTS,
+    RmaOutcome,
 )
 from .models import RepairEvent, RepairTicket, RmaCase
 
 S = NodeState
 Record = TypeVar("Record", RepairTicket, RmaCase)
-PAST = {"open": "opened", "start": "started", "resolve": "resolved", "cancel": "cancelled",
-        "ship": "shipped", "receive": "received", "close": "closed"}
+PAST = {
+    "open": "opened",
+    "start": "started",
+    "resolve": "resolved",
+    "cancel": "cancelled",
+    "ship": "shipped",
+    "receive": "received",
+    "close": "closed",
+}
 
 
 class RepairConflict(TransitionNotAllowed):
@@ -45,27 +58,53 @@ class RepairForbidden(TransitionForbidden):
 
 
 # --- Tickets ----------------------------------------------------------------------
-def open_repair_ticket(node_id: int, *, component: str, what: str, actor: Actor, reason: str,
-                       finding_id: int | None = None, remediation_id: int | None = None, move_node: bool = True,
-                       assignee: str = "", notes: str = "") -> RepairTicket:
+def open_repair_ticket(
+    node_id: int,
+    *,
+    component: str,
+    what: str,
+    actor: Actor,
+    reason: str,
+    finding_id: int | None = None,
+    remediation_id: int | None = None,
+    move_node: bool = True,
+    assignee: str = "",
+    notes: str = "",
+) -> RepairTicket:
     """Open a technician's ticket on a node; with ``move_node``, a node in triage or remediation
     goes to REPAIR (``send_to_repair``) in the same transaction."""
     _require_operator(actor, "open repair tickets")
     reason = clean_reason(reason)
-    text = _clean_fields(component=(component, 200, True), what=(what, 10_000, True),
-                         assignee=(assignee, 150, False), notes=(notes, 10_000, False))
+    text = _clean_fields(
+        component=(component, 200, True),
+        what=(what, 10_000, True),
+        assignee=(assignee, 150, False),
+        notes=(notes, 10_000, False),
+    )
     with transaction.atomic():
         # of=self: PostgreSQL cannot lock the nullable side (rack) of the outer join.
         node = Node.objects.select_for_update(of=("self",)).select_related("site", "rack").get(pk=node_id)
         _refuse_decommissioned(node)
         ticket = RepairTicket.objects.create(
-            node=node, hostname=node.hostname, site=node.site.slug, rack=node.rack.name if node.rack else "",
-            rack_unit=node.rack_unit, opened_by=actor.user, opened_by_name=actor.name, finding_id=finding_id,
-            remediation_id=remediation_id, **text)
+            node=node,
+            hostname=node.hostname,
+            site=node.site.slug,
+            rack=node.rack.name if node.rack else "",
+            rack_unit=node.rack_unit,
+            opened_by=actor.user,
+            opened_by_name=actor.name,
+            finding_id=finding_id,
+            remediation_id=remediation_id,
+            **text,
+        )
         _record(ticket, "open", "", actor, reason)
         if move_node and node.state in (S.TRIAGE, S.REMEDIATING):
-            node_services.send_to_repair(node.pk, actor=actor, reason=f"Repair ticket #{ticket.pk}: {reason}",
-                                         details={"repair_ticket": ticket.pk})
+            node_services.send_to_repair(
+                node.pk,
+                actor=actor,
+                reason=f"Repair ticket #{ticket.pk}: {reason}",
+                details={"repair_ticket": ticket.pk},
+            )
     return ticket
 
 
@@ -85,10 +124,15 @@ def resolve_repair(ticket_id: int, *, actor: Actor, reason: str) -> RepairTicket
     """The work is done: the ticket is resolved and, if the node is in REPAIR and this was its
     last open ticket, the node walks Day 1 again (``revalidate``)."""
     with transaction.atomic():
-        ticket = _change(RepairTicket, ticket_id, "resolve", actor=actor, reason=reason,
-                         prepare=lambda t: ["resolved_at"])
-        _release_node(ticket.node_id, actor, reason=f"Repair ticket #{ticket.pk} resolved: {clean_reason(reason)}",
-                      details={"repair_ticket": ticket.pk})
+        ticket = _change(
+            RepairTicket, ticket_id, "resolve", actor=actor, reason=reason, prepare=lambda t: ["resolved_at"]
+        )
+        _release_node(
+            ticket.node_id,
+            actor,
+            reason=f"Repair ticket #{ticket.pk} resolved: {clean_reason(reason)}",
+            details={"repair_ticket": ticket.pk},
+        )
     return ticket
 
 
@@ -98,23 +142,40 @@ def cancel_repair(ticket_id: int, *, actor: Actor, reason: str) -> RepairTicket:
 
 
 # --- RMA cases --------------------------------------------------------------------
-def open_rma_case(node_id: int, *, vendor: str, part: str, failed_serial: str, actor: Actor, reason: str,
-                  move_node: bool = True, vendor_case_number: str = "", notes: str = "") -> RmaCase:
+def open_rma_case(
+    node_id: int,
+    *,
+    vendor: str,
+    part: str,
+    failed_serial: str,
+    actor: Actor,
+    reason: str,
+    move_node: bool = True,
+    vendor_case_number: str = "",
+    notes: str = "",
+) -> RmaCase:
     """Open a return to the vendor; with ``move_node``, a node in triage or repair goes to RMA
     (``send_to_rma``) in the same transaction."""
     _require_operator(actor, "open RMA cases")
     reason = clean_reason(reason)
-    text = _clean_fields(vendor=(vendor, 100, True), part=(part, 200, True), failed_serial=(failed_serial, 100, True),
-                         vendor_case_number=(vendor_case_number, 100, False), notes=(notes, 10_000, False))
+    text = _clean_fields(
+        vendor=(vendor, 100, True),
+        part=(part, 200, True),
+        failed_serial=(failed_serial, 100, True),
+        vendor_case_number=(vendor_case_number, 100, False),
+        notes=(notes, 10_000, False),
+    )
     with transaction.atomic():
         node = Node.objects.select_for_update().get(pk=node_id)
         _refuse_decommissioned(node)
-        case = RmaCase.objects.create(node=node, hostname=node.hostname, opened_by=actor.user,
-                                      opened_by_name=actor.name, **text)
+        case = RmaCase.objects.create(
+            node=node, hostname=node.hostname, opened_by=actor.user, opened_by_name=actor.name, **text
+        )
         _record(case, "open", "", actor, reason)
         if move_node and node.state in (S.TRIAGE, S.REPAIR):
-            node_services.send_to_rma(node.pk, actor=actor, reason=f"RMA #{case.pk}: {reason}",
-                                      details={"rma_case": case.pk})
+            node_services.send_to_rma(
+                node.pk, actor=actor, reason=f"RMA #{case.pk}: {reason}", details={"rma_case": case.pk}
+            )
     return case
 
 
@@ -135,9 +196,15 @@ def receive_rma(case_id: int, *, replacement_serial: str, outcome: str, actor: A
     if outcome not in RmaOutcome.values:
         raise ValidationError({"outcome": f"Unknown outcome {outcome!r}; one of {', '.join(RmaOutcome.values)}."})
     text = _clean_fields(replacement_serial=(replacement_serial, 100, outcome == RmaOutcome.REPLACED))
-    return _change(RmaCase, case_id, "receive", actor=actor, reason=reason,
-                   args=(outcome, text["replacement_serial"]),
-                   prepare=lambda c: ["outcome", "replacement_serial", "returned_at"])
+    return _change(
+        RmaCase,
+        case_id,
+        "receive",
+        actor=actor,
+        reason=reason,
+        args=(outcome, text["replacement_serial"]),
+        prepare=lambda c: ["outcome", "replacement_serial", "returned_at"],
+    )
 
 
 def close_rma(case_id: int, *, actor: Actor, reason: str) -> RmaCase:
@@ -145,8 +212,9 @@ def close_rma(case_id: int, *, actor: Actor, reason: str) -> RmaCase:
     open case and no open ticket, the node walks Day 1 again (``revalidate``)."""
     with transaction.atomic():
         case = _change(RmaCase, case_id, "close", actor=actor, reason=reason, prepare=lambda c: ["closed_at"])
-        _release_node(case.node_id, actor, reason=f"RMA #{case.pk} closed: {clean_reason(reason)}",
-                      details={"rma_case": case.pk})
+        _release_node(
+            case.node_id, actor, reason=f"RMA #{case.pk} closed: {clean_reason(reason)}", details={"rma_case": case.pk}
+        )
     return case
 
 
@@ -156,8 +224,16 @@ def cancel_rma(case_id: int, *, actor: Actor, reason: str) -> RmaCase:
 
 
 # --- Shared machinery -----------------------------------------------------------------
-def _change(model: type[Record], pk: int, name: str, *, actor: Actor, reason: str, args: tuple[Any, ...] = (),
-            prepare: Callable[[Record], list[str]] | None = None) -> Record:
+def _change(
+    model: type[Record],
+    pk: int,
+    name: str,
+    *,
+    actor: Actor,
+    reason: str,
+    args: tuple[Any, ...] = (),
+    prepare: Callable[[Record], list[str]] | None = None,
+) -> Record:
     """Run transition ``name`` on a ticket or case under the node's and its own row lock, and record it."""
     _require_operator(actor, f"{name} {_noun(model)}s")
     reason = clean_reason(reason)
@@ -182,15 +258,28 @@ def _record(obj: RepairTicket | RmaCase, verb: str, source: str, actor: Actor, r
     """The change's own row, the node's history row and the webhook deliveries, in the caller's transaction."""
     is_ticket = isinstance(obj, RepairTicket)
     event = RepairEvent.objects.create(
-        ticket=obj if is_ticket else None, rma_case=None if is_ticket else obj, node_id=obj.node_id,
-        hostname=obj.hostname, verb=verb, from_state=source, to_state=obj.state, actor=actor.user,
-        actor_name=actor.name, reason=reason)
+        ticket=obj if is_ticket else None,
+        rma_case=None if is_ticket else obj,
+        node_id=obj.node_id,
+        hostname=obj.hostname,
+        verb=verb,
+        from_state=source,
+        to_state=obj.state,
+        actor=actor.user,
+        actor_name=actor.name,
+        reason=reason,
+    )
     if is_ticket:
         subject, key = f"Repair ticket #{obj.pk} ({obj.component})", "repair_ticket"
     else:
         subject, key = f"RMA #{obj.pk} ({obj.vendor} {obj.part}, serial {obj.failed_serial})", "rma_case"
-    record_event(obj.node_id, EventKind.ACTION, actor=actor, reason=f"{subject} {PAST[verb]}: {reason}",
-                 details={key: obj.pk, "from": source, "to": obj.state})
+    record_event(
+        obj.node_id,
+        EventKind.ACTION,
+        actor=actor,
+        reason=f"{subject} {PAST[verb]}: {reason}",
+        details={key: obj.pk, "from": source, "to": obj.state},
+    )
     name = (TICKET_VERB_EVENTS if is_ticket else RMA_VERB_EVENTS)[verb]
     webhooks.queue_event(name, webhooks.payload(name, obj, event))
     return event

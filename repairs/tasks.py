@@ -1,5 +1,6 @@
 """Background work of the repairs app: sending webhook deliveries. Tasks take ids, claim
 their row before acting, and do nothing when run twice."""
+
 from __future__ import annotations
 
 from celery import shared_task

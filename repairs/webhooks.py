@@ -10,6 +10,7 @@ then failed (the admin's "retry now" starts it again).
 Receivers check ``X-Nodewarden-Signature: sha256=<hex HMAC-SHA256 of the raw body, keyed
 with the endpoint's secret>`` and may de-duplicate on ``X-Nodewarden-Delivery``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,7 +69,8 @@ def queue_event(event: str, payload: dict[str, Any]) -> list[int]:
     transaction, and send them once it commits. Returns the deliveries' ids."""
     endpoints = [e for e in WebhookEndpoint.objects.filter(active=True).only("id", "events") if event in e.events]
     deliveries = WebhookDelivery.objects.bulk_create(
-        [WebhookDelivery(endpoint=e, event=event, payload=payload) for e in endpoints])
+        [WebhookDelivery(endpoint=e, event=event, payload=payload) for e in endpoints]
+    )
     ids = [d.pk for d in deliveries]
     if ids:
         transaction.on_commit(lambda: _send_later(ids))
@@ -84,8 +86,11 @@ def _send_later(ids: Iterable[int]) -> None:
 
 def due_delivery_ids(limit: int = SWEEP_BATCH) -> list[int]:
     """Pending deliveries whose time has come, oldest first (bounded: one sweep, one batch)."""
-    return list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now())
-                .order_by("next_attempt_at", "id").values_list("id", flat=True)[:limit])
+    return list(
+        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now())
+        .order_by("next_attempt_at", "id")
+        .values_list("id", flat=True)[:limit]
+    )
 
 
 def attempt_delivery(delivery_id: int) -> WebhookDelivery | None:
@@ -94,7 +99,9 @@ def attempt_delivery(delivery_id: int) -> WebhookDelivery | None:
     now = timezone.now()
     # Compare-and-swap: of two workers, only the one whose UPDATE changed the row sends.
     claimed = WebhookDelivery.objects.filter(
-        pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at__lte=now,
+        pk=delivery_id,
+        status=DeliveryStatus.PENDING,
+        next_attempt_at__lte=now,
     ).update(attempts=F("attempts") + 1, next_attempt_at=now + CLAIM_LEASE)
     if not claimed:
         return None
@@ -126,11 +133,18 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 def _post(delivery: WebhookDelivery) -> str | None:
     """POST the signed payload; None on a 2xx, else what went wrong."""
     body = body_of(delivery.payload)
-    request = urllib.request.Request(delivery.endpoint.url, data=body, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "Nodewarden-Webhook/1",
-        EVENT_HEADER: delivery.event, DELIVERY_HEADER: str(delivery.pk),
-        SIGNATURE_HEADER: sign(delivery.endpoint.secret, body),
-    })
+    request = urllib.request.Request(
+        delivery.endpoint.url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "User-Agent": "Nodewarden-Webhook/1",
+            EVENT_HEADER: delivery.event,
+            DELIVERY_HEADER: str(delivery.pk),
+            SIGNATURE_HEADER: sign(delivery.endpoint.secret, body),
+        },
+    )
     try:
         with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             status = response.status
@@ -148,9 +162,9 @@ def retry_now(ids: Iterable[int]) -> int:
     """Send pending or failed deliveries again now, with a fresh budget of attempts (admin action)."""
     ids = list(ids)
     with transaction.atomic():
-        count = WebhookDelivery.objects.filter(pk__in=ids, status__in=[DeliveryStatus.PENDING, DeliveryStatus.FAILED]
-                                               ).update(status=DeliveryStatus.PENDING, attempts=0,
-                                                        next_attempt_at=timezone.now())
+        count = WebhookDelivery.objects.filter(
+            pk__in=ids, status__in=[DeliveryStatus.PENDING, DeliveryStatus.FAILED]
+        ).update(status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=timezone.now())
         transaction.on_commit(lambda: _send_later(ids))
     return count
 
@@ -169,11 +183,23 @@ def _url(name: str, pk: int) -> str:
 def ticket_data(ticket: Any) -> dict[str, Any]:
     """A ticket as webhooks (and any external ticketing system) see it."""
     return {
-        "id": ticket.pk, "url": _url("repair-detail", ticket.pk), "node_id": ticket.node_id,
-        "hostname": ticket.hostname, "site": ticket.site, "rack": ticket.rack, "rack_unit": ticket.rack_unit,
-        "component": ticket.component, "what": ticket.what, "state": ticket.state, "assignee": ticket.assignee,
-        "opened_by": ticket.opened_by_name, "notes": ticket.notes, "finding_id": ticket.finding_id,
-        "remediation_id": ticket.remediation_id, "created": _iso(ticket.created), "updated": _iso(ticket.updated),
+        "id": ticket.pk,
+        "url": _url("repair-detail", ticket.pk),
+        "node_id": ticket.node_id,
+        "hostname": ticket.hostname,
+        "site": ticket.site,
+        "rack": ticket.rack,
+        "rack_unit": ticket.rack_unit,
+        "component": ticket.component,
+        "what": ticket.what,
+        "state": ticket.state,
+        "assignee": ticket.assignee,
+        "opened_by": ticket.opened_by_name,
+        "notes": ticket.notes,
+        "finding_id": ticket.finding_id,
+        "remediation_id": ticket.remediation_id,
+        "created": _iso(ticket.created),
+        "updated": _iso(ticket.updated),
         "resolved_at": _iso(ticket.resolved_at),
     }
 
@@ -181,12 +207,24 @@ def ticket_data(ticket: Any) -> dict[str, Any]:
 def case_data(case: Any) -> dict[str, Any]:
     """An RMA case as webhooks see it."""
     return {
-        "id": case.pk, "url": _url("rma-detail", case.pk), "node_id": case.node_id, "hostname": case.hostname,
-        "vendor": case.vendor, "part": case.part, "failed_serial": case.failed_serial,
-        "replacement_serial": case.replacement_serial, "vendor_case_number": case.vendor_case_number,
-        "state": case.state, "outcome": case.outcome, "opened_by": case.opened_by_name, "notes": case.notes,
-        "created": _iso(case.created), "updated": _iso(case.updated), "shipped_at": _iso(case.shipped_at),
-        "returned_at": _iso(case.returned_at), "closed_at": _iso(case.closed_at),
+        "id": case.pk,
+        "url": _url("rma-detail", case.pk),
+        "node_id": case.node_id,
+        "hostname": case.hostname,
+        "vendor": case.vendor,
+        "part": case.part,
+        "failed_serial": case.failed_serial,
+        "replacement_serial": case.replacement_serial,
+        "vendor_case_number": case.vendor_case_number,
+        "state": case.state,
+        "outcome": case.outcome,
+        "opened_by": case.opened_by_name,
+        "notes": case.notes,
+        "created": _iso(case.created),
+        "updated": _iso(case.updated),
+        "shipped_at": _iso(case.shipped_at),
+        "returned_at": _iso(case.returned_at),
+        "closed_at": _iso(case.closed_at),
     }
 
 
@@ -195,6 +233,15 @@ def payload(event: str, obj: Any, change: Any) -> dict[str, Any]:
     from .models import RepairTicket
 
     record = {"ticket": ticket_data(obj)} if isinstance(obj, RepairTicket) else {"rma_case": case_data(obj)}
-    return {"event": event, "occurred_at": _iso(change.created), **record,
-            "change": {"verb": change.verb, "from": change.from_state, "to": change.to_state,
-                       "actor": change.actor_name, "reason": change.reason}}
+    return {
+        "event": event,
+        "occurred_at": _iso(change.created),
+        **record,
+        "change": {
+            "verb": change.verb,
+            "from": change.from_state,
+            "to": change.to_state,
+            "actor": change.actor_name,
+            "reason": change.reason,
+        },
+    }

@@ -4,6 +4,7 @@ was back. Definitions in ``reports.outages``; scoping is the caller's (``nodes.s
 
 Reads a page at a time: a fixed number of queries per page of nodes or incidents.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -73,8 +74,11 @@ class Incident:
 
 def with_state_at(nodes: QuerySet[Node], period: Period) -> QuerySet[Node]:
     """Annotate each node with the state it was in at the period's end when a change came after it."""
-    later = (NodeEvent.objects.filter(node=OuterRef("pk"), kind__in=STATE_CHANGE_KINDS, created__gte=period.until)
-             .order_by("created", "id").values("source_state")[:1])
+    later = (
+        NodeEvent.objects.filter(node=OuterRef("pk"), kind__in=STATE_CHANGE_KINDS, created__gte=period.until)
+        .order_by("created", "id")
+        .values("source_state")[:1]
+    )
     return nodes.annotate(state_after_period=Subquery(later))
 
 
@@ -111,8 +115,7 @@ class IncidentList:
     """The scope's incidents, newest first, sliced lazily for ``Paginator``. With ``page`` (the
     number the page will ask for), counting reads that page and the totals in one statement."""
 
-    def __init__(self, scope: outages.Scope, period: Period, *, page: int | None = None,
-                 page_size: int = 50) -> None:
+    def __init__(self, scope: outages.Scope, period: Period, *, page: int | None = None, page_size: int = 50) -> None:
         self.scope, self.period, self.page_size = scope, period, page_size
         self.first: outages.OutagePage | None = None
         self.offset = (max(page, 1) - 1) * page_size if page is not None else None
@@ -130,8 +133,9 @@ class IncidentList:
         return self.total
 
     def _page(self, offset: int) -> outages.OutagePage | None:
-        return outages.outage_page(self.scope, self.period.since, self.period.until, limit=self.page_size,
-                                   offset=offset)
+        return outages.outage_page(
+            self.scope, self.period.since, self.period.until, limit=self.page_size, offset=offset
+        )
 
     def totals(self) -> dict[str, tuple[int, float]]:
         """Outages and seconds per attribution (empty unless a page was read)."""
@@ -148,7 +152,7 @@ class IncidentList:
         """Every incident, a page of ``CHUNK`` at a time (the CSV file)."""
         offset = 0
         while True:
-            chunk = self[offset:offset + CHUNK]
+            chunk = self[offset : offset + CHUNK]
             yield from chunk
             if len(chunk) < CHUNK:
                 return
@@ -161,21 +165,40 @@ CHUNK = 500
 def incidents(rows: Sequence[outages.Outage]) -> list[Incident]:
     """Outages with their node's hostname, the reason of the change that started them and the finding
     behind them (the remediation the change names): two queries whatever the number of rows."""
-    started = {e["pk"]: e for e in NodeEvent.objects.filter(pk__in=[o.initiating_event_id for o in rows])
-               .values("pk", "hostname", "reason", "details")}
-    remediation_of = {pk: e["details"].get("remediation") for pk, e in started.items()
-                      if isinstance(e["details"], dict) and isinstance(e["details"].get("remediation"), int)}
+    started = {
+        e["pk"]: e
+        for e in NodeEvent.objects.filter(pk__in=[o.initiating_event_id for o in rows]).values(
+            "pk", "hostname", "reason", "details"
+        )
+    }
+    remediation_of = {
+        pk: e["details"].get("remediation")
+        for pk, e in started.items()
+        if isinstance(e["details"], dict) and isinstance(e["details"].get("remediation"), int)
+    }
     findings: dict[int, dict[str, Any]] = {}
-    for rem in (Remediation.objects.filter(pk__in=set(remediation_of.values()), finding__isnull=False)
-                .values("pk", "finding_id", "finding__summary", "finding__rule", "finding__severity",
-                        "finding__created")):
-        findings[rem["pk"]] = {"id": rem["finding_id"], "summary": rem["finding__summary"],
-                               "rule": rem["finding__rule"], "severity": rem["finding__severity"],
-                               "created": rem["finding__created"], "remediation": rem["pk"]}
+    for rem in Remediation.objects.filter(pk__in=set(remediation_of.values()), finding__isnull=False).values(
+        "pk", "finding_id", "finding__summary", "finding__rule", "finding__severity", "finding__created"
+    ):
+        findings[rem["pk"]] = {
+            "id": rem["finding_id"],
+            "summary": rem["finding__summary"],
+            "rule": rem["finding__rule"],
+            "severity": rem["finding__severity"],
+            "created": rem["finding__created"],
+            "remediation": rem["pk"],
+        }
     result = []
     for outage in rows:
         event = started.get(outage.initiating_event_id, {})
         rem = remediation_of.get(outage.initiating_event_id)
-        result.append(Incident(outage, hostname=event.get("hostname", ""), node_id=outage.node_id,
-                               reason=event.get("reason", ""), finding=findings.get(rem) if rem else None))
+        result.append(
+            Incident(
+                outage,
+                hostname=event.get("hostname", ""),
+                node_id=outage.node_id,
+                reason=event.get("reason", ""),
+                finding=findings.get(rem) if rem else None,
+            )
+        )
     return result

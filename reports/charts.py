@@ -1,5 +1,6 @@
 """Plotly figures of the reports as plain dicts: views pass them to templates through
 json_script, tests assert on their data. No plotly.js here, no HTML."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -49,14 +50,26 @@ def availability_over_time(counts: Sequence[DayCount]) -> Figure:
     for (name, day), (total, serving) in sorted(totals.items()):
         if total:
             lines[name].append((day.isoformat(), round(100 * serving / total, 1)))
-    data = [{
-        "type": "scatter", "mode": "lines+markers", "name": name,
-        "x": [day for day, _ in points], "y": [share for _, share in points],
-        "hovertemplate": f"{name}: %{{y}}% in production<extra></extra>",
-    } for name, points in lines.items()]
-    layout = {**_BASE_LAYOUT, "height": 300, "hovermode": "x unified", "showlegend": True,
-              "legend": {"orientation": "h", "y": -0.2}, "xaxis": {"type": "date"},
-              "yaxis": {"title": {"text": "% in production"}, "range": [0, 100.5], "ticksuffix": "%"}}
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": name,
+            "x": [day for day, _ in points],
+            "y": [share for _, share in points],
+            "hovertemplate": f"{name}: %{{y}}% in production<extra></extra>",
+        }
+        for name, points in lines.items()
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 300,
+        "hovermode": "x unified",
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": {"type": "date"},
+        "yaxis": {"title": {"text": "% in production"}, "range": [0, 100.5], "ticksuffix": "%"},
+    }
     return {"data": data, "layout": layout}
 
 
@@ -66,20 +79,30 @@ def lifecycle_sankey(flows: Sequence[dict[str, Any]], link: Callable[[str, str],
     page's script opens on a click."""
     states = [s for s in NodeState if any(s in (f["source"], f["target"]) for f in flows)]
     index = {s.value: i for i, s in enumerate(states)}
-    data = [{
-        "type": "sankey", "arrangement": "snap", "valueformat": ",d",
-        "node": {"label": [s.label for s in states], "color": [STATE_COLOURS[s] for s in states],
-                 "pad": 14, "thickness": 14, "hovertemplate": "%{label}: %{value:,d} changes<extra></extra>"},
-        "link": {
-            "source": [index[f["source"]] for f in flows if f["source"] in index and f["target"] in index],
-            "target": [index[f["target"]] for f in flows if f["source"] in index and f["target"] in index],
-            "value": [f["count"] for f in flows if f["source"] in index and f["target"] in index],
-            "customdata": [link(f["source"], f["target"]) for f in flows
-                           if f["source"] in index and f["target"] in index],
-            "color": "rgba(74,120,194,0.25)",
-            "hovertemplate": "%{source.label} → %{target.label}: %{value:,d}<br>click to list the nodes<extra></extra>",
-        },
-    }]
+    data = [
+        {
+            "type": "sankey",
+            "arrangement": "snap",
+            "valueformat": ",d",
+            "node": {
+                "label": [s.label for s in states],
+                "color": [STATE_COLOURS[s] for s in states],
+                "pad": 14,
+                "thickness": 14,
+                "hovertemplate": "%{label}: %{value:,d} changes<extra></extra>",
+            },
+            "link": {
+                "source": [index[f["source"]] for f in flows if f["source"] in index and f["target"] in index],
+                "target": [index[f["target"]] for f in flows if f["source"] in index and f["target"] in index],
+                "value": [f["count"] for f in flows if f["source"] in index and f["target"] in index],
+                "customdata": [
+                    link(f["source"], f["target"]) for f in flows if f["source"] in index and f["target"] in index
+                ],
+                "color": "rgba(74,120,194,0.25)",
+                "hovertemplate": "%{source.label} → %{target.label}: %{value:,d}<br>click to list the nodes<extra></extra>",
+            },
+        }
+    ]
     layout = {**_BASE_LAYOUT, "height": 460, "margin": {"l": 10, "r": 10, "t": 10, "b": 10}}
     return {"data": data, "layout": layout}
 
@@ -88,26 +111,49 @@ def failure_causes(causes: Sequence[dict[str, Any]]) -> Figure:
     """Horizontal bars: findings per cause, commonest on top, coloured by component."""
     ordered = list(reversed(causes))
     components = sorted({c["component"] for c in causes})
-    data = [{
-        "type": "bar", "orientation": "h", "name": component,
-        "y": [c["cause"] for c in ordered if c["component"] == component],
-        "x": [c["count"] for c in ordered if c["component"] == component],
-        "hovertemplate": f"{component}: %{{y}}: %{{x:,d}}<extra></extra>",
-    } for component in components]
-    layout = {**_BASE_LAYOUT, "height": 80 + 22 * max(len(causes), 1), "barmode": "stack", "showlegend": True,
-              "margin": {"l": 260, "r": 10, "t": 10, "b": 30}, "legend": {"orientation": "h", "y": -0.15},
-              "yaxis": {"categoryorder": "array", "categoryarray": [c["cause"] for c in ordered]}}
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": component,
+            "y": [c["cause"] for c in ordered if c["component"] == component],
+            "x": [c["count"] for c in ordered if c["component"] == component],
+            "hovertemplate": f"{component}: %{{y}}: %{{x:,d}}<extra></extra>",
+        }
+        for component in components
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 80 + 22 * max(len(causes), 1),
+        "barmode": "stack",
+        "showlegend": True,
+        "margin": {"l": 260, "r": 10, "t": 10, "b": 30},
+        "legend": {"orientation": "h", "y": -0.15},
+        "yaxis": {"categoryorder": "array", "categoryarray": [c["cause"] for c in ordered]},
+    }
     return {"data": data, "layout": layout}
 
 
 def downtime_by_cluster(downtime: dict[str, Any]) -> Figure:
     """Stacked bars per cluster: node-hours of downtime, the provider's and the customer's."""
     clusters = downtime["clusters"]
-    data = [{
-        "type": "bar", "name": Attribution(a).label, "x": [c["cluster"] or NONE_LABEL for c in clusters],
-        "y": [c[a]["hours"] for c in clusters], "marker": {"color": ATTRIBUTION_COLOURS[a]},
-        "hovertemplate": f"{Attribution(a).label}: %{{y:,.1f}} node-hours<extra></extra>",
-    } for a in Attribution.values]
-    layout = {**_BASE_LAYOUT, "height": 280, "barmode": "stack", "showlegend": True,
-              "legend": {"orientation": "h", "y": -0.25}, "yaxis": {"title": {"text": "node-hours"}}}
+    data = [
+        {
+            "type": "bar",
+            "name": Attribution(a).label,
+            "x": [c["cluster"] or NONE_LABEL for c in clusters],
+            "y": [c[a]["hours"] for c in clusters],
+            "marker": {"color": ATTRIBUTION_COLOURS[a]},
+            "hovertemplate": f"{Attribution(a).label}: %{{y:,.1f}} node-hours<extra></extra>",
+        }
+        for a in Attribution.values
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 280,
+        "barmode": "stack",
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.25},
+        "yaxis": {"title": {"text": "node-hours"}},
+    }
     return {"data": data, "layout": layout}

@@ -1,5 +1,6 @@
 """Report vocabularies: periods, what "serving" means, downtime attribution, failure components.
 One place for the pages, the API, the CSV files and the metrics."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -39,13 +40,24 @@ ATTRIBUTION_COLOURS: dict[str, str] = {Attribution.PROVIDER: "#c0392b", Attribut
 
 # Which part of a server a finding's rule is about (rules not listed: "Other").
 RULE_COMPONENTS: dict[str, str] = {
-    "xid": "GPU", "xid_repeated": "GPU", "gpu_missing": "GPU", "nvml_unavailable": "GPU",
-    "active_check": "GPU", "ib_fabric": "InfiniBand fabric", "host_edac_uncorrected": "Host memory",
-    "disk_unhealthy": "Disk", "scheduler_daemon_unresponsive": "Host software", "heartbeat_missing": "Host software",
-    "day0_timeout": "Provisioning", "alertmanager": "External monitoring",
+    "xid": "GPU",
+    "xid_repeated": "GPU",
+    "gpu_missing": "GPU",
+    "nvml_unavailable": "GPU",
+    "active_check": "GPU",
+    "ib_fabric": "InfiniBand fabric",
+    "host_edac_uncorrected": "Host memory",
+    "disk_unhealthy": "Disk",
+    "scheduler_daemon_unresponsive": "Host software",
+    "heartbeat_missing": "Host software",
+    "day0_timeout": "Provisioning",
+    "alertmanager": "External monitoring",
 }
 RULE_PREFIX_COMPONENTS: tuple[tuple[str, str], ...] = (
-    ("ib_", "InfiniBand port"), ("nvlink_", "NVLink"), ("pcie_", "PCIe"), ("day1_", "Day 1 validation"),
+    ("ib_", "InfiniBand port"),
+    ("nvlink_", "NVLink"),
+    ("pcie_", "PCIe"),
+    ("day1_", "Day 1 validation"),
 )
 
 

@@ -1,6 +1,7 @@
 """What a report is about: a period (the last 7, 30 or 90 days, or ``since``/``until``), and
 optionally one cluster and one tenant. One form for the pages and the CSV files; the API reads
 the same fields through ``api.serializers.ReportQuerySerializer``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,13 +33,15 @@ class Period:
 
     def query(self, **extra: Any) -> str:
         """The period as URL parameters (exact instants: a list linked from a chart counts the same rows)."""
-        params = {"since": self.since.isoformat(), "until": self.until.isoformat(),
-                  **{k: v for k, v in extra.items() if v not in (None, "")}}
+        params = {
+            "since": self.since.isoformat(),
+            "until": self.until.isoformat(),
+            **{k: v for k, v in extra.items() if v not in (None, "")},
+        }
         return urlencode(params)
 
 
-def period_of(since: datetime | None, until: datetime | None, days: int | None,
-              now: datetime | None = None) -> Period:
+def period_of(since: datetime | None, until: datetime | None, days: int | None, now: datetime | None = None) -> Period:
     """The ``days`` before ``until`` (default: now) when a preset is chosen, else ``since`` to
     ``until``, else the last 30 days."""
     until = until or now or timezone.now()
@@ -60,8 +63,9 @@ def check_period(since: datetime | None, until: datetime | None) -> str | None:
 class ReportForm(forms.Form):
     """The fleet report's and the availability report's parameters; every field may be empty."""
 
-    days = forms.TypedChoiceField(choices=[(d, f"Last {d} days") for d in PERIOD_DAYS], coerce=int, required=False,
-                                  empty_value=None)
+    days = forms.TypedChoiceField(
+        choices=[(d, f"Last {d} days") for d in PERIOD_DAYS], coerce=int, required=False, empty_value=None
+    )
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
     cluster = forms.ModelChoiceField(Cluster.objects.order_by("name"), to_field_name="name", required=False)

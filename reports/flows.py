@@ -7,6 +7,7 @@ today, any day not rolled up yet) from the changes: the same figures as counting
 three queries whatever the period's length. A cluster's or tenant's flow is counted from the
 changes, by the node's cluster and tenant now (which a roll-up would have to freeze).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -47,11 +48,14 @@ def roll_up(*, today: date | None = None) -> int:
         last = timezone.localtime(first).date()
     if last >= today:
         return 0
-    rows = [DailyTransitionCount(day=r["day"], source_state=r["source_state"], target_state=r["target_state"],
-                                 count=r["n"])
-            for r in changes.filter(created__gte=midnight(last), created__lt=midnight(today))
-            .annotate(day=TruncDate("created")).values("day", "source_state", "target_state")
-            .annotate(n=Count("id")).order_by()]
+    rows = [
+        DailyTransitionCount(day=r["day"], source_state=r["source_state"], target_state=r["target_state"], count=r["n"])
+        for r in changes.filter(created__gte=midnight(last), created__lt=midnight(today))
+        .annotate(day=TruncDate("created"))
+        .values("day", "source_state", "target_state")
+        .annotate(n=Count("id"))
+        .order_by()
+    ]
     with transaction.atomic():
         DailyTransitionCount.objects.filter(day__gte=last, day__lt=today).delete()
         DailyTransitionCount.objects.bulk_create(rows, batch_size=5000)
@@ -76,10 +80,16 @@ def fleet_transition_counts(period: Period) -> list[dict[str, Any]]:
     changes = NodeEvent.objects.filter(kind__in=STATE_CHANGE_KINDS)
     if end_full <= first_full:
         return _listed(_counted(changes.filter(created__gte=period.since, created__lt=period.until)))
-    rolled = (DailyTransitionCount.objects.filter(day__gte=first_full, day__lt=end_full)
-              .values_list("source_state", "target_state").annotate(n=Sum("count")).order_by())
-    live = changes.filter(Q(created__gte=period.since, created__lt=midnight(first_full))
-                          | Q(created__gte=midnight(end_full), created__lt=period.until))
+    rolled = (
+        DailyTransitionCount.objects.filter(day__gte=first_full, day__lt=end_full)
+        .values_list("source_state", "target_state")
+        .annotate(n=Sum("count"))
+        .order_by()
+    )
+    live = changes.filter(
+        Q(created__gte=period.since, created__lt=midnight(first_full))
+        | Q(created__gte=midnight(end_full), created__lt=period.until)
+    )
     counts = _counted(live)
     for source, target, n in rolled:
         counts[(source, target)] += n
@@ -88,21 +98,38 @@ def fleet_transition_counts(period: Period) -> list[dict[str, Any]]:
 
 def _counted(events: QuerySet[NodeEvent]) -> Counter[tuple[str, str]]:
     # COUNT(*), not COUNT(id): the id is not in the index on state changes, which then answers alone.
-    return Counter({(source, target): n for source, target, n in events.values_list("source_state", "target_state")
-                    .annotate(n=Count("*")).order_by()})
+    return Counter(
+        {
+            (source, target): n
+            for source, target, n in events.values_list("source_state", "target_state")
+            .annotate(n=Count("*"))
+            .order_by()
+        }
+    )
 
 
 def _listed(counts: Counter[tuple[str, str]]) -> list[dict[str, Any]]:
     """Flows as the pages show them: commonest first, then by source and target."""
     labels = dict(NodeState.choices)
-    ordered = sorted(((source, target, n) for (source, target), n in counts.items() if n),
-                     key=lambda flow: (-flow[2], flow[0], flow[1]))
-    return [{"source": source, "target": target, "count": n, "source_label": labels.get(source, source),
-             "target_label": labels.get(target, target)} for source, target, n in ordered]
+    ordered = sorted(
+        ((source, target, n) for (source, target), n in counts.items() if n),
+        key=lambda flow: (-flow[2], flow[0], flow[1]),
+    )
+    return [
+        {
+            "source": source,
+            "target": target,
+            "count": n,
+            "source_label": labels.get(source, source),
+            "target_label": labels.get(target, target),
+        }
+        for source, target, n in ordered
+    ]
 
 
-def state_changes(events: QuerySet[NodeEvent], period: Period, *, cluster_id: int | None = None,
-                  tenant_id: int | None = None) -> QuerySet[NodeEvent]:
+def state_changes(
+    events: QuerySet[NodeEvent], period: Period, *, cluster_id: int | None = None, tenant_id: int | None = None
+) -> QuerySet[NodeEvent]:
     """State changes (transitions and forced ones) of the period, of one cluster and/or tenant.
 
     The cluster and tenant are the node's now: a node moved between clusters counts in its new one."""
@@ -122,6 +149,9 @@ def transition_counts(events: QuerySet[NodeEvent]) -> list[dict[str, Any]]:
 def flow_nodes(events: QuerySet[NodeEvent], source: str, target: str) -> QuerySet[NodeEvent]:
     """The nodes that went from ``source`` to ``target`` among the given changes: one row per node
     with how often and when last, most recent first (a queryset: the caller pages it)."""
-    return (events.filter(source_state=source, target_state=target)
-            .values("node_id", "hostname").annotate(times=Count("*"), last=Max("created"))
-            .order_by("-last", "node_id"))
+    return (
+        events.filter(source_state=source, target_state=target)
+        .values("node_id", "hostname")
+        .annotate(times=Count("*"), last=Max("created"))
+        .order_by("-last", "node_id")
+    )

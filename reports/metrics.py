@@ -12,6 +12,7 @@ a reverse proxy on the same host every request comes from the loopback. The addr
 ``nodewarden.throttling.client_ip`` reads (``X-Forwarded-For`` only through
 ``NODEWARDEN_TRUSTED_PROXIES``). Wrong tokens count towards the client's lockout like any other.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -97,10 +98,14 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = self.now or timezone.now()
         yield from self._nodes()
-        yield self._by_severity("nodewarden_findings_open", "Findings whose alert still fires, by severity.",
-                                Finding.objects.filter(shadow=False, alert__state=AlertState.FIRING))
-        yield self._by_severity("nodewarden_alerts_firing", "Firing alerts, by severity.",
-                                Alert.objects.filter(state=AlertState.FIRING))
+        yield self._by_severity(
+            "nodewarden_findings_open",
+            "Findings whose alert still fires, by severity.",
+            Finding.objects.filter(shadow=False, alert__state=AlertState.FIRING),
+        )
+        yield self._by_severity(
+            "nodewarden_alerts_firing", "Firing alerts, by severity.", Alert.objects.filter(state=AlertState.FIRING)
+        )
         yield from self._remediation()
         queues = self._queue_lengths()
         if queues is not None:
@@ -111,11 +116,17 @@ class FleetCollector(Collector):
 
     def _nodes(self) -> Iterator[Metric]:
         by_state = GaugeMetricFamily("nodewarden_nodes", "Nodes per lifecycle state.", labels=["state"])
-        by_cluster = GaugeMetricFamily("nodewarden_cluster_nodes", "Nodes per cluster and lifecycle state "
-                                       "(cluster \"\": none).", labels=["cluster", "state"])
+        by_cluster = GaugeMetricFamily(
+            "nodewarden_cluster_nodes",
+            'Nodes per cluster and lifecycle state (cluster "": none).',
+            labels=["cluster", "state"],
+        )
         totals = dict.fromkeys(NodeState.values, 0)
-        for cluster, state, n in (Node.objects.values_list("cluster__name", "state").annotate(n=Count("id"))
-                                  .order_by("cluster__name", "state")):
+        for cluster, state, n in (
+            Node.objects.values_list("cluster__name", "state")
+            .annotate(n=Count("id"))
+            .order_by("cluster__name", "state")
+        ):
             totals[state] = totals.get(state, 0) + n
             by_cluster.add_metric([cluster or "", state], n)
         for state, n in totals.items():
@@ -133,15 +144,21 @@ class FleetCollector(Collector):
 
     @staticmethod
     def _remediation() -> Iterator[Metric]:
-        open_ = GaugeMetricFamily("nodewarden_remediations_open", "Open remediations by status and rung.",
-                                  labels=["status", "rung"])
-        for status, rung, n in (Remediation.objects.filter(status__in=OPEN).values_list("status", "rung")
-                                .annotate(n=Count("id")).order_by("status", "rung")):
+        open_ = GaugeMetricFamily(
+            "nodewarden_remediations_open", "Open remediations by status and rung.", labels=["status", "rung"]
+        )
+        for status, rung, n in (
+            Remediation.objects.filter(status__in=OPEN)
+            .values_list("status", "rung")
+            .annotate(n=Count("id"))
+            .order_by("status", "rung")
+        ):
             open_.add_metric([status, rung], n)
         yield open_
         # A counter: steps are never deleted, so the number of rungs tried only grows.
-        actions = CounterMetricFamily("nodewarden_remediation_actions", "Remediation actions taken (steps tried), "
-                                      "by rung.", labels=["rung"])
+        actions = CounterMetricFamily(
+            "nodewarden_remediation_actions", "Remediation actions taken (steps tried), by rung.", labels=["rung"]
+        )
         counts = dict(RemediationStep.objects.values_list("rung").annotate(n=Count("id")).order_by())
         for rung in LADDER:
             actions.add_metric([rung], counts.get(rung, 0))
@@ -168,8 +185,9 @@ class FleetCollector(Collector):
         except redis.RedisError as exc:
             log.warning("metrics: Celery queue depths unavailable: %s", exc)
             return None
-        family = GaugeMetricFamily("nodewarden_celery_queue_length", "Messages waiting in each Celery queue.",
-                                   labels=["queue"])
+        family = GaugeMetricFamily(
+            "nodewarden_celery_queue_length", "Messages waiting in each Celery queue.", labels=["queue"]
+        )
         for queue, length in zip(QUEUE_NAMES, lengths, strict=True):
             family.add_metric([queue], length)
         return family
@@ -180,18 +198,26 @@ class FleetCollector(Collector):
         in that time (NodeHealth's index) and each one's recent reports (NodeReport's primary key)."""
         since = now - INGEST_WINDOW
         recent_nodes = NodeHealth.objects.filter(last_received_at__gte=since).values("node_id")
-        received = NodeReport.objects.filter(node_id__in=recent_nodes, collected_at__gte=since - COLLECTION_LAG,
-                                             received_at__gte=since, received_at__lte=now).count()
-        return GaugeMetricFamily("nodewarden_ingest_reports_per_second",
-                                 "Agent reports received per second over the last 5 minutes.",
-                                 value=received / INGEST_WINDOW.total_seconds())
+        received = NodeReport.objects.filter(
+            node_id__in=recent_nodes,
+            collected_at__gte=since - COLLECTION_LAG,
+            received_at__gte=since,
+            received_at__lte=now,
+        ).count()
+        return GaugeMetricFamily(
+            "nodewarden_ingest_reports_per_second",
+            "Agent reports received per second over the last 5 minutes.",
+            value=received / INGEST_WINDOW.total_seconds(),
+        )
 
     @staticmethod
     def _fabric_tickets() -> Metric:
-        family = GaugeMetricFamily("nodewarden_fabric_tickets_open", "Open InfiniBand fabric tickets by kind.",
-                                   labels=["kind"])
-        counts = dict(Ticket.objects.filter(status=TicketStatus.OPEN).values_list("kind").annotate(n=Count("id"))
-                      .order_by())
+        family = GaugeMetricFamily(
+            "nodewarden_fabric_tickets_open", "Open InfiniBand fabric tickets by kind.", labels=["kind"]
+        )
+        counts = dict(
+            Ticket.objects.filter(status=TicketStatus.OPEN).values_list("kind").annotate(n=Count("id")).order_by()
+        )
         for kind in DiscrepancyKind.values:
             family.add_metric([kind], counts.get(kind, 0))
         return family
@@ -202,18 +228,24 @@ class FleetCollector(Collector):
         (alert on breaches > 0, and on a last run older than a few beat intervals)."""
         run = AuditRun.objects.filter(finished__isnull=False).only("finished", "counts").first()
         counts = run.counts if run is not None else {}
-        breaches = GaugeMetricFamily("nodewarden_audit_breaches", "Breaches found by the last fleet audit, "
-                                     "by invariant.", labels=["invariant"])
-        unknown = GaugeMetricFamily("nodewarden_audit_unknown", "Answers the last fleet audit could not get "
-                                    "(scheduler or BMC unreachable), by invariant.", labels=["invariant"])
+        breaches = GaugeMetricFamily(
+            "nodewarden_audit_breaches", "Breaches found by the last fleet audit, by invariant.", labels=["invariant"]
+        )
+        unknown = GaugeMetricFamily(
+            "nodewarden_audit_unknown",
+            "Answers the last fleet audit could not get (scheduler or BMC unreachable), by invariant.",
+            labels=["invariant"],
+        )
         for invariant in Invariant.values:
             breaches.add_metric([invariant], counts.get(invariant, {}).get("breaches", 0))
             unknown.add_metric([invariant], counts.get(invariant, {}).get("unknown", 0))
         yield breaches
         yield unknown
-        yield GaugeMetricFamily("nodewarden_audit_last_run_timestamp_seconds",
-                                "When the last fleet audit finished (Unix time; 0: never).",
-                                value=run.finished.timestamp() if run is not None else 0)
+        yield GaugeMetricFamily(
+            "nodewarden_audit_last_run_timestamp_seconds",
+            "When the last fleet audit finished (Unix time; 0: never).",
+            value=run.finished.timestamp() if run is not None else 0,
+        )
 
 
 def registry(now: datetime | None = None) -> CollectorRegistry:

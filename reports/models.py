@@ -6,6 +6,7 @@ instead of sorting weeks of state changes per request. They are rewritten per no
 change of that node is saved (``signals.py``, in the same transaction), and for every node by
 ``outages.rebuild`` (after bulk loads: the bench's generator, ``manage.py rebuild_outages``).
 """
+
 from __future__ import annotations
 
 from django.db import models
@@ -25,8 +26,9 @@ class Outage(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     started = models.DateTimeField()
     ended = models.DateTimeField(null=True, blank=True, help_text="Back in production, or gone; empty: still out.")
-    hardware_at = models.DateTimeField(null=True, blank=True,
-                                       help_text="First entry into remediation, repair or RMA during the outage.")
+    hardware_at = models.DateTimeField(
+        null=True, blank=True, help_text="First entry into remediation, repair or RMA during the outage."
+    )
     initiating_event = models.ForeignKey(NodeEvent, on_delete=models.CASCADE, related_name="+")
     init_kind = models.CharField(max_length=10)
     init_name = models.CharField(max_length=150)
@@ -58,8 +60,9 @@ class DailyTransitionCount(models.Model):
 
     class Meta:
         ordering = ["day", "source_state", "target_state"]
-        constraints = [models.UniqueConstraint(fields=["day", "source_state", "target_state"],
-                                               name="one_transition_count_per_day")]
+        constraints = [
+            models.UniqueConstraint(fields=["day", "source_state", "target_state"], name="one_transition_count_per_day")
+        ]
 
     def __str__(self) -> str:
         return f"{self.day}: {self.source_state} -> {self.target_state} x{self.count}"

@@ -23,6 +23,7 @@ of state changes per request: a fixed number of queries whatever the fleet's siz
 began more than ``LOOKBACK`` before the period is not counted (the period's figures stay those of
 reading its state changes and ``LOOKBACK`` before it).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -101,9 +102,13 @@ def _changes_cte(scope: Scope, since: datetime, until: datetime) -> tuple[str, d
     named (``since``, ``until``, ...) so the statements built on it can reuse them."""
     event = NodeEvent._meta.db_table
     serving, bounds = _sql_list(SERVING), _sql_list((*HARDWARE_STATES, *GONE))
-    where = [f"e.kind IN {_sql_list(STATE_CHANGE_KINDS)}", "e.node_id IS NOT NULL", "e.created < %(until)s",
-             "e.created >= %(lower)s",
-             f"(e.source_state IN {serving} OR e.target_state IN {serving} OR e.target_state IN {bounds})"]
+    where = [
+        f"e.kind IN {_sql_list(STATE_CHANGE_KINDS)}",
+        "e.node_id IS NOT NULL",
+        "e.created < %(until)s",
+        "e.created >= %(lower)s",
+        f"(e.source_state IN {serving} OR e.target_state IN {serving} OR e.target_state IN {bounds})",
+    ]
     params: dict[str, Any] = {"since": _ts(since), "until": _ts(until), "lower": _ts(since - LOOKBACK)}
     where += _scope_sql("e", scope, params)
     # The drain's asker is the change just before the one that left drain pending.
@@ -179,7 +184,9 @@ def _live_outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[s
     return f"{sql},{_attributed('outages')}", params
 
 
-def _outages_sql(scope: Scope, since: datetime, until: datetime, *, cluster: bool = False) -> tuple[str, dict[str, Any]]:
+def _outages_sql(
+    scope: Scope, since: datetime, until: datetime, *, cluster: bool = False
+) -> tuple[str, dict[str, Any]]:
     """Per outage overlapping the period: node, start, end (NULL: still out), seconds in the
     period, attribution, the initiating change and its actor; read from the ``Outage`` rows, cut
     at ``until`` as the state changes would be (an end or a visit to repair after the period's end
@@ -210,9 +217,11 @@ def rebuild(node_ids: Sequence[int] | None = None) -> int:
     table = models.Outage._meta.db_table
     scope = Scope(node_ids=node_ids)
     derived, params = _derived_sql(scope, *HISTORY)
-    insert = (f"INSERT INTO {table} (node_id, started, ended, hardware_at, initiating_event_id, init_kind, init_name,"
-              f" cluster_id) {derived} SELECT o.node_id, o.started, o.ended, o.hardware_at, o.init_id, o.init_kind,"
-              f" o.init_name, n.cluster_id FROM outages o JOIN {Node._meta.db_table} n ON n.id = o.node_id")
+    insert = (
+        f"INSERT INTO {table} (node_id, started, ended, hardware_at, initiating_event_id, init_kind, init_name,"
+        f" cluster_id) {derived} SELECT o.node_id, o.started, o.ended, o.hardware_at, o.init_id, o.init_kind,"
+        f" o.init_name, n.cluster_id FROM outages o JOIN {Node._meta.db_table} n ON n.id = o.node_id"
+    )
     delete = f"DELETE FROM {table}"
     if node_ids is not None:
         if not node_ids:
@@ -250,19 +259,31 @@ class Outage:
     initiating_event_id: int
 
 
-def outages(scope: Scope, since: datetime, until: datetime, *, limit: int | None = None,
-            offset: int = 0, live: bool = False) -> list[Outage]:
+def outages(
+    scope: Scope, since: datetime, until: datetime, *, limit: int | None = None, offset: int = 0, live: bool = False
+) -> list[Outage]:
     """The scope's outages overlapping the period, newest first (a page of them with ``limit``).
     ``live``: derived from the state changes now instead of read from the rows (the reference)."""
     sql, params = (_live_outages_sql if live else _outages_sql)(scope, since, until)
-    sql += " SELECT node_id, started, ended, seconds, attribution, init_name, init_id FROM attributed" \
-           " ORDER BY started DESC, node_id"
+    sql += (
+        " SELECT node_id, started, ended, seconds, attribution, init_name, init_id FROM attributed"
+        " ORDER BY started DESC, node_id"
+    )
     if limit is not None:
         sql += " LIMIT %(limit)s OFFSET %(offset)s"
         params = {**params, "limit": limit, "offset": offset}
-    return [Outage(node_id, _dt(started), _dt(ended) if ended is not None else None, float(seconds or 0),
-                   attribution, name or "", init_id)
-            for node_id, started, ended, seconds, attribution, name, init_id in _fetch(sql, params)]
+    return [
+        Outage(
+            node_id,
+            _dt(started),
+            _dt(ended) if ended is not None else None,
+            float(seconds or 0),
+            attribution,
+            name or "",
+            init_id,
+        )
+        for node_id, started, ended, seconds, attribution, name, init_id in _fetch(sql, params)
+    ]
 
 
 @dataclass(frozen=True)
@@ -282,18 +303,35 @@ def outage_page(scope: Scope, since: datetime, until: datetime, *, limit: int, o
     aggregates over the whole set, computed before the LIMIT). None when the page is past the end
     (no row carries the totals)."""
     sql, params = _outages_sql(scope, since, until)
-    per = ", ".join(f"SUM(CASE WHEN attribution = '{a}' THEN 1 ELSE 0 END) OVER (), "
-                    f"SUM(CASE WHEN attribution = '{a}' THEN seconds ELSE 0 END) OVER ()" for a in Attribution.values)
-    sql += (f" SELECT node_id, started, ended, seconds, attribution, init_name, init_id, {per} FROM attributed"
-            " ORDER BY started DESC, node_id LIMIT %(limit)s OFFSET %(offset)s")
+    per = ", ".join(
+        f"SUM(CASE WHEN attribution = '{a}' THEN 1 ELSE 0 END) OVER (), "
+        f"SUM(CASE WHEN attribution = '{a}' THEN seconds ELSE 0 END) OVER ()"
+        for a in Attribution.values
+    )
+    sql += (
+        f" SELECT node_id, started, ended, seconds, attribution, init_name, init_id, {per} FROM attributed"
+        " ORDER BY started DESC, node_id LIMIT %(limit)s OFFSET %(offset)s"
+    )
     rows = _fetch(sql, {**params, "limit": limit, "offset": offset})
     if not rows:
         return None
     sums = rows[0][7:]
     totals = {a: (int(sums[2 * i] or 0), float(sums[2 * i + 1] or 0)) for i, a in enumerate(Attribution.values)}
-    return OutagePage([Outage(node_id, _dt(started), _dt(ended) if ended is not None else None, float(seconds or 0),
-                              attribution, name or "", init_id)
-                       for node_id, started, ended, seconds, attribution, name, init_id, *_ in rows], totals)
+    return OutagePage(
+        [
+            Outage(
+                node_id,
+                _dt(started),
+                _dt(ended) if ended is not None else None,
+                float(seconds or 0),
+                attribution,
+                name or "",
+                init_id,
+            )
+            for node_id, started, ended, seconds, attribution, name, init_id, *_ in rows
+        ],
+        totals,
+    )
 
 
 def count_outages(scope: Scope, since: datetime, until: datetime) -> int:
@@ -305,10 +343,14 @@ def downtime_by_attribution(scope: Scope, since: datetime, until: datetime) -> l
     """Per cluster (id; None for none) and attribution: outages and node-seconds of downtime in the period.
     The cluster is the row's copy of the node's (no join of tens of thousands of outages to the nodes)."""
     sql, params = _outages_sql(scope, since, until, cluster=True)
-    sql += (" SELECT cluster_id, attribution, COUNT(*), SUM(seconds) FROM attributed"
-            " GROUP BY cluster_id, attribution ORDER BY cluster_id, attribution")
-    return [{"cluster_id": cluster_id, "attribution": attribution, "outages": int(n), "seconds": float(seconds or 0)}
-            for cluster_id, attribution, n, seconds in _fetch(sql, params)]
+    sql += (
+        " SELECT cluster_id, attribution, COUNT(*), SUM(seconds) FROM attributed"
+        " GROUP BY cluster_id, attribution ORDER BY cluster_id, attribution"
+    )
+    return [
+        {"cluster_id": cluster_id, "attribution": attribution, "outages": int(n), "seconds": float(seconds or 0)}
+        for cluster_id, attribution, n, seconds in _fetch(sql, params)
+    ]
 
 
 @dataclass(frozen=True)
@@ -330,8 +372,10 @@ def serving_seconds(node_ids: Sequence[int], since: datetime, until: datetime) -
                                  ELSE 0 END),
                MIN(created), MAX(CASE WHEN seq = 1 THEN source_state END)
         FROM changes GROUP BY node_id"""
-    return {node_id: ServingTime(float(seconds or 0), _dt(first), state)
-            for node_id, seconds, first, state in _fetch(sql, params)}
+    return {
+        node_id: ServingTime(float(seconds or 0), _dt(first), state)
+        for node_id, seconds, first, state in _fetch(sql, params)
+    }
 
 
 def _dt(value: Any) -> datetime:

@@ -1,6 +1,7 @@
 """Keep the rows derived from the state changes in step: a saved state change rewrites its node's
 ``Outage`` rows, one saved into a day already rolled up drops that day's transition counts, and a
 node moved to another cluster moves its outages' copy of the cluster."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,4 +37,5 @@ def follow_node_cluster(sender: type[Node], instance: Node, created: bool, **kwa
     if created or kwargs.get("raw") or (fields is not None and "cluster" not in fields and "cluster_id" not in fields):
         return
     Outage.objects.filter(node_id=instance.pk).exclude(cluster_id=instance.cluster_id).update(
-        cluster_id=instance.cluster_id)
+        cluster_id=instance.cluster_id
+    )

@@ -5,6 +5,7 @@ remediations by rung, downtime by attribution. The availability and flow figures
 Every read is a fixed number of aggregate queries whatever the fleet's size, with row caps
 where rows come back to Python.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -39,23 +40,35 @@ def _stats(seconds: list[float]) -> dict[str, Any]:
 
 
 def _figures(count: int, median: float | None, p90: float | None) -> dict[str, Any]:
-    return {"count": count, "median_s": median, "p90_s": p90, "median": duration_text(median),
-            "p90": duration_text(p90)}
+    return {
+        "count": count,
+        "median_s": median,
+        "p90_s": p90,
+        "median": duration_text(median),
+        "p90": duration_text(p90),
+    }
 
 
 def mttr(remediations: QuerySet[Remediation], period: Period) -> dict[str, Any]:
     """From the finding to back in production, for remediations that succeeded in the period:
     median and 90th percentile over all and per cluster (the same clock as remediation.summary.mttr)."""
-    recoveries = (remediations.filter(status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until)
-                  .order_by("-finished"))
+    recoveries = remediations.filter(
+        status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until
+    ).order_by("-finished")
     if connection.vendor == "postgresql":
         groups = _recovery_stats_in_sql(recoveries)
     else:
-        groups = _recovery_stats(recoveries.annotate(began=Coalesce("finding__created", "created"))
-                                 .values_list("node__cluster__name", "began", "finished")[:MAX_RECOVERIES])
+        groups = _recovery_stats(
+            recoveries.annotate(began=Coalesce("finding__created", "created")).values_list(
+                "node__cluster__name", "began", "finished"
+            )[:MAX_RECOVERIES]
+        )
     overall = groups.pop(None, _stats([]))
-    return {"overall": overall, "capped": overall["count"] == MAX_RECOVERIES,
-            "clusters": [{"cluster": name, **stats} for name, stats in sorted(groups.items())]}
+    return {
+        "overall": overall,
+        "capped": overall["count"] == MAX_RECOVERIES,
+        "clusters": [{"cluster": name, **stats} for name, stats in sorted(groups.items())],
+    }
 
 
 def _recovery_stats(rows: Iterable[tuple[str | None, datetime, datetime]]) -> dict[str | None, dict[str, Any]]:
@@ -77,8 +90,9 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
     The newest recoveries are picked before any join, from the index (status, finished) alone: it
     holds the node, the finding and the finding's time (copied onto the remediation), so no finding
     is read. A remediation whose finding was deleted counts from its own start, as the join would."""
-    sql, params = (recoveries.values_list("node_id", "finding_id", "finding_created", "created", "finished")
-                   [:MAX_RECOVERIES].query.sql_with_params())
+    sql, params = recoveries.values_list("node_id", "finding_id", "finding_created", "created", "finished")[
+        :MAX_RECOVERIES
+    ].query.sql_with_params()
     node, cluster = (connection.ops.quote_name(m._meta.db_table) for m in (Node, Cluster))
     began = "COALESCE(CASE WHEN r.finding_id IS NOT NULL THEN r.finding_created END, r.created)"
     with connection.cursor() as cursor:
@@ -89,17 +103,25 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
             "SELECT COALESCE(c.name, '') AS cluster, "
             f"GREATEST(EXTRACT(EPOCH FROM r.finished - {began}), 0)::float8 AS seconds "
             f"FROM r JOIN {node} n ON n.id = r.node_id LEFT JOIN {cluster} c ON c.id = n.cluster_id"
-            ") AS s GROUP BY ROLLUP (s.cluster)", params)
-        return {None if total else name: _figures(count, median, p90)
-                for total, name, count, median, p90 in cursor.fetchall()}
+            ") AS s GROUP BY ROLLUP (s.cluster)",
+            params,
+        )
+        return {
+            None if total else name: _figures(count, median, p90)
+            for total, name, count, median, p90 in cursor.fetchall()
+        }
 
 
 def failure_causes(findings: QuerySet[Finding], period: Period) -> list[dict[str, Any]]:
     """Findings of the period (shadow ones left out) by component and cause: the rule, the XID for
     XID rules, the discrepancy kind for fabric findings. Commonest first, the top ``TOP_CAUSES``."""
-    rows = list(findings.filter(shadow=False, created__gte=period.since, created__lt=period.until)
-                .annotate(fabric_kind=KT("evidence__kind")).values("rule", "xid", "fabric_kind")
-                .annotate(n=Count("id")).order_by("-n", "rule"))
+    rows = list(
+        findings.filter(shadow=False, created__gte=period.since, created__lt=period.until)
+        .annotate(fabric_kind=KT("evidence__kind"))
+        .values("rule", "xid", "fabric_kind")
+        .annotate(n=Count("id"))
+        .order_by("-n", "rule")
+    )
     xids = {r["xid"] for r in rows if r["xid"] is not None}
     xid_names = dict(XidDefinition.objects.filter(xid__in=xids).values_list("xid", "name")) if xids else {}
     kinds = dict(DiscrepancyKind.choices)
@@ -130,28 +152,49 @@ def failures_by_component(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def remediations_by_rung(remediations: QuerySet[Remediation], period: Period) -> list[dict[str, Any]]:
     """Remediations begun in the period by the rung they ended on (or are on), with how many succeeded:
     one query."""
-    counts = {r["rung"]: r for r in remediations.filter(created__gte=period.since, created__lt=period.until)
-              .values("rung").annotate(n=Count("id"), ok=Count("id", filter=Q(status=Status.SUCCEEDED)))
-              .order_by()}
-    return [{"rung": rung, "label": Rung(rung).label, "count": counts[rung]["n"] if rung in counts else 0,
-             "succeeded": counts[rung]["ok"] if rung in counts else 0} for rung in LADDER]
+    counts = {
+        r["rung"]: r
+        for r in remediations.filter(created__gte=period.since, created__lt=period.until)
+        .values("rung")
+        .annotate(n=Count("id"), ok=Count("id", filter=Q(status=Status.SUCCEEDED)))
+        .order_by()
+    }
+    return [
+        {
+            "rung": rung,
+            "label": Rung(rung).label,
+            "count": counts[rung]["n"] if rung in counts else 0,
+            "succeeded": counts[rung]["ok"] if rung in counts else 0,
+        }
+        for rung in LADDER
+    ]
 
 
 def downtime_totals(totals: dict[str, tuple[int, float]]) -> dict[str, Any]:
     """Outages and node-hours per attribution (from ``outages.outage_page``), as ``downtime`` gives them."""
     hours = {a: totals.get(a, (0, 0.0))[1] / 3600 for a in Attribution.values}
     node_hours = sum(hours.values())
-    return {"totals": [{"attribution": a, "label": Attribution(a).label, "outages": totals.get(a, (0, 0.0))[0],
-                        "hours": round(hours[a], 1),
-                        "share": round(100 * hours[a] / node_hours, 1) if node_hours else None}
-                       for a in Attribution.values], "clusters": []}
+    return {
+        "totals": [
+            {
+                "attribution": a,
+                "label": Attribution(a).label,
+                "outages": totals.get(a, (0, 0.0))[0],
+                "hours": round(hours[a], 1),
+                "share": round(100 * hours[a] / node_hours, 1) if node_hours else None,
+            }
+            for a in Attribution.values
+        ],
+        "clusters": [],
+    }
 
 
 def downtime(scope: outages.Scope, period: Period) -> dict[str, Any]:
     """Node-hours of downtime in the period, provider's and customer's, over all and per cluster."""
     rows = outages.downtime_by_attribution(scope, period.since, period.until)
-    names = dict(Cluster.objects.filter(pk__in={r["cluster_id"] for r in rows if r["cluster_id"]})
-                 .values_list("pk", "name"))
+    names = dict(
+        Cluster.objects.filter(pk__in={r["cluster_id"] for r in rows if r["cluster_id"]}).values_list("pk", "name")
+    )
     totals = {a: {"outages": 0, "hours": 0.0} for a in Attribution.values}
     clusters: dict[str, dict[str, dict[str, float]]] = {}
     for r in rows:
@@ -162,11 +205,21 @@ def downtime(scope: outages.Scope, period: Period) -> dict[str, Any]:
             bucket["hours"] += r["seconds"] / 3600
     node_hours = sum(t["hours"] for t in totals.values())
     return {
-        "totals": [{"attribution": a, "label": Attribution(a).label, "outages": totals[a]["outages"],
-                    "hours": round(totals[a]["hours"], 1),
-                    "share": round(100 * totals[a]["hours"] / node_hours, 1) if node_hours else None}
-                   for a in Attribution.values],
-        "clusters": [{"cluster": name, **{a: {"outages": per[a]["outages"], "hours": round(per[a]["hours"], 1)}
-                                          for a in Attribution.values}}
-                     for name, per in sorted(clusters.items())],
+        "totals": [
+            {
+                "attribution": a,
+                "label": Attribution(a).label,
+                "outages": totals[a]["outages"],
+                "hours": round(totals[a]["hours"], 1),
+                "share": round(100 * totals[a]["hours"] / node_hours, 1) if node_hours else None,
+            }
+            for a in Attribution.values
+        ],
+        "clusters": [
+            {
+                "cluster": name,
+                **{a: {"outages": per[a]["outages"], "hours": round(per[a]["hours"], 1)} for a in Attribution.values},
+            }
+            for name, per in sorted(clusters.items())
+        ],
     }

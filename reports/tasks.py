@@ -1,4 +1,5 @@
 """Background work of the reports: the hourly roll-up of the fleet's state changes per day."""
+
 from __future__ import annotations
 
 from celery import shared_task

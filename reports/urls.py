@@ -1,4 +1,5 @@
 """Report pages and the Prometheus endpoint."""
+
 from django.urls import path
 
 from . import views

@@ -5,6 +5,7 @@ Prometheus metrics endpoint.
 
 Every queryset starts from ``nodes.scoping``; every read is a fixed number of queries.
 """
+
 from __future__ import annotations
 
 import csv
@@ -15,8 +16,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import (Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict,
-                         StreamingHttpResponse)
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, QueryDict, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
@@ -75,8 +75,10 @@ class FleetScope:
 
     @property
     def ids(self) -> dict[str, int | None]:
-        return {"cluster_id": self.cluster.pk if self.cluster else None,
-                "tenant_id": self.tenant.pk if self.tenant else None}
+        return {
+            "cluster_id": self.cluster.pk if self.cluster else None,
+            "tenant_id": self.tenant.pk if self.tenant else None,
+        }
 
     def nodes(self) -> QuerySet[Node]:
         return Node.objects.filter(**{k: v for k, v in self.ids.items() if v is not None})
@@ -91,9 +93,13 @@ class FleetScope:
 
     def daily_counts(self, by: str) -> list[statecounts.DayCount]:
         """Node-hours per day, availability bucket and ``by`` of the scope in the period (daily roll-ups)."""
-        return statecounts.daily_counts(self.period.since, self.period.until, by=by,
-                                        scope={k: v for k, v in self.ids.items() if v is not None},
-                                        buckets=charts.AVAILABILITY_BUCKETS)
+        return statecounts.daily_counts(
+            self.period.since,
+            self.period.until,
+            by=by,
+            scope={k: v for k, v in self.ids.items() if v is not None},
+            buckets=charts.AVAILABILITY_BUCKETS,
+        )
 
     def transition_counts(self) -> list[dict[str, Any]]:
         """The period's flows: the fleet's from the daily roll-up, a cluster's or tenant's from the changes."""
@@ -103,9 +109,16 @@ class FleetScope:
 
     def flow_link(self, source: str, target: str) -> str:
         """The list of the nodes behind one band of the flow, for exactly this period and scope."""
-        return reverse("report-flows") + "?" + self.period.query(
-            source=source, target=target, cluster=self.cluster.name if self.cluster else "",
-            tenant=self.tenant.slug if self.tenant else "")
+        return (
+            reverse("report-flows")
+            + "?"
+            + self.period.query(
+                source=source,
+                target=target,
+                cluster=self.cluster.name if self.cluster else "",
+                tenant=self.tenant.slug if self.tenant else "",
+            )
+        )
 
 
 @staff_only
@@ -121,19 +134,29 @@ def overview(request: HttpRequest) -> HttpResponse:
         flow["url"] = scope.flow_link(flow["source"], flow["target"])
     causes = summary.failure_causes(scope.of_nodes(Finding), period)
     downtime = summary.downtime(outages.Scope(**scope.ids), period)
-    return render(request, "reports/overview.html", {
-        "form": form, "period": period, "cluster": scope.cluster, "tenant": scope.tenant,
-        "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
-        "availability_tenants": charts.availability_over_time(scope.daily_counts("tenant__name")),
-        "mttr": summary.mttr(remediations, period),
-        "causes": causes, "components": summary.failures_by_component(causes),
-        "causes_chart": charts.failure_causes(causes),
-        "rungs": summary.remediations_by_rung(remediations, period),
-        "day1": day1_yield(scope.scoped_nodes(), now=period.until),
-        "downtime": downtime, "downtime_chart": charts.downtime_by_cluster(downtime),
-        "flows": transitions, "flow_total": sum(f["count"] for f in transitions),
-        "sankey": charts.lifecycle_sankey(transitions, scope.flow_link),
-    })
+    return render(
+        request,
+        "reports/overview.html",
+        {
+            "form": form,
+            "period": period,
+            "cluster": scope.cluster,
+            "tenant": scope.tenant,
+            "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
+            "availability_tenants": charts.availability_over_time(scope.daily_counts("tenant__name")),
+            "mttr": summary.mttr(remediations, period),
+            "causes": causes,
+            "components": summary.failures_by_component(causes),
+            "causes_chart": charts.failure_causes(causes),
+            "rungs": summary.remediations_by_rung(remediations, period),
+            "day1": day1_yield(scope.scoped_nodes(), now=period.until),
+            "downtime": downtime,
+            "downtime_chart": charts.downtime_by_cluster(downtime),
+            "flows": transitions,
+            "flow_total": sum(f["count"] for f in transitions),
+            "sankey": charts.lifecycle_sankey(transitions, scope.flow_link),
+        },
+    )
 
 
 @staff_only
@@ -146,13 +169,27 @@ def flow_nodes(request: HttpRequest) -> HttpResponse:
     if form.errors:
         return _bad(request, form, "reports/flows.html")
     period, cluster, tenant = form.period(), form.cleaned_data.get("cluster"), form.cleaned_data.get("tenant")
-    events = flows.state_changes(NodeEvent.objects.all(), period, cluster_id=cluster.pk if cluster else None,
-                                 tenant_id=tenant.pk if tenant else None)
+    events = flows.state_changes(
+        NodeEvent.objects.all(),
+        period,
+        cluster_id=cluster.pk if cluster else None,
+        tenant_id=tenant.pk if tenant else None,
+    )
     page = Paginator(flows.flow_nodes(events, source, target), PAGE_SIZE).get_page(request.GET.get("page"))
-    return render(request, "reports/flows.html", {
-        "form": form, "period": period, "cluster": cluster, "tenant": tenant, "page": page,
-        "source": NodeState(source), "target": NodeState(target), "query": _query(request, "page"),
-    })
+    return render(
+        request,
+        "reports/flows.html",
+        {
+            "form": form,
+            "period": period,
+            "cluster": cluster,
+            "tenant": tenant,
+            "page": page,
+            "source": NodeState(source),
+            "target": NodeState(target),
+            "query": _query(request, "page"),
+        },
+    )
 
 
 # --- A tenant's availability ---------------------------------------------------------------------
@@ -190,19 +227,35 @@ def tenant_availability(request: HttpRequest) -> HttpResponse:
     period = form.period()
     nodes = availability.with_state_at(_tenant_nodes(request, tenant), period)
     page = Paginator(nodes, PAGE_SIZE).get_page(request.GET.get("page"))
-    listed = availability.IncidentList(outages.Scope(tenant_id=tenant.pk), period, page=_page_number(request, "ipage"),
-                                       page_size=PAGE_SIZE)
+    listed = availability.IncidentList(
+        outages.Scope(tenant_id=tenant.pk), period, page=_page_number(request, "ipage"), page_size=PAGE_SIZE
+    )
     incidents = Paginator(listed, PAGE_SIZE).get_page(request.GET.get("ipage"))
-    counts = statecounts.daily_counts(period.since, period.until, by="tenant__name", scope={"tenant_id": tenant.pk},
-                                      buckets=charts.AVAILABILITY_BUCKETS)
-    return render(request, "reports/availability.html", {
-        "form": form, "period": period, "tenant": tenant, "staff": is_operator_view(request.user),
-        "page": page, "rows": availability.node_availability(list(page.object_list), period),
-        "incidents": incidents, "downtime": summary.downtime_totals(listed.totals()),
-        "chart": charts.availability_over_time(counts),
-        "query": _query(request, "page"), "iquery": _query(request, "ipage"),
-        "csv_query": period.query(tenant=tenant.slug),
-    })
+    counts = statecounts.daily_counts(
+        period.since,
+        period.until,
+        by="tenant__name",
+        scope={"tenant_id": tenant.pk},
+        buckets=charts.AVAILABILITY_BUCKETS,
+    )
+    return render(
+        request,
+        "reports/availability.html",
+        {
+            "form": form,
+            "period": period,
+            "tenant": tenant,
+            "staff": is_operator_view(request.user),
+            "page": page,
+            "rows": availability.node_availability(list(page.object_list), period),
+            "incidents": incidents,
+            "downtime": summary.downtime_totals(listed.totals()),
+            "chart": charts.availability_over_time(counts),
+            "query": _query(request, "page"),
+            "iquery": _query(request, "ipage"),
+            "csv_query": period.query(tenant=tenant.slug),
+        },
+    )
 
 
 def _page_number(request: HttpRequest, name: str) -> int:
@@ -248,14 +301,34 @@ def availability_csv(request: HttpRequest) -> HttpResponse:
     nodes = availability.with_state_at(_tenant_nodes(request, tenant), period)
 
     def rows() -> Iterator[list[Any]]:
-        yield ["hostname", "cluster", "state", "production_hours", "downtime_hours", "provider_downtime_hours",
-               "customer_downtime_hours", "incidents", "availability_pct", "since", "until"]
+        yield [
+            "hostname",
+            "cluster",
+            "state",
+            "production_hours",
+            "downtime_hours",
+            "provider_downtime_hours",
+            "customer_downtime_hours",
+            "incidents",
+            "availability_pct",
+            "since",
+            "until",
+        ]
         for start in range(0, nodes.count(), availability.CHUNK):
-            for r in availability.node_availability(list(nodes[start:start + availability.CHUNK]), period):
-                yield [r.node.hostname, r.node.cluster.name if r.node.cluster else "", r.node.state,
-                       _hours(r.serving_s), _hours(r.downtime_s), _hours(r.provider_s), _hours(r.customer_s),
-                       r.incidents, "" if r.availability_pct is None else r.availability_pct,
-                       period.since.isoformat(), period.until.isoformat()]
+            for r in availability.node_availability(list(nodes[start : start + availability.CHUNK]), period):
+                yield [
+                    r.node.hostname,
+                    r.node.cluster.name if r.node.cluster else "",
+                    r.node.state,
+                    _hours(r.serving_s),
+                    _hours(r.downtime_s),
+                    _hours(r.provider_s),
+                    _hours(r.customer_s),
+                    r.incidents,
+                    "" if r.availability_pct is None else r.availability_pct,
+                    period.since.isoformat(),
+                    period.until.isoformat(),
+                ]
 
     return _csv(rows(), f"availability-{tenant.slug}.csv")
 
@@ -269,13 +342,30 @@ def incidents_csv(request: HttpRequest) -> HttpResponse:
     tenant, period = setup
 
     def rows() -> Iterator[list[Any]]:
-        yield ["hostname", "left_production", "back_in_production", "hours_until_back", "downtime_hours_in_period",
-               "attribution", "initiated_by", "finding", "reason"]
+        yield [
+            "hostname",
+            "left_production",
+            "back_in_production",
+            "hours_until_back",
+            "downtime_hours_in_period",
+            "attribution",
+            "initiated_by",
+            "finding",
+            "reason",
+        ]
         for i in availability.IncidentList(outages.Scope(tenant_id=tenant.pk), period):
             back = i.until_back
-            yield [i.hostname, i.started.isoformat(), i.ended.isoformat() if i.ended else "",
-                   _hours(back.total_seconds()) if back else "", _hours(i.outage.seconds), i.attribution,
-                   i.outage.initiated_by, i.finding["summary"] if i.finding else "", i.reason]
+            yield [
+                i.hostname,
+                i.started.isoformat(),
+                i.ended.isoformat() if i.ended else "",
+                _hours(back.total_seconds()) if back else "",
+                _hours(i.outage.seconds),
+                i.attribution,
+                i.outage.initiated_by,
+                i.finding["summary"] if i.finding else "",
+                i.reason,
+            ]
 
     return _csv(rows(), f"incidents-{tenant.slug}.csv")
 
@@ -290,12 +380,14 @@ def prometheus_metrics(request: HttpRequest) -> HttpResponse:
     if throttle.locked_out(request):
         return too_many_failures_response(throttle)
     if not metrics.allowed(request, throttle):
-        response = HttpResponse("Metrics need a bearer token (NODEWARDEN_METRICS_TOKEN), a staff session or a "
-                                "client in NODEWARDEN_METRICS_NETWORKS.\n",
-                                status=401 if metrics.metrics_token() else 403, content_type="text/plain")
+        response = HttpResponse(
+            "Metrics need a bearer token (NODEWARDEN_METRICS_TOKEN), a staff session or a "
+            "client in NODEWARDEN_METRICS_NETWORKS.\n",
+            status=401 if metrics.metrics_token() else 403,
+            content_type="text/plain",
+        )
         if metrics.metrics_token():
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     # Every name is plain ASCII, so the text is the classic 0.0.4 format that every Prometheus reads.
     return HttpResponse(generate_latest(metrics.registry()), content_type=CONTENT_TYPE_PLAIN_0_0_4)
-

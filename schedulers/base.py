@@ -16,6 +16,7 @@ An adapter per scheduler kind (``Cluster.scheduler_kind``), picked by ``adapter_
 Nodewarden respects others' decisions: a cordon or drain it did not set is never lifted by
 it (``SchedulerConflict``), and every cordon it sets records it as the owner.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

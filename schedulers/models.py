@@ -4,6 +4,7 @@ A lifecycle reaction (``schedulers.reactions``) that could not reach the schedul
 here, one row per node, until a later attempt succeeds: the drain follower retries it with
 back-off, so an operator's cordon reaches Slurm even when slurmctld was down at the time.
 """
+
 from __future__ import annotations
 
 from django.db import models

@@ -18,6 +18,7 @@ The reactions:
 - resume: take work again, lifting only a cordon Nodewarden set (back to production, a drain
   cancelled).
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,10 +57,17 @@ R = Reaction
 # What the scheduler must say for a node in each state (forced states, retries, the auditor).
 # Enrolled and initializing nodes are not in a scheduler yet: nothing is asked of it.
 STATE_REACTION: dict[str, str | None] = {
-    S.ENROLLED: None, S.INITIALIZING: None, S.ONBOARD: R.CORDON,
+    S.ENROLLED: None,
+    S.INITIALIZING: None,
+    S.ONBOARD: R.CORDON,
     **{stage: R.CORDON for stage in DAY1_STAGES},
-    S.PRODUCTION: R.RESUME, S.DRAIN_PENDING: R.DRAIN, S.DRAINING: R.DRAIN,
-    S.TRIAGE: R.CORDON, S.REMEDIATING: R.CORDON, S.REPAIR: R.CORDON, S.RMA: R.CORDON,
+    S.PRODUCTION: R.RESUME,
+    S.DRAIN_PENDING: R.DRAIN,
+    S.DRAINING: R.DRAIN,
+    S.TRIAGE: R.CORDON,
+    S.REMEDIATING: R.CORDON,
+    S.REPAIR: R.CORDON,
+    S.RMA: R.CORDON,
     S.DECOMMISSIONED: R.CORDON,
 }
 
@@ -150,9 +158,13 @@ def apply(node: Node, reaction: str, reason: str) -> str:
             adapter.uncordon(node, reason=reason)
     except SchedulerConflict as exc:  # someone else's cordon: theirs to lift, not retried
         PendingReaction.objects.filter(node=node).delete()
-        node_services.record_event(node.pk, EventKind.NOTE, actor=ACTOR,
-                                   reason=f"The scheduler keeps the node out: {exc}",
-                                   details={"scheduler_reaction": reaction, "conflict": True})
+        node_services.record_event(
+            node.pk,
+            EventKind.NOTE,
+            actor=ACTOR,
+            reason=f"The scheduler keeps the node out: {exc}",
+            details={"scheduler_reaction": reaction, "conflict": True},
+        )
         return f"The scheduler keeps the node out: {exc}"
     except SchedulerError as exc:
         _owe(node, reaction, reason, str(exc))
@@ -165,11 +177,20 @@ def _owe(node: Node, reaction: str, reason: str, error: str, now: datetime | Non
     now = now or timezone.now()
     owed = PendingReaction.objects.filter(node=node).first()
     if owed is None:
-        PendingReaction.objects.create(node=node, reaction=reaction, reason=reason, last_error=error[:2000],
-                                       next_attempt_at=now + timedelta(minutes=1))
-        node_services.record_event(node.pk, EventKind.ACTION, actor=ACTOR,
-                                   reason=f"The scheduler could not be asked to {reaction}: {error}"[:1000],
-                                   details={"scheduler_reaction": reaction, "ok": False})
+        PendingReaction.objects.create(
+            node=node,
+            reaction=reaction,
+            reason=reason,
+            last_error=error[:2000],
+            next_attempt_at=now + timedelta(minutes=1),
+        )
+        node_services.record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=ACTOR,
+            reason=f"The scheduler could not be asked to {reaction}: {error}"[:1000],
+            details={"scheduler_reaction": reaction, "ok": False},
+        )
         return
     owed.attempts += 1
     owed.reaction, owed.reason, owed.last_error = reaction, reason, error[:2000]
@@ -210,15 +231,20 @@ def advance_drain(node: Node, *, trigger: int | None = None) -> str:
                 return f"Kept drain pending: {hold}"
             if adapter.is_running_work(node):
                 return f"{adapter.kind} drains the node; waiting for its job to end."
-            node_services.start_draining(node.pk, actor=ACTOR, reason="No customer job running: draining now.",
-                                         details=details)
+            node_services.start_draining(
+                node.pk, actor=ACTOR, reason="No customer job running: draining now.", details=details
+            )
             return STARTED
         if node.state == S.DRAINING:
             state = adapter.drain_state(node)
             if not state.drained:
                 return f"Waiting for the scheduler to report the node drained ({state.detail})."
-            node_services.complete_drain(node.pk, actor=ACTOR, reason="The workload scheduler reports the node drained.",
-                                         details={**details, "detail": state.detail})
+            node_services.complete_drain(
+                node.pk,
+                actor=ACTOR,
+                reason="The workload scheduler reports the node drained.",
+                details={**details, "detail": state.detail},
+            )
             return COMPLETED
     except SchedulerError as exc:  # the node stays where it is; the follower asks again
         return f"The scheduler could not be asked about the drain ({exc}); asking again later."
@@ -250,8 +276,11 @@ def follow_drains(now: datetime | None = None) -> dict[str, int]:
         apply(node, reaction, scheduler_reason(node.state, owed.reason.split(": ", 1)[-1]))
         still = PendingReaction.objects.filter(node=node).exists()
         counts["still_owed" if still else "retried"] += 1
-    draining = (Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING)).select_related("cluster")
-                .order_by("state_changed_at")[:BATCH])
+    draining = (
+        Node.objects.filter(state__in=(S.DRAIN_PENDING, S.DRAINING))
+        .select_related("cluster")
+        .order_by("state_changed_at")[:BATCH]
+    )
     for node in draining:
         counts["moved"] += advance_drain(node) in MOVED
     return counts

@@ -5,6 +5,7 @@ registers it per cluster with ``attach``): its synchronous job is the customer w
 cordons are kept in memory the way Slurm keeps DRAIN flags. Evicting a member of the running
 job interrupts the job, as requeueing one node of a synchronous job does.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -87,6 +88,10 @@ class SimulatedScheduler(SchedulerAdapter):
         host = self.node_name(node)
         owner = self.world.cordons.get(host)
         running = self.world.job_runs_on(host)
-        return DrainState(cordoned=owner is not None, drained=owner is not None and not running,
-                          running_jobs=int(running), owner=owner,
-                          detail=f"simulated at {timezone.now():%Y-%m-%d %H:%M}")
+        return DrainState(
+            cordoned=owner is not None,
+            drained=owner is not None and not running,
+            running_jobs=int(running),
+            owner=owner,
+            detail=f"simulated at {timezone.now():%Y-%m-%d %H:%M}",
+        )

@@ -30,6 +30,7 @@ and would not show in the node's state). A lifecycle drain or cordon on a held n
 reason, so the check's release (``release_check_hold``) then finds the drain no longer its own
 and leaves it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -126,8 +127,13 @@ class SlurmAdapter(SchedulerAdapter):
         info = self.show_node(node)
         jobs = self.jobs_on(node, ACTIVE_JOB_STATES)
         idle = info.alloc_cpus == 0 and "COMPLETING" not in info.flags and not jobs
-        return DrainState(cordoned=info.drain_flag, drained=info.drain_flag and idle, running_jobs=len(jobs),
-                          owner=info.owner, detail=info.describe())
+        return DrainState(
+            cordoned=info.drain_flag,
+            drained=info.drain_flag and idle,
+            running_jobs=len(jobs),
+            owner=info.owner,
+            detail=info.describe(),
+        )
 
     def show_node(self, node: Any) -> SlurmNode:
         """The node as ``scontrol show node`` has it.
@@ -152,9 +158,14 @@ class SlurmAdapter(SchedulerAdapter):
             raise SchedulerError(f"scontrol show node {name}: no such node in its answer")
         match = REASON_RE.match(reason)
         assert match is not None  # the pattern matches every string
-        return SlurmNode(name=name, state=fields.get("State", "UNKNOWN"),
-                         alloc_cpus=int(fields.get("CPUAlloc", "0") or 0), reason=match["text"],
-                         reason_user=match["user"], reason_time=match["when"])
+        return SlurmNode(
+            name=name,
+            state=fields.get("State", "UNKNOWN"),
+            alloc_cpus=int(fields.get("CPUAlloc", "0") or 0),
+            reason=match["text"],
+            reason_user=match["user"],
+            reason_time=match["when"],
+        )
 
     def jobs_on(self, node: Any, states: str) -> list[str]:
         """Ids of the jobs on the node in the given squeue states (%A: one id per array task)."""
@@ -169,8 +180,12 @@ class SlurmAdapter(SchedulerAdapter):
     def drain(self, node: Any, *, reason: str) -> None:
         info = self.show_node(node)
         if info.drain_flag and not info.ours:
-            logger.info("%s is already drained by %s (%s); leaving their drain in place",
-                        info.name, info.reason_user, info.reason)
+            logger.info(
+                "%s is already drained by %s (%s); leaving their drain in place",
+                info.name,
+                info.reason_user,
+                info.reason,
+            )
             return
         if info.drain_flag and info.reason == _reason_text(reason):
             return  # ours already, for this reason
@@ -186,7 +201,8 @@ class SlurmAdapter(SchedulerAdapter):
             raise SchedulerConflict(
                 f"{info.name} was drained by {info.reason_user or 'someone else'}"
                 f"{' at ' + info.reason_time if info.reason_time else ''} with reason {info.reason!r}; "
-                f"{OWNER} lifts only its own drains")
+                f"{OWNER} lifts only its own drains"
+            )
         self._resume(node, info, reason)
 
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
@@ -222,10 +238,15 @@ class SlurmAdapter(SchedulerAdapter):
                 self._run("scancel", job)
                 cancelled.append(job)
         if requeued or cancelled:
-            summary = "; ".join(filter(None, [
-                f"requeued {','.join(requeued)}" if requeued else "",
-                f"cancelled {','.join(cancelled)} (not requeueable)" if cancelled else "",
-            ]))
+            summary = "; ".join(
+                filter(
+                    None,
+                    [
+                        f"requeued {','.join(requeued)}" if requeued else "",
+                        f"cancelled {','.join(cancelled)} (not requeueable)" if cancelled else "",
+                    ],
+                )
+            )
             logger.info("evicted %s: %s", name, summary)
             if self.show_node(node).ours:
                 # The reason is the record Slurm's own admins see (sinfo -R) and drain_state's detail.
@@ -257,8 +278,7 @@ class SlurmAdapter(SchedulerAdapter):
         if endpoint.startswith("/"):
             # Checked here: every Slurm command retries a missing slurm.conf for 60 s before failing.
             if not os.path.isfile(endpoint):
-                raise SchedulerError(f"Slurm configuration {endpoint} (the cluster's scheduler endpoint) "
-                                     "is not a file")
+                raise SchedulerError(f"Slurm configuration {endpoint} (the cluster's scheduler endpoint) is not a file")
             env["SLURM_CONF"] = endpoint
         return env
 
@@ -268,8 +288,14 @@ class SlurmAdapter(SchedulerAdapter):
         where = f" (SLURM_CONF={env['SLURM_CONF']})" if "SLURM_CONF" in env else ""
         shown = " ".join(command)
         try:
-            result = subprocess.run(list(command), env=env, capture_output=True, text=True,
-                                    timeout=self.command_timeout, stdin=subprocess.DEVNULL)
+            result = subprocess.run(
+                list(command),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=self.command_timeout,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as exc:
             raise SchedulerError(f"{shown}{where} timed out after {self.command_timeout:g} s") from exc
         except OSError as exc:

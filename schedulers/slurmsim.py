@@ -27,6 +27,7 @@ Usage::
 its ``SLURM_CONF``. Runs as root (munged needs ``-f``; slurmd must be root to start jobs
 as their users). This module must not import Django.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -121,9 +122,16 @@ def slurm_installed() -> bool:
 class SlurmCluster:
     """munged + slurmctld + one slurmd per node in a temporary directory; a context manager."""
 
-    def __init__(self, nodes: Sequence[str] = ("gpu-s-01", "gpu-s-02", "gpu-s-03"), *, cpus: int = 2,
-                 slurmd_timeout: int = 4, scheduler_parameters: str = "",
-                 dead_nodes: Sequence[str] = (), cloud_nodes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[str] = ("gpu-s-01", "gpu-s-02", "gpu-s-03"),
+        *,
+        cpus: int = 2,
+        slurmd_timeout: int = 4,
+        scheduler_parameters: str = "",
+        dead_nodes: Sequence[str] = (),
+        cloud_nodes: Sequence[str] = (),
+    ) -> None:
         self.nodes = list(nodes)
         # Nodes in slurm.conf without a slurmd: their port has no listener (they show ``unk*``/``down*``).
         self.dead_nodes = list(dead_nodes)
@@ -142,8 +150,9 @@ class SlurmCluster:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -201,8 +210,7 @@ class SlurmCluster:
         self.dir = None
 
     # --- Jobs and nodes --------------------------------------------------------------------------
-    def run(self, *args: str, check: bool = True,
-            timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, check: bool = True, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess[str]:
         """Run a Slurm command against this cluster."""
         result = subprocess.run(list(args), env=self.env(), capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -212,8 +220,9 @@ class SlurmCluster:
     def submit(self, node: str, seconds: float, name: str = "job", *, requeue: bool = True) -> str:
         """Submit ``sleep seconds`` pinned to node; the job id."""
         flag = "--requeue" if requeue else "--no-requeue"
-        out = self.run("sbatch", "--parsable", flag, "-w", node, "-J", name, "-o", "/dev/null",
-                       "--wrap", f"sleep {seconds}").stdout
+        out = self.run(
+            "sbatch", "--parsable", flag, "-w", node, "-J", name, "-o", "/dev/null", "--wrap", f"sleep {seconds}"
+        ).stdout
         return out.strip().split(";")[0]
 
     def job_state(self, job_id: str) -> str:
@@ -255,26 +264,48 @@ class SlurmCluster:
         self._check("mungekey", "--create", f"--keyfile={self.dir}/munge/munge.key")
         self.ports = {name: free_port() for name in ["slurmctld", *self.nodes, *self.dead_nodes]}
         host = socket.gethostname().split(".", 1)[0]
-        lines = [f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={self.ports[n]}"
-                 for n in [*self.nodes, *self.dead_nodes]]
+        lines = [
+            f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={self.ports[n]}"
+            for n in [*self.nodes, *self.dead_nodes]
+        ]
         if self.cloud_nodes:
             # Never pinged while powered down; one port nobody listens on serves them all.
             cloud_port = free_port()
-            lines += [f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={cloud_port} State=CLOUD"
-                      for n in self.cloud_nodes]
+            lines += [
+                f"NodeName={n} NodeHostname={host} NodeAddr={LOCALHOST} Port={cloud_port} State=CLOUD"
+                for n in self.cloud_nodes
+            ]
         params = ",".join(filter(None, [FAST_SCHEDULING, self.scheduler_parameters]))
-        self.conf_path.write_text(SLURM_CONF.format(
-            cluster_name=f"nw{os.getpid()}n{next(_CLUSTER_NUMBERS)}", host=host, addr=LOCALHOST,
-            ctld_port=self.ports["slurmctld"], dir=self.dir, slurmd_timeout=self.slurmd_timeout, cpus=self.cpus,
-            scheduler_parameters=params, node_lines="\n".join(lines),
-            cloud_settings=CLOUD_SETTINGS if self.cloud_nodes else ""))
+        self.conf_path.write_text(
+            SLURM_CONF.format(
+                cluster_name=f"nw{os.getpid()}n{next(_CLUSTER_NUMBERS)}",
+                host=host,
+                addr=LOCALHOST,
+                ctld_port=self.ports["slurmctld"],
+                dir=self.dir,
+                slurmd_timeout=self.slurmd_timeout,
+                cpus=self.cpus,
+                scheduler_parameters=params,
+                node_lines="\n".join(lines),
+                cloud_settings=CLOUD_SETTINGS if self.cloud_nodes else "",
+            )
+        )
 
     def _start_munged(self) -> None:
         assert self.dir is not None
         munge = self.dir / "munge"
-        self._spawn("munged", ["munged", "-F", "-f", f"--socket={munge}/munge.sock",
-                               f"--key-file={munge}/munge.key", f"--pid-file={munge}/munged.pid",
-                               f"--seed-file={munge}/munged.seed"])
+        self._spawn(
+            "munged",
+            [
+                "munged",
+                "-F",
+                "-f",
+                f"--socket={munge}/munge.sock",
+                f"--key-file={munge}/munge.key",
+                f"--pid-file={munge}/munged.pid",
+                f"--seed-file={munge}/munged.seed",
+            ],
+        )
         self._wait(lambda: (munge / "munge.sock").exists(), "munged's socket", poll=0.01)
 
     def _start_slurmctld(self) -> None:
@@ -296,26 +327,33 @@ class SlurmCluster:
     def _spawn(self, name: str, command: list[str]) -> None:
         assert self.dir is not None
         with open(self.dir / "log" / f"{name}.out", "wb") as log:
-            self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                                    stdin=subprocess.DEVNULL, env=self.env(),
-                                                    start_new_session=True, preexec_fn=_die_with_parent)
+            self.processes[name] = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env(),
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
 
     def _check(self, *command: str) -> None:
         subprocess.run(command, check=True, capture_output=True, timeout=COMMAND_TIMEOUT)
 
-    def _wait(self, ready: Callable[[], object], what: str, timeout: float = START_TIMEOUT,
-              poll: float = 0.05) -> None:
+    def _wait(self, ready: Callable[[], object], what: str, timeout: float = START_TIMEOUT, poll: float = 0.05) -> None:
         deadline = time.monotonic() + timeout
         while True:
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited {process.returncode} while waiting for {what}:\n"
-                                       + self.log_tail(name))
+                    raise RuntimeError(
+                        f"{name} exited {process.returncode} while waiting for {what}:\n" + self.log_tail(name)
+                    )
             if ready():
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}:\n"
-                                   + self.log_tail("slurmctld"))
+                raise TimeoutError(
+                    f"timed out after {timeout:.0f} s waiting for {what}:\n" + self.log_tail("slurmctld")
+                )
             time.sleep(poll)
 
     def log_tail(self, name: str, lines: int = 20) -> str:

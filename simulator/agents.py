@@ -14,6 +14,7 @@ GPU's own flags (fallen off the bus: the GPU is missing; reset wanted: recovery 
 row remap pending; too hot with HW_THERMAL slowdown), a port down, host memory errors, a
 failed disk; a silent fault sends nothing at all.
 """
+
 from __future__ import annotations
 
 import json
@@ -109,8 +110,9 @@ class AgentApi:
 
     def join(self, node: VirtualNode, join_token: str) -> dict[str, Any] | None:
         """What a reinstalled node's cloud-init runs: ``nodewarden-agent join`` (the agent's contract)."""
-        return self._call("post", "/api/agent/join/", "", {"join_token": join_token, "hostname": node.hostname,
-                                                            "facts": {}})
+        return self._call(
+            "post", "/api/agent/join/", "", {"join_token": join_token, "hostname": node.hostname, "facts": {}}
+        )
 
     def claim_checks(self, node: VirtualNode) -> list[dict[str, Any]]:
         answer = self._call("get", "/api/agent/checks/", node.token)
@@ -130,8 +132,16 @@ def report(node: VirtualNode, now: datetime, *, busy: bool, rng: random.Random) 
     body["host"]["uptime_s"] = max(0.0, (now - (node.booted_at or now - timedelta(days=30))).total_seconds())
     if not busy:
         for gpu in body["gpus"]:
-            gpu.update(utilization_pct=0.0, compute_processes=0, power_w=95.0, sm_clock_mhz=345,
-                       clock_event_reasons=1, memory_used_mib=0, temperature_c=32.0, hbm_temperature_c=35.0)
+            gpu.update(
+                utilization_pct=0.0,
+                compute_processes=0,
+                power_w=95.0,
+                sm_clock_mhz=345,
+                clock_event_reasons=1,
+                memory_used_mib=0,
+                temperature_c=32.0,
+                hbm_temperature_c=35.0,
+            )
     for gpu in body["gpus"]:
         gpu["ecc_aggregate_uncorrected"] = node.ecc_uncorrected if gpu["index"] == _fault_gpu(node) else 0
     body["host"]["edac_uncorrected"] = node.edac_uncorrected
@@ -151,7 +161,8 @@ def apply(body: dict[str, Any], signal: SimFault, node: VirtualNode, now: dateti
     gpu = next((g for g in gpus if g["index"] == signal.gpu), None)
     if signal.xid is not None and not signal.announced:
         body.setdefault("xid_events", []).append(
-            make_xid(signal.xid, gpu=signal.gpu, observed_at=now, kmsg_seq=10_000 + node.seq))
+            make_xid(signal.xid, gpu=signal.gpu, observed_at=now, kmsg_seq=10_000 + node.seq)
+        )
         signal.announced = True
     if kind == F.XID and not signal.fault.noise and gpu is not None:
         if signal.xid == 79:  # fallen off the bus: NVML no longer sees it
@@ -186,19 +197,29 @@ def check_result(node: VirtualNode, kind: str, now: datetime, rng: random.Random
     """The agent's answer to one active check: GPU defects fail DCGM diagnostics and the stress test."""
     broken = node.fault is not None and node.fault.fault.signature in GPU_FAIL_KINDS
     started = (now - timedelta(minutes=10)).isoformat()
-    result: dict[str, Any] = {"status": "passed", "summary": "", "figures": {}, "output": "",
-                              "started_at": started, "finished_at": now.isoformat()}
+    result: dict[str, Any] = {
+        "status": "passed",
+        "summary": "",
+        "figures": {},
+        "output": "",
+        "started_at": started,
+        "finished_at": now.isoformat(),
+    }
     if kind == "gpu_stress":
         per_gpu = {f"gpu{i}_tflops": round(rng.uniform(690, 735), 1) for i in range(8)}
         if broken:
             per_gpu[f"gpu{node.fault.gpu}_tflops"] = 0.0
-        result.update(figures={**per_gpu, "min_tflops": min(per_gpu.values())},
-                      summary="8 GPUs stressed" if not broken else f"GPU {node.fault.gpu} failed under stress",
-                      status="failed" if broken else "passed")
+        result.update(
+            figures={**per_gpu, "min_tflops": min(per_gpu.values())},
+            summary="8 GPUs stressed" if not broken else f"GPU {node.fault.gpu} failed under stress",
+            status="failed" if broken else "passed",
+        )
     elif kind == "dcgm_diag":
-        result.update(figures={"tests_passed": 8.0 if broken else 9.0, "tests_failed": 1.0 if broken else 0.0},
-                      summary="dcgmi diag -r 2: " + ("FAIL" if broken else "pass"),
-                      status="failed" if broken else "passed")
+        result.update(
+            figures={"tests_passed": 8.0 if broken else 9.0, "tests_failed": 1.0 if broken else 0.0},
+            summary="dcgmi diag -r 2: " + ("FAIL" if broken else "pass"),
+            status="failed" if broken else "passed",
+        )
     elif kind == "nccl_test":
         result.update(figures={"busbw_gbps": round(rng.uniform(355, 370), 1)}, summary="all_reduce_perf -g 8")
     else:

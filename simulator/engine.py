@@ -30,6 +30,7 @@ The ledger (faults, the job's interruptions, state counts per hour, timings) goe
 ``simulator.report``, which reads the rest (remediations, steps, findings, events) from
 the database at the end.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -78,8 +79,16 @@ SITE, CLUSTER, PROFILE = "sim", "sim-cluster", "sim-h100-8"
 MANUAL_AFTER_REPEATS = 2  # crashes of the restarted job on the same undetected defect before a person steps in
 REINSTALL_MINUTES = 20  # PXE boot, installer, first boot: a reimaged node's agent joins this long after the power cycle
 # Nodes Nodewarden is working on: while any exists, the periodic tasks run every tick.
-POLL_STATES = ("drain_pending", "draining", "remediating", "firmware_update", "inventory_check",
-               "burn_in", "fabric_check", "reliability_assessment")
+POLL_STATES = (
+    "drain_pending",
+    "draining",
+    "remediating",
+    "firmware_update",
+    "inventory_check",
+    "burn_in",
+    "fabric_check",
+    "reliability_assessment",
+)
 
 
 @dataclass
@@ -118,7 +127,9 @@ class Ledger:
     states: list[tuple[datetime, dict[str, int]]] = field(default_factory=list)
     cures: list[tuple[str, str, str, datetime]] = field(default_factory=list)  # host, fault key, by, when
     evictions: int = 0
-    manual: list[tuple[str, str, datetime]] = field(default_factory=list)  # host, fault key, when an operator stepped in
+    manual: list[tuple[str, str, datetime]] = field(
+        default_factory=list
+    )  # host, fault key, when an operator stepped in
     repairs_done: int = 0
     rmas_done: int = 0
     task_errors: list[str] = field(default_factory=list)
@@ -137,8 +148,9 @@ class Simulation:
         self.progress = progress  # called with a line of text once per simulated day
         self.rng = random.Random(config.seed)
         self.ledger = Ledger()
-        self.job = SyncJob(config.job_size, timedelta(minutes=config.checkpoint_minutes),
-                           timedelta(minutes=config.restart_minutes))
+        self.job = SyncJob(
+            config.job_size, timedelta(minutes=config.checkpoint_minutes), timedelta(minutes=config.restart_minutes)
+        )
         self.cordons: dict[str, str] = {}
         self.nodes: dict[str, A.VirtualNode] = {}
         self.api = A.AgentApi()
@@ -176,6 +188,7 @@ class Simulation:
         # of a small fleet, 2,048 nodes every 4 h) and reads a few BMCs a run, round the fleet.
         audit = {"NODEWARDEN_AUDIT_BMC_READS": getattr(settings, "NODEWARDEN_AUDIT_BMC_READS", None)}
         settings.NODEWARDEN_AUDIT_BMC_READS = self.config.audit_bmc_reads
+
         def failed(sender: Any = None, exception: Any = None, **kwargs: Any) -> None:
             self._task_error(f"{getattr(sender, 'name', sender)}: {exception!r}")
 
@@ -217,8 +230,10 @@ class Simulation:
 
         per = self.config.nodes_per_emulator
         for first in range(0, self.config.nodes, per):
-            systems = [{"name": self.hostname(i), "bios_version": "2.1.7"}
-                       for i in range(first, min(first + per, self.config.nodes))]
+            systems = [
+                {"name": self.hostname(i), "bios_version": "2.1.7"}
+                for i in range(first, min(first + per, self.config.nodes))
+            ]
             emulator = RedfishEmulator(systems)
             emulator.start()
             self.emulators.append(emulator)
@@ -232,8 +247,9 @@ class Simulation:
         started = time.perf_counter()
         self.cluster_id, tokens, self.technician = build_fleet(self.config, self.emulators, self.hostname)
         for index, (node_id, hostname, token) in enumerate(tokens):
-            self.nodes[hostname] = A.VirtualNode(node_id, hostname, token, index,
-                                                 booted_at=self.config.start - timedelta(days=30))
+            self.nodes[hostname] = A.VirtualNode(
+                node_id, hostname, token, index, booted_at=self.config.start - timedelta(days=30)
+            )
             self.by_id[node_id] = self.nodes[hostname]
         self.ledger.phase_seconds["build fleet"] += time.perf_counter() - started
         started = time.perf_counter()
@@ -260,8 +276,9 @@ class Simulation:
     def _push(self, at: datetime, kind: str, payload: Any) -> None:
         heapq.heappush(self.events, (at, next(self._order), kind, payload))
 
-    def plant(self, after: timedelta, key: str, host: str, *, cure: str | None = None, gpu: int = 0,
-              xid: int | None = None) -> None:
+    def plant(
+        self, after: timedelta, key: str, host: str, *, cure: str | None = None, gpu: int = 0, xid: int | None = None
+    ) -> None:
         """Schedule one fault of class ``key`` on ``host`` at ``after`` into the run (scenarios, tests)."""
         self._push(self.config.start + after, "planted", (key, host, cure, gpu, xid))
 
@@ -269,8 +286,12 @@ class Simulation:
         fault = F.BY_KEY[key]
         if planted is None:
             node = self.nodes[self.hostname(self.rng.randrange(self.config.nodes))]
-            cure, gpu, hca, xid = (fault.draw_cure(self.rng), self.rng.randrange(8), self.rng.randrange(8),
-                                   fault.draw_xid(self.rng))
+            cure, gpu, hca, xid = (
+                fault.draw_cure(self.rng),
+                self.rng.randrange(8),
+                self.rng.randrange(8),
+                fault.draw_xid(self.rng),
+            )
         else:
             _, host, cure, gpu, xid = planted
             node = self.nodes[host]
@@ -302,15 +323,15 @@ class Simulation:
         n = len(self.nodes)
         # Full reports staggered over the cycle: a queue of their own, always in time order (one
         # cycle for all), which does not cut quiet spells short as faults do.
-        self.routine = deque((self.config.start + cycle * (node.index + 1) / n, node.hostname)
-                             for node in self.nodes.values())
+        self.routine = deque(
+            (self.config.start + cycle * (node.index + 1) / n, node.hostname) for node in self.nodes.values()
+        )
         now, next_beat, next_sample, busy = self.config.start, self.config.start + beat, self.config.start, True
         audit_every = timedelta(hours=self.config.audit_hours)
         next_audit = self.config.start + audit_every if self.config.audit_hours > 0 else self.end + tick
         next_busy_report = next_technicians = now
         while now < self.end:
-            quiet_until = min([next_beat, self.end, *([self.events[0][0]] if self.events else []),
-                               *self.due.values()])
+            quiet_until = min([next_beat, self.end, *([self.events[0][0]] if self.events else []), *self.due.values()])
             now = min(now + tick, self.end) if busy else max(min(quiet_until, self.end), now + tick)
             self._timed("events", self._run_events, now)
             self._move_to(now)
@@ -350,16 +371,19 @@ class Simulation:
 
     def _say_progress(self, now: datetime) -> None:
         counts = self.ledger.states[-1][1] if self.ledger.states else {}
-        self.progress(f"day {(now - self.config.start).days:>3}/{self.config.days:g}: "
-                      f"{len(self.ledger.faults):>4} faults, {len(self.job.interruptions):>4} job interruptions, "
-                      f"{counts.get('production', 0):>5} nodes in production, "
-                      f"{time.perf_counter() - self._perf_start:6.0f} s")
+        self.progress(
+            f"day {(now - self.config.start).days:>3}/{self.config.days:g}: "
+            f"{len(self.ledger.faults):>4} faults, {len(self.job.interruptions):>4} job interruptions, "
+            f"{counts.get('production', 0):>5} nodes in production, "
+            f"{time.perf_counter() - self._perf_start:6.0f} s"
+        )
 
     def _throttle(self, now: datetime) -> None:
         """Hold the simulated clock to ``speedup`` x wall time (to watch a run in the portal)."""
         # perf_counter is real time (time_machine moves time.time and time.monotonic, not perf_counter)
         ahead = (now - self.config.start).total_seconds() / self.config.speedup - (
-            time.perf_counter() - self._perf_start)
+            time.perf_counter() - self._perf_start
+        )
         if ahead > 0:
             time.sleep(min(ahead, 60))
 
@@ -373,8 +397,11 @@ class Simulation:
     def _run_events(self, until: datetime) -> None:
         cycle = timedelta(hours=self.config.report_hours)
         while True:
-            if self.routine and self.routine[0][0] <= until and (
-                    not self.events or self.routine[0][0] <= self.events[0][0]):
+            if (
+                self.routine
+                and self.routine[0][0] <= until
+                and (not self.events or self.routine[0][0] <= self.events[0][0])
+            ):
                 at, hostname = self.routine.popleft()
                 self._move_to(at)
                 self._report(self.nodes[hostname], at)
@@ -411,20 +438,27 @@ class Simulation:
         """What Nodewarden is working on that the periodic tasks move on ("" for nothing). A drain
         that waits for the job to end is not (the job ends at its next interruption); nor is a
         remediation waiting for a person's approval or a technician."""
-        for hostname, state in (Node.objects.filter(cluster_id=self.cluster_id, state__in=POLL_STATES)
-                                .values_list("hostname", "state")):
+        for hostname, state in Node.objects.filter(cluster_id=self.cluster_id, state__in=POLL_STATES).values_list(
+            "hostname", "state"
+        ):
             if state not in ("drain_pending", "draining") or not self.job_runs_on(hostname):
                 return f"a node in {state}"
         if CheckRun.objects.filter(node__cluster_id=self.cluster_id, status=RunStatus.QUEUED).exists():
             return "a queued check"
-        status = (Remediation.objects.filter(node__cluster_id=self.cluster_id, status__in=(
-            Status.QUEUED, Status.RUNNING, Status.VALIDATING)).values_list("status", flat=True).first())
+        status = (
+            Remediation.objects.filter(
+                node__cluster_id=self.cluster_id, status__in=(Status.QUEUED, Status.RUNNING, Status.VALIDATING)
+            )
+            .values_list("status", flat=True)
+            .first()
+        )
         return f"a remediation {status}" if status else ""
 
     def _heartbeats(self, now: datetime) -> None:
         silent = [n.node_id for n in self.nodes.values() if n.silent]
         NodeHealth.objects.filter(node__cluster_id=self.cluster_id).exclude(node_id__in=silent).update(
-            last_received_at=now)
+            last_received_at=now
+        )
 
     def _periodic(self, *, heartbeats: bool) -> None:
         """What Celery beat runs every minute or so, run at this tick; the heartbeat check right
@@ -444,8 +478,11 @@ class Simulation:
 
     def _answer_checks(self, now: datetime) -> None:
 
-        hosts = set(CheckRun.objects.filter(node__cluster_id=self.cluster_id, kind__in=ACTIVE_KINDS,
-                                            status=RunStatus.QUEUED).values_list("node__hostname", flat=True))
+        hosts = set(
+            CheckRun.objects.filter(
+                node__cluster_id=self.cluster_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED
+            ).values_list("node__hostname", flat=True)
+        )
         for hostname in sorted(hosts):
             node = self.nodes[hostname]
             if node.silent:
@@ -461,8 +498,12 @@ class Simulation:
         node = self.by_id.get(instance.node_id)
         if not created or remediation_id is None or node is None:
             return
-        rung = (RemediationStep.objects.filter(remediation_id=remediation_id, acted_at__isnull=False)
-                .order_by("-acted_at").values_list("rung", flat=True).first())
+        rung = (
+            RemediationStep.objects.filter(remediation_id=remediation_id, acted_at__isnull=False)
+            .order_by("-acted_at")
+            .values_list("rung", flat=True)
+            .first()
+        )
         if rung is None:
             return
         node.booted_at = instance.created
@@ -478,9 +519,12 @@ class Simulation:
         from provisioning.cloudinit import current_join_token
         from provisioning.models import BootConfig
 
-        waiting = (RemediationStep.objects.filter(remediation__node__cluster_id=self.cluster_id, rung="reimage",
-                                                  status="running", boot_generation__isnull=False)
-                   .values_list("remediation__node__hostname", "last_activity", "started"))
+        waiting = RemediationStep.objects.filter(
+            remediation__node__cluster_id=self.cluster_id,
+            rung="reimage",
+            status="running",
+            boot_generation__isnull=False,
+        ).values_list("remediation__node__hostname", "last_activity", "started")
         for hostname, took_up, started in waiting:
             node = self.nodes[hostname]
             if now < (took_up or started) + timedelta(minutes=REINSTALL_MINUTES):
@@ -511,15 +555,20 @@ class Simulation:
         """Simulated technicians and vendors: tickets resolved after repair_hours, RMA cases after rma_days."""
         tickets = RepairTicket.objects.filter(node__cluster_id=self.cluster_id, state__in=("open", "in_progress"))
         for ticket_id, hostname in tickets.values_list("pk", "node__hostname"):
-            due = self.due.setdefault(("ticket", ticket_id), now + timedelta(
-                hours=self.rng.uniform(*self.config.repair_hours)))
+            due = self.due.setdefault(
+                ("ticket", ticket_id), now + timedelta(hours=self.rng.uniform(*self.config.repair_hours))
+            )
             if now >= due:
                 del self.due[("ticket", ticket_id)]
-                self._by_technician(lambda: (repairs.start_repair(ticket_id, actor=self.technician,
-                                                                  reason="Simulated technician on site"),
-                                             repairs.resolve_repair(ticket_id, actor=self.technician,
-                                                                    reason="Simulated repair done")),
-                                    self.nodes[hostname], now, "technician")
+                self._by_technician(
+                    lambda: (
+                        repairs.start_repair(ticket_id, actor=self.technician, reason="Simulated technician on site"),
+                        repairs.resolve_repair(ticket_id, actor=self.technician, reason="Simulated repair done"),
+                    ),
+                    self.nodes[hostname],
+                    now,
+                    "technician",
+                )
                 self.ledger.repairs_done += 1
         cases = RmaCase.objects.filter(node__cluster_id=self.cluster_id, state__in=("opened", "shipped", "returned"))
         for case_id, hostname, status in cases.values_list("pk", "node__hostname", "state"):
@@ -534,8 +583,13 @@ class Simulation:
         if status == "opened":
             repairs.ship_rma(case_id, actor=who, reason="Simulated: part shipped to the vendor")
         if status in ("opened", "shipped"):
-            repairs.receive_rma(case_id, replacement_serial=f"SIM-{case_id:06d}", outcome="replaced", actor=who,
-                                reason="Simulated: replacement received")
+            repairs.receive_rma(
+                case_id,
+                replacement_serial=f"SIM-{case_id:06d}",
+                outcome="replaced",
+                actor=who,
+                reason="Simulated: replacement received",
+            )
         repairs.close_rma(case_id, actor=who, reason="Simulated: replacement installed")
 
     def _by_technician(self, work: Any, node: A.VirtualNode, now: datetime, by: str) -> None:
@@ -550,8 +604,11 @@ class Simulation:
         self._report(node, now)
 
     def _advance_job(self, now: datetime) -> None:
-        usable = set() if self.job.state == RUNNING else {
-            h for h, n in self.nodes.items() if h not in self.cordons and not n.silent}
+        usable = (
+            set()
+            if self.job.state == RUNNING
+            else {h for h, n in self.nodes.items() if h not in self.cordons and not n.silent}
+        )
         was = self.job.state
         self.job.advance(now, usable)
         if was != RUNNING and self.job.state == RUNNING:
@@ -587,8 +644,13 @@ class Simulation:
         try:
             with transaction.atomic():
                 node_services.cordon(node_id, actor=self.operator, reason=f"Simulated operator: {why}")
-                repairs.open_repair_ticket(node_id, component="node", what=f"Nothing flagged it, but {why}.",
-                                           actor=self.operator, reason=f"Simulated operator: {why}")
+                repairs.open_repair_ticket(
+                    node_id,
+                    component="node",
+                    what=f"Nothing flagged it, but {why}.",
+                    actor=self.operator,
+                    reason=f"Simulated operator: {why}",
+                )
         except Exception as exc:  # a bug in the system under test: counted and reported, never hidden
             self._task_error(f"operator on {host}: {exc!r}")
 
@@ -612,6 +674,10 @@ class Simulation:
         return {k: v for k, v in by_invariant.items() if v}
 
     def _sample(self, now: datetime) -> None:
-        counts = dict(Node.objects.filter(cluster_id=self.cluster_id).values_list("state").annotate(n=Count("id"))
-                      .values_list("state", "n"))
+        counts = dict(
+            Node.objects.filter(cluster_id=self.cluster_id)
+            .values_list("state")
+            .annotate(n=Count("id"))
+            .values_list("state", "n")
+        )
         self.ledger.states.append((now, counts))

@@ -13,6 +13,7 @@ ladder has run on it (or a technician has repaired it), whatever the policy thou
 Noise classes are signals without a defect behind them (a link that flaps once, a thermal
 slowdown under a heat wave, an application's XID 13): acting on them is a false action.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,15 @@ DISK = "disk"  # a disk's SMART verdict turns bad
 NONE = "none"  # nothing a node agent can see: the job crashes, the node is fine (software, NCCL)
 
 # Cures: the least that fixes it. "" = nothing to fix on the node (restarting the job is enough).
-RESTART_JOB, RESET, REBOOT, POWER_CYCLE, REIMAGE, REPAIR, RMA = "", "gpu_reset", "reboot", "power_cycle", \
-    "reimage", "repair", "rma"
+RESTART_JOB, RESET, REBOOT, POWER_CYCLE, REIMAGE, REPAIR, RMA = (
+    "",
+    "gpu_reset",
+    "reboot",
+    "power_cycle",
+    "reimage",
+    "repair",
+    "rma",
+)
 CURE_ORDER = (RESET, REBOOT, POWER_CYCLE, REIMAGE, REPAIR, RMA)
 
 
@@ -71,8 +79,9 @@ FAULTS: tuple[FaultClass, ...] = (
     FaultClass("hbm", "GPU HBM3 Memory", "GPU", 72, ROW_REMAP, (48, 95), ((REBOOT, 0.6), (RMA, 0.4))),
     FaultClass("software", "Software Bug", "Dependency", 54, NONE),
     FaultClass("network", "Network Switch/Cable", "Network", 35, IB_DOWN, (), ((REPAIR, 1.0),)),
-    FaultClass("host_maintenance", "Host Maintenance", "Unplanned Maintenance", 32, SILENT, (),
-               ((REBOOT, 0.7), (REIMAGE, 0.3))),
+    FaultClass(
+        "host_maintenance", "Host Maintenance", "Unplanned Maintenance", 32, SILENT, (), ((REBOOT, 0.7), (REIMAGE, 0.3))
+    ),
     FaultClass("sram", "GPU SRAM Memory", "GPU", 19, XID, (48,), ((REBOOT, 0.7), (RMA, 0.3))),
     FaultClass("gsp", "GPU System Processor", "GPU", 17, XID, (119, 120), ((POWER_CYCLE, 0.8), (RMA, 0.2))),
     FaultClass("nic", "NIC", "Host", 7, IB_DOWN, (), ((REBOOT, 0.5), (REPAIR, 0.5))),
@@ -90,8 +99,7 @@ FAULTS: tuple[FaultClass, ...] = (
 # Signals without a defect. Rates are ours (not published): a few a day on 2,048 nodes.
 NOISE: tuple[FaultClass, ...] = (
     FaultClass("link_flap", "IB link flap (recovers)", "Noise", 60, IB_DOWN, interrupts_job=False, noise=True),
-    FaultClass("heat_wave", "Thermal slowdown (hot aisle)", "Noise", 40, THERMAL, interrupts_job=False,
-               noise=True),
+    FaultClass("heat_wave", "Thermal slowdown (hot aisle)", "Noise", 40, THERMAL, interrupts_job=False, noise=True),
     FaultClass("app_xid", "Application XID 13/31", "Noise", 80, XID, (13, 31), interrupts_job=False, noise=True),
 )
 BY_KEY = {f.key: f for f in FAULTS + NOISE}

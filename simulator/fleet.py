@@ -1,5 +1,6 @@
 """The simulated fleet's rows: written in bulk once, before the clock starts (a fixture of the
 simulation, like the demo's seed), then only ever changed through the services."""
+
 from __future__ import annotations
 
 import secrets
@@ -33,47 +34,97 @@ def build_fleet(config: SimConfig, emulators: list[Any], hostname: Callable[[int
     from validation.models import Day1Spec, RevalidationPlan
 
     if Site.objects.filter(slug=SITE).exists():
-        raise RuntimeError("This database already holds a simulated fleet: a simulation runs on a database of "
-                           "its own (manage.py simulate_fleet makes one per run).")
+        raise RuntimeError(
+            "This database already holds a simulated fleet: a simulation runs on a database of "
+            "its own (manage.py simulate_fleet makes one per run)."
+        )
     site = Site.objects.create(name="Simulated site", slug=SITE)
     cluster = Cluster.objects.create(site=site, name=CLUSTER, scheduler_kind="simulated")
-    profile = HardwareProfile.objects.create(name=PROFILE, gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8,
-                                             hca_count=8, hca_rate_gbps=400, memory_gb=2048, firmware_baseline={})
-    Day1Spec.objects.create(hardware_profile=profile, soak_seconds=int(config.soak_minutes * 60),
-                            burn_in_seconds=600, min_tflops_per_gpu=600, min_busbw_gbps=300,
-                            stage_timeout_seconds=3600)
+    profile = HardwareProfile.objects.create(
+        name=PROFILE,
+        gpu_model="NVIDIA H100 80GB HBM3",
+        gpu_count=8,
+        hca_count=8,
+        hca_rate_gbps=400,
+        memory_gb=2048,
+        firmware_baseline={},
+    )
+    Day1Spec.objects.create(
+        hardware_profile=profile,
+        soak_seconds=int(config.soak_minutes * 60),
+        burn_in_seconds=600,
+        min_tflops_per_gpu=600,
+        min_busbw_gbps=300,
+        stage_timeout_seconds=3600,
+    )
     for reentry in Reentry.values:
-        RevalidationPlan.objects.update_or_create(reentry=reentry, defaults={
-            "stages": [Stage.BURN_IN, Stage.FABRIC, Stage.RELIABILITY],
-            "note": "fleet simulator: burn-in, the agent's view of the fabric, and a soak"})
+        RevalidationPlan.objects.update_or_create(
+            reentry=reentry,
+            defaults={
+                "stages": [Stage.BURN_IN, Stage.FABRIC, Stage.RELIABILITY],
+                "note": "fleet simulator: burn-in, the agent's view of the fabric, and a soak",
+            },
+        )
     # Agents' liveness is applied every heartbeat_minutes here (every 30 s in a real fleet): a node
     # is missing once it has skipped one and a half of those.
     spec = REGISTRY["heartbeat_missing"]
-    HealthRule.objects.update_or_create(key="heartbeat_missing", hardware_profile=None, defaults=dict(
-        severity=spec.severity, recommended_action=spec.recommended_action,
+    HealthRule.objects.update_or_create(
+        key="heartbeat_missing",
+        hardware_profile=None,
+        defaults=dict(
+            severity=spec.severity,
+            recommended_action=spec.recommended_action,
+            threshold=config.heartbeat_minutes * 60 * 1.5,
+            description="fleet simulator: heartbeats applied every heartbeat_minutes",
+        ),
+    )
+    HealthRule.objects.create(
+        key="heartbeat_missing",
+        hardware_profile=profile,
+        severity=spec.severity,
+        recommended_action=spec.recommended_action,
         threshold=config.heartbeat_minutes * 60 * 1.5,
-        description="fleet simulator: heartbeats applied every heartbeat_minutes"))
-    HealthRule.objects.create(key="heartbeat_missing", hardware_profile=profile, severity=spec.severity,
-                              recommended_action=spec.recommended_action,
-                              threshold=config.heartbeat_minutes * 60 * 1.5,
-                              description="fleet simulator: heartbeats applied every heartbeat_minutes")
+        description="fleet simulator: heartbeats applied every heartbeat_minutes",
+    )
     _, _, rows = policies.load(config.policy)
     policies.install(rows)
 
-    nodes = Node.objects.bulk_create([
-        Node(hostname=hostname(i), serial=f"SIMSN{i:07d}", bmc_address="127.0.0.1", site=site, cluster=cluster,
-             hardware_profile=profile, state=NodeState.PRODUCTION)
-        for i in range(config.nodes)])
+    nodes = Node.objects.bulk_create(
+        [
+            Node(
+                hostname=hostname(i),
+                serial=f"SIMSN{i:07d}",
+                bmc_address="127.0.0.1",
+                site=site,
+                cluster=cluster,
+                hardware_profile=profile,
+                state=NodeState.PRODUCTION,
+            )
+            for i in range(config.nodes)
+        ]
+    )
     nodes = list(Node.objects.filter(cluster=cluster).order_by("hostname"))
     per = config.nodes_per_emulator
-    BmcEndpoint.objects.bulk_create([
-        BmcEndpoint(node=node, address=emulators[i // per].url, username=emulators[i // per].username,
-                    password=emulators[i // per].password, system_id=emulators[i // per].systems[i % per]["uuid"],
-                    verify_tls=False)
-        for i, node in enumerate(nodes)])
+    BmcEndpoint.objects.bulk_create(
+        [
+            BmcEndpoint(
+                node=node,
+                address=emulators[i // per].url,
+                username=emulators[i // per].username,
+                password=emulators[i // per].password,
+                system_id=emulators[i // per].systems[i % per]["uuid"],
+                verify_tls=False,
+            )
+            for i, node in enumerate(nodes)
+        ]
+    )
     tokens = [TOKEN_PREFIX + secrets.token_urlsafe(24) for _ in nodes]
-    AgentToken.objects.bulk_create([AgentToken(node=node, key_hash=hash_token(token), prefix=token[:12])
-                                    for node, token in zip(nodes, tokens, strict=True)])
+    AgentToken.objects.bulk_create(
+        [
+            AgentToken(node=node, key_hash=hash_token(token), prefix=token[:12])
+            for node, token in zip(nodes, tokens, strict=True)
+        ]
+    )
     ensure_roles()
     technician = get_user_model().objects.create_user("sim-technician")
     technician.groups.add(Group.objects.get(name=OPERATORS))

@@ -11,6 +11,7 @@ BMC emulator and schedulers answer. A fault lasts until what cures it has happen
 far enough up the ladder (seen as the re-validation it starts), or a repair or RMA (seen as
 the node coming back from it); noise goes away by itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,9 @@ def _poisson(rng: random.Random, mean: float) -> int:
         k += 1
 
 
-def inject(node_ids: list[int], *, minutes: float, scale: float, rng: random.Random,
-           now: datetime | None = None) -> list[LiveFault]:
+def inject(
+    node_ids: list[int], *, minutes: float, scale: float, rng: random.Random, now: datetime | None = None
+) -> list[LiveFault]:
     """Plant the faults ``minutes`` of a fleet of ``node_ids`` would see at ``scale`` x the published rates."""
     now = now or timezone.now()
     busy = set(LiveFault.objects.filter(node_id__in=node_ids, cured_at__isnull=True).values_list("node_id", flat=True))
@@ -58,9 +60,18 @@ def inject(node_ids: list[int], *, minutes: float, scale: float, rng: random.Ran
                 break
             node_id = free.pop(rng.randrange(len(free)))
             lasts = NOISE_LASTS.get(fault.key, timedelta(0)) if fault.noise else None
-            planted.append(LiveFault(node_id=node_id, fault=fault.key, cure=fault.draw_cure(rng),
-                                     gpu=rng.randrange(8), hca=rng.randrange(8), xid=fault.draw_xid(rng),
-                                     started=now, ends=now + lasts if lasts is not None else None))
+            planted.append(
+                LiveFault(
+                    node_id=node_id,
+                    fault=fault.key,
+                    cure=fault.draw_cure(rng),
+                    gpu=rng.randrange(8),
+                    hca=rng.randrange(8),
+                    xid=fault.draw_xid(rng),
+                    started=now,
+                    ends=now + lasts if lasts is not None else None,
+                )
+            )
     return LiveFault.objects.bulk_create(planted)
 
 
@@ -79,14 +90,19 @@ def cure(now: datetime | None = None) -> list[LiveFault]:
                 fault.cured_at, fault.cured_by = fault.ends, "went away"
                 cured.append(fault)
             continue
-        for event in (NodeEvent.objects.filter(node_id=fault.node_id, transition="revalidate",
-                                               created__gte=fault.started).order_by("created")):
+        for event in NodeEvent.objects.filter(
+            node_id=fault.node_id, transition="revalidate", created__gte=fault.started
+        ).order_by("created"):
             remediation = (event.details or {}).get("remediation")
             if remediation is None:  # back from repair, RMA or triage: a person fixed it
                 fault.cured_at, fault.cured_by = event.created, "technician"
                 break
-            rung = (RemediationStep.objects.filter(remediation_id=remediation, acted_at__isnull=False)
-                    .order_by("-acted_at").values_list("rung", flat=True).first())
+            rung = (
+                RemediationStep.objects.filter(remediation_id=remediation, acted_at__isnull=False)
+                .order_by("-acted_at")
+                .values_list("rung", flat=True)
+                .first()
+            )
             if rung and F.rung_cures(rung, fault.cure):
                 fault.cured_at, fault.cured_by = event.created, f"rung {rung}"
                 break
@@ -102,14 +118,25 @@ def signals_by_node(node_ids: Iterable[int], now: datetime) -> dict[int, list[A.
     for row in LiveFault.objects.filter(node_id__in=list(node_ids), cured_at__isnull=True):
         if row.ends is not None and row.ends <= now:
             continue
-        out.setdefault(row.node_id, []).append(A.SimFault(
-            row.pk, F.BY_KEY[row.fault], str(row.node_id), row.started, row.cure, gpu=row.gpu, hca=row.hca,
-            xid=row.xid, announced=row.announced))
+        out.setdefault(row.node_id, []).append(
+            A.SimFault(
+                row.pk,
+                F.BY_KEY[row.fault],
+                str(row.node_id),
+                row.started,
+                row.cure,
+                gpu=row.gpu,
+                hca=row.hca,
+                xid=row.xid,
+                announced=row.announced,
+            )
+        )
     return out
 
 
-def show(report: dict[str, Any] | None, signals: list[A.SimFault], now: datetime, *, seq: int = 0) -> \
-        dict[str, Any] | None:
+def show(
+    report: dict[str, Any] | None, signals: list[A.SimFault], now: datetime, *, seq: int = 0
+) -> dict[str, Any] | None:
     """The report with the signals' signatures in it; None if one of them silences the host.
     XID lines go out once: the rows are marked announced."""
     if report is None or any(s.fault.signature == F.SILENT for s in signals):
@@ -138,5 +165,8 @@ def keep_failing(seed: int | None = None) -> str:
         cured = cure()
         ids = list(demo_nodes().filter(state=NodeState.PRODUCTION).values_list("id", flat=True))
         planted = inject(ids, minutes=1.0, scale=env_float("NODEWARDEN_DEMO_FAULT_SCALE", DEFAULT_SCALE), rng=rng)
-    return (f"{len(planted)} planted" + (": " + ", ".join(f"{f.fault} on {f.node_id}" for f in planted) if planted
-                                         else "") + f"; {len(cured)} cured")
+    return (
+        f"{len(planted)} planted"
+        + (": " + ", ".join(f"{f.fault} on {f.node_id}" for f in planted) if planted else "")
+        + f"; {len(cured)} cured"
+    )

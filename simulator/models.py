@@ -4,6 +4,7 @@ A batch simulation (``simulate_fleet``) keeps its ground truth in memory and its
 JSON; a live one runs in Celery tasks that forget everything between runs, so each fault
 it plants is a row: which node, what broke, what would cure it, and when it was cured.
 """
+
 from __future__ import annotations
 
 from django.db import models

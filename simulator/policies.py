@@ -6,6 +6,7 @@ defaults decide (catastrophic: cordon now; degraded: drain when the job ends; wa
 first rung from the finding's recommended action). A JSON file of rows works too:
 ``[{"name": ..., "match_rule": ..., "urgency": "now", "first_rung": "reboot"}, ...]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,17 +28,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "about": "An InfiniBand port down and GPU temperature are watched, not acted on (an operator looks).",
         "policies": [
             {"name": "sim: watch ib ports", "priority": 10, "match_rule": "ib_port_down", "urgency": "watch"},
-            {"name": "sim: watch gpu temperature", "priority": 11, "match_rule": "gpu_temperature",
-             "urgency": "watch"},
+            {"name": "sim: watch gpu temperature", "priority": 11, "match_rule": "gpu_temperature", "urgency": "watch"},
         ],
     },
     "reboot-first": {
         "about": "Skip the GPU reset: every actionable finding starts at a reboot.",
         "policies": [
-            {"name": "sim: catastrophic reboot", "priority": 10, "match_severity": "catastrophic", "urgency": "now",
-             "first_rung": "reboot"},
-            {"name": "sim: degraded reboot", "priority": 11, "match_severity": "degraded", "urgency": "when_idle",
-             "first_rung": "reboot"},
+            {
+                "name": "sim: catastrophic reboot",
+                "priority": 10,
+                "match_severity": "catastrophic",
+                "urgency": "now",
+                "first_rung": "reboot",
+            },
+            {
+                "name": "sim: degraded reboot",
+                "priority": 11,
+                "match_severity": "degraded",
+                "urgency": "when_idle",
+                "first_rung": "reboot",
+            },
         ],
     },
 }

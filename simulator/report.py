@@ -15,6 +15,7 @@ remediations and their steps, tickets, RMA cases, state changes).
   stood down because the condition cleared before the job ended are counted apart (nothing
   disruptive was done).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -38,9 +39,12 @@ def _stats(hours: list[float]) -> dict[str, Any]:
     if not hours:
         return {"count": 0}
     ordered = sorted(hours)
-    return {"count": len(hours), "median_h": round(statistics.median(ordered), 2),
-            "mean_h": round(statistics.fmean(ordered), 2),
-            "p90_h": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2)}
+    return {
+        "count": len(hours),
+        "median_h": round(statistics.median(ordered), 2),
+        "mean_h": round(statistics.fmean(ordered), 2),
+        "p90_h": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
+    }
 
 
 def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> dict[str, Any]:
@@ -61,31 +65,43 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     causes = Counter(i.cause for i in job.interruptions)
     lost = sum((i.lost for i in job.interruptions), timedelta(0))
     job_report = {
-        "nodes": config.job_size, "checkpoint_minutes": config.checkpoint_minutes,
-        "restart_minutes": config.restart_minutes, "interruptions": len(job.interruptions),
+        "nodes": config.job_size,
+        "checkpoint_minutes": config.checkpoint_minutes,
+        "restart_minutes": config.restart_minutes,
+        "interruptions": len(job.interruptions),
         "interruptions_per_day": round(len(job.interruptions) / config.days, 2),
-        "mttf_hours": round(duration.total_seconds() / 3600 / len(job.interruptions), 2)
-        if job.interruptions else None,
-        "by_cause": {(F.BY_KEY[k].component if k in F.BY_KEY else "evicted by Nodewarden"): n
-                     for k, n in causes.most_common()},
+        "mttf_hours": round(duration.total_seconds() / 3600 / len(job.interruptions), 2) if job.interruptions else None,
+        "by_cause": {
+            (F.BY_KEY[k].component if k in F.BY_KEY else "evicted by Nodewarden"): n for k, n in causes.most_common()
+        },
         "evicted_by_nodewarden": causes.get("evicted", 0),
-        "lost_work_hours": _hours(lost), "restarting_hours": _hours(job.restarting),
-        "waiting_for_nodes_hours": _hours(job.waited), "kept_hours": _hours(job.kept),
+        "lost_work_hours": _hours(lost),
+        "restarting_hours": _hours(job.restarting),
+        "waiting_for_nodes_hours": _hours(job.waited),
+        "kept_hours": _hours(job.kept),
         "ettr": round(job.ettr(duration), 4),
-        "paper": {"interruptions_scaled": round(expected, 1), "ettr_above": PAPER["ettr"],
-                  "source": "Llama 3 (arXiv 2407.21783) 3.3.4: 419 unexpected interruptions in 54 days on "
-                            "16,384 H100 (2,048 nodes); effective training time above 90%"},
+        "paper": {
+            "interruptions_scaled": round(expected, 1),
+            "ettr_above": PAPER["ettr"],
+            "source": "Llama 3 (arXiv 2407.21783) 3.3.4: 419 unexpected interruptions in 54 days on "
+            "16,384 H100 (2,048 nodes); effective training time above 90%",
+        },
     }
 
     # --- MTTR by cause: fault -> back in production -------------------------------------------------
     back: dict[str, list[datetime]] = defaultdict(list)
-    for host, at in (NodeEvent.objects.filter(kind="transition", target_state="production", **cluster)
-                     .order_by("created").values_list("hostname", "created")):
+    for host, at in (
+        NodeEvent.objects.filter(kind="transition", target_state="production", **cluster)
+        .order_by("created")
+        .values_list("hostname", "created")
+    ):
         back[host].append(at)
     left: dict[str, list[datetime]] = defaultdict(list)  # taken out by Nodewarden itself (not by a person)
-    for host, at in (NodeEvent.objects.filter(kind="transition", source_state="production", actor_kind="system",
-                                              **cluster)
-                     .order_by("created").values_list("hostname", "created")):
+    for host, at in (
+        NodeEvent.objects.filter(kind="transition", source_state="production", actor_kind="system", **cluster)
+        .order_by("created")
+        .values_list("hostname", "created")
+    ):
         left[host].append(at)
     repaired: dict[str, list[float]] = defaultdict(list)
     never_out: Counter[str] = Counter()
@@ -123,8 +139,11 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     false_by_rule: Counter[str] = Counter()
     acted = 0
     stood_down = remediations.filter(status="cleared").count()
-    for host, created, rule in (remediations.filter(urgency__in=ACTING).exclude(status="cleared")
-                                .values_list("node__hostname", "created", "finding__rule")):
+    for host, created, rule in (
+        remediations.filter(urgency__in=ACTING)
+        .exclude(status="cleared")
+        .values_list("node__hostname", "created", "finding__rule")
+    ):
         acted += 1
         if not any(start <= created <= end for start, end in windows.get(host, [])):
             false_by_rule[rule or "(no finding)"] += 1
@@ -134,43 +153,77 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     for at, counts in ledger.states:
         per_day[(at - config.start).days].append(counts)
     states = sorted({s for _, counts in ledger.states for s in counts})
-    daily = [{"day": day, **{s: round(statistics.fmean(c.get(s, 0) for c in samples), 1) for s in states}}
-             for day, samples in sorted(per_day.items())]
+    daily = [
+        {"day": day, **{s: round(statistics.fmean(c.get(s, 0) for c in samples), 1) for s in states}}
+        for day, samples in sorted(per_day.items())
+    ]
     out_of_production = [config.nodes - counts.get("production", 0) for _, counts in ledger.states]
 
     return {
-        "config": {"nodes": config.nodes, "gpus": config.nodes * 8, "days": config.days, "seed": config.seed,
-                   "policy": config.policy, "policy_about": policy_about, "rate_scale": config.rate_scale,
-                   "noise_scale": config.noise_scale, "hardware_profile": "HGX H100 8-GPU (simulated)",
-                   "tick_minutes": config.tick_minutes, "report_hours": config.report_hours,
-                   "heartbeat_minutes": config.heartbeat_minutes},
-        "faults": {"injected": len(real), "noise_signals": len(noise),
-                   "by_class": dict(Counter(F.BY_KEY[f.fault.key].component for f in real).most_common()),
-                   "noise_by_class": dict(Counter(F.BY_KEY[f.fault.key].component for f in noise).most_common()),
-                   "fell_on_a_node_already_down": sum(ledger.skipped.values()),
-                   "cured_by": dict(Counter(by.split(" ")[-1] for _, _, by, _ in ledger.cures).most_common())},
+        "config": {
+            "nodes": config.nodes,
+            "gpus": config.nodes * 8,
+            "days": config.days,
+            "seed": config.seed,
+            "policy": config.policy,
+            "policy_about": policy_about,
+            "rate_scale": config.rate_scale,
+            "noise_scale": config.noise_scale,
+            "hardware_profile": "HGX H100 8-GPU (simulated)",
+            "tick_minutes": config.tick_minutes,
+            "report_hours": config.report_hours,
+            "heartbeat_minutes": config.heartbeat_minutes,
+        },
+        "faults": {
+            "injected": len(real),
+            "noise_signals": len(noise),
+            "by_class": dict(Counter(F.BY_KEY[f.fault.key].component for f in real).most_common()),
+            "noise_by_class": dict(Counter(F.BY_KEY[f.fault.key].component for f in noise).most_common()),
+            "fell_on_a_node_already_down": sum(ledger.skipped.values()),
+            "cured_by": dict(Counter(by.split(" ")[-1] for _, _, by, _ in ledger.cures).most_common()),
+        },
         "job": job_report,
-        "mttr": {"all": _stats(everything), "by_cause": mttr, "never_taken_out": dict(never_out),
-                 "still_out_at_end": dict(still_out)},
-        "actions": {"steps_by_rung": dict(by_rung), "remediations": outcomes, "acting_remediations": acted,
-                    "repair_tickets": RepairTicket.objects.filter(**cluster).count(),
-                    "rma_cases": RmaCase.objects.filter(**cluster).count(),
-                    "repairs_resolved": ledger.repairs_done, "rmas_closed": ledger.rmas_done},
+        "mttr": {
+            "all": _stats(everything),
+            "by_cause": mttr,
+            "never_taken_out": dict(never_out),
+            "still_out_at_end": dict(still_out),
+        },
+        "actions": {
+            "steps_by_rung": dict(by_rung),
+            "remediations": outcomes,
+            "acting_remediations": acted,
+            "repair_tickets": RepairTicket.objects.filter(**cluster).count(),
+            "rma_cases": RmaCase.objects.filter(**cluster).count(),
+            "repairs_resolved": ledger.repairs_done,
+            "rmas_closed": ledger.rmas_done,
+        },
         "manual": [{"host": h, "fault": F.BY_KEY[k].component, "at": at.isoformat()} for h, k, at in ledger.manual],
-        "false_actions": {"count": sum(false_by_rule.values()), "by_rule": dict(false_by_rule.most_common()),
-                          "stood_down": stood_down,
-                          "share_of_acting": round(sum(false_by_rule.values()) / acted, 3) if acted else 0.0},
-        "states": {"daily_mean": daily, "out_of_production_mean": round(statistics.fmean(out_of_production), 1)
-                   if out_of_production else 0, "out_of_production_max": max(out_of_production, default=0),
-                   "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states]},
+        "false_actions": {
+            "count": sum(false_by_rule.values()),
+            "by_rule": dict(false_by_rule.most_common()),
+            "stood_down": stood_down,
+            "share_of_acting": round(sum(false_by_rule.values()) / acted, 3) if acted else 0.0,
+        },
+        "states": {
+            "daily_mean": daily,
+            "out_of_production_mean": round(statistics.fmean(out_of_production), 1) if out_of_production else 0,
+            "out_of_production_max": max(out_of_production, default=0),
+            "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states],
+        },
         "audit": _audit(sim),
-        "run": {"wall_seconds": round(wall_seconds, 1),
-                "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
-                "ticks": ledger.ticks, "ticks_by_work": dict(ledger.busy.most_common()),
-                "agent_requests": sim.api.requests, "agent_reports": sim.api.reports,
-                "agent_errors": sim.api.errors[:20], "agent_refused": sim.api.refused,
-                "task_errors": ledger.task_errors[:20],
-                "phase_seconds": {k: round(v, 1) for k, v in ledger.phase_seconds.most_common()}},
+        "run": {
+            "wall_seconds": round(wall_seconds, 1),
+            "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
+            "ticks": ledger.ticks,
+            "ticks_by_work": dict(ledger.busy.most_common()),
+            "agent_requests": sim.api.requests,
+            "agent_reports": sim.api.reports,
+            "agent_errors": sim.api.errors[:20],
+            "agent_refused": sim.api.refused,
+            "task_errors": ledger.task_errors[:20],
+            "phase_seconds": {k: round(v, 1) for k, v in ledger.phase_seconds.most_common()},
+        },
     }
 
 
@@ -181,19 +234,27 @@ def _audit(sim: Simulation) -> dict[str, Any]:
     distinct = Counter(invariant for _, invariant in ledger.breached)
     examples: dict[str, Any] = {}
     for (host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
-        examples.setdefault(invariant, {"at": at.isoformat(), "day": round((at - sim.config.start).total_seconds()
-                                                                          / 86400, 2), **breach})
-    return {"runs": ledger.audits, "distinct": sum(distinct.values()), "by_invariant": dict(distinct.most_common()),
-            "run_breaches_by_invariant": {k: v for k, v in ledger.breaches.most_common() if v},
-            "at_end": ledger.breaches_at_end, "examples": examples}
+        examples.setdefault(
+            invariant,
+            {"at": at.isoformat(), "day": round((at - sim.config.start).total_seconds() / 86400, 2), **breach},
+        )
+    return {
+        "runs": ledger.audits,
+        "distinct": sum(distinct.values()),
+        "by_invariant": dict(distinct.most_common()),
+        "run_breaches_by_invariant": {k: v for k, v in ledger.breaches.most_common() if v},
+        "at_end": ledger.breaches_at_end,
+        "examples": examples,
+    }
 
 
 def breaches_line(report: dict[str, Any]) -> str:
     """One line: the auditor's breaches by invariant (distinct node and invariant; goal 0)."""
     audit = report.get("audit") or {}
     by = ", ".join(f"{k} {v}" for k, v in audit.get("by_invariant", {}).items())
-    return (f"breaches (fleet auditor, {audit.get('runs', 0)} runs; goal 0): {audit.get('distinct', 0)}"
-            + (f" ({by}); the last run found {audit.get('at_end') or 0}" if by else ""))
+    return f"breaches (fleet auditor, {audit.get('runs', 0)} runs; goal 0): {audit.get('distinct', 0)}" + (
+        f" ({by}); the last run found {audit.get('at_end') or 0}" if by else ""
+    )
 
 
 # --- text ---------------------------------------------------------------------------------------------------
@@ -228,32 +289,47 @@ def headline(report: dict[str, Any]) -> list[tuple[str, Any]]:
         ("faults Nodewarden never took out (a person did)", sum(mttr["never_taken_out"].values())),
         ("remediations that acted", actions["acting_remediations"]),
         ("manual interventions (paper: 3 in 54 days)", len(report["manual"])),
-        ("false actions (share)", f"{report['false_actions']['count']} ({report['false_actions']['share_of_acting']:.0%})"),
+        (
+            "false actions (share)",
+            f"{report['false_actions']['count']} ({report['false_actions']['share_of_acting']:.0%})",
+        ),
         ("drains stood down (cleared before job end)", report["false_actions"]["stood_down"]),
         ("audit breaches, distinct node+invariant (goal 0)", (report.get("audit") or {}).get("distinct", 0)),
     ]
     for rung in ("gpu_reset", "reboot", "power_cycle", "reimage", "repair", "rma"):
         done = steps.get(rung, {})
         rows.append((f"rung {rung}: passed / failed", f"{done.get('passed', 0)} / {done.get('failed', 0)}"))
-    rows += [("repair tickets / RMA cases", f"{actions['repair_tickets']} / {actions['rma_cases']}"),
-             ("nodes out of production, mean / max", f"{report['states']['out_of_production_mean']} / "
-                                                     f"{report['states']['out_of_production_max']}"),
-             ("wall seconds (simulated/wall)", f"{report['run']['wall_seconds']} ({report['run']['speedup']}x)")]
+    rows += [
+        ("repair tickets / RMA cases", f"{actions['repair_tickets']} / {actions['rma_cases']}"),
+        (
+            "nodes out of production, mean / max",
+            f"{report['states']['out_of_production_mean']} / {report['states']['out_of_production_max']}",
+        ),
+        ("wall seconds (simulated/wall)", f"{report['run']['wall_seconds']} ({report['run']['speedup']}x)"),
+    ]
     return rows
 
 
 def render(report: dict[str, Any]) -> str:
     c, job, mttr = report["config"], report["job"], report["mttr"]
-    out = [f"Fleet simulation: {c['nodes']:,} nodes ({c['gpus']:,} GPUs), {c['days']:g} days, policy "
-           f"{c['policy']!r} ({c['policy_about']}), rates x{c['rate_scale']:g}, seed {c['seed']}", ""]
+    out = [
+        f"Fleet simulation: {c['nodes']:,} nodes ({c['gpus']:,} GPUs), {c['days']:g} days, policy "
+        f"{c['policy']!r} ({c['policy_about']}), rates x{c['rate_scale']:g}, seed {c['seed']}",
+        "",
+    ]
     out += [_line(label, value) for label, value in headline(report)]
     out += ["", "Job interruptions by cause:"]
     out += [_line(cause, n) for cause, n in job["by_cause"].items()]
-    out += ["", f"Time to repair by cause (fault -> back in production), hours:{'':<4}"
-            f"{'count':>8}{'median':>9}{'mean':>9}{'p90':>9}"]
+    out += [
+        "",
+        f"Time to repair by cause (fault -> back in production), hours:{'':<4}"
+        f"{'count':>8}{'median':>9}{'mean':>9}{'p90':>9}",
+    ]
     for cause, s in mttr["by_cause"].items():
-        out.append(f"  {cause:<44}{s['count']:>8}{s.get('median_h', 0):>9.1f}{s.get('mean_h', 0):>9.1f}"
-                   f"{s.get('p90_h', 0):>9.1f}")
+        out.append(
+            f"  {cause:<44}{s['count']:>8}{s.get('median_h', 0):>9.1f}{s.get('mean_h', 0):>9.1f}"
+            f"{s.get('p90_h', 0):>9.1f}"
+        )
     if mttr["never_taken_out"]:
         out.append(f"  never taken out of production: {mttr['never_taken_out']}")
     if mttr["still_out_at_end"]:
@@ -263,25 +339,36 @@ def render(report: dict[str, Any]) -> str:
     daily = report["states"]["daily_mean"]
     if daily:
         states = [s for s in daily[0] if s != "day"]
-        out += ["", "Nodes by state (daily mean of hourly samples; every sample is in the JSON):",
-                "  day " + "".join(f"{s[:12]:>13}" for s in states)]
+        out += [
+            "",
+            "Nodes by state (daily mean of hourly samples; every sample is in the JSON):",
+            "  day " + "".join(f"{s[:12]:>13}" for s in states),
+        ]
         step = max(1, len(daily) // 12)
         for row in daily[::step]:
             out.append(f"  {row['day']:>3} " + "".join(f"{row.get(s, 0):>13.1f}" for s in states))
     out += ["", breaches_line(report)]
     for invariant, example in (report.get("audit") or {}).get("examples", {}).items():
-        out.append(f"  e.g. {invariant} on {example['hostname']} at day {example['day']}: Nodewarden believes "
-                   f"{example['believed']}; the world says {example['world']}")
+        out.append(
+            f"  e.g. {invariant} on {example['hostname']} at day {example['day']}: Nodewarden believes "
+            f"{example['believed']}; the world says {example['world']}"
+        )
     errors = report["run"]["agent_errors"] + report["run"]["task_errors"]
-    out += ["", f"Agent API: {report['run']['agent_requests']:,} requests, {report['run']['agent_reports']:,} reports, "
-            f"{len(errors)} errors" + (f": {errors[:3]}" if errors else "")]
+    out += [
+        "",
+        f"Agent API: {report['run']['agent_requests']:,} requests, {report['run']['agent_reports']:,} reports, "
+        f"{len(errors)} errors" + (f": {errors[:3]}" if errors else ""),
+    ]
     return "\n".join(out)
 
 
 def render_side_by_side(left: dict[str, Any], right: dict[str, Any]) -> str:
     a, b = dict(headline(left)), dict(headline(right))
-    out = [f"Two policies on the same fleet and the same faults ({left['config']['nodes']:,} nodes, "
-           f"{left['config']['days']:g} days, seed {left['config']['seed']}):", "",
-           _line("", left["config"]["policy"], right["config"]["policy"])]
+    out = [
+        f"Two policies on the same fleet and the same faults ({left['config']['nodes']:,} nodes, "
+        f"{left['config']['days']:g} days, seed {left['config']['seed']}):",
+        "",
+        _line("", left["config"]["policy"], right["config"]["policy"]),
+    ]
     out += [_line(label, a[label], b.get(label)) for label in a]
     return "\n".join(out)

@@ -11,6 +11,7 @@ assumes); an interruption loses the work since the last checkpoint and costs the
 
 Plain Python, no database: ``schedulers.simulated`` answers Nodewarden's scheduler calls from it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

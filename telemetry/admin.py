@@ -3,6 +3,7 @@
 The history tables (reports, samples, XID records) have composite primary keys, which
 the admin does not support; they are read through the node page and the API.
 """
+
 from __future__ import annotations
 
 from django.contrib import admin
@@ -14,8 +15,16 @@ from .models import AgentToken, DcgmExporterTarget, GpuState, IngestRejection, N
 
 @admin.register(NodeHealth)
 class NodeHealthAdmin(ReadOnlyAdmin):
-    list_display = ["node", "last_report_at", "last_received_at", "source", "gpu_count", "gpu_compute_processes",
-                    "driver_version", "agent_version"]
+    list_display = [
+        "node",
+        "last_report_at",
+        "last_received_at",
+        "source",
+        "gpu_count",
+        "gpu_compute_processes",
+        "driver_version",
+        "agent_version",
+    ]
     list_filter = ["source"]
     search_fields = ["node__hostname"]
     list_select_related = ["node"]
@@ -24,8 +33,17 @@ class NodeHealthAdmin(ReadOnlyAdmin):
 
 @admin.register(GpuState)
 class GpuStateAdmin(ReadOnlyAdmin):
-    list_display = ["node", "index", "uuid", "updated_at", "temperature_c", "power_w", "ecc_volatile_uncorrected",
-                    "remapped_rows_pending", "nvlink_links_up"]
+    list_display = [
+        "node",
+        "index",
+        "uuid",
+        "updated_at",
+        "temperature_c",
+        "power_w",
+        "ecc_volatile_uncorrected",
+        "remapped_rows_pending",
+        "nvlink_links_up",
+    ]
     search_fields = ["node__hostname", "uuid", "serial"]
     list_select_related = ["node"]
     raw_id_fields = ["node"]

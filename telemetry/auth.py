@@ -9,6 +9,7 @@ Wrong tokens are counted per client address (``nodewarden.throttling``): a clien
 too many is answered 429 before its next token is looked up. A token found valid in the
 in-process cache skips that count entirely, so the hot path costs no round trip to the cache.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -3,6 +3,7 @@
 Each figure holds at most ``series.MAX_POINTS_PER_FIGURE`` points: the series are
 bucketed in the database before they get here.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,8 +25,12 @@ def _colour(index: int) -> str:
 def _trace(series: Series, gpu: int, field: str, name: str, unit: str, dash: str = "solid") -> dict[str, Any]:
     rows = series.gpus[gpu]
     return {
-        "type": "scatter", "mode": "lines", "name": name, "legendgroup": f"gpu{gpu}",
-        "x": [row["t"].isoformat() for row in rows], "y": [row[field] for row in rows],
+        "type": "scatter",
+        "mode": "lines",
+        "name": name,
+        "legendgroup": f"gpu{gpu}",
+        "x": [row["t"].isoformat() for row in rows],
+        "y": [row[field] for row in rows],
         "line": {"width": 1.5, "color": _colour(gpu), "dash": dash},
         "hovertemplate": f"{name}: %{{y}} {unit}<extra></extra>",
     }
@@ -33,8 +38,12 @@ def _trace(series: Series, gpu: int, field: str, name: str, unit: str, dash: str
 
 def _layout(title: str, y_title: str, series: Series) -> dict[str, Any]:
     return {
-        **_BASE_LAYOUT, "height": 260, "hovermode": "x unified", "showlegend": True,
-        "title": {"text": title, "font": {"size": 13}}, "margin": {"l": 50, "r": 10, "t": 30, "b": 30},
+        **_BASE_LAYOUT,
+        "height": 260,
+        "hovermode": "x unified",
+        "showlegend": True,
+        "title": {"text": title, "font": {"size": 13}},
+        "margin": {"l": 50, "r": 10, "t": 30, "b": 30},
         "legend": {"orientation": "h", "y": -0.2},
         "xaxis": {"type": "date", "range": [series.since.isoformat(), series.until.isoformat()]},
         "yaxis": {"title": {"text": y_title}, "rangemode": "tozero"},
@@ -61,15 +70,17 @@ def ecc_figure(series: Series) -> Figure:
     data = []
     for gpu in sorted(series.gpus):
         data.append(_trace(series, gpu, "ecc_volatile_uncorrected_max", f"GPU {gpu} uncorrected", "errors"))
-        data.append(_trace(series, gpu, "ecc_volatile_corrected_max", f"GPU {gpu} corrected", "errors",
-                           dash="dot"))
+        data.append(_trace(series, gpu, "ecc_volatile_corrected_max", f"GPU {gpu} corrected", "errors", dash="dot"))
     return {"data": data, "layout": _layout("ECC errors since driver load", "errors", series)}
 
 
 def gpu_figures(series: Series) -> dict[str, Figure]:
     """The node page's three figures, keyed by the element id they are drawn into."""
-    return {"gpu-temperature": temperature_figure(series), "gpu-power": power_figure(series),
-            "gpu-ecc": ecc_figure(series)}
+    return {
+        "gpu-temperature": temperature_figure(series),
+        "gpu-power": power_figure(series),
+        "gpu-ecc": ecc_figure(series),
+    }
 
 
 def figure_points(figure: Figure) -> int:

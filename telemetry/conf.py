@@ -1,5 +1,6 @@
 """Telemetry settings: ``settings.TELEMETRY_*`` if the project sets them, else the
 environment, else a default. Read at call time so tests can override them."""
+
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ Vendor quirks handled here (see shared/reference/domain-facts.md §2):
   only as a change of the gauge, so one XidEvent is emitted per change;
 - metrics outside the GPU reading schema (profiling, NVSwitch, CPU) are not ours to store.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -172,19 +173,28 @@ def to_report(metrics: HostMetrics, *, collected_at: datetime, previous_xids: di
     events = []
     for index, xid in sorted(metrics.xid_gauges.items()):
         if xid != 0 and xid != previous_xids.get(index):
-            events.append(XidEvent(
-                xid=xid, observed_at=collected_at, raw=metrics.xid_lines[index][:2000],
-                pci_bus_id=metrics.gpus[index].get("pci_bus_id") or None,
-                message=f"{XID_GAUGE} gauge changed to {xid}",
-            ))
+            events.append(
+                XidEvent(
+                    xid=xid,
+                    observed_at=collected_at,
+                    raw=metrics.xid_lines[index][:2000],
+                    pci_bus_id=metrics.gpus[index].get("pci_bus_id") or None,
+                    message=f"{XID_GAUGE} gauge changed to {xid}",
+                )
+            )
     key = hashlib.sha1(f"{metrics.host}|{collected_at.isoformat()}".encode()).hexdigest()[:24]
-    return AgentReport(report_id=f"dcgm-{key}", hostname=metrics.host, collected_at=collected_at,
-                       agent_version="dcgm-exporter", driver_version=metrics.driver_version,
-                       gpus=gpus, xid_events=events)
+    return AgentReport(
+        report_id=f"dcgm-{key}",
+        hostname=metrics.host,
+        collected_at=collected_at,
+        agent_version="dcgm-exporter",
+        driver_version=metrics.driver_version,
+        gpus=gpus,
+        xid_events=events,
+    )
 
 
-def ingest_exposition(text: str, *, source: str = SOURCE, default_host: str = "",
-                      remote_addr: str = "") -> Outcome:
+def ingest_exposition(text: str, *, source: str = SOURCE, default_host: str = "", remote_addr: str = "") -> Outcome:
     """Store every known host's GPUs from one exposition; unknown hosts are recorded.
 
     All hosts or none: a value that breaks the schema refuses the whole exposition.
@@ -216,13 +226,15 @@ def _nodes_by_host(parsed: dict[str, HostMetrics]) -> dict[str, int]:
 def _previous_xids(node_ids: list[int]) -> dict[int, dict[int, int | None]]:
     previous: dict[int, dict[int, int | None]] = defaultdict(dict)
     for node_id, index, gauge in GpuState.objects.filter(node_id__in=node_ids).values_list(
-            "node_id", "index", "xid_gauge"):
+        "node_id", "index", "xid_gauge"
+    ):
         previous[node_id][index] = gauge
     return previous
 
 
-def _ingest_host(metrics: HostMetrics, node_id: int, collected_at: datetime,
-                 previous: dict[int, int | None], outcome: Outcome) -> None:
+def _ingest_host(
+    metrics: HostMetrics, node_id: int, collected_at: datetime, previous: dict[int, int | None], outcome: Outcome
+) -> None:
     report = to_report(metrics, collected_at=collected_at, previous_xids=previous)
     try:
         result = ingest_reports(node_id, [report], source=SOURCE)
@@ -239,9 +251,13 @@ def _ingest_host(metrics: HostMetrics, node_id: int, collected_at: datetime,
 def _record_unknown(hosts: list[str], text: str, source: str, remote_addr: str) -> None:
     listed = ", ".join(hosts)
     IngestRejection.objects.create(
-        source=source, hostname=hosts[0][:253], status=200, remote_addr=remote_addr[:64],
+        source=source,
+        hostname=hosts[0][:253],
+        status=200,
+        remote_addr=remote_addr[:64],
         reason=f"{len(hosts)} host(s) match no node, their metrics were not stored: {listed}"[:2000],
-        body_excerpt=text[:2048], body_size=len(text),
+        body_excerpt=text[:2048],
+        body_size=len(text),
     )
 
 
@@ -255,8 +271,9 @@ def scrape_target(target: DcgmExporterTarget) -> Outcome | None:
             body = response.read(limit + 1)
         if len(body) > limit:
             raise ExpositionError(f"exposition larger than {limit} bytes")
-        outcome = ingest_exposition(body.decode("utf-8", "replace"), source="dcgm-scrape",
-                                    default_host=urlparse(target.url).hostname or "")
+        outcome = ingest_exposition(
+            body.decode("utf-8", "replace"), source="dcgm-scrape", default_host=urlparse(target.url).hostname or ""
+        )
     except (OSError, ExpositionError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:2000]
         DcgmExporterTarget.objects.filter(pk=target.pk).update(last_error=error)

@@ -14,6 +14,7 @@ future; a latest state already stored beyond that bound is pulled back before it
 compared with. An XID event counts once by its identity (``event_identity``): a resent
 event, in a new report or a concurrent request, is neither stored again nor evaluated.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -71,7 +72,7 @@ class _Latest:
 
 
 def normalise_bus_id(bus_id: str | None) -> str | None:
-    """"00000000:53:00.0" (NVML) and "0000:53:00" (kernel log) both become "0000:53:00"."""
+    """ "00000000:53:00.0" (NVML) and "0000:53:00" (kernel log) both become "0000:53:00"."""
     match = _BUS_ID.match((bus_id or "").strip().lower())
     if match is None:
         return None
@@ -104,7 +105,8 @@ def _check_time(value: datetime, limit: datetime, now: datetime, allowance: int,
     if value > limit:
         raise IngestRefused(
             f"{value.isoformat()} is more than {allowance} s after the portal's clock ({now.isoformat()}):"
-            f" the node's clock is wrong (NODEWARDEN_REPORT_MAX_FUTURE_SECONDS is {allowance} s) - at `{path}`")
+            f" the node's clock is wrong (NODEWARDEN_REPORT_MAX_FUTURE_SECONDS is {allowance} s) - at `{path}`"
+        )
 
 
 def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "agent") -> IngestResult:
@@ -143,7 +145,8 @@ def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int
 NODE_COLUMNS = store.NODE_COLUMNS
 _node_read = store.CompiledRead(lambda node_id: Node.objects.filter(pk=node_id).values_list(*NODE_COLUMNS))
 _gpu_read = store.CompiledRead(
-    lambda node_id: GpuState.objects.filter(node_id=node_id).order_by("index").values_list(*store.GPU_READ_COLUMNS))
+    lambda node_id: GpuState.objects.filter(node_id=node_id).order_by("index").values_list(*store.GPU_READ_COLUMNS)
+)
 
 
 def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]:
@@ -186,8 +189,9 @@ def _latest(node: dict[str, Any], gpus: list[dict[str, Any]]) -> _Latest:
     return latest
 
 
-def _store_reports(node_id: int, unique: list[AgentReport], latest: _Latest, received_at: datetime,
-                   source: str) -> list[AgentReport]:
+def _store_reports(
+    node_id: int, unique: list[AgentReport], latest: _Latest, received_at: datetime, source: str
+) -> list[AgentReport]:
     """Insert the reports and move the latest GPU and node rows on; returns the new reports,
     oldest first. On PostgreSQL the latest rows ride along with the insert (one statement)
     whenever the batch's newest report turns out new, which is nearly always."""
@@ -207,14 +211,22 @@ def _store_reports(node_id: int, unique: list[AgentReport], latest: _Latest, rec
 
 def _report_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
     summary = {
-        "agent_version": report.agent_version, "driver_version": report.driver_version,
+        "agent_version": report.agent_version,
+        "driver_version": report.driver_version,
         "host": msgspec.to_builtins(report.host) if report.host else None,
-        "ib_ports": msgspec.to_builtins(report.ib_ports), "collector_errors": report.collector_errors,
+        "ib_ports": msgspec.to_builtins(report.ib_ports),
+        "collector_errors": report.collector_errors,
     }
     return {
-        "node_id": node_id, "collected_at": report.collected_at, "report_id": report.report_id,
-        "received_at": received_at, "seq": report.seq, "source": source, "gpu_count": len(report.gpus),
-        "xid_count": len(report.xid_events), "summary": summary,
+        "node_id": node_id,
+        "collected_at": report.collected_at,
+        "report_id": report.report_id,
+        "received_at": received_at,
+        "seq": report.seq,
+        "source": source,
+        "gpu_count": len(report.gpus),
+        "xid_count": len(report.xid_events),
+        "summary": summary,
     }
 
 
@@ -260,21 +272,31 @@ def event_identity(event: XidEvent, boot_id: str | None) -> str:
     return hashlib.sha1(key.encode()).hexdigest()
 
 
-def _xid_row(node_id: int, report: AgentReport, event: XidEvent, known_buses: dict[str | None, int],
-             source: str) -> dict[str, Any]:
+def _xid_row(
+    node_id: int, report: AgentReport, event: XidEvent, known_buses: dict[str | None, int], source: str
+) -> dict[str, Any]:
     bus = normalise_bus_id(event.pci_bus_id)
     buses = {normalise_bus_id(g.pci_bus_id): g.index for g in report.gpus}
     gpu_index = buses.get(bus, known_buses.get(bus)) if bus else None
     return {
-        "node_id": node_id, "observed_at": event.observed_at, "fingerprint": event_identity(event, report.boot_id),
-        "gpu_index": gpu_index, "xid": event.xid, "kind": event.kind, "pci_bus_id": event.pci_bus_id or "",
-        "pid": event.pid, "process": event.process or "", "message": event.message, "raw": event.raw,
-        "kmsg_seq": event.kmsg_seq, "report_id": report.report_id, "source": source,
+        "node_id": node_id,
+        "observed_at": event.observed_at,
+        "fingerprint": event_identity(event, report.boot_id),
+        "gpu_index": gpu_index,
+        "xid": event.xid,
+        "kind": event.kind,
+        "pci_bus_id": event.pci_bus_id or "",
+        "pid": event.pid,
+        "process": event.process or "",
+        "message": event.message,
+        "raw": event.raw,
+        "kmsg_seq": event.kmsg_seq,
+        "report_id": report.report_id,
+        "source": source,
     }
 
 
-def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, received_at: datetime,
-                  source: str) -> None:
+def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, received_at: datetime, source: str) -> None:
     if not new:
         return
     newest = new[-1]
@@ -295,11 +317,18 @@ def _health_row(node_id: int, report: AgentReport, received_at: datetime, source
     # Unknown for one GPU means "idle" cannot be proven: None, not a partial sum.
     busy = sum(processes) if processes and None not in processes else None  # type: ignore[arg-type]
     return {
-        "node_id": node_id, "last_report_at": report.collected_at, "last_received_at": received_at,
-        "source": source, "agent_version": report.agent_version, "driver_version": report.driver_version or "",
-        "cuda_version": report.cuda_version or "", "gpu_count": len(report.gpus), "gpu_compute_processes": busy,
+        "node_id": node_id,
+        "last_report_at": report.collected_at,
+        "last_received_at": received_at,
+        "source": source,
+        "agent_version": report.agent_version,
+        "driver_version": report.driver_version or "",
+        "cuda_version": report.cuda_version or "",
+        "gpu_count": len(report.gpus),
+        "gpu_compute_processes": busy,
         "host": msgspec.to_builtins(report.host) if report.host else {},
-        "ib_ports": msgspec.to_builtins(report.ib_ports), "collector_errors": report.collector_errors,
+        "ib_ports": msgspec.to_builtins(report.ib_ports),
+        "collector_errors": report.collector_errors,
     }
 
 
@@ -314,12 +343,20 @@ def _contexts(node: dict[str, Any], new: list[AgentReport], latest: _Latest, sou
     for report in new:
         newer = state.at is None or report.collected_at > state.at
         before = state if newer else _Latest()
-        contexts.append(ReportContext(
-            node_id=node["id"], hostname=node["hostname"], hardware_profile_id=node["hardware_profile_id"],
-            expected_gpu_count=node["hardware_profile__gpu_count"], report=report,
-            previous_report_at=before.at, previous_gpus=before.gpus, previous_ib_ports=before.ib_ports,
-            previous_host=before.host, source=source,
-        ))
+        contexts.append(
+            ReportContext(
+                node_id=node["id"],
+                hostname=node["hostname"],
+                hardware_profile_id=node["hardware_profile_id"],
+                expected_gpu_count=node["hardware_profile__gpu_count"],
+                report=report,
+                previous_report_at=before.at,
+                previous_gpus=before.gpus,
+                previous_ib_ports=before.ib_ports,
+                previous_host=before.host,
+                source=source,
+            )
+        )
         if newer:
             state = _state_of(report)
     return contexts
@@ -346,6 +383,9 @@ def _evaluate(node_id: int, contexts: list[ReportContext], source: str, firing: 
     except Exception as exc:  # any rule bug: it must not cost the node its telemetry
         log.exception("health evaluation failed for node %s", node_id)
         IngestRejection.objects.create(
-            source=source, node_id=node_id, status=200, reason=f"evaluation error: {exc!r}"[:2000],
+            source=source,
+            node_id=node_id,
+            status=200,
+            reason=f"evaluation error: {exc!r}"[:2000],
             body_excerpt=", ".join(c.report.report_id for c in contexts)[:2000],
         )

@@ -1,4 +1,5 @@
 """Telemetry tables. Agent tokens live here: they are what lets a node report."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -142,8 +143,7 @@ class GpuState(models.Model):
 # whole partitions. Every index leads with (node, time).
 def _history_node() -> models.ForeignKey:
     # No index of its own either: each primary key already leads with the node.
-    return models.ForeignKey(Node, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False,
-                             related_name="+")
+    return models.ForeignKey(Node, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
 
 
 class NodeReport(models.Model):

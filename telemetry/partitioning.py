@@ -6,6 +6,7 @@ drop the old table, restore the primary key and the BRIN index. A DEFAULT partit
 catches anything outside the monthly ones; ``ensure_future_partitions`` (called by the
 hourly retention task) adds next months before rows for them arrive.
 """
+
 from __future__ import annotations
 
 from datetime import date, datetime
@@ -34,8 +35,10 @@ def _months(first: date, count: int) -> list[date]:
 
 def _partition_ddl(table: str, month: date) -> str:
     after = _months(month, 2)[1]
-    return (f"CREATE TABLE IF NOT EXISTS {table}_p{month:%Y_%m} PARTITION OF {table} "
-            f"FOR VALUES FROM ('{month:%Y-%m-%d}') TO ('{after:%Y-%m-%d}');")
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table}_p{month:%Y_%m} PARTITION OF {table} "
+        f"FOR VALUES FROM ('{month:%Y-%m-%d}') TO ('{after:%Y-%m-%d}');"
+    )
 
 
 def partition_ddl(*, since: date, now: datetime | None = None) -> list[str]:

@@ -1,4 +1,5 @@
 """Dead letters: every refused ingest leaves a bounded IngestRejection row behind."""
+
 from __future__ import annotations
 
 import zlib
@@ -44,12 +45,26 @@ def read_body(request: HttpRequest) -> bytes:
     return body
 
 
-def reject(request: HttpRequest, *, status: int, source: str, error: str, detail: str, body: bytes = b"",
-           node_id: int | None = None, hostname: str = "", extra: dict[str, Any] | None = None) -> JsonResponse:
+def reject(
+    request: HttpRequest,
+    *,
+    status: int,
+    source: str,
+    error: str,
+    detail: str,
+    body: bytes = b"",
+    node_id: int | None = None,
+    hostname: str = "",
+    extra: dict[str, Any] | None = None,
+) -> JsonResponse:
     """Record the refusal and answer it as the API's error body (nodewarden.api.error_body), with
     ``error`` (the agents' own key) beside it."""
     IngestRejection.objects.create(
-        source=source, node_id=node_id, hostname=hostname[:253], status=status, reason=detail[:REASON_CHARS].replace("\x00", "\ufffd"),
+        source=source,
+        node_id=node_id,
+        hostname=hostname[:253],
+        status=status,
+        reason=detail[:REASON_CHARS].replace("\x00", "\ufffd"),
         # A NUL would make PostgreSQL refuse the very row that records the refusal.
         body_excerpt=body[:EXCERPT_BYTES].decode("utf-8", "replace").replace("\x00", "\ufffd"),
         body_size=len(body) or int(request.META.get("CONTENT_LENGTH") or 0),

@@ -9,6 +9,7 @@ twice, or over late rows of an old hour, never counts a sample twice.
 On a partitioned database (``manage.py telemetry_partitioning``) dropping whole month
 partitions is cheaper than these deletes; they stay correct either way.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,10 +38,21 @@ _ROLLUP = {
     "power_max": ("MAX(power_w)", "max"),
     "utilization_avg": ("AVG(utilization_pct)", "avg"),
     "memory_used_max": ("MAX(memory_used_mib)", "max"),
-    **{f"{c}_max": (f"MAX({c})", "max") for c in (
-        "ecc_volatile_corrected", "ecc_volatile_uncorrected", "ecc_aggregate_corrected",
-        "ecc_aggregate_uncorrected", "remapped_rows_correctable", "remapped_rows_uncorrectable",
-        "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "pcie_replay_count")},
+    **{
+        f"{c}_max": (f"MAX({c})", "max")
+        for c in (
+            "ecc_volatile_corrected",
+            "ecc_volatile_uncorrected",
+            "ecc_aggregate_corrected",
+            "ecc_aggregate_uncorrected",
+            "remapped_rows_correctable",
+            "remapped_rows_uncorrectable",
+            "nvlink_crc_errors",
+            "nvlink_replay_errors",
+            "nvlink_recovery_errors",
+            "pcie_replay_count",
+        )
+    },
     "pcie_link_gen_min": ("MIN(pcie_link_gen)", "min"),
     "pcie_link_width_min": ("MIN(pcie_link_width)", "min"),
 }
@@ -62,14 +74,17 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
     result = RetentionResult()
     budget = [max_batches]
     raw_cutoff = (now - timedelta(days=setting("TELEMETRY_RAW_RETENTION_DAYS"))).replace(
-        minute=0, second=0, microsecond=0)  # whole hours only: an hour is never half raw, half rolled
+        minute=0, second=0, microsecond=0
+    )  # whole hours only: an hour is never half raw, half rolled
     while budget[0] > 0 and (hour := _oldest_hour(raw_cutoff)) is not None:
         result.rolled_up += _roll_up_hour(hour, budget)
-    for model, column, name in ((NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
-                                (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
-                                # An event's identity goes with its line: resent later, it is new again.
-                                (XidIdentity, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
-                                (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS")):
+    for model, column, name in (
+        (NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
+        (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
+        # An event's identity goes with its line: resent later, it is new again.
+        (XidIdentity, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
+        (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS"),
+    ):
         cutoff = now - timedelta(days=setting(name))
         result.deleted[model._meta.model_name] = _prune(model, column, cutoff, budget)
     result.finished = budget[0] > 0

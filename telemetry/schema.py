@@ -13,6 +13,7 @@ counts them; the portal takes deltas between reports and handles resets.
 Schema version 1. docs/report-format.md documents it with a full example; the OpenAPI
 document shows this very definition (msgspec's JSON Schema, see nodewarden/openapi.py).
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -109,7 +110,9 @@ class XidEvent(Strict):
     raw: Annotated[str, msgspec.Meta(max_length=2000)]  # the line as the kernel printed it
     kind: Literal["xid", "sxid"] = "xid"
     pci_bus_id: Text | None = None  # "0000:53:00" from "NVRM: Xid (PCI:0000:53:00): 79, ..."
-    pid: Annotated[int, msgspec.Meta(ge=BIGINT_MIN, le=BIGINT_MAX)] | None = None  # "pid=1234"; None where the driver printed "pid='<unknown>'"
+    pid: Annotated[int, msgspec.Meta(ge=BIGINT_MIN, le=BIGINT_MAX)] | None = (
+        None  # "pid=1234"; None where the driver printed "pid='<unknown>'"
+    )
     process: Text | None = None  # "name=python3"
     message: Annotated[str, msgspec.Meta(max_length=2000)] = ""
     kmsg_seq: Count | None = None  # /dev/kmsg sequence number: the agent's resume cursor

@@ -5,6 +5,7 @@ The database does the bucketing (GROUP BY gpu, time bucket) so a 7-day window of
 and hourly roll-ups are read alike and merged, so a window reaching past the raw
 retention still draws.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,7 @@ def bucket_seconds(since: datetime, until: datetime, gpu_count: int) -> int:
     return max(math.ceil((until - since).total_seconds() / (per_trace - 1)), 1)
 
 
-def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int,
-               gpu: int | None = None) -> Series:
+def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int, gpu: int | None = None) -> Series:
     """Bucketed temperature, power, utilisation and ECC per GPU over [since, until)."""
     bucket = bucket_seconds(since, until, 1 if gpu is not None else gpu_count)
     merged: dict[tuple[int, int], dict[str, Any]] = {}
@@ -82,8 +82,16 @@ def _bucket(column: str, bucket: int) -> str:
     return f"(CAST(strftime('%%s', {column}) AS INTEGER) / {bucket})"
 
 
-def _query(table: str, time_column: str, index: int, node_id: int, since: datetime, until: datetime,
-           bucket: int, gpu: int | None) -> list[dict[str, Any]]:
+def _query(
+    table: str,
+    time_column: str,
+    index: int,
+    node_id: int,
+    since: datetime,
+    until: datetime,
+    bucket: int,
+    gpu: int | None,
+) -> list[dict[str, Any]]:
     model = GpuSample if table == "raw" else GpuSampleHourly
     count = "COUNT(*)" if table == "raw" else "SUM(n)"
     selects = ", ".join(f"{cols[index]} AS {cols[0]}" for cols in _COLUMNS)

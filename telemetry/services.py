@@ -1,4 +1,5 @@
 """Telemetry services: the only road to issuing and revoking node agent tokens."""
+
 from __future__ import annotations
 
 import secrets
@@ -18,7 +19,10 @@ def issue_agent_token(node_id: int, *, actor: Actor, reason: str = "Agent token 
     """Create a token for the node's agent and return it: the only time it can be read."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     AgentToken.objects.create(
-        node_id=node_id, key_hash=hash_token(token), prefix=token[:12], created_by=actor.user,
+        node_id=node_id,
+        key_hash=hash_token(token),
+        prefix=token[:12],
+        created_by=actor.user,
     )
     record_event(node_id, EventKind.ACTION, actor=actor, reason=reason, details={"agent_token": token[:12]})
     return token

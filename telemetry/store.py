@@ -12,6 +12,7 @@ portal (3,000 reports a second for a fleet of 90,000 nodes), so:
 - elsewhere (SQLite, the quick test loop) values go through each field's
   ``get_db_prep_save`` so they are stored the way the ORM would store them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -71,7 +72,7 @@ class CompiledRead:
         slots = [(placeholders.index(p), None) if p in placeholders else (-1, p) for p in params]
         if sorted(n for n, _ in slots if n >= 0) != list(range(arity)):
             raise ValueError(f"each argument must appear once as a parameter of the query: {sql}")
-        converters = compiler.get_converters([col for col, _, _ in compiler.select[:compiler.col_count]])
+        converters = compiler.get_converters([col for col, _, _ in compiler.select[: compiler.col_count]])
         return compiler, sql, slots, converters
 
     def fetch(self, *args: Any) -> list[Any]:
@@ -102,8 +103,9 @@ class _Table:
     def prepared(self, rows: Sequence[Row]) -> list[list[Any]]:
         """Rows as the ORM would send them (the non-PostgreSQL path)."""
         fields = [self.model._meta.get_field(c) for c in self.columns]  # get_field knows attnames too
-        return [[f.get_db_prep_save(row[c], connection) for f, c in zip(fields, self.columns, strict=True)]
-                for row in rows]
+        return [
+            [f.get_db_prep_save(row[c], connection) for f, c in zip(fields, self.columns, strict=True)] for row in rows
+        ]
 
 
 def _table(model: type[models.Model], columns: Sequence[str], suffix: str = "") -> _Table:
@@ -111,7 +113,8 @@ def _table(model: type[models.Model], columns: Sequence[str], suffix: str = "") 
     table, names = q(model._meta.db_table), ", ".join(q(c) for c in columns)
     head = f"INSERT INTO {table} ({names}) "
     return _Table(
-        model=model, columns=tuple(columns),
+        model=model,
+        columns=tuple(columns),
         json=f"{head}SELECT {names} FROM json_populate_recordset(NULL::{table}, %s::json){suffix}",
         values=f"{head}VALUES ({', '.join(['%s'] * len(columns))}){suffix}",
     )
@@ -121,8 +124,10 @@ def _gpu_state_suffix() -> str:
     q = connection.ops.quote_name
     table = q(GpuState._meta.db_table)
     updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in GPU_STATE_COLUMNS if c not in ("node_id", "index"))
-    return (f" ON CONFLICT ({q('node_id')}, {q('index')}) DO UPDATE SET {updates}"
-            f" WHERE {table}.{q('updated_at')} <= EXCLUDED.{q('updated_at')}")
+    return (
+        f" ON CONFLICT ({q('node_id')}, {q('index')}) DO UPDATE SET {updates}"
+        f" WHERE {table}.{q('updated_at')} <= EXCLUDED.{q('updated_at')}"
+    )
 
 
 def _health_suffix() -> str:
@@ -130,9 +135,11 @@ def _health_suffix() -> str:
     table = q(NodeHealth._meta.db_table)
     newer = f"EXCLUDED.{q('last_report_at')} >= {table}.{q('last_report_at')}"
     updates = [
-        f"{q(c)} = EXCLUDED.{q(c)}" if c in HEALTH_ALWAYS
+        f"{q(c)} = EXCLUDED.{q(c)}"
+        if c in HEALTH_ALWAYS
         else f"{q(c)} = CASE WHEN {newer} THEN EXCLUDED.{q(c)} ELSE {table}.{q(c)} END"
-        for c in HEALTH_COLUMNS if c != "node_id"
+        for c in HEALTH_COLUMNS
+        if c != "node_id"
     ]
     return f" ON CONFLICT ({q('node_id')}) DO UPDATE SET " + ", ".join(updates)
 
@@ -163,8 +170,7 @@ def _sql() -> _Statements:
             samples=_table(GpuSample, SAMPLE_COLUMNS),
             gpu_states=_table(GpuState, GPU_STATE_COLUMNS, _gpu_state_suffix()),
             health=_table(NodeHealth, HEALTH_COLUMNS, _health_suffix()),
-            copy_samples=(f"COPY {q(GpuSample._meta.db_table)} ({', '.join(q(c) for c in SAMPLE_COLUMNS)})"
-                          " FROM STDIN"),
+            copy_samples=(f"COPY {q(GpuSample._meta.db_table)} ({', '.join(q(c) for c in SAMPLE_COLUMNS)}) FROM STDIN"),
         )
     return built
 
@@ -229,9 +235,11 @@ def _xids_sql() -> str:
     statements = _sql()
     source, end, on_conflict = statements.xids.json.partition("::json)")
     fresh = " WHERE fingerprint IN (SELECT fingerprint FROM fresh)"
-    return (f"WITH fresh AS ({statements.xid_identities.json}),"
-            f" lines AS ({source}{end}{fresh}{on_conflict})"
-            f" SELECT fingerprint FROM fresh")
+    return (
+        f"WITH fresh AS ({statements.xid_identities.json}),"
+        f" lines AS ({source}{end}{fresh}{on_conflict})"
+        f" SELECT fingerprint FROM fresh"
+    )
 
 
 def store_xids(rows: Sequence[Row]) -> set[str]:
@@ -257,7 +265,7 @@ def store_xids(rows: Sequence[Row]) -> set[str]:
             return {row[0] for row in cursor.fetchall()}
         statements, fresh = _sql(), set()
         for start in range(0, len(identities), _SQLITE_ROWS):
-            fresh |= _insert_returning(cursor, statements.xid_identities, identities[start:start + _SQLITE_ROWS])
+            fresh |= _insert_returning(cursor, statements.xid_identities, identities[start : start + _SQLITE_ROWS])
         new_rows = [row for row in unique if row["fingerprint"] in fresh]
         if new_rows:
             cursor.executemany(statements.xids.values, statements.xids.prepared(new_rows))
@@ -294,7 +302,8 @@ def unpin_latest(node_id: int, bound: datetime) -> datetime:
     if received is None:
         return bound
     believable = NodeReport.objects.filter(node_id=node_id, collected_at__lte=bound).aggregate(
-        at=models.Max("collected_at"))["at"]
+        at=models.Max("collected_at")
+    )["at"]
     at = believable or min(received, bound)
     health.filter(last_report_at__gt=bound).update(last_report_at=at)
     GpuState.objects.filter(node_id=node_id, updated_at__gt=bound).update(updated_at=at)
@@ -303,15 +312,32 @@ def unpin_latest(node_id: int, bound: datetime) -> datetime:
 
 # --- PostgreSQL: a single-report request in two statements and a COPY ---------------------
 
-NODE_COLUMNS = ("id", "hostname", "hardware_profile_id", "hardware_profile__gpu_count",
-                "health__last_report_at", "health__host", "health__ib_ports")
+NODE_COLUMNS = (
+    "id",
+    "hostname",
+    "hardware_profile_id",
+    "hardware_profile__gpu_count",
+    "health__last_report_at",
+    "health__host",
+    "health__ib_ports",
+)
 # A node's GPUs as the rules' previous_gpus want them: GpuReading's names, plus when.
 GPU_READ_COLUMNS = ("updated_at", *(f.name for f in msgspec.structs.fields(GpuReading)))
 
 _FIELD_TYPES: dict[str, Any] = {
-    "BooleanField": bool, "CharField": str, "TextField": str, "DateTimeField": datetime, "FloatField": float,
-    "JSONField": Any, "AutoField": int, "BigAutoField": int, "IntegerField": int, "BigIntegerField": int,
-    "PositiveIntegerField": int, "PositiveSmallIntegerField": int, "SmallIntegerField": int,
+    "BooleanField": bool,
+    "CharField": str,
+    "TextField": str,
+    "DateTimeField": datetime,
+    "FloatField": float,
+    "JSONField": Any,
+    "AutoField": int,
+    "BigAutoField": int,
+    "IntegerField": int,
+    "BigIntegerField": int,
+    "PositiveIntegerField": int,
+    "PositiveSmallIntegerField": int,
+    "SmallIntegerField": int,
 }
 
 
@@ -330,11 +356,20 @@ def _row_type(name: str, model: type[models.Model], columns: Sequence[str]) -> t
 
 _GpuRow = _row_type("_GpuRow", GpuState, GPU_READ_COLUMNS)
 _AlertRow = _row_type("_AlertRow", Alert, OPEN_ALERT_FIELDS)
-_NodeRow = msgspec.defstruct("_NodeRow", [
-    ("id", int), ("hostname", str), ("hardware_profile_id", int | None), ("hardware_profile__gpu_count", int | None),
-    ("health__last_report_at", datetime | None), ("health__host", Any), ("health__ib_ports", Any),
-    ("gpus", list[_GpuRow] | None), ("alerts", list[_AlertRow] | None),  # type: ignore[valid-type]
-])
+_NodeRow = msgspec.defstruct(
+    "_NodeRow",
+    [
+        ("id", int),
+        ("hostname", str),
+        ("hardware_profile_id", int | None),
+        ("hardware_profile__gpu_count", int | None),
+        ("health__last_report_at", datetime | None),
+        ("health__host", Any),
+        ("health__ib_ports", Any),
+        ("gpus", list[_GpuRow] | None),
+        ("alerts", list[_AlertRow] | None),  # type: ignore[valid-type]
+    ],
+)
 _decode_node = msgspec.json.Decoder(_NodeRow).decode
 _pg_statements: dict[str, str] = {}  # built on first use, as _sql() builds the others
 
@@ -399,14 +434,15 @@ def _reports_with_latest_sql() -> str:
         source, end, on_conflict = table.json.partition("::json)")
         return f"{source}{end}{guard}{on_conflict}"
 
-    return (f"WITH new_reports AS ({statements.reports.json}),"
-            f" gpu_states AS ({guarded(statements.gpu_states)}),"
-            f" health AS ({guarded(statements.health)})"
-            f" SELECT report_id FROM new_reports")
+    return (
+        f"WITH new_reports AS ({statements.reports.json}),"
+        f" gpu_states AS ({guarded(statements.gpu_states)}),"
+        f" health AS ({guarded(statements.health)})"
+        f" SELECT report_id FROM new_reports"
+    )
 
 
-def insert_reports_with_latest(rows: Sequence[Row], newest_id: str, gpu_states: Sequence[Row],
-                               health: Row) -> set[str]:
+def insert_reports_with_latest(rows: Sequence[Row], newest_id: str, gpu_states: Sequence[Row], health: Row) -> set[str]:
     """PostgreSQL only: ``insert_new_reports``, then, if the report ``newest_id`` was new,
     ``upsert_gpu_states(gpu_states)`` and ``upsert_node_health(health)``; one statement.
 
@@ -437,7 +473,11 @@ def savepoint_on_first_statement() -> Iterator[None]:
             yield
         return
     block = transaction.atomic()
-    depth, blocks, callbacks = len(connection.savepoint_ids), len(connection.atomic_blocks), len(connection.run_on_commit)
+    depth, blocks, callbacks = (
+        len(connection.savepoint_ids),
+        len(connection.atomic_blocks),
+        len(connection.run_on_commit),
+    )
     opened = False
 
     def open_first(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:

@@ -1,4 +1,5 @@
 """Celery tasks of the telemetry app (scheduled in nodewarden/celery.py)."""
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,11 @@ def scrape_dcgm_exporters() -> dict[str, int]:
     compare-and-swap UPDATE of ``last_scraped_at``, so two workers never scrape it twice."""
     now = timezone.now()
     targets = DcgmExporterTarget.objects.filter(enabled=True).order_by(F("last_scraped_at").asc(nulls_first=True))
-    due = [t for t in targets[:MAX_TARGETS_PER_RUN]
-           if t.last_scraped_at is None or now - t.last_scraped_at >= timedelta(seconds=t.interval_s)]
+    due = [
+        t
+        for t in targets[:MAX_TARGETS_PER_RUN]
+        if t.last_scraped_at is None or now - t.last_scraped_at >= timedelta(seconds=t.interval_s)
+    ]
     scraped = failed = 0
     for target in due:
         claimed = DcgmExporterTarget.objects.filter(pk=target.pk, last_scraped_at=target.last_scraped_at)

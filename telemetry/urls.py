@@ -1,4 +1,5 @@
 """Portal pages of the telemetry app."""
+
 from django.contrib.auth.decorators import login_required
 from django.urls import path
 

@@ -1,4 +1,5 @@
 """Portal views of the telemetry app."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,11 @@ def gpu_flags(g: GpuState) -> set[str]:
     hot_at = g.slowdown_temp_c - HOT_MARGIN_C if g.slowdown_temp_c else g.max_operating_temp_c
     if g.temperature_c is not None and hot_at is not None and g.temperature_c >= hot_at:
         flags.add("temperature")
-    if g.hbm_temperature_c is not None and g.hbm_max_operating_temp_c and \
-            g.hbm_temperature_c >= g.hbm_max_operating_temp_c:
+    if (
+        g.hbm_temperature_c is not None
+        and g.hbm_max_operating_temp_c
+        and g.hbm_temperature_c >= g.hbm_max_operating_temp_c
+    ):
         flags.add("hbm")
     if g.ecc_volatile_uncorrected:
         flags.add("ecc")
@@ -49,7 +53,7 @@ def gpu_flags(g: GpuState) -> set[str]:
 
 
 def age_text(since: datetime | None, now: datetime) -> str:
-    """"12 s ago", "5 min ago", "3 h ago", "2 d ago"."""
+    """ "12 s ago", "5 min ago", "3 h ago", "2 d ago"."""
     if since is None:
         return "never"
     seconds = max(int((now - since).total_seconds()), 0)

@@ -1,4 +1,5 @@
 """Shared fixtures: personas (admin, operator, viewer, customer) and a small fleet."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,9 @@ def _fresh_cache(settings):
     starts is shared by the xdist workers (tests/security tests the Redis cache on its own)."""
     from django.core.cache import cache
 
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                                   "LOCATION": "nodewarden-tests"}}
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "nodewarden-tests"}
+    }
     cache.clear()
 
 
@@ -106,8 +108,13 @@ def busy_scheduler(monkeypatch):
             return True
 
         def drain_state(self, node):
-            return base.DrainState(cordoned=True, drained=not Busy.running, running_jobs=int(Busy.running),
-                                   owner=base.OWNER, detail="stand-in")
+            return base.DrainState(
+                cordoned=True,
+                drained=not Busy.running,
+                running_jobs=int(Busy.running),
+                owner=base.OWNER,
+                detail="stand-in",
+            )
 
     Busy.calls = []
     monkeypatch.setattr(base, "adapter_for", lambda cluster: Busy(cluster))

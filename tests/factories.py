@@ -4,6 +4,7 @@ A node built in a given state is set up directly (tests of the state machine
 itself start from any state); production code only changes state through
 ``nodes.services``.
 """
+
 from __future__ import annotations
 
 import factory

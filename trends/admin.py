@@ -1,4 +1,5 @@
 """Admin of trends: flags and runs are what the daily evaluation found (read-only)."""
+
 from __future__ import annotations
 
 from django.contrib import admin

@@ -28,6 +28,7 @@ Methods and defaults (each one a named constant or a field of a spec below):
   a flag opens at 1 and stays open while the ratio holds at ``CLEAR_RATIO`` (0.75), so a
   figure hovering at the threshold does not open and close a flag every day.
 """
+
 from __future__ import annotations
 
 import math
@@ -110,13 +111,16 @@ class TrendSpec:
     min_t: float = 3.0
 
 
-TREND_SPECS: dict[str, TrendSpec] = {spec.figure: spec for spec in (
-    TrendSpec("nccl_busbw_gbps", "NCCL bus bandwidth", "GB/s", "falls", 0.02, relative=True),
-    TrendSpec("gpu_min_tflops", "GPU stress TFLOP/s (slowest GPU)", "TFLOP/s", "falls", 0.02, relative=True),
-    TrendSpec("ecc_corrected", "Corrected ECC errors (all GPUs)", "errors", "climbs", 100.0, relative=False),
-    TrendSpec("remapped_rows", "Remapped HBM rows (all GPUs)", "rows", "climbs", 1.0, relative=False),
-    TrendSpec("temperature_at_load", "GPU temperature at >= 80 % load", "degC", "climbs", 0.5, relative=False),
-)}
+TREND_SPECS: dict[str, TrendSpec] = {
+    spec.figure: spec
+    for spec in (
+        TrendSpec("nccl_busbw_gbps", "NCCL bus bandwidth", "GB/s", "falls", 0.02, relative=True),
+        TrendSpec("gpu_min_tflops", "GPU stress TFLOP/s (slowest GPU)", "TFLOP/s", "falls", 0.02, relative=True),
+        TrendSpec("ecc_corrected", "Corrected ECC errors (all GPUs)", "errors", "climbs", 100.0, relative=False),
+        TrendSpec("remapped_rows", "Remapped HBM rows (all GPUs)", "rows", "climbs", 1.0, relative=False),
+        TrendSpec("temperature_at_load", "GPU temperature at >= 80 % load", "degC", "climbs", 0.5, relative=False),
+    )
+}
 # Figures measured by active checks: the only ones compared with peers (same test, same SKU).
 PEER_FIGURES = ("nccl_busbw_gbps", "gpu_min_tflops")
 
@@ -154,10 +158,15 @@ def trend(spec: TrendSpec, points: Sequence[Point]) -> Trend | None:
     else:
         measure = per_week
     worse = -measure if spec.direction == "falls" else measure
-    significant = (fit.n >= spec.min_points and max(xs) - min(xs) >= spec.min_span_days
-                   and abs(fit.t) >= spec.min_t)
-    return Trend(spec=spec, fit=fit, per_week=per_week, share_per_week=share, ratio=worse / spec.threshold,
-                 significant=significant)
+    significant = fit.n >= spec.min_points and max(xs) - min(xs) >= spec.min_span_days and abs(fit.t) >= spec.min_t
+    return Trend(
+        spec=spec,
+        fit=fit,
+        per_week=per_week,
+        share_per_week=share,
+        ratio=worse / spec.threshold,
+        significant=significant,
+    )
 
 
 # --- Peers ------------------------------------------------------------------------------------------
@@ -192,8 +201,9 @@ class PeerVerdict:
     below: bool
 
 
-def compare_to_peers(value: float, stats: PeerStats, *, threshold: float = PEER_THRESHOLD,
-                     min_z: float = PEER_MIN_Z) -> PeerVerdict | None:
+def compare_to_peers(
+    value: float, stats: PeerStats, *, threshold: float = PEER_THRESHOLD, min_z: float = PEER_MIN_Z
+) -> PeerVerdict | None:
     """``value`` against its peers: below when more than ``threshold`` under the median and
     at least ``min_z`` robust standard deviations under it."""
     if stats.median <= 0:
@@ -204,8 +214,15 @@ def compare_to_peers(value: float, stats: PeerStats, *, threshold: float = PEER_
         z = (value - stats.median) / sigma
     else:  # every peer alike: any distance is many sigmas
         z = 0.0 if value == stats.median else math.copysign(math.inf, value - stats.median)
-    return PeerVerdict(value=value, median=stats.median, mad=stats.mad, deficit=deficit, robust_z=z,
-                       ratio=deficit / threshold, below=deficit > threshold and z <= -min_z)
+    return PeerVerdict(
+        value=value,
+        median=stats.median,
+        mad=stats.mad,
+        deficit=deficit,
+        robust_z=z,
+        ratio=deficit / threshold,
+        below=deficit > threshold and z <= -min_z,
+    )
 
 
 def histogram(values: Sequence[float], *, bins: int = HISTOGRAM_BINS) -> dict[str, list[float]]:
@@ -270,8 +287,11 @@ def lemon_score(signals: Mapping[str, float], spec: Sequence[LemonSignal] = LEMO
     for s in spec:
         value = max(float(signals.get(s.name, 0.0)), 0.0)
         contributions[s.name] = 100.0 * s.weight * value / (value + s.reference) / total
-    return LemonScore(score=sum(contributions.values()), contributions=contributions,
-                      signals={s.name: float(signals.get(s.name, 0.0)) for s in spec})
+    return LemonScore(
+        score=sum(contributions.values()),
+        contributions=contributions,
+        signals={s.name: float(signals.get(s.name, 0.0)) for s in spec},
+    )
 
 
 def top_offenders(scores: Mapping[int, LemonScore], n: int = 25) -> list[tuple[int, LemonScore]]:

@@ -1,5 +1,6 @@
 """Plotly figures of trend flags as plain dicts, drawn from the flag's evidence: views pass
 them to templates through json_script, tests assert on their data. No plotly.js here."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,14 +33,26 @@ def trend_figure(evidence: dict[str, Any]) -> Figure:
     points, line = evidence.get("points", []), evidence.get("line", [])
     unit = evidence.get("unit", "")
     data = [
-        {"type": "scatter", "mode": "markers", "name": evidence.get("label", "value"),
-         "x": [t for t, _ in points], "y": [v for _, v in points], "marker": {"color": "#4a78c2"},
-         "hovertemplate": f"%{{y:,.2f}} {unit}<extra></extra>"},
-        {"type": "scatter", "mode": "lines", "name": "trend", "x": [t for t, _ in line], "y": [v for _, v in line],
-         "line": {"color": FLAG_COLOURS[FlagKind.DEGRADING], "dash": "dash"}, "hoverinfo": "skip"},
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": evidence.get("label", "value"),
+            "x": [t for t, _ in points],
+            "y": [v for _, v in points],
+            "marker": {"color": "#4a78c2"},
+            "hovertemplate": f"%{{y:,.2f}} {unit}<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "trend",
+            "x": [t for t, _ in line],
+            "y": [v for _, v in line],
+            "line": {"color": FLAG_COLOURS[FlagKind.DEGRADING], "dash": "dash"},
+            "hoverinfo": "skip",
+        },
     ]
-    layout = {**_BASE_LAYOUT, "showlegend": False, "xaxis": {"type": "date"},
-              "yaxis": {"title": {"text": unit}}}
+    layout = {**_BASE_LAYOUT, "showlegend": False, "xaxis": {"type": "date"}, "yaxis": {"title": {"text": unit}}}
     return {"data": data, "layout": layout}
 
 
@@ -51,15 +64,40 @@ def peers_figure(evidence: dict[str, Any]) -> Figure:
     widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
     top = max(counts, default=1)
     data = [
-        {"type": "bar", "name": "peers", "x": centres, "y": counts, "width": widths,
-         "marker": {"color": "#8b95a5"}, "hovertemplate": "%{y} nodes<extra></extra>"},
-        {"type": "scatter", "mode": "lines", "name": "median", "x": [evidence.get("median")] * 2, "y": [0, top],
-         "line": {"color": "#2e9e5b", "dash": "dash"}},
-        {"type": "scatter", "mode": "lines", "name": "this node", "x": [evidence.get("value")] * 2, "y": [0, top],
-         "line": {"color": FLAG_COLOURS[FlagKind.UNDERPERFORMER], "width": 3}},
+        {
+            "type": "bar",
+            "name": "peers",
+            "x": centres,
+            "y": counts,
+            "width": widths,
+            "marker": {"color": "#8b95a5"},
+            "hovertemplate": "%{y} nodes<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "median",
+            "x": [evidence.get("median")] * 2,
+            "y": [0, top],
+            "line": {"color": "#2e9e5b", "dash": "dash"},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "this node",
+            "x": [evidence.get("value")] * 2,
+            "y": [0, top],
+            "line": {"color": FLAG_COLOURS[FlagKind.UNDERPERFORMER], "width": 3},
+        },
     ]
-    layout = {**_BASE_LAYOUT, "showlegend": True, "legend": {"orientation": "h", "y": -0.25}, "bargap": 0.05,
-              "xaxis": {"title": {"text": evidence.get("unit", "")}}, "yaxis": {"title": {"text": "nodes"}}}
+    layout = {
+        **_BASE_LAYOUT,
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.25},
+        "bargap": 0.05,
+        "xaxis": {"title": {"text": evidence.get("unit", "")}},
+        "yaxis": {"title": {"text": "nodes"}},
+    }
     return {"data": data, "layout": layout}
 
 
@@ -68,11 +106,21 @@ def lemon_figure(evidence: dict[str, Any]) -> Figure:
     labels = evidence.get("labels", {})
     parts = sorted(evidence.get("contributions", {}).items(), key=lambda kv: kv[1])
     signals = evidence.get("signals", {})
-    data = [{
-        "type": "bar", "orientation": "h", "x": [v for _, v in parts], "y": [labels.get(k, k) for k, _ in parts],
-        "customdata": [signals.get(k, 0) for k, _ in parts], "marker": {"color": FLAG_COLOURS[FlagKind.LEMON]},
-        "hovertemplate": "%{x:.1f} points (value %{customdata})<extra></extra>",
-    }]
-    layout = {**_BASE_LAYOUT, "margin": {**_BASE_LAYOUT["margin"], "l": 260}, "showlegend": False,
-              "xaxis": {"title": {"text": "points of the score (0-100)"}}}
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": [v for _, v in parts],
+            "y": [labels.get(k, k) for k, _ in parts],
+            "customdata": [signals.get(k, 0) for k, _ in parts],
+            "marker": {"color": FLAG_COLOURS[FlagKind.LEMON]},
+            "hovertemplate": "%{x:.1f} points (value %{customdata})<extra></extra>",
+        }
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "margin": {**_BASE_LAYOUT["margin"], "l": 260},
+        "showlegend": False,
+        "xaxis": {"title": {"text": "points of the score (0-100)"}},
+    }
     return {"data": data, "layout": layout}

@@ -1,5 +1,6 @@
 """Kinds of trend flags, with their labels, badge colours and the health rule each raises:
 the one place pages, filters, the API and the findings read them."""
+
 from __future__ import annotations
 
 from django.db import models
@@ -14,7 +15,9 @@ class FlagKind(models.TextChoices):
 
 
 FLAG_COLOURS: dict[str, str] = {
-    FlagKind.DEGRADING: "#d4ac0d", FlagKind.UNDERPERFORMER: "#e67e22", FlagKind.LEMON: "#c0392b",
+    FlagKind.DEGRADING: "#d4ac0d",
+    FlagKind.UNDERPERFORMER: "#e67e22",
+    FlagKind.LEMON: "#c0392b",
 }
 
 # The health rule and severity each kind raises (health.services.raise_finding): degraded

@@ -6,6 +6,7 @@ per node in SQL.
 Batches are contiguous ranges of node ids, so every query filters ``node_id BETWEEN lo AND
 hi`` and walks the (node, time) indexes the history tables already have.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -46,10 +47,10 @@ def comparable(kind: str, params: dict[str, Any] | None, gpu_count: int) -> bool
     """Was the run made with the parameters every node's runs are compared at?"""
     params = params or {}
     if kind == RunKind.NCCL_TEST:
-        return (params.get("max_bytes", NCCL_MAX_BYTES) == NCCL_MAX_BYTES
-                and params.get("gpus", gpu_count) == gpu_count)
-    return (params.get("dtype", STRESS_DTYPE) == STRESS_DTYPE
-            and params.get("matrix_size", STRESS_MATRIX) == STRESS_MATRIX)
+        return params.get("max_bytes", NCCL_MAX_BYTES) == NCCL_MAX_BYTES and params.get("gpus", gpu_count) == gpu_count
+    return (
+        params.get("dtype", STRESS_DTYPE) == STRESS_DTYPE and params.get("matrix_size", STRESS_MATRIX) == STRESS_MATRIX
+    )
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,13 @@ class Batch:
 
 def nodes() -> list[NodeRow]:
     """Every node still in the fleet, by id (one query)."""
-    rows = (Node.objects.exclude(state=NodeState.DECOMMISSIONED).order_by("pk")
-            .values_list("pk", "hostname", "hardware_profile_id", "hardware_profile__name",
-                         "hardware_profile__gpu_count", "state"))
+    rows = (
+        Node.objects.exclude(state=NodeState.DECOMMISSIONED)
+        .order_by("pk")
+        .values_list(
+            "pk", "hostname", "hardware_profile_id", "hardware_profile__name", "hardware_profile__gpu_count", "state"
+        )
+    )
     return [NodeRow(*row) for row in rows]
 
 
@@ -85,56 +90,88 @@ def application_xids() -> list[int]:
     """XIDs blamed on the application, not the node: those the catalog sends to the application
     (13, 31, ...) and 43/45, which NVIDIA blames on it but asks no action for (unless an
     operator gave them one)."""
-    blamed = (Q(recommended_action=RecommendedAction.CHECK_APPLICATION)
-              | Q(xid__in=APPLICATION_XIDS, recommended_action=RecommendedAction.NONE))
+    blamed = Q(recommended_action=RecommendedAction.CHECK_APPLICATION) | Q(
+        xid__in=APPLICATION_XIDS, recommended_action=RecommendedAction.NONE
+    )
     return list(XidDefinition.objects.filter(blamed).values_list("xid", flat=True))
 
 
-def read_batch(rows: Sequence[NodeRow], *, now: datetime, trend_since: datetime, lemon_since: datetime,
-               app_xids: list[int]) -> Batch:
+def read_batch(
+    rows: Sequence[NodeRow], *, now: datetime, trend_since: datetime, lemon_since: datetime, app_xids: list[int]
+) -> Batch:
     """Everything the evaluation needs about ``rows`` (contiguous by id), in a fixed number of queries."""
     batch = Batch()
     lo, hi = rows[0].pk, rows[-1].pk
     _check_figures(batch, lo, hi, trend_since, now, {row.pk: row.gpu_count for row in rows})
     _telemetry(batch, lo, hi, trend_since, now)
     batch.counts = {
-        "xids": _count(XidRecord.objects.filter(kind="xid").exclude(xid__in=app_xids), "observed_at",
-                       lo, hi, lemon_since, now),
-        "tickets": _count(RepairTicket.objects.exclude(state=TicketState.CANCELLED), "created", lo, hi,
-                          lemon_since, now),
+        "xids": _count(
+            XidRecord.objects.filter(kind="xid").exclude(xid__in=app_xids), "observed_at", lo, hi, lemon_since, now
+        ),
+        "tickets": _count(
+            RepairTicket.objects.exclude(state=TicketState.CANCELLED), "created", lo, hi, lemon_since, now
+        ),
         "rmas": _count(RmaCase.objects.exclude(state=RmaState.CANCELLED), "created", lo, hi, lemon_since, now),
-        "failed_checks": _count(CheckRun.objects.filter(kind__in=(*ACTIVE_KINDS, *STAGE_KINDS),
-                                                        status=RunStatus.FAILED), "created", lo, hi,
-                                lemon_since, now),
+        "failed_checks": _count(
+            CheckRun.objects.filter(kind__in=(*ACTIVE_KINDS, *STAGE_KINDS), status=RunStatus.FAILED),
+            "created",
+            lo,
+            hi,
+            lemon_since,
+            now,
+        ),
     }
-    for node_id, created in (Remediation.objects.filter(node_id__gte=lo, node_id__lte=hi, created__gte=lemon_since,
-                                                        created__lte=now)
-                             .order_by().values_list("node_id", "created")):
+    for node_id, created in (
+        Remediation.objects.filter(node_id__gte=lo, node_id__lte=hi, created__gte=lemon_since, created__lte=now)
+        .order_by()
+        .values_list("node_id", "created")
+    ):
         batch.incidents[node_id].append(created)
     for node_id, created, source, target in (
-            NodeEvent.objects.filter(node_id__gte=lo, node_id__lte=hi, created__gte=lemon_since, created__lte=now,
-                                     kind__in=(EventKind.TRANSITION, EventKind.FORCED))
-            .order_by("node_id", "created", "id").values_list("node_id", "created", "source_state", "target_state")):
+        NodeEvent.objects.filter(
+            node_id__gte=lo,
+            node_id__lte=hi,
+            created__gte=lemon_since,
+            created__lte=now,
+            kind__in=(EventKind.TRANSITION, EventKind.FORCED),
+        )
+        .order_by("node_id", "created", "id")
+        .values_list("node_id", "created", "source_state", "target_state")
+    ):
         batch.changes[node_id].append((created, source, target))
     return batch
 
 
-def _count(queryset: QuerySet[Any], time_field: str, lo: int, hi: int, since: datetime,
-           until: datetime) -> dict[int, int]:
+def _count(
+    queryset: QuerySet[Any], time_field: str, lo: int, hi: int, since: datetime, until: datetime
+) -> dict[int, int]:
     """Rows per node in the window, counted by the database (GROUP BY node)."""
-    rows = (queryset.filter(node_id__gte=lo, node_id__lte=hi, **{f"{time_field}__gte": since,
-                                                                  f"{time_field}__lte": until})
-            .order_by().values("node_id").annotate(n=Count("node_id")).values_list("node_id", "n"))
+    rows = (
+        queryset.filter(node_id__gte=lo, node_id__lte=hi, **{f"{time_field}__gte": since, f"{time_field}__lte": until})
+        .order_by()
+        .values("node_id")
+        .annotate(n=Count("node_id"))
+        .values_list("node_id", "n")
+    )
     return dict(rows)
 
 
-def _check_figures(batch: Batch, lo: int, hi: int, since: datetime, until: datetime,
-                   gpu_counts: dict[int, int]) -> None:
+def _check_figures(
+    batch: Batch, lo: int, hi: int, since: datetime, until: datetime, gpu_counts: dict[int, int]
+) -> None:
     by_kind = {kind: (figure, key) for figure, (kind, key) in CHECK_FIGURES.items()}
-    runs = (CheckRun.objects.filter(node_id__gte=lo, node_id__lte=hi, kind__in=list(by_kind),
-                                    status__in=(RunStatus.PASSED, RunStatus.FAILED),
-                                    finished__gte=since, finished__lte=until)
-            .order_by("node_id", "finished", "id").values_list("node_id", "kind", "finished", "figures", "params"))
+    runs = (
+        CheckRun.objects.filter(
+            node_id__gte=lo,
+            node_id__lte=hi,
+            kind__in=list(by_kind),
+            status__in=(RunStatus.PASSED, RunStatus.FAILED),
+            finished__gte=since,
+            finished__lte=until,
+        )
+        .order_by("node_id", "finished", "id")
+        .values_list("node_id", "kind", "finished", "figures", "params")
+    )
     for node_id, kind, finished, figures, params in runs:
         if node_id not in gpu_counts or not comparable(kind, params, gpu_counts[node_id]):
             continue
@@ -158,14 +195,20 @@ def _day(column: str) -> str:
 # Per GPU and day first (the counters' maximum, the busy samples' temperatures), then per node
 # and day: counters add up over GPUs, temperatures average over busy samples.
 _INNER = {
-    "raw": ("collected_at", "MAX(ecc_aggregate_corrected)",
-            "MAX(COALESCE(remapped_rows_correctable, 0) + COALESCE(remapped_rows_uncorrectable, 0))",
-            f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} THEN temperature_c END)",
-            f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} AND temperature_c IS NOT NULL THEN 1 ELSE 0 END)"),
-    "hourly": ("hour", "MAX(ecc_aggregate_corrected_max)",
-               "MAX(COALESCE(remapped_rows_correctable_max, 0) + COALESCE(remapped_rows_uncorrectable_max, 0))",
-               f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} THEN temperature_avg * n END)",
-               f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} AND temperature_avg IS NOT NULL THEN n ELSE 0 END)"),
+    "raw": (
+        "collected_at",
+        "MAX(ecc_aggregate_corrected)",
+        "MAX(COALESCE(remapped_rows_correctable, 0) + COALESCE(remapped_rows_uncorrectable, 0))",
+        f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} THEN temperature_c END)",
+        f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} AND temperature_c IS NOT NULL THEN 1 ELSE 0 END)",
+    ),
+    "hourly": (
+        "hour",
+        "MAX(ecc_aggregate_corrected_max)",
+        "MAX(COALESCE(remapped_rows_correctable_max, 0) + COALESCE(remapped_rows_uncorrectable_max, 0))",
+        f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} THEN temperature_avg * n END)",
+        f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} AND temperature_avg IS NOT NULL THEN n ELSE 0 END)",
+    ),
 }
 
 

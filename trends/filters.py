@@ -1,4 +1,5 @@
 """One FilterSet for trend flags: the API's /api/trends/flags/ and the node page read it."""
+
 from __future__ import annotations
 
 import django_filters

@@ -1,4 +1,5 @@
 """Celery task of trends: the daily evaluation (beat), small and idempotent."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,5 +16,4 @@ def evaluate_trends() -> dict[str, Any]:
     Safe to run twice: open flags are unique per (node, kind, figure) and a finding is raised
     only when a flag opens. The run is recorded as a ``TrendRun``."""
     run = services.evaluate()
-    return {"run": run.pk, "nodes": run.nodes, "opened": run.opened, "refreshed": run.refreshed,
-            "cleared": run.cleared}
+    return {"run": run.pk, "nodes": run.nodes, "opened": run.opened, "refreshed": run.refreshed, "cleared": run.cleared}

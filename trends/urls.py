@@ -1,4 +1,5 @@
 """Portal pages of trends."""
+
 from django.urls import path
 
 from . import views

@@ -1,4 +1,5 @@
 """Admin for Day 1 configuration: thresholds per hardware profile, plans per re-entry reason."""
+
 from __future__ import annotations
 
 from django.contrib import admin
@@ -8,8 +9,15 @@ from .models import Day1Spec, PersonaChange, RevalidationPlan
 
 @admin.register(Day1Spec)
 class Day1SpecAdmin(admin.ModelAdmin):
-    list_display = ("hardware_profile", "burn_in_seconds", "min_tflops_per_gpu", "dcgm_level", "min_busbw_gbps",
-                    "soak_seconds", "stage_timeout_seconds")
+    list_display = (
+        "hardware_profile",
+        "burn_in_seconds",
+        "min_tflops_per_gpu",
+        "dcgm_level",
+        "min_busbw_gbps",
+        "soak_seconds",
+        "stage_timeout_seconds",
+    )
     list_select_related = ("hardware_profile",)
 
 

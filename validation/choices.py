@@ -1,5 +1,6 @@
 """The Day 1 stages: their order, the node state each one is, the verb that passes it, and
 the kind of run that records it. One table, read by the pipeline, pages, API and admin."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,7 @@ STAGES: tuple[StageInfo, ...] = (
     StageInfo(Stage.INVENTORY, NodeState.INVENTORY_CHECK, "pass_inventory_check", RunKind.STAGE_INVENTORY),
     StageInfo(Stage.BURN_IN, NodeState.BURN_IN, "pass_burn_in", RunKind.STAGE_BURN_IN),
     StageInfo(Stage.FABRIC, NodeState.FABRIC_CHECK, "pass_fabric_check", RunKind.STAGE_FABRIC),
-    StageInfo(Stage.RELIABILITY, NodeState.RELIABILITY_ASSESSMENT, "release_to_production",
-              RunKind.STAGE_RELIABILITY),
+    StageInfo(Stage.RELIABILITY, NodeState.RELIABILITY_ASSESSMENT, "release_to_production", RunKind.STAGE_RELIABILITY),
 )
 BY_STAGE = {s.stage: s for s in STAGES}
 BY_STATE = {s.state: s for s in STAGES}

@@ -1,5 +1,6 @@
 """Day 1 hooks on the lifecycle's follow-ups (``nodes.followups``): a node that joins
 starts validation on its own, and each transition into a stage opens that stage."""
+
 from __future__ import annotations
 
 from nodes import services as node_services
@@ -13,8 +14,12 @@ from .choices import ENTERING_TRANSITIONS
 @followup("mark_onboard")
 def start_validation_when_onboard(node: Node, event: NodeEvent) -> str:
     """The agent joined: Day 1 begins without a human."""
-    node_services.start_validation(node.pk, actor=services.ACTOR, reason="Node onboard: starting Day 1 validation",
-                                   details={"trigger_event": event.pk})
+    node_services.start_validation(
+        node.pk,
+        actor=services.ACTOR,
+        reason="Node onboard: starting Day 1 validation",
+        details={"trigger_event": event.pk},
+    )
     return "Day 1 validation started."
 
 

@@ -3,6 +3,7 @@
 The stage runs themselves are ``checks.CheckRun`` rows (kinds ``stage_*``), like every
 other run on a node, so the node's history and the run list show them without a join.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,15 +30,21 @@ class Day1Spec(models.Model):
     min_busbw_gbps = models.FloatField(default=0.0, help_text="NCCL all_reduce_perf bus bandwidth floor, GB/s.")
     memory_test_fraction = models.FloatField(default=0.9, help_text="Share of GPU memory the memory test covers.")
     require_all_tools = models.BooleanField(
-        default=False, help_text="Fail burn-in when DCGM or nccl-tests is not installed on the node "
-                                 "(otherwise recorded as not available).")
+        default=False,
+        help_text="Fail burn-in when DCGM or nccl-tests is not installed on the node "
+        "(otherwise recorded as not available).",
+    )
     soak_seconds = models.PositiveIntegerField(
-        default=4 * 3600, help_text="Reliability assessment: how long the node runs with no finding above warning.")
+        default=4 * 3600, help_text="Reliability assessment: how long the node runs with no finding above warning."
+    )
     stage_timeout_seconds = models.PositiveIntegerField(
-        default=3600, help_text="Most a stage may take beyond its own duration (burn-in, soak) before the node "
-                                "goes to triage as stuck.")
+        default=3600,
+        help_text="Most a stage may take beyond its own duration (burn-in, soak) before the node "
+        "goes to triage as stuck.",
+    )
     memory_tolerance = models.FloatField(
-        default=0.05, help_text="Host memory the OS may hide (firmware, kernel) before the inventory check fails.")
+        default=0.05, help_text="Host memory the OS may hide (firmware, kernel) before the inventory check fails."
+    )
 
     class Meta:
         verbose_name = "Day 1 specification"
@@ -84,8 +91,9 @@ class RevalidationPlan(models.Model):
             raise ValidationError({"stages": "A non-empty list of stages."})
         unknown = [s for s in self.stages if s not in Stage.values]
         if unknown:
-            raise ValidationError({"stages": f"Unknown stage(s) {', '.join(map(str, unknown))}; "
-                                             f"choose from {', '.join(Stage.values)}."})
+            raise ValidationError(
+                {"stages": f"Unknown stage(s) {', '.join(map(str, unknown))}; choose from {', '.join(Stage.values)}."}
+            )
 
     @classmethod
     def stages_for(cls, reentry: str) -> list[str]:
@@ -104,8 +112,7 @@ class PersonaChange(models.Model):
         CANCELLED = "cancelled", "Cancelled"
 
     node = models.ForeignKey("nodes.Node", on_delete=models.CASCADE, related_name="persona_changes")
-    from_persona = models.ForeignKey("fleet.Persona", on_delete=models.PROTECT, null=True, blank=True,
-                                     related_name="+")
+    from_persona = models.ForeignKey("fleet.Persona", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     to_persona = models.ForeignKey("fleet.Persona", on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAINING)
     reason = models.TextField()
@@ -118,8 +125,13 @@ class PersonaChange(models.Model):
 
     class Meta:
         ordering = ["-created", "-id"]
-        constraints = [models.UniqueConstraint(fields=["node"], condition=models.Q(status__in=["draining", "validating"]),
-                                               name="one_open_persona_change_per_node")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=models.Q(status__in=["draining", "validating"]),
+                name="one_open_persona_change_per_node",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.node} -> {self.to_persona} ({self.get_status_display()})"

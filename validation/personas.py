@@ -8,6 +8,7 @@ records the scheduler configuration it now gets, and re-validates it with the pe
 Day 1 stages. ``release_to_production`` closes the change. A node in Day 0 or Day 1 takes
 the new persona at once: it is not serving anyone yet.
 """
+
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
@@ -43,15 +44,29 @@ def request_persona_change(node_id: int, persona_id: int, *, actor: Actor, reaso
             raise StageConflict(f"{node.hostname} is decommissioned.")
         try:
             with transaction.atomic():
-                change = PersonaChange.objects.create(node=node, from_persona_id=node.persona_id, to_persona=persona,
-                                                      reason=reason, requested_by=actor.name)
+                change = PersonaChange.objects.create(
+                    node=node,
+                    from_persona_id=node.persona_id,
+                    to_persona=persona,
+                    reason=reason,
+                    requested_by=actor.name,
+                )
         except IntegrityError as exc:
             raise StageConflict(f"{node.hostname} is already being re-roled.") from exc
-        record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Re-role to {persona.name} requested: {reason}",
-                     details={"persona_change": change.pk, "to_persona": persona.name})
+        record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=actor,
+            reason=f"Re-role to {persona.name} requested: {reason}",
+            details={"persona_change": change.pk, "to_persona": persona.name},
+        )
         if node.state == S.PRODUCTION:
-            node_services.request_drain(node.pk, actor=actor, reason=f"Re-role to {persona.name}: {reason}",
-                                        details={"persona_change": change.pk})
+            node_services.request_drain(
+                node.pk,
+                actor=actor,
+                reason=f"Re-role to {persona.name}: {reason}",
+                details={"persona_change": change.pk},
+            )
         elif node.state in OUT_OF_PRODUCTION:
             transaction.on_commit(lambda: apply_persona_change(change.pk))
         elif node.state in NOT_SERVING_YET:
@@ -67,17 +82,29 @@ def _set_persona(node: Node, change: PersonaChange, actor: Actor, *, revalidate:
     if boot is not None and persona.boot_image and hasattr(boot, "boot_image"):
         boot.boot_image = persona.boot_image
         boot.save(update_fields=["boot_image"])
-    config = {"boot_image": persona.boot_image, "scheduler_labels": persona.scheduler_labels,
-              "slurm_partition": persona.slurm_partition}
-    record_event(node.pk, EventKind.ACTION, actor=actor, reason=f"Persona set to {persona.name}",
-                 details={"persona_change": change.pk, "persona_config": config})
+    config = {
+        "boot_image": persona.boot_image,
+        "scheduler_labels": persona.scheduler_labels,
+        "slurm_partition": persona.slurm_partition,
+    }
+    record_event(
+        node.pk,
+        EventKind.ACTION,
+        actor=actor,
+        reason=f"Persona set to {persona.name}",
+        details={"persona_change": change.pk, "persona_config": config},
+    )
     change.applied_at = timezone.now()
     change.status = PersonaChange.Status.VALIDATING if revalidate else PersonaChange.Status.DONE
     change.finished_at = None if revalidate else change.applied_at
     change.save(update_fields=["applied_at", "status", "finished_at"])
     if revalidate:
-        node_services.revalidate(node.pk, actor=actor, reason=f"Re-roled to {persona.name}: validating its stages",
-                                 details={"persona_change": change.pk})
+        node_services.revalidate(
+            node.pk,
+            actor=actor,
+            reason=f"Re-roled to {persona.name}: validating its stages",
+            details={"persona_change": change.pk},
+        )
 
 
 def apply_persona_change(change_id: int, *, actor: Actor | None = None) -> PersonaChange:
@@ -95,12 +122,16 @@ def apply_persona_change(change_id: int, *, actor: Actor | None = None) -> Perso
 
 
 def open_change(node_id: int) -> PersonaChange | None:
-    return PersonaChange.objects.filter(node_id=node_id, status__in=PersonaChange.OPEN).select_related(
-        "to_persona").first()
+    return (
+        PersonaChange.objects.filter(node_id=node_id, status__in=PersonaChange.OPEN)
+        .select_related("to_persona")
+        .first()
+    )
 
 
 def finish_persona_change(node_id: int) -> PersonaChange | None:
     """The node is back in production: its re-roling is done."""
     updated = PersonaChange.objects.filter(node_id=node_id, status=PersonaChange.Status.VALIDATING).update(
-        status=PersonaChange.Status.DONE, finished_at=timezone.now())
+        status=PersonaChange.Status.DONE, finished_at=timezone.now()
+    )
     return open_change(node_id) if not updated else PersonaChange.objects.filter(node_id=node_id).first()

@@ -12,6 +12,7 @@ node to production only through the release gate (``health.gates``): nothing at 
 blocking severity may still fire on it since the pass began. Stage work that talks
 to a BMC or waits never holds a transaction open.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,8 +53,11 @@ class StageForbidden(PermissionError):
 
 def current_pass(node_id: int) -> NodeEvent | None:
     """The transition that began the node's current walk through Day 1."""
-    return (NodeEvent.objects.filter(node_id=node_id, transition__in=("start_validation", "revalidate"))
-            .order_by("-created", "-id").first())
+    return (
+        NodeEvent.objects.filter(node_id=node_id, transition__in=("start_validation", "revalidate"))
+        .order_by("-created", "-id")
+        .first()
+    )
 
 
 def reentry_of(pass_event: NodeEvent | None) -> str:
@@ -85,9 +89,15 @@ def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) ->
     try:
         with transaction.atomic():
             return CheckRun.objects.get_or_create(
-                trigger=trigger, kind=info.run_kind,
-                defaults={"node": node, "status": RunStatus.RUNNING, "started": now,
-                          "deadline": now + spec.timeout(info.stage)})
+                trigger=trigger,
+                kind=info.run_kind,
+                defaults={
+                    "node": node,
+                    "status": RunStatus.RUNNING,
+                    "started": now,
+                    "deadline": now + spec.timeout(info.stage),
+                },
+            )
     except IntegrityError:  # a concurrent delivery of the same follow-up created it first
         return CheckRun.objects.get(trigger=trigger, kind=info.run_kind), False
 
@@ -149,8 +159,9 @@ def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> Ch
 # --- Ending ----------------------------------------------------------------------------
 
 
-def conclude(run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Actor = ACTOR,
-             now: datetime | None = None) -> CheckRun:
+def conclude(
+    run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Actor = ACTOR, now: datetime | None = None
+) -> CheckRun:
     """End an open stage run with ``verdict`` and move the node: on to the next stage (or
     production) if it passed or was skipped, to triage with a finding if it failed.
 
@@ -203,8 +214,11 @@ def _release_gate(node: Node, verdict: Verdict) -> Verdict:
     blocking = blocking_alerts(node.pk, since)
     if not blocking:
         return verdict
-    return Verdict.fail(f"Still firing, not released: {describe(blocking)}"[:300],
-                        alerts=[a.pk for a in blocking], rules=sorted({a.rule for a in blocking}))
+    return Verdict.fail(
+        f"Still firing, not released: {describe(blocking)}"[:300],
+        alerts=[a.pk for a in blocking],
+        rules=sorted({a.rule for a in blocking}),
+    )
 
 
 def _withdraw_queued_checks(run: CheckRun, actor: Actor, why: str) -> None:
@@ -222,11 +236,23 @@ def _fail(run: CheckRun, info: StageInfo, verdict: Verdict, actor: Actor, detail
     from health.services import raise_finding
 
     label = Stage(info.stage).label
-    raise_finding(run.node_id, rule=FINDING_RULE, severity=Severity.DEGRADED, subject=info.stage,
-                  summary=f"{label} failed: {verdict.summary}", evidence={**details, **verdict.evidence},
-                  source="validation", actor=actor, every_event=True)
-    node_services.fail_validation(run.node_id, actor=actor, reason=f"{label} failed: {verdict.summary}",
-                                  details={**details, "evidence": verdict.evidence})
+    raise_finding(
+        run.node_id,
+        rule=FINDING_RULE,
+        severity=Severity.DEGRADED,
+        subject=info.stage,
+        summary=f"{label} failed: {verdict.summary}",
+        evidence={**details, **verdict.evidence},
+        source="validation",
+        actor=actor,
+        every_event=True,
+    )
+    node_services.fail_validation(
+        run.node_id,
+        actor=actor,
+        reason=f"{label} failed: {verdict.summary}",
+        details={**details, "evidence": verdict.evidence},
+    )
 
 
 def advance_open_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH) -> int:
@@ -238,8 +264,13 @@ def advance_open_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH)
     for run_id, kind, deadline in open_runs.values_list("pk", "kind", "deadline")[:limit]:
         if deadline is not None and deadline < now:
             label = Stage(BY_RUN_KIND[kind].stage).label
-            run = conclude(run_id, Verdict.fail(f"{label} timed out: no verdict by {deadline:%Y-%m-%d %H:%M:%S} UTC",
-                                                deadline=deadline.isoformat()), now=now)
+            run = conclude(
+                run_id,
+                Verdict.fail(
+                    f"{label} timed out: no verdict by {deadline:%Y-%m-%d %H:%M:%S} UTC", deadline=deadline.isoformat()
+                ),
+                now=now,
+            )
         else:
             run = step(run_id, now=now)
         concluded += run.status != RunStatus.RUNNING
@@ -260,8 +291,11 @@ def _operator_node(node_id: int, actor: Actor) -> tuple[Node, StageInfo]:
 
 
 def open_stage_run(node_id: int, info: StageInfo) -> CheckRun | None:
-    return (CheckRun.objects.filter(node_id=node_id, kind=info.run_kind, status=RunStatus.RUNNING)
-            .order_by("-started", "-id").first())
+    return (
+        CheckRun.objects.filter(node_id=node_id, kind=info.run_kind, status=RunStatus.RUNNING)
+        .order_by("-started", "-id")
+        .first()
+    )
 
 
 def start_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
@@ -273,8 +307,9 @@ def start_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
         raise StageConflict(f"{Stage(info.stage).label} is already running on {node.hostname}.")
     now = timezone.now()
     with transaction.atomic():
-        trigger = record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
-                               details={"stage_started": info.stage})
+        trigger = record_event(
+            node.pk, EventKind.ACTION, actor=actor, reason=reason, details={"stage_started": info.stage}
+        )
         run, _ = _open_run(node, info, trigger, now)
     return step(run.pk, first=True, now=now)
 
@@ -287,8 +322,9 @@ def skip_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
     run = open_stage_run(node.pk, info)
     if run is None:
         with transaction.atomic():
-            trigger = record_event(node.pk, EventKind.ACTION, actor=actor, reason=reason,
-                                   details={"stage_skipped": info.stage})
+            trigger = record_event(
+                node.pk, EventKind.ACTION, actor=actor, reason=reason, details={"stage_skipped": info.stage}
+            )
             run, _ = _open_run(node, info, trigger, timezone.now())
     return conclude(run.pk, Verdict(True, f"Skipped by {actor.name}: {reason}"), skipped=True, actor=actor)
 

@@ -1,6 +1,7 @@
 """Reads for the Day 1 pages and API: a node's progress through its current pass, and
 the fleet's Day 1 picture (nodes per stage, stage durations, commonest failures).
 Every read is bounded: a fixed number of queries, row caps on the time windows."""
+
 from __future__ import annotations
 
 import re
@@ -49,17 +50,28 @@ def node_progress(node: Node) -> dict[str, Any]:
     if pass_event is None and not latest and node.state not in BY_STATE:
         return {"pass": None, "steps": [], "reentry": None}
     reentry, stages = planned_stages(node.pk)
-    steps = [StageStep(info.stage, Stage(info.stage).label, info.stage in stages, latest.get(info.run_kind),
-                       node.state == info.state) for info in STAGES]
+    steps = [
+        StageStep(
+            info.stage,
+            Stage(info.stage).label,
+            info.stage in stages,
+            latest.get(info.run_kind),
+            node.state == info.state,
+        )
+        for info in STAGES
+    ]
     return {"pass": pass_event, "steps": steps, "reentry": reentry}
 
 
 def stage_counts(nodes: QuerySet[Node]) -> list[dict[str, Any]]:
     """Nodes in each Day 1 stage now, in pipeline order."""
-    counts = dict(nodes.filter(state__in=[s.state for s in STAGES]).values_list("state").annotate(n=Count("id"))
-                  .order_by())
-    return [{"stage": s.stage, "label": Stage(s.stage).label, "state": s.state, "count": counts.get(s.state, 0)}
-            for s in STAGES]
+    counts = dict(
+        nodes.filter(state__in=[s.state for s in STAGES]).values_list("state").annotate(n=Count("id")).order_by()
+    )
+    return [
+        {"stage": s.stage, "label": Stage(s.stage).label, "state": s.state, "count": counts.get(s.state, 0)}
+        for s in STAGES
+    ]
 
 
 def _recent_runs(nodes: QuerySet[Node] | None, now: datetime) -> QuerySet[CheckRun]:
@@ -72,17 +84,27 @@ def _recent_runs(nodes: QuerySet[Node] | None, now: datetime) -> QuerySet[CheckR
 def stage_durations(nodes: QuerySet[Node], now: datetime | None = None) -> list[dict[str, Any]]:
     """Median and slowest duration of passed runs per stage over the window, in seconds."""
     now = now or timezone.now()
-    rows = (_recent_runs(nodes, now).filter(status=RunStatus.PASSED, started__isnull=False)
-            .order_by("-finished").values_list("kind", "started", "finished")[:MAX_RUNS])
+    rows = (
+        _recent_runs(nodes, now)
+        .filter(status=RunStatus.PASSED, started__isnull=False)
+        .order_by("-finished")
+        .values_list("kind", "started", "finished")[:MAX_RUNS]
+    )
     by_kind: dict[str, list[float]] = {}
     for kind, started, finished in rows:
         by_kind.setdefault(kind, []).append((finished - started).total_seconds())
     result = []
     for info in STAGES:
         seconds = by_kind.get(info.run_kind, [])
-        result.append({"stage": info.stage, "label": Stage(info.stage).label, "runs": len(seconds),
-                       "median_s": statistics.median(seconds) if seconds else None,
-                       "slowest_s": max(seconds) if seconds else None})
+        result.append(
+            {
+                "stage": info.stage,
+                "label": Stage(info.stage).label,
+                "runs": len(seconds),
+                "median_s": statistics.median(seconds) if seconds else None,
+                "slowest_s": max(seconds) if seconds else None,
+            }
+        )
     return result
 
 
@@ -90,11 +112,17 @@ def failure_reasons(nodes: QuerySet[Node], now: datetime | None = None) -> list[
     """The commonest failure reasons over the window, figures blanked so that "GPU count 7"
     and "GPU count 6" count as one reason."""
     now = now or timezone.now()
-    rows = (_recent_runs(nodes, now).filter(status=RunStatus.FAILED).order_by("-finished")
-            .values_list("kind", "summary")[:MAX_RUNS])
+    rows = (
+        _recent_runs(nodes, now)
+        .filter(status=RunStatus.FAILED)
+        .order_by("-finished")
+        .values_list("kind", "summary")[:MAX_RUNS]
+    )
     counter = Counter((kind, NUMBER.sub("N", summary)[:160]) for kind, summary in rows)
-    return [{"stage": BY_RUN_KIND[kind].stage, "label": Stage(BY_RUN_KIND[kind].stage).label, "reason": reason,
-             "count": n} for (kind, reason), n in counter.most_common(TOP_FAILURES)]
+    return [
+        {"stage": BY_RUN_KIND[kind].stage, "label": Stage(BY_RUN_KIND[kind].stage).label, "reason": reason, "count": n}
+        for (kind, reason), n in counter.most_common(TOP_FAILURES)
+    ]
 
 
 def day1_yield(nodes: QuerySet[Node] | None, now: datetime | None = None) -> dict[str, Any]:
@@ -103,8 +131,11 @@ def day1_yield(nodes: QuerySet[Node] | None, now: datetime | None = None) -> dic
     now = now or timezone.now()
     is_released = Q(kind=STAGES[-1].run_kind, status__in=(RunStatus.PASSED, RunStatus.SKIPPED))
     is_failed = Q(status=RunStatus.FAILED)
-    counts = _recent_runs(nodes, now).filter(is_released | is_failed).aggregate(
-        released=Count("id", filter=is_released), failed=Count("id", filter=is_failed))
+    counts = (
+        _recent_runs(nodes, now)
+        .filter(is_released | is_failed)
+        .aggregate(released=Count("id", filter=is_released), failed=Count("id", filter=is_failed))
+    )
     released, failed = counts["released"], counts["failed"]
     total = released + failed
     return {"released": released, "failed": failed, "yield_pct": round(100 * released / total, 1) if total else None}
@@ -112,8 +143,15 @@ def day1_yield(nodes: QuerySet[Node] | None, now: datetime | None = None) -> dic
 
 def nodes_in_day1(nodes: QuerySet[Node], limit: int = 100) -> list[dict[str, Any]]:
     """Nodes now in a Day 1 stage, longest waiting first, each with its open stage run."""
-    in_day1 = list(nodes.filter(state__in=[s.state for s in STAGES]).select_related("hardware_profile")
-                   .order_by("state_changed_at")[:limit])
-    open_runs = {r.node_id: r for r in CheckRun.objects.filter(node__in=[n.pk for n in in_day1],
-                                                                kind__in=STAGE_KINDS, status=RunStatus.RUNNING)}
+    in_day1 = list(
+        nodes.filter(state__in=[s.state for s in STAGES])
+        .select_related("hardware_profile")
+        .order_by("state_changed_at")[:limit]
+    )
+    open_runs = {
+        r.node_id: r
+        for r in CheckRun.objects.filter(
+            node__in=[n.pk for n in in_day1], kind__in=STAGE_KINDS, status=RunStatus.RUNNING
+        )
+    }
     return [{"node": n, "run": open_runs.get(n.pk)} for n in in_day1]

@@ -1,4 +1,5 @@
 """Portal pages of Day 1."""
+
 from django.urls import path
 
 from . import views

@@ -1,5 +1,6 @@
 """Portal pages of Day 1: the fleet's Day 1 view, and the node page's "Day 1" partial
 with the operator's start and skip buttons."""
+
 from __future__ import annotations
 
 from django.contrib import messages
@@ -23,14 +24,18 @@ ACTIONS = {"start": services.start_stage, "skip": services.skip_stage}
 def day1_overview(request: HttpRequest) -> HttpResponse:
     """How many nodes are in each stage, how long stages take, what fails most, who is waiting."""
     nodes = visible_nodes(request.user)
-    return render(request, "validation/overview.html", {
-        "counts": summary.stage_counts(nodes),
-        "durations": summary.stage_durations(nodes),
-        "failures": summary.failure_reasons(nodes),
-        "yield": summary.day1_yield(nodes),
-        "waiting": summary.nodes_in_day1(nodes),
-        "window_days": summary.WINDOW.days,
-    })
+    return render(
+        request,
+        "validation/overview.html",
+        {
+            "counts": summary.stage_counts(nodes),
+            "durations": summary.stage_durations(nodes),
+            "failures": summary.failure_reasons(nodes),
+            "yield": summary.day1_yield(nodes),
+            "waiting": summary.nodes_in_day1(nodes),
+            "window_days": summary.WINDOW.days,
+        },
+    )
 
 
 @login_required
@@ -44,9 +49,16 @@ def node_day1(request: HttpRequest, pk: int) -> HttpResponse:
     info = BY_STATE.get(node.state)
     can_act = info is not None and request.user.has_perm(OPERATE)
     open_run = services.open_stage_run(node.pk, info) if can_act and info else None
-    return render(request, "validation/_node_day1.html", {
-        "node": node, **progress, "can_act": can_act, "open_run": open_run,
-    })
+    return render(
+        request,
+        "validation/_node_day1.html",
+        {
+            "node": node,
+            **progress,
+            "can_act": can_act,
+            "open_run": open_run,
+        },
+    )
 
 
 @login_required

@@ -5,31 +5,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AuditRun',
+            name="AuditRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('source', models.CharField(blank=True, help_text='beat, command, simulator, ...', max_length=40)),
-                ('counts', models.JSONField(blank=True, default=dict)),
-                ('breaches', models.JSONField(blank=True, default=list)),
-                ('breach_total', models.PositiveIntegerField(default=0)),
-                ('raised', models.PositiveIntegerField(default=0, help_text='Audit findings raised (new alerts).')),
-                ('cleared', models.PositiveIntegerField(default=0, help_text='Audit alerts resolved: the breach is gone.')),
-                ('cursors', models.JSONField(blank=True, default=dict)),
-                ('params', models.JSONField(blank=True, default=dict, help_text='Thresholds and bounds used.')),
-                ('error', models.TextField(blank=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("started", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                ("source", models.CharField(blank=True, help_text="beat, command, simulator, ...", max_length=40)),
+                ("counts", models.JSONField(blank=True, default=dict)),
+                ("breaches", models.JSONField(blank=True, default=list)),
+                ("breach_total", models.PositiveIntegerField(default=0)),
+                ("raised", models.PositiveIntegerField(default=0, help_text="Audit findings raised (new alerts).")),
+                (
+                    "cleared",
+                    models.PositiveIntegerField(default=0, help_text="Audit alerts resolved: the breach is gone."),
+                ),
+                ("cursors", models.JSONField(blank=True, default=dict)),
+                ("params", models.JSONField(blank=True, default=dict, help_text="Thresholds and bounds used.")),
+                ("error", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['-started', '-id'],
+                "ordering": ["-started", "-id"],
             },
         ),
     ]

@@ -6,6 +6,7 @@ tried, where, and what the BMC answered, and never carry the password. Retries,
 waiting for power states and recording the outcome on the endpoint live in
 ``bmc.client``.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

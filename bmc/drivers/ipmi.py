@@ -3,6 +3,7 @@
 The password goes to ipmitool in the IPMI_PASSWORD environment variable (``-E``),
 never on the command line, where any local user could read it in ``ps``.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,12 @@ _POWER_STATUS = re.compile(r"Chassis Power is (on|off)")
 _AUTH_MARKERS = ("RAKP", "unauthorized name", "Invalid user name", "privilege")
 _UNREACHABLE_MARKERS = ("Get Auth Capabilities error", "No response", "Unable to establish", "Address lookup")
 # What -v prints on every session, failed or not (the VSO probe fails on all but PICMG hardware).
-_NOISE = ("Loading IANA PEN Registry", "Running Get VSO Capabilities",
-          "Invalid completion code received: Invalid command", "Discovered IPMB address")
+_NOISE = (
+    "Loading IANA PEN Registry",
+    "Running Get VSO Capabilities",
+    "Invalid completion code received: Invalid command",
+    "Discovered IPMB address",
+)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -79,17 +84,23 @@ def parse_sel(text: str) -> list[dict[str, Any]]:
         fields = parse_colon_fields(block)
         if "SEL Record ID" not in fields:
             continue
-        sensor = " ".join(filter(None, [fields.get("Sensor Type"), f"#0x{fields['Sensor Number']}"
-                                        if fields.get("Sensor Number") else None]))
+        sensor = " ".join(
+            filter(
+                None,
+                [fields.get("Sensor Type"), f"#0x{fields['Sensor Number']}" if fields.get("Sensor Number") else None],
+            )
+        )
         direction = fields.get("Event Direction", "")
-        entries.append({
-            "id": int(fields["SEL Record ID"], 16),  # ipmitool prints record ids in hex
-            "timestamp": fields.get("Timestamp"),
-            "sensor": sensor or None,
-            "event": fields.get("Description"),
-            "state": "Deasserted" if direction.startswith("Deassertion") else "Asserted" if direction else None,
-            "record_type": fields.get("Record Type"),
-        })
+        entries.append(
+            {
+                "id": int(fields["SEL Record ID"], 16),  # ipmitool prints record ids in hex
+                "timestamp": fields.get("Timestamp"),
+                "sensor": sensor or None,
+                "event": fields.get("Description"),
+                "state": "Deasserted" if direction.startswith("Deassertion") else "Asserted" if direction else None,
+                "record_type": fields.get("Record Type"),
+            }
+        )
     return entries
 
 
@@ -100,8 +111,9 @@ def _meaningful(output: str) -> str:
 class IpmiDriver(BmcDriver):
     """An IPMI 2.0 BMC over RMCP+ (lanplus)."""
 
-    def __init__(self, address: str, *, username: str, password: str, timeout: float = 10.0,
-                 ipmitool: str = "ipmitool") -> None:
+    def __init__(
+        self, address: str, *, username: str, password: str, timeout: float = 10.0, ipmitool: str = "ipmitool"
+    ) -> None:
         self.host, self.port = split_address(address)
         self.username = username
         self._password = password
@@ -119,12 +131,28 @@ class IpmiDriver(BmcDriver):
     def _command(self, args: tuple[str, ...]) -> list[str]:
         # ipmitool sends each request twice at most (-R 1), waiting -N s each: ~2N s per call in all.
         per_try = max(1, int(self.timeout // 2))
-        return [self.ipmitool, "-I", "lanplus", "-C", CIPHER_SUITE, "-H", self.host, "-p", str(self.port),
-                "-U", self.username, "-E", "-N", str(per_try), "-R", "1",
-                # Only -v says why a session failed (bad password vs. no answer). It chats on stderr and
-                # turns `sel list` into one block per record (parse_sel reads that); the rest is unchanged.
-                "-v",
-                *args]
+        return [
+            self.ipmitool,
+            "-I",
+            "lanplus",
+            "-C",
+            CIPHER_SUITE,
+            "-H",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            self.username,
+            "-E",
+            "-N",
+            str(per_try),
+            "-R",
+            "1",
+            # Only -v says why a session failed (bad password vs. no answer). It chats on stderr and
+            # turns `sel list` into one block per record (parse_sel reads that); the rest is unchanged.
+            "-v",
+            *args,
+        ]
 
     def _run(self, what: str, *args: str, absent: tuple[str, ...] = ()) -> str | None:
         """ipmitool's stdout; None when the output says the BMC lacks the thing (``absent``)."""
@@ -133,11 +161,13 @@ class IpmiDriver(BmcDriver):
         try:
             done = subprocess.run(self._command(args), env=env, capture_output=True, text=True, timeout=guard)
         except FileNotFoundError as exc:
-            raise BmcUnsupported(f"{what} at {self.where}: {self.ipmitool!r} is not installed here "
-                                 "(apt-get install ipmitool).") from exc
+            raise BmcUnsupported(
+                f"{what} at {self.where}: {self.ipmitool!r} is not installed here (apt-get install ipmitool)."
+            ) from exc
         except subprocess.TimeoutExpired as exc:
-            raise BmcTimeout(f"{what} at {self.where}: ipmitool gave no answer within {guard:g} s.",
-                             retryable=True) from exc
+            raise BmcTimeout(
+                f"{what} at {self.where}: ipmitool gave no answer within {guard:g} s.", retryable=True
+            ) from exc
         output = _meaningful(done.stdout + "\n" + done.stderr)
         if absent and any(marker in output for marker in absent):
             return None
@@ -148,8 +178,10 @@ class IpmiDriver(BmcDriver):
     def _failure(self, what: str, returncode: int, output: str) -> BmcError:
         answer = output.replace("\n", "; ")[-400:] or f"exit status {returncode}"
         if any(marker in output for marker in _AUTH_MARKERS):
-            return BmcAuthError(f"{what} at {self.where}: the BMC refused user {self.username!r} ({answer}); "
-                                "check the BMC username and password.")
+            return BmcAuthError(
+                f"{what} at {self.where}: the BMC refused user {self.username!r} ({answer}); "
+                "check the BMC username and password."
+            )
         if any(marker in output for marker in _UNREACHABLE_MARKERS):
             return BmcUnreachable(f"{what} at {self.where}: no IPMI session ({answer}).")
         return BmcError(f"{what} at {self.where}: {answer}")
@@ -163,8 +195,10 @@ class IpmiDriver(BmcDriver):
     def power(self, action: PowerAction) -> None:
         action = PowerAction(action)
         if action not in _POWER_COMMANDS:
-            raise BmcUnsupported(f"Power action {action} at {self.where}: IPMI has no graceful restart; "
-                                 "use graceful_shutdown then on, or force_restart.")
+            raise BmcUnsupported(
+                f"Power action {action} at {self.where}: IPMI has no graceful restart; "
+                "use graceful_shutdown then on, or force_restart."
+            )
         self._run(f"Power action {action}", "chassis", "power", _POWER_COMMANDS[action])
 
     def set_boot_once(self, target: str) -> None:
@@ -174,8 +208,9 @@ class IpmiDriver(BmcDriver):
         self._run(f"Setting a one-time boot from {target}", "chassis", "bootdev", device, "options=efiboot")
 
     def inventory(self) -> BmcInventory:
-        fru = parse_colon_fields(self._run("Reading the FRU", "fru", "print", "0",
-                                           absent=("Device not present", "Unknown FRU")) or "")
+        fru = parse_colon_fields(
+            self._run("Reading the FRU", "fru", "print", "0", absent=("Device not present", "Unknown FRU")) or ""
+        )
         mc = self._mc_info()
         guid = self._system_guid()
         return BmcInventory(
@@ -211,8 +246,10 @@ class IpmiDriver(BmcDriver):
         return self._firmware(self._mc_info())
 
     def update_firmware(self, image_uri: str, targets: list[str] | None = None) -> None:
-        raise BmcUnsupported(f"Firmware update at {self.where}: IPMI has no standard firmware update; "
-                             "use the vendor's tool or the BMC's Redfish interface.")
+        raise BmcUnsupported(
+            f"Firmware update at {self.where}: IPMI has no standard firmware update; "
+            "use the vendor's tool or the BMC's Redfish interface."
+        )
 
     def event_log(self, limit: int = 100) -> list[dict[str, Any]]:
         out = self._run("Reading the SEL", "sel", "list", absent=("SEL has no entries",)) or ""

@@ -4,6 +4,7 @@ Basic auth rather than sushy's session-or-basic: a session costs a POST and a
 DELETE per call, BMCs cap concurrent sessions (a few per BMC on some vendors),
 and the sushy-tools emulator has no SessionService at all.
 """
+
 from __future__ import annotations
 
 import re
@@ -60,13 +61,31 @@ class _SingleShotConnector(Connector):
 
     def __init__(self, url: str, *, verify: bool, timeout: float) -> None:
         # 1, not 0: sushy reads 0 as "use the default" (3 connection attempts).
-        super().__init__(url, verify=verify, server_side_retries=1, server_side_retries_delay=0,
-                         default_request_timeout=timeout)
+        super().__init__(
+            url, verify=verify, server_side_retries=1, server_side_retries_delay=0, default_request_timeout=timeout
+        )
 
-    def _op(self, method: str, path: str = "", data: Any = None, headers: Any = None, blocking: bool = False,
-            timeout: Any = None, server_side_retries_left: int | None = None, **kwargs: Any) -> Any:
-        return super()._op(method, path, data=data, headers=headers, blocking=blocking, timeout=timeout,
-                           server_side_retries_left=0, **kwargs)
+    def _op(
+        self,
+        method: str,
+        path: str = "",
+        data: Any = None,
+        headers: Any = None,
+        blocking: bool = False,
+        timeout: Any = None,
+        server_side_retries_left: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        return super()._op(
+            method,
+            path,
+            data=data,
+            headers=headers,
+            blocking=blocking,
+            timeout=timeout,
+            server_side_retries_left=0,
+            **kwargs,
+        )
 
 
 def _connection_reason(cause: BaseException | None) -> str:
@@ -86,8 +105,16 @@ def _answer(exc: sushy_exc.HTTPError) -> str:
 class RedfishDriver(BmcDriver):
     """A Redfish BMC. ``system_id`` picks the ComputerSystem; blank means the only one."""
 
-    def __init__(self, address: str, *, username: str, password: str, system_id: str = "",
-                 verify_tls: bool = True, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        username: str,
+        password: str,
+        system_id: str = "",
+        verify_tls: bool = True,
+        timeout: float = 10.0,
+    ) -> None:
         # Real BMCs serve HTTPS only; a bare host therefore means https://.
         self.address = (address if "://" in address else f"https://{address}").rstrip("/")
         self.username = username
@@ -110,8 +137,7 @@ class RedfishDriver(BmcDriver):
         if self._root is None:
             self._conn = _SingleShotConnector(self.address, verify=self.verify_tls, timeout=self.timeout)
             # Sushy() fetches the service root, which BMCs serve without credentials.
-            self._root = sushy.Sushy(self.address, auth=BasicAuth(self.username, self._password),
-                                     connector=self._conn)
+            self._root = sushy.Sushy(self.address, auth=BasicAuth(self.username, self._password), connector=self._conn)
         return self._root
 
     def _system(self) -> Any:
@@ -133,8 +159,10 @@ class RedfishDriver(BmcDriver):
         try:
             yield
         except sushy_exc.AccessError as exc:
-            raise BmcAuthError(f"{what} at {where}: the BMC refused user {self.username!r} "
-                               f"({_answer(exc)}); check the BMC username and password.") from exc
+            raise BmcAuthError(
+                f"{what} at {where}: the BMC refused user {self.username!r} "
+                f"({_answer(exc)}); check the BMC username and password."
+            ) from exc
         except sushy_exc.ConnectionError as exc:
             raise self._connection_error(what, where, exc.__context__) from exc
         except sushy_exc.ServerSideError as exc:
@@ -143,8 +171,11 @@ class RedfishDriver(BmcDriver):
             raise BmcError(f"{what} at {where}: the BMC failed ({_answer(exc)}).", retryable=True) from exc
         except sushy_exc.HTTPError as exc:
             raise BmcError(f"{what} at {where}: the BMC rejected the request ({_answer(exc)}).") from exc
-        except (sushy_exc.MissingActionError, sushy_exc.MissingAttributeError,
-                sushy_exc.InvalidParameterValueError) as exc:
+        except (
+            sushy_exc.MissingActionError,
+            sushy_exc.MissingAttributeError,
+            sushy_exc.InvalidParameterValueError,
+        ) as exc:
             raise BmcUnsupported(f"{what} at {where}: not offered by this BMC ({exc.message}).") from exc
         except sushy_exc.UnknownDefaultError as exc:
             raise BmcError(f"{what} at {where}: {exc.message}; set the endpoint's system_id.") from exc
@@ -154,8 +185,11 @@ class RedfishDriver(BmcDriver):
     def _connection_error(self, what: str, where: str, cause: BaseException | None) -> BmcError:
         if isinstance(cause, requests.exceptions.SSLError):
             # Configuration, not a blip: retrying cannot help.
-            return BmcUnreachable(f"{what} at {where}: TLS failed ({_connection_reason(cause)}); trust the "
-                                  "BMC's certificate, or turn off verify_tls for this endpoint.", retryable=False)
+            return BmcUnreachable(
+                f"{what} at {where}: TLS failed ({_connection_reason(cause)}); trust the "
+                "BMC's certificate, or turn off verify_tls for this endpoint.",
+                retryable=False,
+            )
         if isinstance(cause, requests.exceptions.ReadTimeout):
             return BmcTimeout(f"{what} at {where}: no answer within {self.timeout:g} s.", retryable=True)
         if isinstance(cause, (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema)):
@@ -183,8 +217,10 @@ class RedfishDriver(BmcDriver):
             allowed = system.get_allowed_reset_system_values()
             if reset not in allowed:
                 offered = ", ".join(sorted(value.value for value in allowed))
-                raise BmcUnsupported(f"Power action {action} at {self.where}: the system does "
-                                     f"not offer {reset.value} (it offers {offered}).")
+                raise BmcUnsupported(
+                    f"Power action {action} at {self.where}: the system does "
+                    f"not offer {reset.value} (it offers {offered})."
+                )
             system.reset_system(reset)
 
     def set_boot_once(self, target: str) -> None:
@@ -194,8 +230,10 @@ class RedfishDriver(BmcDriver):
             allowed = system.get_allowed_system_boot_source_values()
             if source not in allowed:
                 offered = ", ".join(sorted(value.value for value in allowed))
-                raise BmcUnsupported(f"Setting a one-time boot from {target} at {self.where}: the system does "
-                                     f"not offer {source.value} (it offers {offered}).")
+                raise BmcUnsupported(
+                    f"Setting a one-time boot from {target} at {self.where}: the system does "
+                    f"not offer {source.value} (it offers {offered})."
+                )
             system.set_system_boot_options(target=source, enabled=sushy.BootSourceOverrideEnabled.ONCE)
 
     def inventory(self) -> BmcInventory:
@@ -279,7 +317,14 @@ class RedfishDriver(BmcDriver):
             for member in members:
                 # Collections usually carry links only; some BMCs expand the entries inline.
                 entry = member if "Message" in member else self._get_json(member["@odata.id"])
-                found.append({"id": entry.get("Id"), "created": entry.get("Created"),
-                              "severity": entry.get("Severity"), "message": entry.get("Message"),
-                              "message_id": entry.get("MessageId"), "log": service.get("Id")})
+                found.append(
+                    {
+                        "id": entry.get("Id"),
+                        "created": entry.get("Created"),
+                        "severity": entry.get("Severity"),
+                        "message": entry.get("Message"),
+                        "message_id": entry.get("MessageId"),
+                        "log": service.get("Id"),
+                    }
+                )
         return found

@@ -7,33 +7,56 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0001_initial'),
+        ("nodes", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BmcEndpoint',
+            name="BmcEndpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('driver', models.CharField(choices=[('redfish', 'Redfish'), ('ipmi', 'IPMI (lanplus)')], default='redfish', max_length=16)),
-                ('address', models.CharField(help_text='Redfish: base URL such as https://10.0.0.5. IPMI: host or host:port (623 by default).', max_length=255, validators=[bmc.models.validate_bmc_address])),
-                ('system_id', models.CharField(blank=True, help_text="Redfish system Id, UUID or /redfish/v1/Systems/<id>; blank for the BMC's only system.", max_length=255)),
-                ('username', models.CharField(max_length=64)),
-                ('password', bmc.fields.EncryptedTextField(blank=True)),
-                ('verify_tls', models.BooleanField(default=True, verbose_name='verify TLS certificate')),
-                ('last_contact_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('last_updated', models.DateTimeField(auto_now=True)),
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='bmc', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "driver",
+                    models.CharField(
+                        choices=[("redfish", "Redfish"), ("ipmi", "IPMI (lanplus)")], default="redfish", max_length=16
+                    ),
+                ),
+                (
+                    "address",
+                    models.CharField(
+                        help_text="Redfish: base URL such as https://10.0.0.5. IPMI: host or host:port (623 by default).",
+                        max_length=255,
+                        validators=[bmc.models.validate_bmc_address],
+                    ),
+                ),
+                (
+                    "system_id",
+                    models.CharField(
+                        blank=True,
+                        help_text="Redfish system Id, UUID or /redfish/v1/Systems/<id>; blank for the BMC's only system.",
+                        max_length=255,
+                    ),
+                ),
+                ("username", models.CharField(max_length=64)),
+                ("password", bmc.fields.EncryptedTextField(blank=True)),
+                ("verify_tls", models.BooleanField(default=True, verbose_name="verify TLS certificate")),
+                ("last_contact_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("last_updated", models.DateTimeField(auto_now=True)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="bmc", to="nodes.node"
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'BMC endpoint',
-                'ordering': ['node'],
+                "verbose_name": "BMC endpoint",
+                "ordering": ["node"],
             },
         ),
     ]

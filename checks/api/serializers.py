@@ -4,6 +4,7 @@ agent's side (what it is handed, what it reports).
 ``kind`` and ``status`` are plain strings in the schema where the same name already
 carries another choice set (``NodeEvent.kind``), so the generated enum names stay stable.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,10 +24,13 @@ class CheckRequestSerializer(serializers.Serializer):
     """An operator's request for an active check; the params are checked per kind by the service."""
 
     kind = serializers.CharField(help_text=KINDS_HELP)
-    params = serializers.JSONField(required=False, default=dict,
-                                   help_text="Per kind, e.g. gpu_stress {seconds, matrix_size, dtype}, "
-                                             "dcgm_diag {level}, nccl_test {min_bytes, max_bytes, gpus}, "
-                                             "memory_test {fraction}. Omitted ones take their defaults.")
+    params = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text="Per kind, e.g. gpu_stress {seconds, matrix_size, dtype}, "
+        "dcgm_diag {level}, nccl_test {min_bytes, max_bytes, gpus}, "
+        "memory_test {fraction}. Omitted ones take their defaults.",
+    )
     reason = serializers.CharField(allow_blank=False, help_text="Why; kept in the node's history.")
 
     def validate_kind(self, value: str) -> str:
@@ -54,9 +58,28 @@ class CheckRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CheckRun
-        fields = ["id", "node", "kind", "kind_label", "status", "status_label", "params", "figures",
-                  "figures_text", "summary", "error", "requested_by", "requested_reason", "trigger", "created",
-                  "claimed_at", "deadline", "started", "finished", "duration_seconds"]
+        fields = [
+            "id",
+            "node",
+            "kind",
+            "kind_label",
+            "status",
+            "status_label",
+            "params",
+            "figures",
+            "figures_text",
+            "summary",
+            "error",
+            "requested_by",
+            "requested_reason",
+            "trigger",
+            "created",
+            "claimed_at",
+            "deadline",
+            "started",
+            "finished",
+            "duration_seconds",
+        ]
         read_only_fields = fields
 
 
@@ -88,13 +111,24 @@ class AgentClaimSerializer(serializers.Serializer):
 class CheckResultSerializer(serializers.Serializer):
     """The outcome of one check, as the agent reports it."""
 
-    status = serializers.ChoiceField(choices=[(s, RunStatus(s).label) for s in AGENT_OUTCOMES],
-                                     help_text="not_available: the tool is missing on the node.")
+    status = serializers.ChoiceField(
+        choices=[(s, RunStatus(s).label) for s in AGENT_OUTCOMES],
+        help_text="not_available: the tool is missing on the node.",
+    )
     summary = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
-    figures = serializers.DictField(child=serializers.FloatField(), required=False, default=dict,
-                                    help_text='Named numbers, e.g. {"busbw_gbps": 362.4}.')
-    output = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False,
-                                   help_text="The tool's output, at most 64 KiB of UTF-8.")
+    figures = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        default=dict,
+        help_text='Named numbers, e.g. {"busbw_gbps": 362.4}.',
+    )
+    output = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="The tool's output, at most 64 KiB of UTF-8.",
+    )
     started_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField()
 

@@ -2,6 +2,7 @@
 
 The two agent paths are the node agent's contract: keep them as they are.
 """
+
 from django.urls import path
 
 from . import views

@@ -5,6 +5,7 @@ Operators request and read checks under /api/nodes/{id}/checks/ and /api/checks/
 polls /api/agent/checks/ and reports to /api/agent/checks/{id}/result/, authenticated by
 its bearer token. Every change goes through ``checks.services``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -76,9 +77,15 @@ class NodeChecksView(generics.GenericAPIView):
         page = self.paginate_queryset(self.get_queryset())
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
-    @extend_schema(summary="Request an active check", request=serializers.CheckRequestSerializer,
-                   responses={201: serializers.CheckRunSerializer, 400: OpenApiResponse(
-                       description="Unknown kind, bad params (each named), or no reason."), **ERRORS})
+    @extend_schema(
+        summary="Request an active check",
+        request=serializers.CheckRequestSerializer,
+        responses={
+            201: serializers.CheckRunSerializer,
+            400: OpenApiResponse(description="Unknown kind, bad params (each named), or no reason."),
+            **ERRORS,
+        },
+    )
     def post(self, request: Request, pk: int) -> Response:
         node = visible_node_or_404(request.user, pk)
         if not request.user.has_perm(OPERATE):
@@ -86,8 +93,13 @@ class NodeChecksView(generics.GenericAPIView):
         body = serializers.CheckRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         with refusals_as_http():
-            run = services.request_check(node.pk, body.validated_data["kind"], params=body.validated_data["params"],
-                                         actor=Actor(user=request.user), reason=body.validated_data["reason"])
+            run = services.request_check(
+                node.pk,
+                body.validated_data["kind"],
+                params=body.validated_data["params"],
+                actor=Actor(user=request.user),
+                reason=body.validated_data["reason"],
+            )
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -112,8 +124,11 @@ class CancelCheckView(generics.GenericAPIView):
     def get_queryset(self) -> QuerySet[CheckRun]:
         return visible_runs(self.request.user)
 
-    @extend_schema(summary="Cancel a queued check", request=serializers.CancelSerializer,
-                   responses={200: serializers.CheckRunSerializer, **ERRORS})
+    @extend_schema(
+        summary="Cancel a queued check",
+        request=serializers.CancelSerializer,
+        responses={200: serializers.CheckRunSerializer, **ERRORS},
+    )
     def post(self, request: Request, pk: int) -> Response:
         run = self.get_object()
         body = self.get_serializer(data=request.data)
@@ -129,8 +144,9 @@ class AgentChecksView(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsNodeAgent]
 
-    @extend_schema(summary="Agent: take the node's queued checks (only while idle)",
-                   responses=serializers.AgentClaimSerializer)
+    @extend_schema(
+        summary="Agent: take the node's queued checks (only while idle)", responses=serializers.AgentClaimSerializer
+    )
     def get(self, request: Request) -> Response:
         with refusals_as_http():
             claim = services.claim_checks_for_agent(request.user.node_id)
@@ -144,12 +160,16 @@ class AgentCheckResultView(APIView):
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsNodeAgent]
 
-    @extend_schema(summary="Agent: report a check's outcome", request=serializers.CheckResultSerializer,
-                   responses={200: serializers.CheckResultAnswerSerializer,
-                              400: OpenApiResponse(description="Bad body; each bad field is named."),
-                              404: OpenApiResponse(DetailSerializer, description="Not a run of this node."),
-                              409: OpenApiResponse(DetailSerializer,
-                                                   description="A different result is already recorded.")})
+    @extend_schema(
+        summary="Agent: report a check's outcome",
+        request=serializers.CheckResultSerializer,
+        responses={
+            200: serializers.CheckResultAnswerSerializer,
+            400: OpenApiResponse(description="Bad body; each bad field is named."),
+            404: OpenApiResponse(DetailSerializer, description="Not a run of this node."),
+            409: OpenApiResponse(DetailSerializer, description="A different result is already recorded."),
+        },
+    )
     def post(self, request: Request, pk: int) -> Response:
         body = serializers.CheckResultSerializer(data=request.data)
         body.is_valid(raise_exception=True)

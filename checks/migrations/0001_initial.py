@@ -6,34 +6,64 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0001_initial'),
+        ("nodes", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CheckRun',
+            name="CheckRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('transition_followup', 'Transition follow-up')], max_length=40)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('passed', 'Passed'), ('failed', 'Failed'), ('superseded', 'Superseded'), ('error', 'Error')], default='queued', max_length=20)),
-                ('task_id', models.CharField(blank=True, max_length=100)),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started', models.DateTimeField(blank=True, null=True)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('summary', models.CharField(blank=True, max_length=300)),
-                ('error', models.TextField(blank=True)),
-                ('details', models.JSONField(blank=True, default=dict)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='check_runs', to='nodes.node')),
-                ('trigger', models.ForeignKey(blank=True, help_text='The history row (e.g. a transition) that asked for this run.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='nodes.nodeevent')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("kind", models.CharField(choices=[("transition_followup", "Transition follow-up")], max_length=40)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("passed", "Passed"),
+                            ("failed", "Failed"),
+                            ("superseded", "Superseded"),
+                            ("error", "Error"),
+                        ],
+                        default="queued",
+                        max_length=20,
+                    ),
+                ),
+                ("task_id", models.CharField(blank=True, max_length=100)),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started", models.DateTimeField(blank=True, null=True)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                ("summary", models.CharField(blank=True, max_length=300)),
+                ("error", models.TextField(blank=True)),
+                ("details", models.JSONField(blank=True, default=dict)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="check_runs", to="nodes.node"
+                    ),
+                ),
+                (
+                    "trigger",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The history row (e.g. a transition) that asked for this run.",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="runs",
+                        to="nodes.nodeevent",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
-                'indexes': [models.Index(fields=['node', '-created'], name='checks_chec_node_id_a7c9ec_idx')],
-                'constraints': [models.UniqueConstraint(fields=('trigger', 'kind'), name='one_run_per_trigger_and_kind')],
+                "ordering": ["-created", "-id"],
+                "indexes": [models.Index(fields=["node", "-created"], name="checks_chec_node_id_a7c9ec_idx")],
+                "constraints": [
+                    models.UniqueConstraint(fields=("trigger", "kind"), name="one_run_per_trigger_and_kind")
+                ],
             },
         ),
     ]

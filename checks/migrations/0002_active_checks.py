@@ -6,65 +6,103 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checks', '0001_initial'),
-        ('nodes', '0001_initial'),
+        ("checks", "0001_initial"),
+        ("nodes", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkrun',
-            name='claimed_at',
-            field=models.DateTimeField(blank=True, help_text='When the node agent took the run.', null=True),
+            model_name="checkrun",
+            name="claimed_at",
+            field=models.DateTimeField(blank=True, help_text="When the node agent took the run.", null=True),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='deadline',
-            field=models.DateTimeField(blank=True, help_text='A claimed run without a result by then becomes an error.', null=True),
+            model_name="checkrun",
+            name="deadline",
+            field=models.DateTimeField(
+                blank=True, help_text="A claimed run without a result by then becomes an error.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='figures',
+            model_name="checkrun",
+            name="figures",
             field=models.JSONField(blank=True, default=dict, help_text='Measured numbers, e.g. {"busbw_gbps": 362}.'),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='output',
+            model_name="checkrun",
+            name="output",
             field=models.TextField(blank=True, help_text="The tool's output as the agent sent it (at most 64 KiB)."),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='params',
-            field=models.JSONField(blank=True, default=dict, help_text='Normalised parameters the agent runs with.'),
+            model_name="checkrun",
+            name="params",
+            field=models.JSONField(blank=True, default=dict, help_text="Normalised parameters the agent runs with."),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='requested_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="checkrun",
+            name="requested_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='checkrun',
-            name='requested_reason',
+            model_name="checkrun",
+            name="requested_reason",
             field=models.TextField(blank=True),
         ),
         migrations.AlterField(
-            model_name='checkrun',
-            name='kind',
-            field=models.CharField(choices=[('transition_followup', 'Transition follow-up'), ('gpu_stress', 'GPU stress test'), ('dcgm_diag', 'DCGM diagnostics'), ('nccl_test', 'NCCL all-reduce test'), ('memory_test', 'GPU memory test')], max_length=40),
+            model_name="checkrun",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("transition_followup", "Transition follow-up"),
+                    ("gpu_stress", "GPU stress test"),
+                    ("dcgm_diag", "DCGM diagnostics"),
+                    ("nccl_test", "NCCL all-reduce test"),
+                    ("memory_test", "GPU memory test"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.AlterField(
-            model_name='checkrun',
-            name='status',
-            field=models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('passed', 'Passed'), ('failed', 'Failed'), ('not_available', 'Not available'), ('superseded', 'Superseded'), ('cancelled', 'Cancelled'), ('error', 'Error')], default='queued', max_length=20),
+            model_name="checkrun",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("passed", "Passed"),
+                    ("failed", "Failed"),
+                    ("not_available", "Not available"),
+                    ("superseded", "Superseded"),
+                    ("cancelled", "Cancelled"),
+                    ("error", "Error"),
+                ],
+                default="queued",
+                max_length=20,
+            ),
         ),
         migrations.AddIndex(
-            model_name='checkrun',
-            index=models.Index(condition=models.Q(('status', 'running')), fields=['deadline'], name='checkrun_running_deadline'),
+            model_name="checkrun",
+            index=models.Index(
+                condition=models.Q(("status", "running")), fields=["deadline"], name="checkrun_running_deadline"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='checkrun',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind__in', ('gpu_stress', 'dcgm_diag', 'nccl_test', 'memory_test')), ('status__in', ('queued', 'running'))), fields=('node', 'kind'), name='one_open_active_check_per_node_and_kind'),
+            model_name="checkrun",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("kind__in", ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test")),
+                    ("status__in", ("queued", "running")),
+                ),
+                fields=("node", "kind"),
+                name="one_open_active_check_per_node_and_kind",
+            ),
         ),
     ]

@@ -4,20 +4,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checks', '0002_active_checks'),
+        ("checks", "0002_active_checks"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='checkrun',
-            name='kind',
-            field=models.CharField(choices=[('transition_followup', 'Transition follow-up'), ('gpu_stress', 'GPU stress test'), ('dcgm_diag', 'DCGM diagnostics'), ('nccl_test', 'NCCL all-reduce test'), ('memory_test', 'GPU memory test'), ('stage_firmware', 'Firmware stage'), ('stage_inventory', 'Inventory check stage'), ('stage_burn_in', 'Burn-in stage'), ('stage_fabric', 'Fabric and cable check stage'), ('stage_reliability', 'Reliability assessment stage')], max_length=40),
+            model_name="checkrun",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("transition_followup", "Transition follow-up"),
+                    ("gpu_stress", "GPU stress test"),
+                    ("dcgm_diag", "DCGM diagnostics"),
+                    ("nccl_test", "NCCL all-reduce test"),
+                    ("memory_test", "GPU memory test"),
+                    ("stage_firmware", "Firmware stage"),
+                    ("stage_inventory", "Inventory check stage"),
+                    ("stage_burn_in", "Burn-in stage"),
+                    ("stage_fabric", "Fabric and cable check stage"),
+                    ("stage_reliability", "Reliability assessment stage"),
+                ],
+                max_length=40,
+            ),
         ),
         migrations.AlterField(
-            model_name='checkrun',
-            name='status',
-            field=models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('passed', 'Passed'), ('failed', 'Failed'), ('not_available', 'Not available'), ('superseded', 'Superseded'), ('cancelled', 'Cancelled'), ('skipped', 'Skipped'), ('error', 'Error')], default='queued', max_length=20),
+            model_name="checkrun",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("passed", "Passed"),
+                    ("failed", "Failed"),
+                    ("not_available", "Not available"),
+                    ("superseded", "Superseded"),
+                    ("cancelled", "Cancelled"),
+                    ("skipped", "Skipped"),
+                    ("error", "Error"),
+                ],
+                default="queued",
+                max_length=20,
+            ),
         ),
     ]

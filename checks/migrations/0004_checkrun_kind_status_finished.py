@@ -5,16 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checks', '0003_alter_checkrun_kind_alter_checkrun_status'),
-        ('nodes', '0002_daily_state_count'),
+        ("checks", "0003_alter_checkrun_kind_alter_checkrun_status"),
+        ("nodes", "0002_daily_state_count"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='checkrun',
-            index=models.Index(fields=['kind', 'status', 'finished'], name='checkrun_kind_status_finished'),
+            model_name="checkrun",
+            index=models.Index(fields=["kind", "status", "finished"], name="checkrun_kind_status_finished"),
         ),
     ]

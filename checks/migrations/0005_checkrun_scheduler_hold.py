@@ -5,21 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('checks', '0004_checkrun_kind_status_finished'),
-        ('nodes', '0003_state_change_indexes'),
+        ("checks", "0004_checkrun_kind_status_finished"),
+        ("nodes", "0003_state_change_indexes"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='checkrun',
-            name='scheduler_hold',
-            field=models.BooleanField(default=False, help_text="The node may be held (drained/cordoned) in its workload scheduler for this run and not given back yet: true from just before the hold is taken until it is released or found no longer the check's. A production node drained by us is legitimate only while a run has this set."),
+            model_name="checkrun",
+            name="scheduler_hold",
+            field=models.BooleanField(
+                default=False,
+                help_text="The node may be held (drained/cordoned) in its workload scheduler for this run and not given back yet: true from just before the hold is taken until it is released or found no longer the check's. A production node drained by us is legitimate only while a run has this set.",
+            ),
         ),
         migrations.AddIndex(
-            model_name='checkrun',
-            index=models.Index(condition=models.Q(('scheduler_hold', True)), fields=['node'], name='checkrun_scheduler_hold'),
+            model_name="checkrun",
+            index=models.Index(
+                condition=models.Q(("scheduler_hold", True)), fields=["node"], name="checkrun_scheduler_hold"
+            ),
         ),
     ]

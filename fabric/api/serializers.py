@@ -1,5 +1,6 @@
 """Serializers of the fabric API: plans, runs, discrepancies, links, tickets, manual checks
 (all read-only; writes are an import, an upload, a close and a record)."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -51,12 +52,16 @@ class DiscoveryUploadSerializer(serializers.Serializer):
     """The text infiniband-diags printed on a host of the fabric, as collected there."""
 
     ibnetdiscover = serializers.CharField(trim_whitespace=False, help_text="`ibnetdiscover` output.")
-    iblinkinfo = serializers.CharField(trim_whitespace=False,
-                                       help_text="`iblinkinfo` output (port states, widths, rates).")
-    perfquery = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False,
-                                      max_length=10000, help_text="`perfquery` outputs, one per port.")
-    ibqueryerrors = serializers.CharField(trim_whitespace=False, required=False,
-                                          help_text="`ibqueryerrors` output.")
+    iblinkinfo = serializers.CharField(
+        trim_whitespace=False, help_text="`iblinkinfo` output (port states, widths, rates)."
+    )
+    perfquery = serializers.ListField(
+        child=serializers.CharField(trim_whitespace=False),
+        required=False,
+        max_length=10000,
+        help_text="`perfquery` outputs, one per port.",
+    )
+    ibqueryerrors = serializers.CharField(trim_whitespace=False, required=False, help_text="`ibqueryerrors` output.")
 
 
 class DiscoveryRunSerializer(serializers.ModelSerializer):
@@ -66,8 +71,20 @@ class DiscoveryRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DiscoveryRun
-        fields = ["id", "source", "status", "plan", "actor_name", "started", "finished", "devices", "links",
-                  "summary", "error", "tools"]
+        fields = [
+            "id",
+            "source",
+            "status",
+            "plan",
+            "actor_name",
+            "started",
+            "finished",
+            "devices",
+            "links",
+            "summary",
+            "error",
+            "tools",
+        ]
         read_only_fields = fields
 
     def get_tools(self, run: DiscoveryRun) -> list[str]:
@@ -89,8 +106,7 @@ class DiscoveredLinkSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = DiscoveredLink
-        fields = ["id", "run", "a_device", "a_port", "b_device", "b_port", "width", "rate_gbps", "state",
-                  "phys_state"]
+        fields = ["id", "run", "a_device", "a_port", "b_device", "b_port", "width", "rate_gbps", "state", "phys_state"]
         read_only_fields = fields
 
 
@@ -109,8 +125,22 @@ class TicketSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Ticket
-        fields = ["id", "key", "kind", "status", "title", "detail", "endpoints", "nodes", "opened_at", "closed_at",
-                  "first_run", "last_run", "times_seen", "closed_reason"]
+        fields = [
+            "id",
+            "key",
+            "kind",
+            "status",
+            "title",
+            "detail",
+            "endpoints",
+            "nodes",
+            "opened_at",
+            "closed_at",
+            "first_run",
+            "last_run",
+            "times_seen",
+            "closed_reason",
+        ]
         read_only_fields = fields
 
 

@@ -1,4 +1,5 @@
 """REST routes of the fabric, mounted under /api/ (see nodewarden/api_urls.py)."""
+
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 

@@ -3,6 +3,7 @@ tool output collected elsewhere, runs, discrepancies, the last run's links, tick
 and manual validations. Writes need ``nodes.operate_node`` and go through ``fabric.plan``,
 ``fabric.discovery`` and ``fabric.services``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -73,19 +74,26 @@ class PlanViewSet(mixins.ListModelMixin, FabricViewSet):
     serializer_class = serializers.CablingPlanSerializer
     parser_classes = [JSONParser, CSVTextParser]
 
-    @extend_schema(summary="Import a cabling plan (CSV): it becomes the plan in force",
-                   request={"application/json": serializers.PlanUploadSerializer, "text/csv": OpenApiTypes.STR},
-                   responses={201: serializers.CablingPlanSerializer,
-                              400: OpenApiResponse(serializers.PlanErrorsSerializer,
-                                                   description="Every bad line; nothing imported."),
-                              403: FORBIDDEN})
+    @extend_schema(
+        summary="Import a cabling plan (CSV): it becomes the plan in force",
+        request={"application/json": serializers.PlanUploadSerializer, "text/csv": OpenApiTypes.STR},
+        responses={
+            201: serializers.CablingPlanSerializer,
+            400: OpenApiResponse(serializers.PlanErrorsSerializer, description="Every bad line; nothing imported."),
+            403: FORBIDDEN,
+        },
+    )
     def create(self, request: Request) -> Response:
         body = serializers.PlanUploadSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         source = "API (text/csv)" if request.content_type.startswith("text/csv") else "API"
         try:
-            plan = import_plan(body.validated_data["csv"], actor=Actor(user=request.user), source=source,
-                               note=body.validated_data["note"])
+            plan = import_plan(
+                body.validated_data["csv"],
+                actor=Actor(user=request.user),
+                source=source,
+                note=body.validated_data["note"],
+            )
         except PlanImportError as exc:
             errors = [{"line": line, "message": message} for line, message in exc.errors]
             detail = f"The plan is refused, nothing imported: {len(errors)} bad line(s), listed in errors."
@@ -95,11 +103,14 @@ class PlanViewSet(mixins.ListModelMixin, FabricViewSet):
 
 # outputs: each run's tool names (the texts themselves stay out of the list).
 RUNS = DiscoveryRun.objects.prefetch_related(
-    Prefetch("outputs", queryset=DiscoveryOutput.objects.only("id", "run_id", "tool")))
+    Prefetch("outputs", queryset=DiscoveryOutput.objects.only("id", "run_id", "tool"))
+)
 
 
-@extend_schema_view(list=extend_schema(summary="List discovery runs, newest first"),
-                    retrieve=extend_schema(summary="One discovery run with its summary"))
+@extend_schema_view(
+    list=extend_schema(summary="List discovery runs, newest first"),
+    retrieve=extend_schema(summary="One discovery run with its summary"),
+)
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, FabricViewSet):
     """Discovery runs: scheduled collection, uploads, and the agents' counters."""
 
@@ -114,12 +125,17 @@ class DiscoveryUploadView(APIView):
 
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
 
-    @extend_schema(summary="Upload infiniband-diags output as a discovery run",
-                   request=serializers.DiscoveryUploadSerializer,
-                   responses={201: serializers.DiscoveryRunSerializer,
-                              400: OpenApiResponse(serializers.DiscoveryErrorsSerializer,
-                                                   description="A tool's output could not be read (tool and line)."),
-                              403: FORBIDDEN})
+    @extend_schema(
+        summary="Upload infiniband-diags output as a discovery run",
+        request=serializers.DiscoveryUploadSerializer,
+        responses={
+            201: serializers.DiscoveryRunSerializer,
+            400: OpenApiResponse(
+                serializers.DiscoveryErrorsSerializer, description="A tool's output could not be read (tool and line)."
+            ),
+            403: FORBIDDEN,
+        },
+    )
     def post(self, request: Request) -> Response:
         from ..discovery import DiscoveryParseError, parse_upload
 
@@ -130,8 +146,14 @@ class DiscoveryUploadView(APIView):
         except DiscoveryParseError as exc:
             detail = f"The upload is refused: {len(exc.errors)} output(s) could not be read, listed in errors."
             return Response(error_body(detail, "invalid", errors=exc.errors), status=status.HTTP_400_BAD_REQUEST)
-        run = services.record_run(upload.seen, upload.counters, source=RunSource.UPLOAD,
-                                  actor=Actor(user=request.user), outputs=upload.outputs, guids=upload.guids)
+        run = services.record_run(
+            upload.seen,
+            upload.counters,
+            source=RunSource.UPLOAD,
+            actor=Actor(user=request.user),
+            outputs=upload.outputs,
+            guids=upload.guids,
+        )
         return Response(serializers.DiscoveryRunSerializer(RUNS.get(pk=run.pk)).data, status=status.HTTP_201_CREATED)
 
 
@@ -157,12 +179,16 @@ class LinkViewSet(mixins.ListModelMixin, FabricViewSet):
         if run is None:
             return DiscoveredLink.objects.none()
         # a_device, b_device: both names on every row.
-        return (DiscoveredLink.objects.filter(run=run).select_related("a_device", "b_device")
-                .order_by("a_device__name", "a_port", "id"))
+        return (
+            DiscoveredLink.objects.filter(run=run)
+            .select_related("a_device", "b_device")
+            .order_by("a_device__name", "a_port", "id")
+        )
 
 
-@extend_schema_view(list=extend_schema(summary="List fabric tickets, newest first"),
-                    retrieve=extend_schema(summary="One fabric ticket"))
+@extend_schema_view(
+    list=extend_schema(summary="List fabric tickets, newest first"), retrieve=extend_schema(summary="One fabric ticket")
+)
 class TicketViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, FabricViewSet):
     """Technician tickets: one per problem and cable, closed when a run finds it fixed (or by hand)."""
 
@@ -172,10 +198,16 @@ class TicketViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, FabricView
     filterset_class = TicketFilterSet
     ordering_fields = ["opened_at", "closed_at", "times_seen"]
 
-    @extend_schema(summary="Close a ticket by hand (the next run reopens it if the problem persists)",
-                   request=serializers.CloseTicketSerializer,
-                   responses={200: serializers.TicketSerializer, 400: OpenApiResponse(DetailSerializer),
-                              403: FORBIDDEN, 404: OpenApiResponse(DetailSerializer)})
+    @extend_schema(
+        summary="Close a ticket by hand (the next run reopens it if the problem persists)",
+        request=serializers.CloseTicketSerializer,
+        responses={
+            200: serializers.TicketSerializer,
+            400: OpenApiResponse(DetailSerializer),
+            403: FORBIDDEN,
+            404: OpenApiResponse(DetailSerializer),
+        },
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def close(self, request: Request, pk: str | None = None) -> Response:
         ticket = self.get_object()
@@ -193,8 +225,11 @@ class ValidationViewSet(mixins.ListModelMixin, FabricViewSet):
     serializer_class = serializers.ManualValidationSerializer
     filterset_class = ValidationFilterSet
 
-    @extend_schema(summary="Record a manual fabric validation", request=serializers.RecordValidationSerializer,
-                   responses={201: serializers.ManualValidationSerializer, 403: FORBIDDEN})
+    @extend_schema(
+        summary="Record a manual fabric validation",
+        request=serializers.RecordValidationSerializer,
+        responses={201: serializers.ManualValidationSerializer, 403: FORBIDDEN},
+    )
     def create(self, request: Request) -> Response:
         body = serializers.RecordValidationSerializer(data=request.data)
         body.is_valid(raise_exception=True)

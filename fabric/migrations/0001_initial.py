@@ -7,221 +7,446 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0001_initial'),
+        ("nodes", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='CablingPlan',
+            name="CablingPlan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor_name', models.CharField(max_length=150)),
-                ('source', models.CharField(blank=True, help_text='File name or API.', max_length=300)),
-                ('links', models.PositiveIntegerField(default=0)),
-                ('note', models.TextField(blank=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("actor_name", models.CharField(max_length=150)),
+                ("source", models.CharField(blank=True, help_text="File name or API.", max_length=300)),
+                ("links", models.PositiveIntegerField(default=0)),
+                ("note", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['-created', '-id'],
+                "ordering": ["-created", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='DiscoveryRun',
+            name="DiscoveryRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('source', models.CharField(choices=[('collector', 'Collector (scheduled)'), ('upload', 'Uploaded output'), ('agents', "Node agents' counters")], max_length=20)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='running', max_length=10)),
-                ('actor_name', models.CharField(max_length=150)),
-                ('started', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('devices', models.PositiveIntegerField(default=0)),
-                ('links', models.PositiveIntegerField(default=0)),
-                ('summary', models.JSONField(blank=True, default=dict, help_text='Discrepancies by kind, tickets opened/closed, timings.')),
-                ('error', models.TextField(blank=True)),
-                ('plan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='fabric.cablingplan')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("collector", "Collector (scheduled)"),
+                            ("upload", "Uploaded output"),
+                            ("agents", "Node agents' counters"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("running", "Running"), ("done", "Done"), ("failed", "Failed")],
+                        default="running",
+                        max_length=10,
+                    ),
+                ),
+                ("actor_name", models.CharField(max_length=150)),
+                ("started", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                ("devices", models.PositiveIntegerField(default=0)),
+                ("links", models.PositiveIntegerField(default=0)),
+                (
+                    "summary",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="Discrepancies by kind, tickets opened/closed, timings."
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="runs",
+                        to="fabric.cablingplan",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-started', '-id'],
+                "ordering": ["-started", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='DiscoveryOutput',
+            name="DiscoveryOutput",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tool', models.CharField(max_length=40)),
-                ('text', models.TextField()),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='outputs', to='fabric.discoveryrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tool", models.CharField(max_length=40)),
+                ("text", models.TextField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="outputs", to="fabric.discoveryrun"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='FabricDevice',
+            name="FabricDevice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Node description: "leaf01", "gpu-node-01 mlx5_0".', max_length=200, unique=True)),
-                ('kind', models.CharField(choices=[('switch', 'Switch'), ('ca', 'Host channel adapter')], max_length=10)),
-                ('role', models.CharField(choices=[('spine', 'Spine'), ('leaf', 'Leaf'), ('host', 'Host HCA'), ('other', 'Other')], default='other', max_length=10)),
-                ('guid', models.CharField(blank=True, db_index=True, max_length=20)),
-                ('rack', models.CharField(blank=True, max_length=100)),
-                ('in_plan', models.BooleanField(default=False)),
-                ('last_seen', models.DateTimeField(blank=True, null=True)),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='fabric_devices', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        help_text='Node description: "leaf01", "gpu-node-01 mlx5_0".', max_length=200, unique=True
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(choices=[("switch", "Switch"), ("ca", "Host channel adapter")], max_length=10),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("spine", "Spine"), ("leaf", "Leaf"), ("host", "Host HCA"), ("other", "Other")],
+                        default="other",
+                        max_length=10,
+                    ),
+                ),
+                ("guid", models.CharField(blank=True, db_index=True, max_length=20)),
+                ("rack", models.CharField(blank=True, max_length=100)),
+                ("in_plan", models.BooleanField(default=False)),
+                ("last_seen", models.DateTimeField(blank=True, null=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="fabric_devices",
+                        to="nodes.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='DiscoveredLink',
+            name="DiscoveredLink",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('a_port', models.PositiveSmallIntegerField()),
-                ('b_port', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('width', models.CharField(blank=True, max_length=8)),
-                ('rate_gbps', models.FloatField(blank=True, null=True)),
-                ('state', models.CharField(blank=True, max_length=20)),
-                ('phys_state', models.CharField(blank=True, max_length=20)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='discovered_links', to='fabric.discoveryrun')),
-                ('a_device', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fabric.fabricdevice')),
-                ('b_device', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fabric.fabricdevice')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("a_port", models.PositiveSmallIntegerField()),
+                ("b_port", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("width", models.CharField(blank=True, max_length=8)),
+                ("rate_gbps", models.FloatField(blank=True, null=True)),
+                ("state", models.CharField(blank=True, max_length=20)),
+                ("phys_state", models.CharField(blank=True, max_length=20)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="discovered_links",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
+                (
+                    "a_device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="fabric.fabricdevice"
+                    ),
+                ),
+                (
+                    "b_device",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fabric.fabricdevice",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='LinkFlap',
+            name="LinkFlap",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('port', models.PositiveSmallIntegerField()),
-                ('observed_at', models.DateTimeField()),
-                ('count', models.PositiveIntegerField(help_text='LinkDownedCounter increase since the previous look.')),
-                ('device', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='flaps', to='fabric.fabricdevice')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='flaps', to='fabric.discoveryrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("port", models.PositiveSmallIntegerField()),
+                ("observed_at", models.DateTimeField()),
+                ("count", models.PositiveIntegerField(help_text="LinkDownedCounter increase since the previous look.")),
+                (
+                    "device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="flaps", to="fabric.fabricdevice"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="flaps", to="fabric.discoveryrun"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-observed_at', '-id'],
+                "ordering": ["-observed_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='ManualValidation',
+            name="ManualValidation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('actor_name', models.CharField(max_length=150)),
-                ('scope', models.CharField(help_text='What was checked: "leaf-r3 optics", "spine01-04 uplinks".', max_length=300)),
-                ('result', models.CharField(choices=[('passed', 'Passed'), ('failed', 'Failed'), ('partial', 'Partly checked')], max_length=10)),
-                ('notes', models.TextField(blank=True)),
-                ('actor', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='fabric.discoveryrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("actor_name", models.CharField(max_length=150)),
+                (
+                    "scope",
+                    models.CharField(
+                        help_text='What was checked: "leaf-r3 optics", "spine01-04 uplinks".', max_length=300
+                    ),
+                ),
+                (
+                    "result",
+                    models.CharField(
+                        choices=[("passed", "Passed"), ("failed", "Failed"), ("partial", "Partly checked")],
+                        max_length=10,
+                    ),
+                ),
+                ("notes", models.TextField(blank=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
+                "ordering": ["-created", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='PlannedLink',
+            name="PlannedLink",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('a_port', models.PositiveSmallIntegerField()),
-                ('b_port', models.PositiveSmallIntegerField()),
-                ('width', models.CharField(blank=True, help_text='"4X"; blank: any.', max_length=8)),
-                ('rate_gbps', models.FloatField(blank=True, help_text='Expected link rate; blank: any.', null=True)),
-                ('a_device', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fabric.fabricdevice')),
-                ('b_device', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fabric.fabricdevice')),
-                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='planned_links', to='fabric.cablingplan')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("a_port", models.PositiveSmallIntegerField()),
+                ("b_port", models.PositiveSmallIntegerField()),
+                ("width", models.CharField(blank=True, help_text='"4X"; blank: any.', max_length=8)),
+                ("rate_gbps", models.FloatField(blank=True, help_text="Expected link rate; blank: any.", null=True)),
+                (
+                    "a_device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="fabric.fabricdevice"
+                    ),
+                ),
+                (
+                    "b_device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="fabric.fabricdevice"
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="planned_links",
+                        to="fabric.cablingplan",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['plan', 'id'],
+                "ordering": ["plan", "id"],
             },
         ),
         migrations.CreateModel(
-            name='PortCounterSnapshot',
+            name="PortCounterSnapshot",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('port', models.PositiveSmallIntegerField()),
-                ('taken_at', models.DateTimeField()),
-                ('counters', models.JSONField(default=dict)),
-                ('deltas', models.JSONField(blank=True, default=dict)),
-                ('seconds_since_previous', models.FloatField(blank=True, null=True)),
-                ('device', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='counter_snapshots', to='fabric.fabricdevice')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='counter_snapshots', to='fabric.discoveryrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("port", models.PositiveSmallIntegerField()),
+                ("taken_at", models.DateTimeField()),
+                ("counters", models.JSONField(default=dict)),
+                ("deltas", models.JSONField(blank=True, default=dict)),
+                ("seconds_since_previous", models.FloatField(blank=True, null=True)),
+                (
+                    "device",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="counter_snapshots",
+                        to="fabric.fabricdevice",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="counter_snapshots",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-taken_at', '-id'],
+                "ordering": ["-taken_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Ticket',
+            name="Ticket",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(help_text="The problem's identity: kind and ports.", max_length=300)),
-                ('kind', models.CharField(choices=[('missing', 'Missing link'), ('miswired', 'Miswired link'), ('swapped', 'Swapped cables'), ('unexpected', 'Unexpected link'), ('link_down', 'Link down'), ('degraded', 'Degraded width or speed'), ('unknown_device', 'Unknown device'), ('counter_errors', 'Error counters rising'), ('flapping', 'Link flapping')], max_length=20)),
-                ('status', models.CharField(choices=[('open', 'Open'), ('closed', 'Closed (fixed)')], default='open', max_length=10)),
-                ('title', models.CharField(max_length=300)),
-                ('detail', models.TextField(blank=True)),
-                ('endpoints', models.JSONField(default=list, help_text='Ports involved, e.g. ["leaf01/3", "gpu-node-02 mlx5_0/1"].')),
-                ('opened_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('closed_at', models.DateTimeField(blank=True, null=True)),
-                ('times_seen', models.PositiveIntegerField(default=1)),
-                ('closed_reason', models.CharField(blank=True, max_length=300)),
-                ('first_run', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='fabric.discoveryrun')),
-                ('last_run', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='fabric.discoveryrun')),
-                ('nodes', models.ManyToManyField(blank=True, related_name='fabric_tickets', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(help_text="The problem's identity: kind and ports.", max_length=300)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("missing", "Missing link"),
+                            ("miswired", "Miswired link"),
+                            ("swapped", "Swapped cables"),
+                            ("unexpected", "Unexpected link"),
+                            ("link_down", "Link down"),
+                            ("degraded", "Degraded width or speed"),
+                            ("unknown_device", "Unknown device"),
+                            ("counter_errors", "Error counters rising"),
+                            ("flapping", "Link flapping"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("open", "Open"), ("closed", "Closed (fixed)")], default="open", max_length=10
+                    ),
+                ),
+                ("title", models.CharField(max_length=300)),
+                ("detail", models.TextField(blank=True)),
+                (
+                    "endpoints",
+                    models.JSONField(
+                        default=list, help_text='Ports involved, e.g. ["leaf01/3", "gpu-node-02 mlx5_0/1"].'
+                    ),
+                ),
+                ("opened_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("closed_at", models.DateTimeField(blank=True, null=True)),
+                ("times_seen", models.PositiveIntegerField(default=1)),
+                ("closed_reason", models.CharField(blank=True, max_length=300)),
+                (
+                    "first_run",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
+                (
+                    "last_run",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
+                ("nodes", models.ManyToManyField(blank=True, related_name="fabric_tickets", to="nodes.node")),
             ],
             options={
-                'ordering': ['-opened_at', '-id'],
+                "ordering": ["-opened_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Discrepancy',
+            name="Discrepancy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('missing', 'Missing link'), ('miswired', 'Miswired link'), ('swapped', 'Swapped cables'), ('unexpected', 'Unexpected link'), ('link_down', 'Link down'), ('degraded', 'Degraded width or speed'), ('unknown_device', 'Unknown device'), ('counter_errors', 'Error counters rising'), ('flapping', 'Link flapping')], max_length=20)),
-                ('key', models.CharField(max_length=300)),
-                ('a_endpoint', models.CharField(max_length=220)),
-                ('b_endpoint', models.CharField(blank=True, max_length=220)),
-                ('expected', models.CharField(blank=True, max_length=300)),
-                ('found', models.CharField(blank=True, max_length=300)),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='discrepancies', to='fabric.discoveryrun')),
-                ('ticket', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='discrepancies', to='fabric.ticket')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("missing", "Missing link"),
+                            ("miswired", "Miswired link"),
+                            ("swapped", "Swapped cables"),
+                            ("unexpected", "Unexpected link"),
+                            ("link_down", "Link down"),
+                            ("degraded", "Degraded width or speed"),
+                            ("unknown_device", "Unknown device"),
+                            ("counter_errors", "Error counters rising"),
+                            ("flapping", "Link flapping"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("key", models.CharField(max_length=300)),
+                ("a_endpoint", models.CharField(max_length=220)),
+                ("b_endpoint", models.CharField(blank=True, max_length=220)),
+                ("expected", models.CharField(blank=True, max_length=300)),
+                ("found", models.CharField(blank=True, max_length=300)),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="discrepancies",
+                        to="fabric.discoveryrun",
+                    ),
+                ),
+                (
+                    "ticket",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="discrepancies",
+                        to="fabric.ticket",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['kind', 'a_endpoint'],
+                "ordering": ["kind", "a_endpoint"],
             },
         ),
         migrations.AddIndex(
-            model_name='discoveryrun',
-            index=models.Index(fields=['status', '-started'], name='fabric_disc_status_b9997f_idx'),
+            model_name="discoveryrun",
+            index=models.Index(fields=["status", "-started"], name="fabric_disc_status_b9997f_idx"),
         ),
         migrations.AddIndex(
-            model_name='discoveredlink',
-            index=models.Index(fields=['run', 'a_device'], name='fabric_disc_run_id_c72481_idx'),
+            model_name="discoveredlink",
+            index=models.Index(fields=["run", "a_device"], name="fabric_disc_run_id_c72481_idx"),
         ),
         migrations.AddIndex(
-            model_name='linkflap',
-            index=models.Index(fields=['device', 'port', '-observed_at'], name='fabric_link_device__53db24_idx'),
+            model_name="linkflap",
+            index=models.Index(fields=["device", "port", "-observed_at"], name="fabric_link_device__53db24_idx"),
         ),
         migrations.AddIndex(
-            model_name='plannedlink',
-            index=models.Index(fields=['plan', 'a_device'], name='fabric_plan_plan_id_6bb287_idx'),
+            model_name="plannedlink",
+            index=models.Index(fields=["plan", "a_device"], name="fabric_plan_plan_id_6bb287_idx"),
         ),
         migrations.AddIndex(
-            model_name='plannedlink',
-            index=models.Index(fields=['plan', 'b_device'], name='fabric_plan_plan_id_bc3e07_idx'),
+            model_name="plannedlink",
+            index=models.Index(fields=["plan", "b_device"], name="fabric_plan_plan_id_bc3e07_idx"),
         ),
         migrations.AddIndex(
-            model_name='portcountersnapshot',
-            index=models.Index(fields=['device', 'port', '-taken_at'], name='fabric_port_device__61b766_idx'),
+            model_name="portcountersnapshot",
+            index=models.Index(fields=["device", "port", "-taken_at"], name="fabric_port_device__61b766_idx"),
         ),
         migrations.AddConstraint(
-            model_name='ticket',
-            constraint=models.UniqueConstraint(condition=models.Q(('status', 'open')), fields=('key',), name='one_open_ticket_per_problem'),
+            model_name="ticket",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status", "open")), fields=("key",), name="one_open_ticket_per_problem"
+            ),
         ),
         migrations.AddIndex(
-            model_name='discrepancy',
-            index=models.Index(fields=['run', 'kind'], name='fabric_disc_run_id_94d03d_idx'),
+            model_name="discrepancy",
+            index=models.Index(fields=["run", "kind"], name="fabric_disc_run_id_94d03d_idx"),
         ),
     ]

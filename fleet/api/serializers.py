@@ -1,5 +1,6 @@
 """Serializers for the fleet inventory: full ones for its own endpoints, brief ones
 for nesting inside a node."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -95,8 +96,17 @@ class HardwareProfileSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = HardwareProfile
-        fields = ["id", "url", "name", "gpu_model", "gpu_count", "hca_count", "hca_rate_gbps", "memory_gb",
-                  "firmware_baseline"]
+        fields = [
+            "id",
+            "url",
+            "name",
+            "gpu_model",
+            "gpu_count",
+            "hca_count",
+            "hca_rate_gbps",
+            "memory_gb",
+            "firmware_baseline",
+        ]
 
 
 class PersonaSerializer(serializers.ModelSerializer):

@@ -3,6 +3,7 @@
 Sites, clusters, hardware profiles and personas are shared vocabulary every
 user may read; tenants are scoped, so a customer sees only its own.
 """
+
 from __future__ import annotations
 
 from django.db.models import QuerySet

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,86 +14,127 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='HardwareProfile',
+            name="HardwareProfile",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('gpu_model', models.CharField(max_length=100)),
-                ('gpu_count', models.PositiveSmallIntegerField()),
-                ('hca_count', models.PositiveSmallIntegerField(default=0, help_text='InfiniBand HCAs expected.')),
-                ('hca_rate_gbps', models.PositiveIntegerField(default=0, help_text='Expected link rate per HCA port.')),
-                ('memory_gb', models.PositiveIntegerField(help_text='Host memory in GiB.')),
-                ('firmware_baseline', models.JSONField(blank=True, default=dict, help_text='Minimum firmware per component, e.g. {"bios": "1.8.2", "bmc": "5.10"}.')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("gpu_model", models.CharField(max_length=100)),
+                ("gpu_count", models.PositiveSmallIntegerField()),
+                ("hca_count", models.PositiveSmallIntegerField(default=0, help_text="InfiniBand HCAs expected.")),
+                ("hca_rate_gbps", models.PositiveIntegerField(default=0, help_text="Expected link rate per HCA port.")),
+                ("memory_gb", models.PositiveIntegerField(help_text="Host memory in GiB.")),
+                (
+                    "firmware_baseline",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Minimum firmware per component, e.g. {"bios": "1.8.2", "bmc": "5.10"}.',
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Persona',
+            name="Persona",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('description', models.CharField(blank=True, max_length=300)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("description", models.CharField(blank=True, max_length=300)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Site',
+            name="Site",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('slug', models.SlugField(max_length=100, unique=True)),
-                ('location', models.CharField(blank=True, max_length=200)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("slug", models.SlugField(max_length=100, unique=True)),
+                ("location", models.CharField(blank=True, max_length=200)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('slug', models.SlugField(max_length=100, unique=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("slug", models.SlugField(max_length=100, unique=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Cluster',
+            name="Cluster",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('scheduler_kind', models.CharField(choices=[('slurm', 'Slurm'), ('kubernetes', 'Kubernetes'), ('none', 'None')], default='none', max_length=20)),
-                ('scheduler_endpoint', models.CharField(blank=True, help_text='Slurm controller host or Kubernetes API server URL.', max_length=200)),
-                ('site', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='clusters', to='fleet.site')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "scheduler_kind",
+                    models.CharField(
+                        choices=[("slurm", "Slurm"), ("kubernetes", "Kubernetes"), ("none", "None")],
+                        default="none",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "scheduler_endpoint",
+                    models.CharField(
+                        blank=True, help_text="Slurm controller host or Kubernetes API server URL.", max_length=200
+                    ),
+                ),
+                (
+                    "site",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="clusters", to="fleet.site"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='TenantMembership',
+            name="TenantMembership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='fleet.tenant')),
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='tenant_membership', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="fleet.tenant"
+                    ),
+                ),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="tenant_membership",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Rack',
+            name="Rack",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('site', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='racks', to='fleet.site')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                (
+                    "site",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="racks", to="fleet.site"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['site__name', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('site', 'name'), name='unique_rack_per_site')],
+                "ordering": ["site__name", "name"],
+                "constraints": [models.UniqueConstraint(fields=("site", "name"), name="unique_rack_per_site")],
             },
         ),
     ]

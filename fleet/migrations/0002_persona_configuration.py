@@ -4,30 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0001_initial'),
+        ("fleet", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='persona',
-            name='boot_image',
-            field=models.CharField(blank=True, help_text='OS image a node of this role boots.', max_length=200),
+            model_name="persona",
+            name="boot_image",
+            field=models.CharField(blank=True, help_text="OS image a node of this role boots.", max_length=200),
         ),
         migrations.AddField(
-            model_name='persona',
-            name='scheduler_labels',
-            field=models.JSONField(blank=True, default=dict, help_text='Kubernetes node labels, e.g. {"nodewarden.io/role": "inference"}.'),
+            model_name="persona",
+            name="scheduler_labels",
+            field=models.JSONField(
+                blank=True, default=dict, help_text='Kubernetes node labels, e.g. {"nodewarden.io/role": "inference"}.'
+            ),
         ),
         migrations.AddField(
-            model_name='persona',
-            name='slurm_partition',
-            field=models.CharField(blank=True, help_text='Slurm partition nodes of this role join.', max_length=100),
+            model_name="persona",
+            name="slurm_partition",
+            field=models.CharField(blank=True, help_text="Slurm partition nodes of this role join.", max_length=100),
         ),
         migrations.AddField(
-            model_name='persona',
-            name='validation_stages',
-            field=models.JSONField(blank=True, default=list, help_text='Day 1 stages a node re-roled to this persona walks (firmware, inventory, burn_in, fabric, reliability); empty: all of them.'),
+            model_name="persona",
+            name="validation_stages",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Day 1 stages a node re-roled to this persona walks (firmware, inventory, burn_in, fabric, reliability); empty: all of them.",
+            ),
         ),
     ]

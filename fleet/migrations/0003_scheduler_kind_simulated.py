@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0002_persona_configuration'),
+        ("fleet", "0002_persona_configuration"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='cluster',
-            name='scheduler_kind',
-            field=models.CharField(choices=[('slurm', 'Slurm'), ('kubernetes', 'Kubernetes'), ('simulated', 'Simulated (fleet simulator)'), ('none', 'None')], default='none', max_length=20),
+            model_name="cluster",
+            name="scheduler_kind",
+            field=models.CharField(
+                choices=[
+                    ("slurm", "Slurm"),
+                    ("kubernetes", "Kubernetes"),
+                    ("simulated", "Simulated (fleet simulator)"),
+                    ("none", "None"),
+                ],
+                default="none",
+                max_length=20,
+            ),
         ),
     ]

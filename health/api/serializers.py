@@ -1,4 +1,5 @@
 """Serializers for findings, alerts, rules and the XID catalog (all read-only; verbs are POSTs)."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -11,8 +12,25 @@ class FindingSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Finding
-        fields = ["id", "node", "hostname", "gpu_index", "rule", "xid", "severity", "recommended_action", "summary",
-                  "evidence", "source", "subject", "observed_at", "created", "shadow", "alert", "event"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "gpu_index",
+            "rule",
+            "xid",
+            "severity",
+            "recommended_action",
+            "summary",
+            "evidence",
+            "source",
+            "subject",
+            "observed_at",
+            "created",
+            "shadow",
+            "alert",
+            "event",
+        ]
         read_only_fields = fields
 
 
@@ -26,11 +44,34 @@ class AlertSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Alert
-        fields = ["id", "node", "hostname", "gpu_index", "rule", "subject", "dedupe_key", "severity",
-                  "recommended_action", "summary", "state", "first_seen", "last_seen", "occurrences",
-                  "clearing_since", "resolved_at", "resolved_reason", "resolved_by", "acknowledged_by",
-                  "acknowledged_at", "acknowledged_note", "silenced", "silenced_until", "silenced_by",
-                  "silenced_reason", "last_finding"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "gpu_index",
+            "rule",
+            "subject",
+            "dedupe_key",
+            "severity",
+            "recommended_action",
+            "summary",
+            "state",
+            "first_seen",
+            "last_seen",
+            "occurrences",
+            "clearing_since",
+            "resolved_at",
+            "resolved_reason",
+            "resolved_by",
+            "acknowledged_by",
+            "acknowledged_at",
+            "acknowledged_note",
+            "silenced",
+            "silenced_until",
+            "silenced_by",
+            "silenced_reason",
+            "last_finding",
+        ]
         read_only_fields = fields
 
     def get_silenced(self, alert: Alert) -> bool:
@@ -63,17 +104,40 @@ class HealthRuleSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = HealthRule
-        fields = ["id", "key", "hardware_profile", "enabled", "shadow", "severity", "recommended_action",
-                  "threshold", "clear_threshold", "window_seconds", "count", "clear_after_seconds", "params",
-                  "description", "updated"]
+        fields = [
+            "id",
+            "key",
+            "hardware_profile",
+            "enabled",
+            "shadow",
+            "severity",
+            "recommended_action",
+            "threshold",
+            "clear_threshold",
+            "window_seconds",
+            "count",
+            "clear_after_seconds",
+            "params",
+            "description",
+            "updated",
+        ]
         read_only_fields = fields
 
 
 class XidDefinitionSerializer(serializers.ModelSerializer):
     class Meta:
         model = XidDefinition
-        fields = ["xid", "name", "meaning", "severity", "recommended_action", "nvidia_bucket",
-                  "investigatory_action", "edited_reason", "edited_at"]
+        fields = [
+            "xid",
+            "name",
+            "meaning",
+            "severity",
+            "recommended_action",
+            "nvidia_bucket",
+            "investigatory_action",
+            "edited_reason",
+            "edited_at",
+        ]
         read_only_fields = fields
 
 

@@ -3,6 +3,7 @@
 Querysets start from ``health.scoping``: another tenant's alert answers 404; verbs need
 ``nodes.operate_node`` and go through ``health.alerts``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -52,8 +53,10 @@ class FindingViewSet(viewsets.ReadOnlyModelViewSet):
         return visible_findings(self.request.user).order_by("-created", "-id")
 
 
-@extend_schema_view(list=extend_schema(summary="List alerts (firing and unsilenced unless filtered)"),
-                    retrieve=extend_schema(summary="One alert"))
+@extend_schema_view(
+    list=extend_schema(summary="List alerts (firing and unsilenced unless filtered)"),
+    retrieve=extend_schema(summary="One alert"),
+)
 class AlertViewSet(viewsets.ReadOnlyModelViewSet):
     """Alerts: deduplicated conditions per node, with acknowledge, silence, unsilence and resolve."""
 
@@ -64,8 +67,11 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Alert]:
         # node: the hostname column; the two users: acknowledged_by and silenced_by.
-        return (visible_alerts(self.request.user).select_related("node", "acknowledged_by", "silenced_by")
-                .order_by("-severity_rank", "-last_seen", "-id"))
+        return (
+            visible_alerts(self.request.user)
+            .select_related("node", "acknowledged_by", "silenced_by")
+            .order_by("-severity_rank", "-last_seen", "-id")
+        )
 
     def _act(self, request: Request, body_class: type, verb: Callable[..., Alert], **fixed: Any) -> Response:
         alert = self.get_object()
@@ -142,14 +148,17 @@ class AlertmanagerWebhookView(APIView):
     parser_classes = [RawJSONParser]
     permission_classes = [permissions.IsAuthenticated, CanOperatePermission]
 
-    @extend_schema(summary="Receive an Alertmanager webhook", request={"application/json": dict},
-                   responses=serializers.WebhookResultSerializer)
+    @extend_schema(
+        summary="Receive an Alertmanager webhook",
+        request={"application/json": dict},
+        responses=serializers.WebhookResultSerializer,
+    )
     def post(self, request: Request) -> Response:
         try:
             hook = alertmanager.decode(request.data or b"")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            return Response(error_body(f"Malformed Alertmanager webhook: {exc}", "parse_error"),
-                            status=status.HTTP_400_BAD_REQUEST)
+            return Response(
+                error_body(f"Malformed Alertmanager webhook: {exc}", "parse_error"), status=status.HTTP_400_BAD_REQUEST
+            )
         outcome = alertmanager.receive(hook, actor=Actor(user=request.user))
-        return Response({"accepted": outcome.accepted, "resolved": outcome.resolved,
-                         "unmatched": outcome.unmatched})
+        return Response({"accepted": outcome.accepted, "resolved": outcome.resolved, "unmatched": outcome.unmatched})

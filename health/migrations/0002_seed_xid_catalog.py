@@ -1,4 +1,5 @@
 """Seed the XID catalog from health/data/xid_catalog.csv (rows an operator edited are kept)."""
+
 from django.db import migrations
 
 
@@ -7,9 +8,7 @@ def seed(apps, schema_editor):
 
     XidDefinition = apps.get_model("health", "XidDefinition")
     existing = set(XidDefinition.objects.values_list("xid", flat=True))
-    XidDefinition.objects.bulk_create(
-        [XidDefinition(**row) for row in read_catalog() if row["xid"] not in existing]
-    )
+    XidDefinition.objects.bulk_create([XidDefinition(**row) for row in read_catalog() if row["xid"] not in existing])
 
 
 class Migration(migrations.Migration):

@@ -3,6 +3,7 @@
 Existing rows are left alone, so operators' edits survive; a rule added to the code later
 runs on its code defaults until a migration like this one creates its row.
 """
+
 from django.db import migrations
 
 

@@ -5,16 +5,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('health', '0003_seed_health_rules'),
-        ('nodes', '0002_daily_state_count'),
+        ("health", "0003_seed_health_rules"),
+        ("nodes", "0002_daily_state_count"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='alert',
-            index=models.Index(fields=['-severity_rank', '-last_seen', '-id'], name='alert_rank'),
+            model_name="alert",
+            index=models.Index(fields=["-severity_rank", "-last_seen", "-id"], name="alert_rank"),
         ),
     ]

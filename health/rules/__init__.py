@@ -2,6 +2,7 @@
 
 Importing this package registers every rule; ``REGISTRY`` order is evaluation order.
 """
+
 from . import gpu, host, ib, xid  # noqa: F401  (registration side effects)
 from .base import REGISTRY, RuleConfig, RuleSpec
 

@@ -6,6 +6,7 @@ report, or ``{}``); node rules get ``(config, context)``. Both yield ``Condition
 ``fire`` (the condition holds), ``clear`` (data present and the condition absent beyond
 the clear threshold) or ``hold`` (inside the hysteresis band, or no way to tell).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -44,10 +45,15 @@ class RuleSpec:
     def defaults(self) -> dict[str, Any]:
         """The ``HealthRule`` field values of this rule's default row."""
         return {
-            "key": self.key, "severity": str(self.severity), "recommended_action": str(self.recommended_action),
-            "threshold": self.threshold, "clear_threshold": self.clear_threshold,
-            "window_seconds": self.window_seconds, "count": self.count,
-            "clear_after_seconds": self.clear_after_seconds, "params": dict(self.params),
+            "key": self.key,
+            "severity": str(self.severity),
+            "recommended_action": str(self.recommended_action),
+            "threshold": self.threshold,
+            "clear_threshold": self.clear_threshold,
+            "window_seconds": self.window_seconds,
+            "count": self.count,
+            "clear_after_seconds": self.clear_after_seconds,
+            "params": dict(self.params),
             "description": self.description,
         }
 

@@ -2,6 +2,7 @@
 
 Defaults come from domain-facts.md §2-3 (DCGM health watch limits, nvidia-smi limits).
 """
+
 from __future__ import annotations
 
 import math
@@ -10,28 +11,50 @@ from typing import Any
 
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import CONFIRM_HEAT, Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, gpu_rule, hold, node_rule
+from .base import (
+    CONFIRM_HEAT,
+    Condition,
+    RuleConfig,
+    clear,
+    counter_delta,
+    elapsed_seconds,
+    fire,
+    gpu_rule,
+    hold,
+    node_rule,
+)
 
 Gpu = Any  # telemetry.schema.GpuReading
 Prev = dict[str, Any]
 
 
-def _above(cfg: RuleConfig, value: float | None, limit: float | None, gpu: int, what: str,
-           clear_margin: float) -> Iterator[Condition]:
+def _above(
+    cfg: RuleConfig, value: float | None, limit: float | None, gpu: int, what: str, clear_margin: float
+) -> Iterator[Condition]:
     """Fire above ``limit``, clear at or below ``limit - clear_margin``, hold in between."""
     if value is None or limit is None:
         yield hold(gpu=gpu)
     elif value > limit:
-        yield fire(f"{what} {value:g} °C above {limit:g} °C", gpu=gpu,
-                   evidence={"temperature_c": value, "limit_c": limit, "clears_at_c": limit - clear_margin})
+        yield fire(
+            f"{what} {value:g} °C above {limit:g} °C",
+            gpu=gpu,
+            evidence={"temperature_c": value, "limit_c": limit, "clears_at_c": limit - clear_margin},
+        )
     elif value <= limit - clear_margin:
         yield clear(gpu=gpu)
     else:
         yield hold(gpu=gpu)
 
 
-@gpu_rule("gpu_temperature", severity=S.DEGRADED, recommended_action=A.INSPECT, threshold=87, clear_threshold=5,
-          clear_after_seconds=300, params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT})
+@gpu_rule(
+    "gpu_temperature",
+    severity=S.DEGRADED,
+    recommended_action=A.INSPECT,
+    threshold=87,
+    clear_threshold=5,
+    clear_after_seconds=300,
+    params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT},
+)
 def gpu_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """GPU core above its own Max Operating temperature when reported, else above ``threshold`` °C.
     ``clear_threshold`` is the hysteresis margin in °C below the limit."""
@@ -39,8 +62,15 @@ def gpu_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator
     yield from _above(cfg, gpu.temperature_c, limit, gpu.index, "GPU temperature", cfg.clear_threshold or 0)
 
 
-@gpu_rule("hbm_temperature", severity=S.DEGRADED, recommended_action=A.INSPECT, threshold=95, clear_threshold=5,
-          clear_after_seconds=300, params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT})
+@gpu_rule(
+    "hbm_temperature",
+    severity=S.DEGRADED,
+    recommended_action=A.INSPECT,
+    threshold=95,
+    clear_threshold=5,
+    clear_after_seconds=300,
+    params={"use_gpu_limit": True, "confirm_seconds": CONFIRM_HEAT},
+)
 def hbm_temperature(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """HBM above its Memory Max Operating temperature when reported, else above ``threshold`` °C."""
     own = gpu.hbm_max_operating_temp_c
@@ -58,9 +88,11 @@ def ecc_uncorrectable(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterat
         yield hold(gpu=gpu.index)
     elif (volatile or 0) > (cfg.threshold or 0) or (rise or 0) > 0:
         count = volatile or 0
-        yield fire(f"{count} uncorrectable ECC error{'' if count == 1 else 's'} since driver load", gpu=gpu.index,
-                   evidence={"ecc_volatile_uncorrected": volatile, "aggregate_increase": rise,
-                             "threshold": cfg.threshold})
+        yield fire(
+            f"{count} uncorrectable ECC error{'' if count == 1 else 's'} since driver load",
+            gpu=gpu.index,
+            evidence={"ecc_volatile_uncorrected": volatile, "aggregate_increase": rise, "threshold": cfg.threshold},
+        )
     else:
         yield clear(gpu=gpu.index)
 
@@ -77,15 +109,23 @@ def _flag(gpu: Gpu, value: bool | None, summary: str, evidence: dict[str, Any]) 
 @gpu_rule("row_remap_pending", severity=S.DEGRADED, recommended_action=A.RESET_GPU)
 def row_remap_pending(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """A row remap waits for the next GPU reset (NVIDIA: reset at a convenient time, no RMA)."""
-    yield from _flag(gpu, gpu.remapped_rows_pending, "Row remap pending: reset the GPU to activate it",
-                     {"remapped_rows_pending": gpu.remapped_rows_pending})
+    yield from _flag(
+        gpu,
+        gpu.remapped_rows_pending,
+        "Row remap pending: reset the GPU to activate it",
+        {"remapped_rows_pending": gpu.remapped_rows_pending},
+    )
 
 
 @gpu_rule("row_remap_failure", severity=S.DEGRADED, recommended_action=A.RMA)
 def row_remap_failure(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """The row-remap failure flag (NVIDIA RMA policy: a bank out of spares, or a remapped row failing again)."""
-    yield from _flag(gpu, gpu.remapped_rows_failure, "Row remapping failed: RMA candidate",
-                     {"remapped_rows_failure": gpu.remapped_rows_failure})
+    yield from _flag(
+        gpu,
+        gpu.remapped_rows_failure,
+        "Row remapping failed: RMA candidate",
+        {"remapped_rows_failure": gpu.remapped_rows_failure},
+    )
 
 
 @gpu_rule("row_remap_uncorrectable_limit", severity=S.DEGRADED, recommended_action=A.RMA, threshold=512)
@@ -95,14 +135,22 @@ def row_remap_uncorrectable_limit(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Pre
     if rows is None:
         yield hold(gpu=gpu.index)
     elif rows >= (cfg.threshold or 512):
-        yield fire(f"{rows} uncorrectable remapped rows (limit {cfg.threshold:g})", gpu=gpu.index,
-                   evidence={"remapped_rows_uncorrectable": rows, "threshold": cfg.threshold})
+        yield fire(
+            f"{rows} uncorrectable remapped rows (limit {cfg.threshold:g})",
+            gpu=gpu.index,
+            evidence={"remapped_rows_uncorrectable": rows, "threshold": cfg.threshold},
+        )
     else:
         yield clear(gpu=gpu.index)
 
 
-@gpu_rule("retired_pages", severity=S.DEGRADED, recommended_action=A.RMA, threshold=63,
-          params={"pending_severity": S.WARNING, "pending_action": A.REBOOT})
+@gpu_rule(
+    "retired_pages",
+    severity=S.DEGRADED,
+    recommended_action=A.RMA,
+    threshold=63,
+    params={"pending_severity": S.WARNING, "pending_action": A.REBOOT},
+)
 def retired_pages(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """Retired pages (SBE + DBE) at or above ``threshold`` (DCGM: 63) -> RMA; a pending
     retirement -> warning, a reboot activates it (subject "pending")."""
@@ -112,18 +160,26 @@ def retired_pages(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[C
     else:
         total = (sbe or 0) + (dbe or 0)
         if total >= (cfg.threshold or 63):
-            yield fire(f"{total} retired pages (limit {cfg.threshold:g})", gpu=gpu.index, subject="total",
-                       evidence={"retired_pages_sbe": sbe, "retired_pages_dbe": dbe, "threshold": cfg.threshold})
+            yield fire(
+                f"{total} retired pages (limit {cfg.threshold:g})",
+                gpu=gpu.index,
+                subject="total",
+                evidence={"retired_pages_sbe": sbe, "retired_pages_dbe": dbe, "threshold": cfg.threshold},
+            )
         else:
             yield clear(gpu=gpu.index, subject="total")
     pending = gpu.retired_pages_pending
     if pending is None:
         yield hold(gpu=gpu.index, subject="pending")
     elif pending:
-        yield fire("Page retirement pending: a reboot activates it", gpu=gpu.index, subject="pending",
-                   severity=cfg.param("pending_severity", S.WARNING),
-                   recommended_action=cfg.param("pending_action", A.REBOOT),
-                   evidence={"retired_pages_pending": True})
+        yield fire(
+            "Page retirement pending: a reboot activates it",
+            gpu=gpu.index,
+            subject="pending",
+            severity=cfg.param("pending_severity", S.WARNING),
+            recommended_action=cfg.param("pending_action", A.REBOOT),
+            evidence={"retired_pages_pending": True},
+        )
     else:
         yield clear(gpu=gpu.index, subject="pending")
 
@@ -135,8 +191,11 @@ def nvlink_down(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Con
     if up is None or not total:
         yield hold(gpu=gpu.index)
     elif up < total:
-        yield fire(f"{total - up} of {total} NVLinks down", gpu=gpu.index,
-                   evidence={"nvlink_links_up": up, "nvlink_links_total": total})
+        yield fire(
+            f"{total - up} of {total} NVLinks down",
+            gpu=gpu.index,
+            evidence={"nvlink_links_up": up, "nvlink_links_total": total},
+        )
     else:
         yield clear(gpu=gpu.index)
 
@@ -147,8 +206,9 @@ def _rate(ctx: Any, gpu: Gpu, prev: Prev, field: str) -> tuple[int | None, float
     return delta, seconds
 
 
-@gpu_rule("nvlink_crc_rate", severity=S.DEGRADED, recommended_action=A.RESET_GPU, threshold=100,
-          clear_after_seconds=300)
+@gpu_rule(
+    "nvlink_crc_rate", severity=S.DEGRADED, recommended_action=A.RESET_GPU, threshold=100, clear_after_seconds=300
+)
 def nvlink_crc_rate(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """NVLink CRC errors at or above ``threshold`` per second between reports (DCGM: 100/s)."""
     delta, seconds = _rate(ctx, gpu, prev, "nvlink_crc_errors")
@@ -157,15 +217,18 @@ def nvlink_crc_rate(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator
         return
     rate = delta / seconds
     if rate >= (cfg.threshold or 100):
-        yield fire(f"NVLink CRC errors at {rate:.1f}/s (limit {cfg.threshold:g}/s)", gpu=gpu.index,
-                   evidence={"crc_increase": delta, "seconds": seconds, "rate_per_s": rate,
-                             "threshold_per_s": cfg.threshold})
+        yield fire(
+            f"NVLink CRC errors at {rate:.1f}/s (limit {cfg.threshold:g}/s)",
+            gpu=gpu.index,
+            evidence={"crc_increase": delta, "seconds": seconds, "rate_per_s": rate, "threshold_per_s": cfg.threshold},
+        )
     else:
         yield clear(gpu=gpu.index)
 
 
-@gpu_rule("nvlink_replay_recovery", severity=S.WARNING, recommended_action=A.INSPECT, threshold=0,
-          clear_after_seconds=900)
+@gpu_rule(
+    "nvlink_replay_recovery", severity=S.WARNING, recommended_action=A.INSPECT, threshold=0, clear_after_seconds=900
+)
 def nvlink_replay_recovery(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """Any increase of NVLink replay or recovery errors (DCGM: any increment is an error)."""
     replay = counter_delta(gpu.nvlink_replay_errors, prev.get("nvlink_replay_errors"))
@@ -173,14 +236,22 @@ def nvlink_replay_recovery(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> I
     if replay is None and recovery is None:
         yield hold(gpu=gpu.index)
     elif (replay or 0) + (recovery or 0) > (cfg.threshold or 0):
-        yield fire(f"NVLink errors rising: {replay or 0} replay, {recovery or 0} recovery", gpu=gpu.index,
-                   evidence={"replay_increase": replay, "recovery_increase": recovery})
+        yield fire(
+            f"NVLink errors rising: {replay or 0} replay, {recovery or 0} recovery",
+            gpu=gpu.index,
+            evidence={"replay_increase": replay, "recovery_increase": recovery},
+        )
     else:
         yield clear(gpu=gpu.index)
 
 
-@gpu_rule("pcie_degraded", severity=S.DEGRADED, recommended_action=A.INSPECT, clear_after_seconds=120,
-          params={"gen_severity": S.WARNING})
+@gpu_rule(
+    "pcie_degraded",
+    severity=S.DEGRADED,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=120,
+    params={"gen_severity": S.WARNING},
+)
 def pcie_degraded(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """PCIe link narrower than its maximum (subject "width"); a lower generation only counts while
     the GPU is busy, because idle GPUs downshift PCIe to save power (subject "gen", warning)."""
@@ -188,18 +259,25 @@ def pcie_degraded(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[C
     if width is None or not max_width:
         yield hold(gpu=gpu.index, subject="width")
     elif width < max_width:
-        yield fire(f"PCIe link x{width}, expected x{max_width}", gpu=gpu.index, subject="width",
-                   evidence={"pcie_link_width": width, "pcie_max_link_width": max_width})
+        yield fire(
+            f"PCIe link x{width}, expected x{max_width}",
+            gpu=gpu.index,
+            subject="width",
+            evidence={"pcie_link_width": width, "pcie_max_link_width": max_width},
+        )
     else:
         yield clear(gpu=gpu.index, subject="width")
     gen, max_gen, busy = gpu.pcie_link_gen, gpu.pcie_max_link_gen, (gpu.utilization_pct or 0) > 0
     if gen is None or not max_gen or (gen < max_gen and not busy):
         yield hold(gpu=gpu.index, subject="gen")
     elif gen < max_gen:
-        yield fire(f"PCIe Gen{gen} under load, expected Gen{max_gen}", gpu=gpu.index, subject="gen",
-                   severity=cfg.param("gen_severity", S.WARNING),
-                   evidence={"pcie_link_gen": gen, "pcie_max_link_gen": max_gen,
-                             "utilization_pct": gpu.utilization_pct})
+        yield fire(
+            f"PCIe Gen{gen} under load, expected Gen{max_gen}",
+            gpu=gpu.index,
+            subject="gen",
+            severity=cfg.param("gen_severity", S.WARNING),
+            evidence={"pcie_link_gen": gen, "pcie_max_link_gen": max_gen, "utilization_pct": gpu.utilization_pct},
+        )
     else:
         yield clear(gpu=gpu.index, subject="gen")
 
@@ -214,8 +292,13 @@ def pcie_replay_budget(gen: int, width: int, per_lane: dict[str, float] | None =
     return math.ceil(table.get(str(gen), table["5"]) * width)
 
 
-@gpu_rule("pcie_replay_rate", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=600,
-          params={"replays_per_lane_per_min": PCIE_REPLAYS_PER_LANE_MIN})
+@gpu_rule(
+    "pcie_replay_rate",
+    severity=S.WARNING,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=600,
+    params={"replays_per_lane_per_min": PCIE_REPLAYS_PER_LANE_MIN},
+)
 def pcie_replay_rate(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """PCIe replays per minute above the link's budget (DCGM formula; Gen5 x16: 31/min).
     ``threshold``, when set, replaces the computed budget."""
@@ -228,9 +311,11 @@ def pcie_replay_rate(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterato
     budget = cfg.threshold or pcie_replay_budget(gen, width, cfg.param("replays_per_lane_per_min"))
     per_min = delta * 60 / seconds
     if per_min > budget:
-        yield fire(f"PCIe replays at {per_min:.0f}/min (budget {budget:g}/min for Gen{gen} x{width})",
-                   gpu=gpu.index, evidence={"replay_increase": delta, "seconds": seconds,
-                                            "per_minute": per_min, "budget_per_minute": budget})
+        yield fire(
+            f"PCIe replays at {per_min:.0f}/min (budget {budget:g}/min for Gen{gen} x{width})",
+            gpu=gpu.index,
+            evidence={"replay_increase": delta, "seconds": seconds, "per_minute": per_min, "budget_per_minute": budget},
+        )
     else:
         yield clear(gpu=gpu.index)
 
@@ -238,8 +323,13 @@ def pcie_replay_rate(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterato
 CLOCK_REASONS = {0x8: "HW_SLOWDOWN", 0x40: "HW_THERMAL", 0x80: "HW_POWER_BRAKE"}
 
 
-@gpu_rule("clock_slowdown", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=300,
-          params={"mask": 0x8 | 0x40 | 0x80})
+@gpu_rule(
+    "clock_slowdown",
+    severity=S.WARNING,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=300,
+    params={"mask": 0x8 | 0x40 | 0x80},
+)
 def clock_slowdown(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[Condition]:
     """Hardware clock slowdown active: HW_SLOWDOWN 0x8, HW_THERMAL 0x40, HW_POWER_BRAKE 0x80."""
     reasons = gpu.clock_event_reasons
@@ -249,8 +339,11 @@ def clock_slowdown(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator[
     active = reasons & int(cfg.param("mask", 0xC8))
     if active:
         names = [n for bit, n in CLOCK_REASONS.items() if active & bit] or [hex(active)]
-        yield fire(f"Clocks slowed by hardware: {', '.join(names)}", gpu=gpu.index,
-                   evidence={"clock_event_reasons": hex(reasons), "active": names})
+        yield fire(
+            f"Clocks slowed by hardware: {', '.join(names)}",
+            gpu=gpu.index,
+            evidence={"clock_event_reasons": hex(reasons), "active": names},
+        )
     else:
         yield clear(gpu=gpu.index)
 
@@ -276,8 +369,13 @@ def recovery_action(cfg: RuleConfig, ctx: Any, gpu: Gpu, prev: Prev) -> Iterator
         yield hold(gpu=gpu.index)
     elif value in RECOVERY_ACTIONS:
         severity, action, label = RECOVERY_ACTIONS[value]
-        yield fire(f"Driver recovery action: {label}", gpu=gpu.index, severity=severity,
-                   recommended_action=action, evidence={"recovery_action": value})
+        yield fire(
+            f"Driver recovery action: {label}",
+            gpu=gpu.index,
+            severity=severity,
+            recommended_action=action,
+            evidence={"recovery_action": value},
+        )
     else:
         yield clear(gpu=gpu.index)
 
@@ -293,8 +391,10 @@ def gpu_missing(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     expected = ctx.expected_gpu_count or 0
     vanished = sorted(set(ctx.previous_gpus) - seen)
     if len(seen) < expected or vanished:
-        yield fire(f"{len(seen)} GPUs visible, expected {max(expected, len(seen) + len(vanished))}",
-                   evidence={"visible": sorted(seen), "expected_count": expected, "vanished": vanished})
+        yield fire(
+            f"{len(seen)} GPUs visible, expected {max(expected, len(seen) + len(vanished))}",
+            evidence={"visible": sorted(seen), "expected_count": expected, "vanished": vanished},
+        )
     else:
         yield clear()
 

@@ -1,4 +1,5 @@
 """InfiniBand rules: port state, rate, error counters, link flaps (domain-facts.md §3.6)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -14,8 +15,13 @@ def port_subject(port: Any) -> str:
     return f"{port.device}/{port.port}"
 
 
-@node_rule("ib_port_down", severity=S.DEGRADED, recommended_action=A.INSPECT, clear_after_seconds=300,
-           params={"confirm_seconds": CONFIRM_LINK})
+@node_rule(
+    "ib_port_down",
+    severity=S.DEGRADED,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=300,
+    params={"confirm_seconds": CONFIRM_LINK},
+)
 def ib_port_down(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """A port not ACTIVE or not LinkUp ("Polling" means the cable or switch is gone). The clear
     delay keeps a flapping port to one alert."""
@@ -24,8 +30,11 @@ def ib_port_down(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         if not port.state and not port.phys_state:
             yield hold(subject=subject)
         elif port.state.upper() != "ACTIVE" or port.phys_state.lower() != "linkup":
-            yield fire(f"IB port {subject} is {port.state or '?'} / {port.phys_state or '?'}", subject=subject,
-                       evidence={"state": port.state, "phys_state": port.phys_state})
+            yield fire(
+                f"IB port {subject} is {port.state or '?'} / {port.phys_state or '?'}",
+                subject=subject,
+                evidence={"state": port.state, "phys_state": port.phys_state},
+            )
         else:
             yield clear(subject=subject)
 
@@ -39,8 +48,11 @@ def ib_rate_degraded(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         if not expected or port.rate_gbps is None or port.state.upper() != "ACTIVE":
             yield hold(subject=subject)
         elif port.rate_gbps < expected:
-            yield fire(f"IB port {subject} at {port.rate_gbps:g} Gb/s, expected {expected:g}", subject=subject,
-                       evidence={"rate_gbps": port.rate_gbps, "expected_gbps": expected})
+            yield fire(
+                f"IB port {subject} at {port.rate_gbps:g} Gb/s, expected {expected:g}",
+                subject=subject,
+                evidence={"rate_gbps": port.rate_gbps, "expected_gbps": expected},
+            )
         else:
             yield clear(subject=subject)
 
@@ -55,8 +67,9 @@ IB_ERROR_LIMITS = {
 }
 
 
-def _breaches(limits: dict[str, list[float]], counters: dict[str, int], previous: dict[str, int],
-              seconds: float) -> tuple[dict[str, Any], bool]:
+def _breaches(
+    limits: dict[str, list[float]], counters: dict[str, int], previous: dict[str, int], seconds: float
+) -> tuple[dict[str, Any], bool]:
     """Counters over their limit, and whether every counter could be judged."""
     breaches, known = {}, True
     for name, (limit, per) in limits.items():
@@ -66,13 +79,17 @@ def _breaches(limits: dict[str, list[float]], counters: dict[str, int], previous
             continue
         value = delta / seconds * per if per else delta
         if value > limit:
-            breaches[name] = {"increase": delta, "value": round(value, 3), "limit": limit,
-                              "per_seconds": per or None}
+            breaches[name] = {"increase": delta, "value": round(value, 3), "limit": limit, "per_seconds": per or None}
     return breaches, known
 
 
-@node_rule("ib_errors_rising", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=900,
-           params={"limits": IB_ERROR_LIMITS})
+@node_rule(
+    "ib_errors_rising",
+    severity=S.WARNING,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=900,
+    params={"limits": IB_ERROR_LIMITS},
+)
 def ib_errors_rising(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """Port error counters rising faster than their limits (NVSentinel defaults: symbol errors and
     receive errors > 10/s, link error recovery > 5/min, buffer overrun or link integrity any)."""
@@ -83,17 +100,27 @@ def ib_errors_rising(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         if seconds is None or previous is None:
             yield hold(subject=subject)
             continue
-        breaches, known = _breaches(cfg.param("limits", IB_ERROR_LIMITS), port.counters,
-                                    previous.get("counters") or {}, seconds)
+        breaches, known = _breaches(
+            cfg.param("limits", IB_ERROR_LIMITS), port.counters, previous.get("counters") or {}, seconds
+        )
         if breaches:
-            yield fire(f"IB port {subject} errors rising: {', '.join(sorted(breaches))}", subject=subject,
-                       evidence={"counters": breaches, "seconds": seconds})
+            yield fire(
+                f"IB port {subject} errors rising: {', '.join(sorted(breaches))}",
+                subject=subject,
+                evidence={"counters": breaches, "seconds": seconds},
+            )
         else:
             yield clear(subject=subject) if known else hold(subject=subject)
 
 
-@node_rule("ib_link_flaps", severity=S.DEGRADED, recommended_action=A.INSPECT, count=3, window_seconds=12 * 3600,
-           clear_after_seconds=12 * 3600)
+@node_rule(
+    "ib_link_flaps",
+    severity=S.DEGRADED,
+    recommended_action=A.INSPECT,
+    count=3,
+    window_seconds=12 * 3600,
+    clear_after_seconds=12 * 3600,
+)
 def ib_link_flaps(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """``count`` link-down events (link_downed increments) within ``window_seconds`` on one port
     (gpud: 3 in 12 h). Clears only after a full window without a flap (``clear_after_seconds``)."""
@@ -102,8 +129,7 @@ def ib_link_flaps(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     for port in ctx.report.ib_ports:
         subject = port_subject(port)
         previous = ctx.previous_ib_ports.get((port.device, port.port))
-        delta = counter_delta(port.counters.get("link_downed"),
-                              (previous or {}).get("counters", {}).get("link_downed"))
+        delta = counter_delta(port.counters.get("link_downed"), (previous or {}).get("counters", {}).get("link_downed"))
         if delta is None:
             yield hold(subject=subject)
         elif delta == 0:
@@ -111,8 +137,15 @@ def ib_link_flaps(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         else:
             flaps = record_events(ctx.node_id, "ib_link_flaps", subject, [now] * min(delta, needed), window)
             if flaps >= needed:
-                yield fire(f"IB port {subject} flapped {flaps} times within {window // 3600} h", subject=subject,
-                           evidence={"flaps_in_window": flaps, "count": needed, "window_seconds": window,
-                                     "link_downed": port.counters.get("link_downed")})
+                yield fire(
+                    f"IB port {subject} flapped {flaps} times within {window // 3600} h",
+                    subject=subject,
+                    evidence={
+                        "flaps_in_window": flaps,
+                        "count": needed,
+                        "window_seconds": window,
+                        "link_downed": port.counters.get("link_downed"),
+                    },
+                )
             else:
                 yield hold(subject=subject)

@@ -1,4 +1,5 @@
 """Event windows for windowed rules ("N events within T"): written only when an event happens."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta

@@ -3,6 +3,7 @@
 XID alerts are never cleared by a report (an XID is an event, not a state); the periodic
 task resolves them after ``clear_after_seconds`` of quiet.
 """
+
 from __future__ import annotations
 
 import re
@@ -72,35 +73,63 @@ def recovery_verdict(event: Any) -> tuple[str, str, int | None]:
     return S.WARNING, A.INSPECT, value
 
 
-@node_rule("xid", severity=S.WARNING, recommended_action=A.INSPECT, clear_after_seconds=6 * 3600,
-           params={"sxid_severity": S.WARNING, "sxid_action": A.INSPECT})
+@node_rule(
+    "xid",
+    severity=S.WARNING,
+    recommended_action=A.INSPECT,
+    clear_after_seconds=6 * 3600,
+    params={"sxid_severity": S.WARNING, "sxid_action": A.INSPECT},
+)
 def xid_events(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """Every XID line from the kernel log: severity and action from the XID catalog, on the GPU
     whose PCI address the line names. NVSwitch SXids carry no catalog entry (params decide)."""
     mapping = gpu_index_by_pci(ctx) if ctx.report.xid_events else {}
     for event in ctx.report.xid_events:
         gpu = resolve_gpu(ctx, event.pci_bus_id, mapping)
-        evidence = {"xid": event.xid, "kind": event.kind, "pci_bus_id": event.pci_bus_id, "pid": event.pid,
-                    "process": event.process, "raw": event.raw}
+        evidence = {
+            "xid": event.xid,
+            "kind": event.kind,
+            "pci_bus_id": event.pci_bus_id,
+            "pid": event.pid,
+            "process": event.process,
+            "raw": event.raw,
+        }
         if event.kind == "sxid":
-            yield fire(f"SXid {event.xid} (NVSwitch): {event.message or event.raw}"[:500], subject=f"sxid:{event.xid}",
-                       severity=cfg.param("sxid_severity", S.WARNING),
-                       recommended_action=cfg.param("sxid_action", A.INSPECT),
-                       evidence=evidence, observed_at=event.observed_at)
+            yield fire(
+                f"SXid {event.xid} (NVSwitch): {event.message or event.raw}"[:500],
+                subject=f"sxid:{event.xid}",
+                severity=cfg.param("sxid_severity", S.WARNING),
+                recommended_action=cfg.param("sxid_action", A.INSPECT),
+                evidence=evidence,
+                observed_at=event.observed_at,
+            )
             continue
         info = catalog.lookup(event.xid)
         evidence.update({"name": info.name, "meaning": info.meaning, "in_catalog": info.known})
         severity, action = info.severity, info.recommended_action
         if event.xid == XID_RECOVERY_ACTION_CHANGED:
             severity, action, evidence["recovery_action"] = recovery_verdict(event)
-        yield fire(f"XID {event.xid} {info.name}: {event.message or info.meaning}"[:500], gpu=gpu,
-                   subject=f"xid:{event.xid}", severity=severity, recommended_action=action,
-                   xid=event.xid, evidence=evidence, observed_at=event.observed_at)
+        yield fire(
+            f"XID {event.xid} {info.name}: {event.message or info.meaning}"[:500],
+            gpu=gpu,
+            subject=f"xid:{event.xid}",
+            severity=severity,
+            recommended_action=action,
+            xid=event.xid,
+            evidence=evidence,
+            observed_at=event.observed_at,
+        )
 
 
-@node_rule("xid_repeated", severity=S.DEGRADED, recommended_action=A.RMA, count=5, window_seconds=24 * 3600,
-           clear_after_seconds=7 * 24 * 3600,
-           params={"xids": {"79": {"count": 2, "window_seconds": 7 * 24 * 3600}}})
+@node_rule(
+    "xid_repeated",
+    severity=S.DEGRADED,
+    recommended_action=A.RMA,
+    count=5,
+    window_seconds=24 * 3600,
+    clear_after_seconds=7 * 24 * 3600,
+    params={"xids": {"79": {"count": 2, "window_seconds": 7 * 24 * 3600}}},
+)
 def xid_repeated(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
     """A catastrophic XID ``count`` times within ``window_seconds`` on one GPU (default 5 in 24 h),
     or an XID listed in ``params.xids`` as often as listed there (XID 79 twice in 7 days): the
@@ -123,6 +152,10 @@ def xid_repeated(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         seen = record_events(ctx.node_id, "xid_repeated", f"{gpu}|{subject}", times, window)
         if seen >= needed:
             what = "catastrophic XIDs" if subject == "catastrophic" else f"XID {subject[4:]}"
-            yield fire(f"{seen} {what} within {window // 3600} h on this GPU", gpu=gpu, subject=subject,
-                       evidence={"events_in_window": seen, "count": needed, "window_seconds": window},
-                       observed_at=max(times))
+            yield fire(
+                f"{seen} {what} within {window // 3600} h on this GPU",
+                gpu=gpu,
+                subject=subject,
+                evidence={"events_in_window": seen, "count": needed, "window_seconds": window},
+                observed_at=max(times),
+            )

@@ -1,4 +1,5 @@
 """Severity badges: colours from health.choices, the one place they live."""
+
 from __future__ import annotations
 
 from django import template

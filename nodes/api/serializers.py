@@ -3,6 +3,7 @@
 State is read-only everywhere: it changes only through a transition POST,
 which goes through ``nodes.services``.
 """
+
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema_field
@@ -45,9 +46,28 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["id", "url", "hostname", "serial", "bmc_address", "site", "cluster", "rack", "rack_unit",
-                  "tenant", "hardware_profile", "persona", "state", "state_label", "phase", "state_changed_at",
-                  "is_revalidation", "gpus", "last_updated", "created"]
+        fields = [
+            "id",
+            "url",
+            "hostname",
+            "serial",
+            "bmc_address",
+            "site",
+            "cluster",
+            "rack",
+            "rack_unit",
+            "tenant",
+            "hardware_profile",
+            "persona",
+            "state",
+            "state_label",
+            "phase",
+            "state_changed_at",
+            "is_revalidation",
+            "gpus",
+            "last_updated",
+            "created",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(serializers.ChoiceField(choices=Phase.choices))
@@ -60,8 +80,19 @@ class NodeEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodeEvent
-        fields = ["id", "created", "kind", "transition", "source_state", "target_state", "reason", "actor_name",
-                  "actor_kind", "correlation_id", "details"]
+        fields = [
+            "id",
+            "created",
+            "kind",
+            "transition",
+            "source_state",
+            "target_state",
+            "reason",
+            "actor_name",
+            "actor_kind",
+            "correlation_id",
+            "details",
+        ]
         read_only_fields = fields
 
 

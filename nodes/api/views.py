@@ -3,6 +3,7 @@
 Every queryset starts from ``nodes.scoping``, so another tenant's node answers
 404; every change of state goes through ``nodes.services``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,9 +45,11 @@ class CanOperateNode(permissions.BasePermission):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List nodes",
-                       description="Same filters as the node list page: search by hostname, serial, GPU UUID or "
-                                   "BMC address, filter by state, place and owner, sort with ``ordering``."),
+    list=extend_schema(
+        summary="List nodes",
+        description="Same filters as the node list page: search by hostname, serial, GPU UUID or "
+        "BMC address, filter by state, place and owner, sort with ``ordering``.",
+    ),
     retrieve=extend_schema(summary="One node with its GPUs"),
 )
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -80,8 +83,10 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         page = self.paginate_queryset(events)
         return self.get_paginated_response(serializers.NodeEventSerializer(page, many=True).data)
 
-    @extend_schema(summary="Transitions the requesting user may run on this node now",
-                   responses=serializers.AvailableTransitionSerializer(many=True))
+    @extend_schema(
+        summary="Transitions the requesting user may run on this node now",
+        responses=serializers.AvailableTransitionSerializer(many=True),
+    )
     @action(detail=True, filter_backends=[], pagination_class=None)
     def transitions(self, request: Request, pk: str | None = None) -> Response:
         node = self.get_object()
@@ -92,10 +97,15 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         operation_id="nodes_transitions_run",
         summary="Run a lifecycle transition",
         description="Moves the node to the transition's target state and records the reason in its history. "
-                    f"The optional {REQUEST_ID_HEADER} header is kept as the event's correlation id.",
+        f"The optional {REQUEST_ID_HEADER} header is kept as the event's correlation id.",
         parameters=[
-            OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, enum=sorted(services.VERBS),
-                             description="Transition to run; see GET /api/nodes/{id}/transitions/."),
+            OpenApiParameter(
+                "name",
+                OpenApiTypes.STR,
+                OpenApiParameter.PATH,
+                enum=sorted(services.VERBS),
+                description="Transition to run; see GET /api/nodes/{id}/transitions/.",
+            ),
             OpenApiParameter(REQUEST_ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False),
         ],
         request=serializers.TransitionReasonSerializer,
@@ -105,9 +115,10 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             400: OpenApiResponse(serializers.ReasonErrorSerializer, description="The reason is missing or blank."),
             403: OpenApiResponse(serializers.DetailSerializer, description="The user may not run transitions."),
             404: OpenApiResponse(serializers.DetailSerializer, description="No such node visible to the user."),
-            409: OpenApiResponse(serializers.DetailSerializer,
-                                 description="Unknown transition, not allowed in the node's state, or the node "
-                                             "changed concurrently."),
+            409: OpenApiResponse(
+                serializers.DetailSerializer,
+                description="Unknown transition, not allowed in the node's state, or the node changed concurrently.",
+            ),
         },
     )
     @action(detail=True, methods=["post"], url_path=r"transitions/(?P<name>[^/.]+)", filter_backends=[])
@@ -125,7 +136,8 @@ def _run_transition(node: Node, name: str, request: Request, reason: str) -> Nod
     (nodewarden.api), which answers 409, 403 or 400 for every endpoint alike."""
     correlation_id = request.headers.get(REQUEST_ID_HEADER, "")[:CORRELATION_ID_MAX]
     try:
-        return services.perform(node.pk, name, actor=services.Actor(user=request.user), reason=reason,
-                                correlation_id=correlation_id)
+        return services.perform(
+            node.pk, name, actor=services.Actor(user=request.user), reason=reason, correlation_id=correlation_id
+        )
     except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
         raise exceptions.NotFound() from exc

@@ -13,6 +13,7 @@ only through the real service functions, a handful of nodes a minute. It does
 nothing unless NODEWARDEN_DEMO_CHURN is true and never touches nodes outside
 the demo sites.
 """
+
 from .catalog import (  # noqa: F401
     CAUSES,
     DEMO_PASSWORD,

@@ -15,6 +15,7 @@ Bay servers carry planted defects (old firmware that the update cannot fix, a mi
 GPU, low NCCL bandwidth) so triage shows real reasons. Nothing here changes a state by
 itself: every move is a service call, and the Day 1 stages decide.
 """
+
 from __future__ import annotations
 
 import random
@@ -62,8 +63,18 @@ def bay_servers() -> list[dict[str, Any]]:
         # are a major release behind, which the update cannot fix.
         bios = f"{int(major) - 1}.9.{patch}" if defect == "old_firmware" else f"{major}.{int(minor) - 1}.{patch}"
         serial = f"SNBAY{slot:05d}"
-        servers.append({"name": f"iad1-bay-{slot:02d}", "serial": serial, "uuid": system_uuid(serial),
-                        "bios_version": bios, "memory_gib": 2048, "cpus": 112, "defect": defect, "profile": profile})
+        servers.append(
+            {
+                "name": f"iad1-bay-{slot:02d}",
+                "serial": serial,
+                "uuid": system_uuid(serial),
+                "bios_version": bios,
+                "memory_gib": 2048,
+                "cpus": 112,
+                "defect": defect,
+                "profile": profile,
+            }
+        )
     return servers
 
 
@@ -71,15 +82,24 @@ def demo_bmc_systems() -> list[dict[str, Any]]:
     """What the demo emulator serves: one system per demo node (firmware at its profile's
     baseline, on when the node runs), then the bay."""
     systems = []
-    for hostname, serial, profile, state in demo_nodes().values_list(
-            "hostname", "serial", "hardware_profile__name", "state").order_by("pk"):
+    for hostname, serial, profile, state in (
+        demo_nodes().values_list("hostname", "serial", "hardware_profile__name", "state").order_by("pk")
+    ):
         baseline = PROFILES.get(profile, {}).get("firmware_baseline", {})
-        systems.append({"name": hostname, "uuid": system_uuid(serial), "bios_version": baseline.get("bios", "1.0.0"),
-                        "memory_gib": 2048, "cpus": 112,
-                        "power_state": "Off" if state in (S.ENROLLED, S.DECOMMISSIONED, S.RMA) else "On"})
+        systems.append(
+            {
+                "name": hostname,
+                "uuid": system_uuid(serial),
+                "bios_version": baseline.get("bios", "1.0.0"),
+                "memory_gib": 2048,
+                "cpus": 112,
+                "power_state": "Off" if state in (S.ENROLLED, S.DECOMMISSIONED, S.RMA) else "On",
+            }
+        )
     for server in bay_servers():
-        systems.append({k: server[k] for k in ("name", "uuid", "bios_version", "memory_gib", "cpus")}
-                       | {"power_state": "Off"})
+        systems.append(
+            {k: server[k] for k in ("name", "uuid", "bios_version", "memory_gib", "cpus")} | {"power_state": "Off"}
+        )
     return systems
 
 
@@ -90,8 +110,10 @@ def attach_demo_bmcs(url: str, username: str, password: str) -> int:
 
     BmcEndpoint.objects.filter(node__in=demo_nodes()).update(address=url, username=username, password=password)
     missing = demo_nodes().filter(bmc__isnull=True).values_list("pk", "serial")
-    endpoints = [BmcEndpoint(node_id=pk, address=url, username=username, password=password,
-                             system_id=system_uuid(serial)) for pk, serial in missing]
+    endpoints = [
+        BmcEndpoint(node_id=pk, address=url, username=username, password=password, system_id=system_uuid(serial))
+        for pk, serial in missing
+    ]
     BmcEndpoint.objects.bulk_create(endpoints, batch_size=500)
     return len(endpoints)
 
@@ -110,9 +132,17 @@ def configure_demo_day1() -> None:
         baseline["bmc"] = "1.00"  # every sushy-tools BMC reports firmware 1.00
         profile.firmware_baseline = baseline
         profile.save(update_fields=["firmware_baseline"])
-        Day1Spec.objects.update_or_create(hardware_profile=profile, defaults={
-            "burn_in_seconds": 60, "min_tflops_per_gpu": 600.0, "min_busbw_gbps": 300.0, "dcgm_level": 2,
-            "soak_seconds": 300, "stage_timeout_seconds": 1800})
+        Day1Spec.objects.update_or_create(
+            hardware_profile=profile,
+            defaults={
+                "burn_in_seconds": 60,
+                "min_tflops_per_gpu": 600.0,
+                "min_busbw_gbps": 300.0,
+                "dcgm_level": 2,
+                "soak_seconds": 300,
+                "stage_timeout_seconds": 1800,
+            },
+        )
 
 
 def defect_of(hostname: str) -> str:
@@ -139,9 +169,16 @@ def _enroll_next(rng: random.Random) -> list[str]:
         return []
     cluster = next(c for c in CLUSTERS if c.name == BAY_CLUSTER)
     req = EnrollmentRequest(
-        hostname=server["name"], serial=server["serial"], bmc_address=template.address,
-        bmc_username=template.username, bmc_password=template.password, bmc_system_id=server["uuid"],
-        hardware_profile=server["profile"], site=cluster.site, cluster=cluster.name)
+        hostname=server["name"],
+        serial=server["serial"],
+        bmc_address=template.address,
+        bmc_username=template.username,
+        bmc_password=template.password,
+        bmc_system_id=server["uuid"],
+        hardware_profile=server["profile"],
+        site=cluster.site,
+        cluster=cluster.name,
+    )
     try:
         enroll(req, actor=ACTOR, reason="New server racked in the bring-up bay")
     except EnrollmentError as exc:
@@ -159,8 +196,9 @@ def _boot_machines() -> list[str]:
     from provisioning.services import JoinRefused, join
 
     done = []
-    for node in demo_nodes().filter(state=S.INITIALIZING, boot_config__isnull=False).select_related(
-            "boot_config", "bmc")[:5]:
+    for node in (
+        demo_nodes().filter(state=S.INITIALIZING, boot_config__isnull=False).select_related("boot_config", "bmc")[:5]
+    ):
         try:
             if client.read_inventory(node.bmc).power_state != PowerState.ON:
                 continue
@@ -203,17 +241,29 @@ def _answer_checks(rng: random.Random) -> list[str]:
     from checks.services import CheckConflict, CheckResult, claim_checks_for_agent, record_check_result
 
     done = []
-    node_ids = (CheckRun.objects.filter(node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
-                .values_list("node_id", flat=True).distinct()[:20])
+    node_ids = (
+        CheckRun.objects.filter(node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+        .values_list("node_id", flat=True)
+        .distinct()[:20]
+    )
     now = timezone.now()
     for node_id in node_ids:
         claim = claim_checks_for_agent(node_id)
         for run in claim.runs:
             status, figures, summary = _figures(run.kind, run.node.hostname, rng)
             try:
-                record_check_result(run.pk, node_id, result=CheckResult(
-                    status=status, summary=summary, figures=figures, output="",
-                    started_at=now - timedelta(seconds=30), finished_at=now))
+                record_check_result(
+                    run.pk,
+                    node_id,
+                    result=CheckResult(
+                        status=status,
+                        summary=summary,
+                        figures=figures,
+                        output="",
+                        started_at=now - timedelta(seconds=30),
+                        finished_at=now,
+                    ),
+                )
             except CheckConflict:
                 continue
             done.append(f"{run.node.hostname}: {run.kind} {status}")
@@ -247,9 +297,12 @@ def _open_missing_stages() -> list[str]:
     from checks.choices import STAGE_KINDS, RunStatus
     from validation.services import StageConflict, start_stage
 
-    stuck = (demo_nodes().filter(state__in=DAY1_STAGES)
-             .exclude(Q(check_runs__kind__in=STAGE_KINDS) & Q(check_runs__status=RunStatus.RUNNING))
-             .order_by("state_changed_at")[:3])
+    stuck = (
+        demo_nodes()
+        .filter(state__in=DAY1_STAGES)
+        .exclude(Q(check_runs__kind__in=STAGE_KINDS) & Q(check_runs__status=RunStatus.RUNNING))
+        .order_by("state_changed_at")[:3]
+    )
     done = []
     for node in stuck:
         try:
@@ -268,7 +321,7 @@ def bring_up_demo_nodes(seed: int | None = None) -> str:
     if not demo_nodes().filter(bmc__isnull=False).exists():
         return "no demo BMCs (bin/demo starts the emulator: manage.py demo_bmc)"
     rng = random.Random(seed)
-    changes = (_enroll_next(rng) + _pick_up_seeded_day0(rng) + _boot_machines() + _answer_checks(rng)
-               + _open_missing_stages())
+    changes = (
+        _enroll_next(rng) + _pick_up_seeded_day0(rng) + _boot_machines() + _answer_checks(rng) + _open_missing_stages()
+    )
     return f"{len(changes)} changes" + (": " + "; ".join(changes) if changes else "")
-

@@ -2,6 +2,7 @@
 
 Pure generation (no database writes): ``plan`` decides each node's goal and
 ``live`` walks it there through the transitions declared on Node."""
+
 from __future__ import annotations
 
 import math
@@ -115,7 +116,7 @@ class _Life:
         return len(self.rows), self.t, self.state, self.is_revalidation
 
     def restore(self, mark: tuple[int, datetime, str, bool]) -> None:
-        del self.rows[mark[0]:]
+        del self.rows[mark[0] :]
         self.t, self.state, self.is_revalidation = mark[1:]
 
     def append_shifted(self, other: _Life, origin: datetime, start: datetime, scale: float) -> None:
@@ -130,10 +131,18 @@ class _Life:
 def _parts(rng: random.Random, gpu_uuids: list[str]) -> dict[str, Any]:
     """The concrete parts one incident is about (the same GPU from finding to RMA)."""
     gpu = rng.randrange(len(gpu_uuids))
-    return {"gpu": gpu, "gpu_uuid": gpu_uuids[gpu], "bus": GPU_PCI_BUSES[gpu % 8], "link": rng.randrange(18),
-            "hca": f"mlx5_{rng.randrange(8)}", "n": rng.randrange(6, 40), "psu": rng.randrange(1, 7),
-            "dimm": f"{'ABCDEFGH'[rng.randrange(8)]}{rng.randrange(1, 3)}", "nvme": rng.randrange(4),
-            "job": rng.randrange(4_000_000, 9_000_000)}
+    return {
+        "gpu": gpu,
+        "gpu_uuid": gpu_uuids[gpu],
+        "bus": GPU_PCI_BUSES[gpu % 8],
+        "link": rng.randrange(18),
+        "hca": f"mlx5_{rng.randrange(8)}",
+        "n": rng.randrange(6, 40),
+        "psu": rng.randrange(1, 7),
+        "dimm": f"{'ABCDEFGH'[rng.randrange(8)]}{rng.randrange(1, 3)}",
+        "nvme": rng.randrange(4),
+        "job": rng.randrange(4_000_000, 9_000_000),
+    }
 
 
 def _fill(text: str, parts: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -156,8 +165,13 @@ def _human(rng: random.Random) -> str:
 def _enroll(life: _Life) -> None:
     slot = life.slot
     po = f"PO-{life.rng.randrange(10_000, 99_999)}"
-    life.note(EventKind.ACTION, f"Enrolled from delivery manifest {po}: {slot.cluster.profile}, "
-              f"serial {slot.serial}, rack {slot.rack} U{slot.unit}", INVENTORY, manifest=po)
+    life.note(
+        EventKind.ACTION,
+        f"Enrolled from delivery manifest {po}: {slot.cluster.profile}, "
+        f"serial {slot.serial}, rack {slot.rack} U{slot.unit}",
+        INVENTORY,
+        manifest=po,
+    )
 
 
 def _day0(life: _Life) -> None:
@@ -239,8 +253,7 @@ def _incident(life: _Life, cause: Cause) -> None:
         actor = _human(rng) if cause.planned else REMEDIATOR
         life.go("request_drain", f"{finding}: drain when the running job ends", actor, (SECOND, 0.02), **tag)
         if goal is None and rng.random() < cause.cancel:
-            life.go("cancel_drain", "Fault cleared before the job ended: standing down", REMEDIATOR, (0.5, 4),
-                    **tag)
+            life.go("cancel_drain", "Fault cleared before the job ended: standing down", REMEDIATOR, (0.5, 4), **tag)
             return
         _drain(life, tag)
     _fix(life, cause, parts, tag)
@@ -251,24 +264,29 @@ def _fix(life: _Life, cause: Cause, parts: dict[str, Any], tag: dict[str, Any]) 
     rng, goal = life.rng, life.goal
     must_fail = goal in (S.REPAIR, S.RMA, S.DECOMMISSIONED)
     if cause.planned:  # an operator's maintenance: no finding, no remediation; the operator re-validates
-        life.go("revalidate", "Firmware flashed to the profile baseline; every Day 1 check again", _human(rng),
-                (0.5, 1.5), **tag)
+        life.go(
+            "revalidate",
+            "Firmware flashed to the profile baseline; every Day 1 check again",
+            _human(rng),
+            (0.5, 1.5),
+            **tag,
+        )
         return _day1(life)
     if not cause.to_rma:
         for rung in cause.rungs:
             label, hours = RUNGS[rung]
             life.go("start_remediation", f"Automated remediation: {label}", REMEDIATOR, (0.02, 2), action=rung, **tag)
             if not must_fail and rng.random() < cause.fix:
-                life.go("revalidate", f"{label.capitalize()} cleared the fault; re-validating", REMEDIATOR, hours,
-                        **tag)
+                life.go(
+                    "revalidate", f"{label.capitalize()} cleared the fault; re-validating", REMEDIATOR, hours, **tag
+                )
                 return _day1(life)
             life.go("fail_remediation", f"Fault persists after {label}", REMEDIATOR, hours, action=rung, **tag)
         repair, _ = _fill(cause.repair, parts)
         # The last rung failed: remediation hands off to a technician (remediation.services._hand_off).
         life.go("send_to_repair", f"Technician ticket: {repair}", REMEDIATOR, (0.3, 18), **tag)
         if not must_fail and rng.random() < cause.repair_fix:
-            life.go("revalidate", f"Repaired on site ({repair}); every Day 1 check again", _human(rng), (2, 96),
-                    **tag)
+            life.go("revalidate", f"Repaired on site ({repair}); every Day 1 check again", _human(rng), (2, 96), **tag)
             return _day1(life)
     part, _ = _fill(cause.part, parts)
     rma = f"RMA-{rng.randrange(100_000, 999_999)}"
@@ -276,8 +294,14 @@ def _fix(life: _Life, cause: Cause, parts: dict[str, Any], tag: dict[str, Any]) 
     who = REMEDIATOR if life.state == S.TRIAGE else _human(rng)
     life.go("send_to_rma", f"Vendor case {rma}: replace {part}", who, (1, 48), rma=rma, **tag)
     if goal == S.DECOMMISSIONED:
-        life.go("decommission", f"Vendor case {rma}: system beyond economical repair; retired", "admin",
-                (72, 500), rma=rma, **tag)
+        life.go(
+            "decommission",
+            f"Vendor case {rma}: system beyond economical repair; retired",
+            "admin",
+            (72, 500),
+            rma=rma,
+            **tag,
+        )
     life.go("revalidate", f"Back from vendor case {rma}: {part} replaced", _human(rng), (120, 500), rma=rma, **tag)
     return _day1(life)
 
@@ -372,8 +396,7 @@ def _goals(rng: random.Random, nodes: int) -> tuple[list[str], list[str]]:
 
 def _gpus(rng: random.Random, profile: str) -> list[tuple[str, str]]:
     prefix = PROFILES[profile]["serial_prefix"]
-    return [(f"GPU-{uuid.UUID(int=rng.getrandbits(128))}", f"{prefix}{rng.randrange(10**9):09d}")
-            for _ in range(8)]
+    return [(f"GPU-{uuid.UUID(int=rng.getrandbits(128))}", f"{prefix}{rng.randrange(10**9):09d}") for _ in range(8)]
 
 
 def _rack_name(i: int) -> str:
@@ -403,17 +426,24 @@ def _plan(rng: random.Random, nodes: int, days: int, now: datetime) -> list[_Slo
             fresh = k >= size - n_fresh
             tenant = None if r >= settled else tenants[min(len(tenants) - 1, r * len(tenants) // settled)]
             rack_arrival = start + period * (spec.bring_up + 0.55 * r / max(1, settled - 1))
-            slots.append(_Slot(
-                cluster=spec, rack=_rack_name(rack_no), unit=RACK_UNITS[k % NODES_PER_RACK], tenant=tenant,
-                hostname=f"{spec.name}-{k + 1:0{width}d}", serial=f"SN{spec.site.upper()}{len(slots) + 1:06d}",
-                bmc=f"10.{site_octet[spec.site] + rack_no // 250}.{rack_no % 250}.{11 + k % NODES_PER_RACK}",
-                gpus=_gpus(rng, spec.profile), fresh=fresh,
-                arrival=None if fresh else rack_arrival + timedelta(hours=rng.uniform(0, 8)),
-                hazard=6.0 if rng.random() < 0.03 else rng.uniform(0.5, 1.5),
-            ))
+            slots.append(
+                _Slot(
+                    cluster=spec,
+                    rack=_rack_name(rack_no),
+                    unit=RACK_UNITS[k % NODES_PER_RACK],
+                    tenant=tenant,
+                    hostname=f"{spec.name}-{k + 1:0{width}d}",
+                    serial=f"SN{spec.site.upper()}{len(slots) + 1:06d}",
+                    bmc=f"10.{site_octet[spec.site] + rack_no // 250}.{rack_no % 250}.{11 + k % NODES_PER_RACK}",
+                    gpus=_gpus(rng, spec.profile),
+                    fresh=fresh,
+                    arrival=None if fresh else rack_arrival + timedelta(hours=rng.uniform(0, 8)),
+                    hazard=6.0 if rng.random() < 0.03 else rng.uniform(0.5, 1.5),
+                )
+            )
         racks_used[spec.site] += n_racks
     fresh_slots = [s for s in slots if s.fresh]
-    established_goals += fresh_goals[len(fresh_slots):]  # no room in the new racks: re-validations instead
+    established_goals += fresh_goals[len(fresh_slots) :]  # no room in the new racks: re-validations instead
     for slot, goal in zip(fresh_slots, rng.sample(fresh_goals[: len(fresh_slots)], len(fresh_slots)), strict=True):
         slot.goal = goal
     pool = [s for s in slots if not s.fresh]

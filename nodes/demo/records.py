@@ -11,6 +11,7 @@ the succeeded remediation that the reports count as a recovery.
 
 Pure generation (unsaved model instances); ``seed.build_demo_fleet`` writes them in bulk.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,9 +31,13 @@ from .catalog import CAUSE_RULES, CAUSES, HEALTH, REMEDIATOR
 from .lives import _Life, _Row
 
 BY_KEY = {c.key: c for c in CAUSES}
-RECOMMENDED = {Rung.GPU_RESET: RecommendedAction.RESET_GPU, Rung.REBOOT: RecommendedAction.REBOOT,
-               Rung.POWER_CYCLE: RecommendedAction.POWER_CYCLE, Rung.REPAIR: RecommendedAction.INSPECT,
-               Rung.RMA: RecommendedAction.RMA}
+RECOMMENDED = {
+    Rung.GPU_RESET: RecommendedAction.RESET_GPU,
+    Rung.REBOOT: RecommendedAction.REBOOT,
+    Rung.POWER_CYCLE: RecommendedAction.POWER_CYCLE,
+    Rung.REPAIR: RecommendedAction.INSPECT,
+    Rung.RMA: RecommendedAction.RMA,
+}
 VENDOR = "NVIDIA"
 
 
@@ -97,15 +102,37 @@ class _Incident:
         self.rungs = [] if self.cause.to_rma else list(self.cause.rungs)
         first = Rung.RMA if self.cause.to_rma else (self.rungs[0] if self.rungs else Rung.REPAIR)
         gpu = row.details.get("gpu_index")
-        self.alert = Alert(node=node, gpu_index=gpu, rule=rule, subject=subject,
-                           dedupe_key=f"{rule}|{'-' if gpu is None else gpu}|{subject}", severity=severity,
-                           severity_rank=SEVERITY_RANK[severity], recommended_action=RECOMMENDED[first],
-                           summary=row.reason, state=AlertState.FIRING, first_seen=row.at, last_seen=row.at)
-        self.finding = Finding(node=node, hostname=node.hostname, gpu_index=gpu, rule=rule, xid=row.details.get("xid"),
-                               severity=severity, recommended_action=RECOMMENDED[first], summary=row.reason,
-                               evidence={"detector": row.details.get("detector", "")}, source="agent",
-                               subject=subject, observed_at=row.at, created=row.at, actor_name=HEALTH,
-                               alert=self.alert)
+        self.alert = Alert(
+            node=node,
+            gpu_index=gpu,
+            rule=rule,
+            subject=subject,
+            dedupe_key=f"{rule}|{'-' if gpu is None else gpu}|{subject}",
+            severity=severity,
+            severity_rank=SEVERITY_RANK[severity],
+            recommended_action=RECOMMENDED[first],
+            summary=row.reason,
+            state=AlertState.FIRING,
+            first_seen=row.at,
+            last_seen=row.at,
+        )
+        self.finding = Finding(
+            node=node,
+            hostname=node.hostname,
+            gpu_index=gpu,
+            rule=rule,
+            xid=row.details.get("xid"),
+            severity=severity,
+            recommended_action=RECOMMENDED[first],
+            summary=row.reason,
+            evidence={"detector": row.details.get("detector", "")},
+            source="agent",
+            subject=subject,
+            observed_at=row.at,
+            created=row.at,
+            actor_name=HEALTH,
+            alert=self.alert,
+        )
         out.alerts.append(self.alert)
         out.findings.append(self.finding)
         out.finding_rows.append((row, self.finding))
@@ -122,11 +149,21 @@ class _Incident:
 
     def take_out(self, row: _Row, urgency: str) -> None:
         """consider_finding -> admit -> cordon (act now) or drain (when idle)."""
-        self.rem = Remediation(node=self.node, finding=self.finding, finding_created=self.finding.created,
-                               urgency=urgency, rung=self.first, created=self.finding.created,
-                               status=Status.RUNNING if urgency == Urgency.NOW else Status.DRAINING, decisions=[])
-        self.decide(self.finding.created, f"{self.finding.summary} -> default for {self.finding.severity} findings; "
-                                          f"{Urgency(urgency).label.lower()}; first rung {Rung(self.first).label.lower()}")
+        self.rem = Remediation(
+            node=self.node,
+            finding=self.finding,
+            finding_created=self.finding.created,
+            urgency=urgency,
+            rung=self.first,
+            created=self.finding.created,
+            status=Status.RUNNING if urgency == Urgency.NOW else Status.DRAINING,
+            decisions=[],
+        )
+        self.decide(
+            self.finding.created,
+            f"{self.finding.summary} -> default for {self.finding.severity} findings; "
+            f"{Urgency(urgency).label.lower()}; first rung {Rung(self.first).label.lower()}",
+        )
         if urgency == Urgency.WHEN_IDLE:
             self.decide(row.at, "draining: the node leaves production when its current job ends")
         self.out.remediations.append(self.rem)
@@ -152,19 +189,41 @@ class _Incident:
         self.out.names.append((row, "repair_ticket", self.ticket))
 
     def open_case(self, row: _Row, by: str, serial: str) -> None:
-        self.case = Paper(RmaCase, RmaState.OPENED, {
-            "node": self.node, "hostname": self.node.hostname, "vendor": VENDOR,
-            "part": row.reason.split(": replace ", 1)[-1][:200], "failed_serial": serial,
-            "vendor_case_number": row.details.get("rma", ""), "opened_by_name": by, "created": row.at})
+        self.case = Paper(
+            RmaCase,
+            RmaState.OPENED,
+            {
+                "node": self.node,
+                "hostname": self.node.hostname,
+                "vendor": VENDOR,
+                "part": row.reason.split(": replace ", 1)[-1][:200],
+                "failed_serial": serial,
+                "vendor_case_number": row.details.get("rma", ""),
+                "opened_by_name": by,
+                "created": row.at,
+            },
+        )
         self.out.cases.append(self.case)
         self.out.names.append((row, "rma_case", self.case))
 
 
 def _ticket(node: Node, row: _Row, by: str, component: str, rem: Remediation | None) -> Paper:
-    return Paper(RepairTicket, TicketState.OPEN, {
-        "node": node, "hostname": node.hostname, "component": component[:200], "what": row.reason,
-        "site": node.site.slug, "rack": node.rack.name if node.rack else "", "rack_unit": node.rack_unit,
-        "opened_by_name": by, "created": row.at}, remediation=rem)
+    return Paper(
+        RepairTicket,
+        TicketState.OPEN,
+        {
+            "node": node,
+            "hostname": node.hostname,
+            "component": component[:200],
+            "what": row.reason,
+            "site": node.site.slug,
+            "rack": node.rack.name if node.rack else "",
+            "rack_unit": node.rack_unit,
+            "opened_by_name": by,
+            "created": row.at,
+        },
+        remediation=rem,
+    )
 
 
 def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetime) -> Records:
@@ -200,16 +259,23 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
             inc.take_out(row, Urgency.WHEN_IDLE)
         elif verb == "cancel_drain":
             inc.resolve_alert(at, "condition cleared")
-            inc.finish(Status.CLEARED, at, f"{inc.finding.summary} cleared by itself before the job ended: "
-                                           "standing down")
+            inc.finish(
+                Status.CLEARED, at, f"{inc.finding.summary} cleared by itself before the job ended: standing down"
+            )
             inc = None
         elif verb == "complete_drain":
             inc.decide(at, "drained: the rung starts")
         elif verb == "start_remediation" and inc.rem is not None:
             rung = row.details.get("action", inc.rem.rung)
             inc.rem.rung, inc.rem.status = rung, Status.RUNNING
-            inc.step = RemediationStep(remediation=inc.rem, rung=rung, status=StepStatus.RUNNING, started=at,
-                                       last_activity=at, deadline=max(at, now) + timedelta(minutes=15))
+            inc.step = RemediationStep(
+                remediation=inc.rem,
+                rung=rung,
+                status=StepStatus.RUNNING,
+                started=at,
+                last_activity=at,
+                deadline=max(at, now) + timedelta(minutes=15),
+            )
             out.steps.append(inc.step)
             inc.decide(at, f"{Rung(rung).label.lower()} started")
         elif verb in ("revalidate", "fail_remediation") and inc.step is not None and inc.step.status == "running":
@@ -259,15 +325,22 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
                 case = inc.case.fields
                 span = at - case["created"]
                 inc.case.state = RmaState.CLOSED
-                case |= {"outcome": RmaOutcome.REPLACED, "shipped_at": case["created"] + span * 0.1,
-                         "returned_at": at - span * 0.1, "closed_at": at,
-                         "replacement_serial": f"{case['failed_serial'][:4]}R{int(at.timestamp()) % 10**8:08d}"}
+                case |= {
+                    "outcome": RmaOutcome.REPLACED,
+                    "shipped_at": case["created"] + span * 0.1,
+                    "returned_at": at - span * 0.1,
+                    "closed_at": at,
+                    "replacement_serial": f"{case['failed_serial'][:4]}R{int(at.timestamp()) % 10**8:08d}",
+                }
         elif verb == "release_to_production":
             inc.resolve_alert(at, "back in production after re-validation")
             if inc.rem is not None and inc.rem.status == Status.VALIDATING:
                 _verified(inc.step, StepStatus.PASSED, at, "re-validation passed")
-                inc.finish(Status.SUCCEEDED, at, f"back in production after "
-                                                  f"{Rung(inc.rem.rung).label.lower()} and re-validation")
+                inc.finish(
+                    Status.SUCCEEDED,
+                    at,
+                    f"back in production after {Rung(inc.rem.rung).label.lower()} and re-validation",
+                )
             inc = None
     return out
 

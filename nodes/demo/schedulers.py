@@ -23,6 +23,7 @@ job (``sleep`` 2-5 min) on every idle slurmd-backed production node, so a drain 
 waits for the job: Slurm shows the node "draining", and a remediation's drain stays in Drain
 pending until the job ends (the drain follower, schedulers.reactions, asks Slurm every minute).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -58,8 +59,15 @@ SLURMD_PER_CLUSTER = 3
 JOB_SECONDS = (120, 300)  # a demo customer job's length: long enough to watch a drain wait for it
 JOB_TIME_LIMIT_MINUTES = 10  # Slurm ends a job that somehow outlives this
 COMMAND_TIMEOUT = 20.0
-UNAUTHORIZED = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                "message": "Unauthorized", "reason": "Unauthorized", "code": 401}  # kube-apiserver's answer
+UNAUTHORIZED = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "Unauthorized",
+    "reason": "Unauthorized",
+    "code": 401,
+}  # kube-apiserver's answer
 
 
 def short_name(hostname: str) -> str:
@@ -113,7 +121,8 @@ class KubeStandIn:
         bearer = f"Bearer {self.token}"
         # Above every other reaction: kmock itself checks no credentials.
         self.emulator[lambda request: request.headers.get("Authorization") != bearer].override << kmock.Response(
-            status=401, payload=UNAUTHORIZED)
+            status=401, payload=UNAUTHORIZED
+        )
         # Declared, so that pod lists answer [] (kmock's 404 otherwise): the demo runs no pods here.
         self.emulator.resources[kmock.resource("v1/pods")] = {}
         self.emulator.resources[kmock.resource("v1/nodes")] = {}
@@ -145,12 +154,20 @@ class KubeStandIn:
 
 def _kube_node(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "resourceVersion": "1", "annotations": {},
-                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "annotations": {},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        },
         "spec": {},
-        "status": {"capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"},
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "allocatable": {"nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
     }
 
 
@@ -192,8 +209,10 @@ class DemoSchedulers:
         return ""
 
     def describe(self) -> str:
-        text = (f"Slurm (SLURM_CONF={self.slurm.conf_path}): {len(self.slurmd_nodes)} nodes with a slurmd "
-                f"({', '.join(self.slurmd_nodes)}), {len(self.cloud_nodes)} without (State=CLOUD)")
+        text = (
+            f"Slurm (SLURM_CONF={self.slurm.conf_path}): {len(self.slurmd_nodes)} nodes with a slurmd "
+            f"({', '.join(self.slurmd_nodes)}), {len(self.cloud_nodes)} without (State=CLOUD)"
+        )
         if self.kube is not None:
             text += f"; Kubernetes stand-in (kmock) on {self.kube.url}: {len(self.kube_nodes)} nodes"
         return text + f"; {self.synced} nodes drained or cordoned to match Nodewarden."
@@ -218,12 +237,17 @@ def running_demo_schedulers(*, slurmd_per_cluster: int = SLURMD_PER_CLUSTER) -> 
         slurm = stack.enter_context(SlurmCluster(slurmd, cloud_nodes=cloud))
         demo = DemoSchedulers(slurm=slurm, slurmd_nodes=slurmd, cloud_nodes=cloud)
         Cluster.objects.filter(pk__in=[c.pk for c in demo_clusters(SchedulerKind.SLURM)]).update(
-            scheduler_endpoint=str(slurm.conf_path))
+            scheduler_endpoint=str(slurm.conf_path)
+        )
         if kube_clusters and kmock_installed():
             demo.kube = KubeStandIn(token=secrets.token_urlsafe(24))
             stack.callback(demo.kube.stop)
-            demo.kube_nodes = sorted({short_name(h) for h in demo_nodes().filter(
-                cluster__in=kube_clusters).values_list("hostname", flat=True)})
+            demo.kube_nodes = sorted(
+                {
+                    short_name(h)
+                    for h in demo_nodes().filter(cluster__in=kube_clusters).values_list("hostname", flat=True)
+                }
+            )
             demo.kube.start(demo.kube_nodes)
             Cluster.objects.filter(pk__in=[c.pk for c in kube_clusters]).update(scheduler_endpoint=demo.kube.url)
             demo.tokens = {c.name: demo.kube.token for c in kube_clusters}
@@ -257,8 +281,14 @@ def _match_nodewarden(demo: DemoSchedulers) -> int:
 
 
 def _slurm(conf: str, *command: str) -> str:
-    result = subprocess.run(list(command), env={**os.environ, "SLURM_CONF": conf}, capture_output=True, text=True,
-                            timeout=COMMAND_TIMEOUT, stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        list(command),
+        env={**os.environ, "SLURM_CONF": conf},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {result.returncode}: {result.stderr.strip()}")
     return result.stdout
@@ -283,11 +313,20 @@ def submit_demo_jobs(seed: int | None = None) -> str:
     if not demo_fleet_exists():
         return "no demo fleet"
     rng = random.Random(seed)
-    production = {short_name(hostname): tenant or "unassigned" for hostname, tenant in demo_nodes().filter(
-        state=S.PRODUCTION, cluster__scheduler_kind=SchedulerKind.SLURM).values_list("hostname", "tenant__slug")}
+    production = {
+        short_name(hostname): tenant or "unassigned"
+        for hostname, tenant in demo_nodes()
+        .filter(state=S.PRODUCTION, cluster__scheduler_kind=SchedulerKind.SLURM)
+        .values_list("hostname", "tenant__slug")
+    }
     # Both demo Slurm clusters point at the one slurm.conf; a name instead of a path: not started.
-    confs = sorted({c.scheduler_endpoint for c in demo_clusters(SchedulerKind.SLURM)
-                    if c.scheduler_endpoint.startswith("/") and os.path.isfile(c.scheduler_endpoint)})
+    confs = sorted(
+        {
+            c.scheduler_endpoint
+            for c in demo_clusters(SchedulerKind.SLURM)
+            if c.scheduler_endpoint.startswith("/") and os.path.isfile(c.scheduler_endpoint)
+        }
+    )
     if not confs:
         return "no demo Slurm cluster (manage.py demo_schedulers is not running)"
     submitted: list[str] = []
@@ -295,9 +334,25 @@ def submit_demo_jobs(seed: int | None = None) -> str:
         try:
             for name in sorted(_idle_slurmd_nodes(conf) & production.keys()):
                 seconds = rng.randint(*JOB_SECONDS)
-                job = _slurm(conf, "sbatch", "--parsable", "--no-requeue", "-w", name, "-J",
-                             f"{production[name]}-train", f"--time={JOB_TIME_LIMIT_MINUTES}", "-o", "/dev/null",
-                             "--wrap", f"sleep {seconds}").strip().split(";")[0]
+                job = (
+                    _slurm(
+                        conf,
+                        "sbatch",
+                        "--parsable",
+                        "--no-requeue",
+                        "-w",
+                        name,
+                        "-J",
+                        f"{production[name]}-train",
+                        f"--time={JOB_TIME_LIMIT_MINUTES}",
+                        "-o",
+                        "/dev/null",
+                        "--wrap",
+                        f"sleep {seconds}",
+                    )
+                    .strip()
+                    .split(";")[0]
+                )
                 submitted.append(f"job {job} on {name} ({seconds} s)")
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             log.warning("demo jobs: Slurm (SLURM_CONF=%s) did not take them: %s", conf, exc)

@@ -1,4 +1,5 @@
 """Writing the demo fleet: sites, nodes, users, history rows and state-count snapshots in bulk."""
+
 from __future__ import annotations
 
 import random
@@ -95,10 +96,16 @@ def _inventory() -> dict[str, dict[str, Any]]:
     for name, spec in PROFILES.items():
         fields = {k: v for k, v in spec.items() if k != "serial_prefix"}
         profiles[name], _ = HardwareProfile.objects.update_or_create(name=name, defaults=fields)
-    personas = {name: Persona.objects.update_or_create(name=name, defaults={"description": text})[0]
-                for name, text in PERSONAS.items()}
-    clusters = {c.name: Cluster.objects.create(site=sites[c.site], name=c.name, scheduler_kind=c.scheduler,
-                                               scheduler_endpoint=c.endpoint) for c in CLUSTERS}
+    personas = {
+        name: Persona.objects.update_or_create(name=name, defaults={"description": text})[0]
+        for name, text in PERSONAS.items()
+    }
+    clusters = {
+        c.name: Cluster.objects.create(
+            site=sites[c.site], name=c.name, scheduler_kind=c.scheduler, scheduler_endpoint=c.endpoint
+        )
+        for c in CLUSTERS
+    }
     return {"site": sites, "tenant": tenants, "profile": profiles, "persona": personas, "cluster": clusters}
 
 
@@ -123,12 +130,15 @@ def _snapshots(nodes: list[Node], lives: list[_Life], now: datetime, days: int) 
             while i < len(steps) and steps[i][0] <= t:
                 state, i = steps[i][1], i + 1
             counts[(t, state, node.cluster_id, node.tenant_id)] += 1
-    return [StateCountSnapshot(taken_at=t, state=s, cluster_id=c, tenant_id=tn, count=n)
-            for (t, s, c, tn), n in counts.items()]
+    return [
+        StateCountSnapshot(taken_at=t, state=s, cluster_id=c, tenant_id=tn, count=n)
+        for (t, s, c, tn), n in counts.items()
+    ]
 
 
-def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
-                     now: datetime | None = None) -> dict[str, int]:
+def build_demo_fleet(
+    *, nodes: int = 500, days: int = 120, seed: int = 42, now: datetime | None = None
+) -> dict[str, int]:
     """Write the demo fleet with ``days`` of history ending ``now``; returns row counts by kind."""
     if not MIN_NODES <= nodes <= MAX_NODES or days < MIN_DAYS:
         raise ValueError(f"nodes must be {MIN_NODES}-{MAX_NODES} and days at least {MIN_DAYS}")
@@ -152,12 +162,16 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         for node, life in zip(node_rows, lives, strict=True):
             node.created = life.rows[0].at  # auto_now_add stamped "now" on insert; the node arrived earlier
         Node.objects.bulk_update(node_rows, ["created"], batch_size=BATCH)
-        gpus = [GPU(node=node, index=i, uuid=u, serial=serial, model=PROFILES[slot.cluster.profile]["gpu_model"])
-                for node, slot in zip(node_rows, slots, strict=True) for i, (u, serial) in enumerate(slot.gpus)]
+        gpus = [
+            GPU(node=node, index=i, uuid=u, serial=serial, model=PROFILES[slot.cluster.profile]["gpu_model"])
+            for node, slot in zip(node_rows, slots, strict=True)
+            for i, (u, serial) in enumerate(slot.gpus)
+        ]
         GPU.objects.bulk_create(gpus, batch_size=BATCH)
         records = _engine_records(node_rows, slots, lives, now)
-        by_row = {id(row): _event(node, row, users) for node, life in zip(node_rows, lives, strict=True)
-                  for row in life.rows}
+        by_row = {
+            id(row): _event(node, row, users) for node, life in zip(node_rows, lives, strict=True) for row in life.rows
+        }
         events = list(by_row.values())
         NodeEvent.objects.bulk_create(events, batch_size=BATCH)
         _link_findings(records, by_row)
@@ -171,10 +185,20 @@ def build_demo_fleet(*, nodes: int = 500, days: int = 120, seed: int = 42,
         rebuild([n.pk for n in node_rows])
         roll_up()
         roll_up_flows()
-    return {"sites": len(SITES), "clusters": len(CLUSTERS), "racks": len(racks), "tenants": len(TENANTS),
-            "nodes": len(node_rows), "gpus": len(gpus), "events": len(events), "snapshots": len(snapshots),
-            "findings": len(records.findings), "remediations": len(records.remediations),
-            "tickets": len(records.tickets), "cases": len(records.cases)}
+    return {
+        "sites": len(SITES),
+        "clusters": len(CLUSTERS),
+        "racks": len(racks),
+        "tenants": len(TENANTS),
+        "nodes": len(node_rows),
+        "gpus": len(gpus),
+        "events": len(events),
+        "snapshots": len(snapshots),
+        "findings": len(records.findings),
+        "remediations": len(records.remediations),
+        "tickets": len(records.tickets),
+        "cases": len(records.cases),
+    }
 
 
 def _engine_records(nodes: list[Node], slots: list[_Slot], lives: list[_Life], now: datetime) -> Records:
@@ -189,13 +213,18 @@ def _engine_records(nodes: list[Node], slots: list[_Slot], lives: list[_Life], n
     RemediationStep.objects.bulk_create(records.steps, batch_size=BATCH)
     tickets = RepairTicket.objects.bulk_create([t.build() for t in records.tickets], batch_size=BATCH)
     cases = RmaCase.objects.bulk_create([c.build() for c in records.cases], batch_size=BATCH)
-    RepairEvent.objects.bulk_create([e for record in (*tickets, *cases) for e in _repair_events(record)],
-                                    batch_size=BATCH)
+    RepairEvent.objects.bulk_create(
+        [e for record in (*tickets, *cases) for e in _repair_events(record)], batch_size=BATCH
+    )
     for row, key, record in records.names:
         row.details[key] = record.pk
     for row, finding in records.finding_rows:
-        row.details |= {"finding_id": finding.pk, "alert_id": finding.alert.pk, "rule": finding.rule,
-                        "severity": finding.severity}
+        row.details |= {
+            "finding_id": finding.pk,
+            "alert_id": finding.alert.pk,
+            "rule": finding.rule,
+            "severity": finding.severity,
+        }
     return records
 
 
@@ -216,14 +245,35 @@ def _repair_events(record: RepairTicket | RmaCase) -> list[RepairEvent]:
     is_ticket = isinstance(record, RepairTicket)
     link = {"ticket": record} if is_ticket else {"rma_case": record}
     first = "open" if is_ticket else "opened"
-    rows = [RepairEvent(node=record.node, hostname=record.hostname, verb="open", from_state="", to_state=first,
-                        actor_name=record.opened_by_name, reason="Opened", created=record.created, **link)]
+    rows = [
+        RepairEvent(
+            node=record.node,
+            hostname=record.hostname,
+            verb="open",
+            from_state="",
+            to_state=first,
+            actor_name=record.opened_by_name,
+            reason="Opened",
+            created=record.created,
+            **link,
+        )
+    ]
     ended = record.resolved_at if is_ticket else record.closed_at
     if record.state not in ("open", "opened"):
         verb = {"resolved": "resolve", "cancelled": "cancel", "closed": "close"}[record.state]
-        rows.append(RepairEvent(node=record.node, hostname=record.hostname, verb=verb, from_state=first,
-                                to_state=record.state, actor_name="operator", reason=verb.capitalize() + "d",
-                                created=ended or record.created, **link))
+        rows.append(
+            RepairEvent(
+                node=record.node,
+                hostname=record.hostname,
+                verb=verb,
+                from_state=first,
+                to_state=record.state,
+                actor_name="operator",
+                reason=verb.capitalize() + "d",
+                created=ended or record.created,
+                **link,
+            )
+        )
     return rows
 
 
@@ -231,22 +281,37 @@ def _node(slot: _Slot, life: _Life, inv: dict[str, dict[str, Any]], racks: dict[
     spec = slot.cluster
     # The FSM field is protected: the final state is given at construction and never assigned afterwards.
     return Node(
-        hostname=slot.hostname, serial=slot.serial, bmc_address=slot.bmc, site=inv["site"][spec.site],
-        cluster=inv["cluster"][spec.name], rack=racks[(spec.site, slot.rack)], rack_unit=slot.unit,
-        tenant=inv["tenant"][slot.tenant] if slot.tenant else None, hardware_profile=inv["profile"][spec.profile],
-        persona=inv["persona"][spec.persona], state=life.state, is_revalidation=life.is_revalidation,
-        state_changed_at=next((r.at for r in reversed(life.rows) if r.kind == EventKind.TRANSITION),
-                              life.rows[0].at),
+        hostname=slot.hostname,
+        serial=slot.serial,
+        bmc_address=slot.bmc,
+        site=inv["site"][spec.site],
+        cluster=inv["cluster"][spec.name],
+        rack=racks[(spec.site, slot.rack)],
+        rack_unit=slot.unit,
+        tenant=inv["tenant"][slot.tenant] if slot.tenant else None,
+        hardware_profile=inv["profile"][spec.profile],
+        persona=inv["persona"][spec.persona],
+        state=life.state,
+        is_revalidation=life.is_revalidation,
+        state_changed_at=next((r.at for r in reversed(life.rows) if r.kind == EventKind.TRANSITION), life.rows[0].at),
     )
 
 
 def _event(node: Node, row: _Row, users: dict[str, Any]) -> NodeEvent:
     is_system = row.actor.startswith(SYS)
     return NodeEvent(
-        node=node, hostname=node.hostname, created=row.at, kind=row.kind, transition=row.transition,
-        source_state=row.source, target_state=row.target, reason=row.reason,
-        actor=None if is_system else users[row.actor], actor_kind=ActorKind.SYSTEM if is_system else ActorKind.USER,
-        actor_name=row.actor, details=row.details,
+        node=node,
+        hostname=node.hostname,
+        created=row.at,
+        kind=row.kind,
+        transition=row.transition,
+        source_state=row.source,
+        target_state=row.target,
+        reason=row.reason,
+        actor=None if is_system else users[row.actor],
+        actor_kind=ActorKind.SYSTEM if is_system else ActorKind.USER,
+        actor_name=row.actor,
+        details=row.details,
     )
 
 

@@ -8,6 +8,7 @@ up, a repair, an RMA), and a dead host sends nothing at all.
 
 Like the churn task, it does nothing unless NODEWARDEN_DEMO_CHURN is true.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,18 @@ S = NodeState
 # as a real one does; only a fault that kills the host (``simulator.live.show``) silences it. A node
 # in RMA has a part at the vendor and is off (bringup.demo_bmc_systems powers it off too).
 REPORTING_STATES = (
-    S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
-    S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR,
+    S.ONBOARD,
+    S.FIRMWARE_UPDATE,
+    S.INVENTORY_CHECK,
+    S.BURN_IN,
+    S.FABRIC_CHECK,
+    S.RELIABILITY_ASSESSMENT,
+    S.PRODUCTION,
+    S.DRAIN_PENDING,
+    S.DRAINING,
+    S.TRIAGE,
+    S.REMEDIATING,
+    S.REPAIR,
 )
 # What a node of each demo profile's GPUs say about themselves (name, VBIOS): the Day 1
 # inventory and firmware stages compare them with the profile.
@@ -37,12 +48,22 @@ PROFILE_GPUS = {
     "HGX H100 8-GPU": ("NVIDIA H100 80GB HBM3", "96.00.99.00.01"),
     "HGX H200 8-GPU": ("NVIDIA H200 141GB HBM3e", "96.00.A5.00.01"),
 }
-IDLE_STATES = (S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT,
-               S.TRIAGE, S.REMEDIATING, S.REPAIR)
+IDLE_STATES = (
+    S.ONBOARD,
+    S.FIRMWARE_UPDATE,
+    S.INVENTORY_CHECK,
+    S.BURN_IN,
+    S.FABRIC_CHECK,
+    S.RELIABILITY_ASSESSMENT,
+    S.TRIAGE,
+    S.REMEDIATING,
+    S.REPAIR,
+)
 
 
-def demo_report(node_id: int, hostname: str, now: datetime, *, profile: str = "", state: str = "",
-                faults: list[Any] = ()) -> dict[str, Any] | None:
+def demo_report(
+    node_id: int, hostname: str, now: datetime, *, profile: str = "", state: str = "", faults: list[Any] = ()
+) -> dict[str, Any] | None:
     """The report this demo node's agent would send now: no customer job outside production
     (so active checks may run), the profile's GPUs, the bay's planted defects, and the
     simulator's live faults (``faults``); None when one of them has silenced the host."""
@@ -76,8 +97,12 @@ def report_demo_telemetry() -> str:
     from simulator.live import signals_by_node
 
     now = timezone.now().replace(microsecond=0)
-    nodes = list(demo_nodes().filter(state__in=REPORTING_STATES)
-                 .values_list("id", "hostname", "hardware_profile__name", "state").order_by("id"))
+    nodes = list(
+        demo_nodes()
+        .filter(state__in=REPORTING_STATES)
+        .values_list("id", "hostname", "hardware_profile__name", "state")
+        .order_by("id")
+    )
     live = signals_by_node([n[0] for n in nodes], now)
     accepted = 0
     for node_id, hostname, profile, state in nodes:

@@ -5,27 +5,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_scheduler_kind_simulated'),
-        ('nodes', '0001_initial'),
+        ("fleet", "0003_scheduler_kind_simulated"),
+        ("nodes", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DailyStateCount',
+            name="DailyStateCount",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('day', models.DateField()),
-                ('state', models.CharField(choices=[('enrolled', 'Enrolled'), ('initializing', 'Initializing'), ('onboard', 'Onboard'), ('firmware_update', 'Firmware update'), ('inventory_check', 'Inventory check'), ('burn_in', 'Burn-in'), ('fabric_check', 'Fabric check'), ('reliability_assessment', 'Reliability assessment'), ('production', 'Production'), ('drain_pending', 'Drain pending'), ('draining', 'Draining'), ('triage', 'Triage'), ('remediating', 'Remediation in progress'), ('repair', 'Repair'), ('rma', 'RMA'), ('decommissioned', 'Decommissioned')], max_length=30)),
-                ('node_hours', models.PositiveIntegerField(help_text="The day's hourly counts summed.")),
-                ('samples', models.PositiveSmallIntegerField(help_text='Snapshots taken that day, fleet-wide (24 when none missed).')),
-                ('cluster', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.cluster')),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("day", models.DateField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("enrolled", "Enrolled"),
+                            ("initializing", "Initializing"),
+                            ("onboard", "Onboard"),
+                            ("firmware_update", "Firmware update"),
+                            ("inventory_check", "Inventory check"),
+                            ("burn_in", "Burn-in"),
+                            ("fabric_check", "Fabric check"),
+                            ("reliability_assessment", "Reliability assessment"),
+                            ("production", "Production"),
+                            ("drain_pending", "Drain pending"),
+                            ("draining", "Draining"),
+                            ("triage", "Triage"),
+                            ("remediating", "Remediation in progress"),
+                            ("repair", "Repair"),
+                            ("rma", "RMA"),
+                            ("decommissioned", "Decommissioned"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                ("node_hours", models.PositiveIntegerField(help_text="The day's hourly counts summed.")),
+                (
+                    "samples",
+                    models.PositiveSmallIntegerField(
+                        help_text="Snapshots taken that day, fleet-wide (24 when none missed)."
+                    ),
+                ),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.cluster",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['day'],
-                'indexes': [models.Index(fields=['day'], name='nodes_daily_day_5a1946_idx'), models.Index(fields=['tenant', 'day'], name='nodes_daily_tenant__00a206_idx')],
+                "ordering": ["day"],
+                "indexes": [
+                    models.Index(fields=["day"], name="nodes_daily_day_5a1946_idx"),
+                    models.Index(fields=["tenant", "day"], name="nodes_daily_tenant__00a206_idx"),
+                ],
             },
         ),
     ]

@@ -5,19 +5,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('nodes', '0002_daily_state_count'),
+        ("nodes", "0002_daily_state_count"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='nodeevent',
-            index=models.Index(condition=models.Q(('kind__in', ('transition', 'forced'))), fields=['created'], include=('node', 'source_state', 'target_state'), name='nodeevent_change_time'),
+            model_name="nodeevent",
+            index=models.Index(
+                condition=models.Q(("kind__in", ("transition", "forced"))),
+                fields=["created"],
+                include=("node", "source_state", "target_state"),
+                name="nodeevent_change_time",
+            ),
         ),
         migrations.AddIndex(
-            model_name='nodeevent',
-            index=models.Index(condition=models.Q(('kind__in', ('transition', 'forced'))), fields=['source_state', 'target_state', 'created'], include=('node', 'hostname'), name='nodeevent_change_flow'),
+            model_name="nodeevent",
+            index=models.Index(
+                condition=models.Q(("kind__in", ("transition", "forced"))),
+                fields=["source_state", "target_state", "created"],
+                include=("node", "hostname"),
+                name="nodeevent_change_flow",
+            ),
         ),
     ]

@@ -1,4 +1,5 @@
 """Template helpers that read labels and colours from nodes.choices (one source of truth)."""
+
 from __future__ import annotations
 
 from django import template
@@ -14,15 +15,17 @@ def state_badge(state: str) -> str:
     if not state:
         return ""
     label = NodeState(state).label if state in NodeState.values else state
-    return format_html('<span class="badge" data-state="{}" data-colour="{}">{}</span>',
-                       state, STATE_COLOURS.get(state, "#888"), label)
+    return format_html(
+        '<span class="badge" data-state="{}" data-colour="{}">{}</span>', state, STATE_COLOURS.get(state, "#888"), label
+    )
 
 
 @register.simple_tag
 def event_kind_badge(kind: str) -> str:
     label = EventKind(kind).label if kind in EventKind.values else kind
-    return format_html('<span class="badge badge-outline" data-colour="{}">{}</span>',
-                       EVENT_KIND_COLOURS.get(kind, "#888"), label)
+    return format_html(
+        '<span class="badge badge-outline" data-colour="{}">{}</span>', EVENT_KIND_COLOURS.get(kind, "#888"), label
+    )
 
 
 @register.simple_tag(takes_context=True)

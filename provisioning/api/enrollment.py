@@ -1,4 +1,5 @@
 """POST /api/enrollments/: enroll a node by its BMC (operators only)."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -48,12 +49,18 @@ class EnrolledSerializer(serializers.Serializer):
 class EnrollmentView(APIView):
     """Enroll a node: its BMC is read first; a duplicate or an unreadable BMC writes nothing."""
 
-    @extend_schema(summary="Enroll a node by its BMC", request=EnrollmentSerializer,
-                   responses={201: EnrolledSerializer,
-                              400: OpenApiResponse(description="Bad field, unknown reference, or BMC unreadable; "
-                                                               "each problem named by field."),
-                              403: OpenApiResponse(DetailSerializer, description="The user may not enroll nodes."),
-                              409: OpenApiResponse(DetailSerializer, description="Serial, hostname or BMC taken.")})
+    @extend_schema(
+        summary="Enroll a node by its BMC",
+        request=EnrollmentSerializer,
+        responses={
+            201: EnrolledSerializer,
+            400: OpenApiResponse(
+                description="Bad field, unknown reference, or BMC unreadable; each problem named by field."
+            ),
+            403: OpenApiResponse(DetailSerializer, description="The user may not enroll nodes."),
+            409: OpenApiResponse(DetailSerializer, description="Serial, hostname or BMC taken."),
+        },
+    )
     def post(self, request: Request) -> Response:
         if not request.user.has_perm(OPERATE):
             raise exceptions.PermissionDenied("You may not enroll nodes.")
@@ -63,8 +70,12 @@ class EnrollmentView(APIView):
         start, reason = data.pop("start"), data.pop("reason")
         names = {f.name for f in fields(EnrollmentRequest)}
         try:
-            node = enroll(EnrollmentRequest(**{k: v for k, v in data.items() if k in names}),
-                          actor=Actor(user=request.user), reason=reason, start=start)
+            node = enroll(
+                EnrollmentRequest(**{k: v for k, v in data.items() if k in names}),
+                actor=Actor(user=request.user),
+                reason=reason,
+                start=start,
+            )
         except EnrollmentConflict as exc:
             raise Conflict(str(exc)) from exc
         except EnrollmentError as exc:

@@ -1,5 +1,6 @@
 """Serializers of the operator's provisioning API. The join token hash never leaves the portal;
 the clear join token appears in exactly one answer: the one to the provision request."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -17,13 +18,16 @@ class ProvisionSerializer(serializers.Serializer):
     boot_image = serializers.CharField(required=False, allow_blank=True, max_length=100)
     boot_image_url = serializers.URLField(required=False, allow_blank=True, max_length=500)
     kernel_cmdline_extra = serializers.CharField(required=False, allow_blank=True, max_length=500)
-    interface_mac = serializers.CharField(required=False, allow_blank=True, max_length=17,
-                                          help_text="MAC of the provisioning interface, e.g. 3c:ec:ef:12:34:56.")
+    interface_mac = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=17,
+        help_text="MAC of the provisioning interface, e.g. 3c:ec:ef:12:34:56.",
+    )
     ip_address = serializers.IPAddressField(required=False, allow_null=True, help_text="Null: DHCP.")
     prefix_length = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=128)
     gateway = serializers.IPAddressField(required=False, allow_null=True)
-    dns_servers = serializers.ListField(child=serializers.IPAddressField(), required=False,
-                                        max_length=MAX_DNS_SERVERS)
+    dns_servers = serializers.ListField(child=serializers.IPAddressField(), required=False, max_length=MAX_DNS_SERVERS)
     mtu = serializers.IntegerField(required=False, allow_null=True, min_value=576, max_value=9216)
     vlan_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=4094)
 
@@ -33,9 +37,22 @@ class BootConfigSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = BootConfig
-        fields = ["generation", "boot_image", "boot_image_url", "kernel_cmdline_extra", "interface_mac",
-                  "ip_address", "prefix_length", "gateway", "dns_servers", "mtu", "vlan_id",
-                  "user_data_fetched_at", "created", "last_updated"]
+        fields = [
+            "generation",
+            "boot_image",
+            "boot_image_url",
+            "kernel_cmdline_extra",
+            "interface_mac",
+            "ip_address",
+            "prefix_length",
+            "gateway",
+            "dns_servers",
+            "mtu",
+            "vlan_id",
+            "user_data_fetched_at",
+            "created",
+            "last_updated",
+        ]
         read_only_fields = fields
 
 
@@ -51,5 +68,7 @@ class ProvisionResultSerializer(serializers.Serializer):
     join_token_prefix = serializers.CharField()
     join_token_expires_at = serializers.DateTimeField()
     kubernetes_bootstrap_token = serializers.CharField(
-        allow_null=True, help_text="Kubernetes clusters only: register it in the cluster "
-                                   "(kubeadm token create <token> --ttl ...) before the node boots.")
+        allow_null=True,
+        help_text="Kubernetes clusters only: register it in the cluster "
+        "(kubeadm token create <token> --ttl ...) before the node boots.",
+    )

@@ -2,6 +2,7 @@
 
 ``agent/join/`` is the node agent's contract: keep it as it is.
 """
+
 from django.urls import path
 
 from . import enrollment, views

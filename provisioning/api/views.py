@@ -4,6 +4,7 @@
 agent has no credential yet but its join token, and needs none of DRF's machinery.
 Every refusal is a 4xx with ``{"error", "detail"}``, never a 500.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,17 @@ JOIN_REQUEST_SCHEMA: dict[str, Any] = {
     "required": ["join_token", "hostname"],
     "properties": {
         "join_token": {"type": "string", "minLength": 1, "description": "The single-use nwj_... token."},
-        "hostname": {"type": "string", "minLength": 1, "maxLength": MAX_HOSTNAME_LENGTH,
-                     "description": "Must be the node's hostname the token was issued for."},
-        "facts": {"type": ["object", "null"], "description": "What the agent found (GPUs, serials, ...), kept "
-                  f"as the node's agent facts; at most {services.MAX_FACTS_BYTES} bytes of JSON."},
+        "hostname": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_HOSTNAME_LENGTH,
+            "description": "Must be the node's hostname the token was issued for.",
+        },
+        "facts": {
+            "type": ["object", "null"],
+            "description": "What the agent found (GPUs, serials, ...), kept "
+            f"as the node's agent facts; at most {services.MAX_FACTS_BYTES} bytes of JSON.",
+        },
     },
 }
 JOIN_RESULT_SCHEMA: dict[str, Any] = {
@@ -103,8 +111,9 @@ def agent_join(request: HttpRequest) -> JsonResponse:
         return _refuse(exc.status, exc.error, str(exc))
     except (TransitionNotAllowed, ConcurrentTransition) as exc:  # the node moved on while joining
         return _refuse(409, "node not initializing", str(exc))
-    response = JsonResponse({"node_token": result.agent_token, "hostname": result.hostname,
-                             "node_id": result.node_id}, status=201)
+    response = JsonResponse(
+        {"node_token": result.agent_token, "hostname": result.hostname, "node_id": result.node_id}, status=201
+    )
     response["Cache-Control"] = "no-store"
     return response
 
@@ -118,13 +127,14 @@ class NodeProvisionView(generics.GenericAPIView):
     @extend_schema(
         summary="Provision a node (Day 0)",
         description="Creates or updates the node's boot config, revokes its unused join tokens, issues a new "
-                    "one and moves an enrolled node to initializing (an initializing node is re-provisioned). "
-                    "Boot the node with kernel_cmdline; the join token is shown in this answer only.",
+        "one and moves an enrolled node to initializing (an initializing node is re-provisioned). "
+        "Boot the node with kernel_cmdline; the join token is shown in this answer only.",
         request=serializers.ProvisionSerializer,
         responses={
             201: serializers.ProvisionResultSerializer,
-            400: OpenApiResponse(ReasonErrorSerializer, description="No reason, or a bad boot config field "
-                                                                    "(each named)."),
+            400: OpenApiResponse(
+                ReasonErrorSerializer, description="No reason, or a bad boot config field (each named)."
+            ),
             403: OpenApiResponse(DetailSerializer, description="The user may not provision nodes."),
             404: OpenApiResponse(DetailSerializer, description="No such node visible to the user."),
             409: OpenApiResponse(DetailSerializer, description="The node is neither enrolled nor initializing."),
@@ -139,16 +149,22 @@ class NodeProvisionView(generics.GenericAPIView):
         fields = dict(body.validated_data)
         reason = fields.pop("reason")
         try:
-            boot, join_token = services.prepare_boot(node.pk, actor=Actor(user=request.user), reason=reason,
-                                                     boot_config=fields)
+            boot, join_token = services.prepare_boot(
+                node.pk, actor=Actor(user=request.user), reason=reason, boot_config=fields
+            )
         except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
             raise exceptions.NotFound() from exc
         token = cloudinit.current_join_token(boot)
         assert token is not None  # prepare_boot just issued it
         result = {
-            "node": Node.objects.get(pk=node.pk), "boot_config": boot, "seed_url": cloudinit.seed_url(boot),
-            "kernel_cmdline": cloudinit.kernel_cmdline(boot), "instance_id": cloudinit.instance_id(boot),
-            "join_token": join_token, "join_token_prefix": token.prefix, "join_token_expires_at": token.expires_at,
+            "node": Node.objects.get(pk=node.pk),
+            "boot_config": boot,
+            "seed_url": cloudinit.seed_url(boot),
+            "kernel_cmdline": cloudinit.kernel_cmdline(boot),
+            "instance_id": cloudinit.instance_id(boot),
+            "join_token": join_token,
+            "join_token_prefix": token.prefix,
+            "join_token_expires_at": token.expires_at,
             "kubernetes_bootstrap_token": token.kubeadm_token() or None,
         }
         response = Response(serializers.ProvisionResultSerializer(result).data, status=status.HTTP_201_CREATED)

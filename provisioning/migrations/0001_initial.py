@@ -9,61 +9,138 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0001_initial'),
+        ("nodes", "0001_initial"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BootConfig',
+            name="BootConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('instance_key', models.CharField(default=provisioning.models.new_instance_key, editable=False, max_length=64, unique=True)),
-                ('generation', models.PositiveIntegerField(default=0, editable=False)),
-                ('boot_image', models.CharField(blank=True, help_text='OS image name, e.g. ubuntu-24.04-gpu.', max_length=100)),
-                ('boot_image_url', models.URLField(blank=True, help_text='Where the boot loader fetches it.', max_length=500)),
-                ('kernel_cmdline_extra', models.CharField(blank=True, help_text='Appended to the kernel command line after the NoCloud seed.', max_length=500)),
-                ('interface_mac', models.CharField(blank=True, help_text='Empty: DHCP on every en* interface (only without a static address).', max_length=17, verbose_name='provisioning interface MAC')),
-                ('ip_address', models.GenericIPAddressField(blank=True, help_text='Empty: DHCP.', null=True)),
-                ('prefix_length', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('gateway', models.GenericIPAddressField(blank=True, null=True)),
-                ('dns_servers', models.JSONField(blank=True, default=list, help_text='e.g. ["10.0.0.53", "10.0.1.53"].')),
-                ('mtu', models.PositiveIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(576), django.core.validators.MaxValueValidator(9216)])),
-                ('vlan_id', models.PositiveSmallIntegerField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(4094)], verbose_name='VLAN')),
-                ('user_data_fetched_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('last_updated', models.DateTimeField(auto_now=True)),
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='boot_config', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "instance_key",
+                    models.CharField(
+                        default=provisioning.models.new_instance_key, editable=False, max_length=64, unique=True
+                    ),
+                ),
+                ("generation", models.PositiveIntegerField(default=0, editable=False)),
+                (
+                    "boot_image",
+                    models.CharField(blank=True, help_text="OS image name, e.g. ubuntu-24.04-gpu.", max_length=100),
+                ),
+                (
+                    "boot_image_url",
+                    models.URLField(blank=True, help_text="Where the boot loader fetches it.", max_length=500),
+                ),
+                (
+                    "kernel_cmdline_extra",
+                    models.CharField(
+                        blank=True,
+                        help_text="Appended to the kernel command line after the NoCloud seed.",
+                        max_length=500,
+                    ),
+                ),
+                (
+                    "interface_mac",
+                    models.CharField(
+                        blank=True,
+                        help_text="Empty: DHCP on every en* interface (only without a static address).",
+                        max_length=17,
+                        verbose_name="provisioning interface MAC",
+                    ),
+                ),
+                ("ip_address", models.GenericIPAddressField(blank=True, help_text="Empty: DHCP.", null=True)),
+                ("prefix_length", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("gateway", models.GenericIPAddressField(blank=True, null=True)),
+                (
+                    "dns_servers",
+                    models.JSONField(blank=True, default=list, help_text='e.g. ["10.0.0.53", "10.0.1.53"].'),
+                ),
+                (
+                    "mtu",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(576),
+                            django.core.validators.MaxValueValidator(9216),
+                        ],
+                    ),
+                ),
+                (
+                    "vlan_id",
+                    models.PositiveSmallIntegerField(
+                        blank=True,
+                        null=True,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(4094),
+                        ],
+                        verbose_name="VLAN",
+                    ),
+                ),
+                ("user_data_fetched_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("last_updated", models.DateTimeField(auto_now=True)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="boot_config", to="nodes.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__hostname'],
+                "ordering": ["node__hostname"],
             },
         ),
         migrations.CreateModel(
-            name='JoinToken',
+            name="JoinToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('generation', models.PositiveIntegerField(help_text='The boot config generation it was issued for.')),
-                ('key_hash', models.CharField(max_length=64, unique=True)),
-                ('salt', models.CharField(max_length=32)),
-                ('prefix', models.CharField(help_text="The token's first characters, to tell tokens apart.", max_length=12)),
-                ('kubeadm_token_id', models.CharField(blank=True, max_length=6)),
-                ('kubeadm_secret_hash', models.CharField(blank=True, max_length=64)),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('expires_at', models.DateTimeField()),
-                ('used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='join_tokens', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("generation", models.PositiveIntegerField(help_text="The boot config generation it was issued for.")),
+                ("key_hash", models.CharField(max_length=64, unique=True)),
+                ("salt", models.CharField(max_length=32)),
+                (
+                    "prefix",
+                    models.CharField(help_text="The token's first characters, to tell tokens apart.", max_length=12),
+                ),
+                ("kubeadm_token_id", models.CharField(blank=True, max_length=6)),
+                ("kubeadm_secret_hash", models.CharField(blank=True, max_length=64)),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("expires_at", models.DateTimeField()),
+                ("used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="join_tokens", to="nodes.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
-                'indexes': [models.Index(fields=['node', '-created'], name='provisionin_node_id_8de513_idx')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('kubeadm_token_id', ''), _negated=True), fields=('kubeadm_token_id',), name='unique_kubeadm_token_id')],
+                "ordering": ["-created", "-id"],
+                "indexes": [models.Index(fields=["node", "-created"], name="provisionin_node_id_8de513_idx")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("kubeadm_token_id", ""), _negated=True),
+                        fields=("kubeadm_token_id",),
+                        name="unique_kubeadm_token_id",
+                    )
+                ],
             },
         ),
     ]

@@ -1,5 +1,6 @@
 """Serializers of the remediation API: remediations (read-only, with their steps and
 decisions), holds and circuit breakers; the verbs' bodies carry a reason."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,8 +44,23 @@ class RemediationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Remediation
-        fields = ["id", "node", "hostname", "status", "rung", "urgency", "policy", "finding", "finding_summary",
-                  "queued_reason", "created", "updated", "finished", "steps", "decisions"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "status",
+            "rung",
+            "urgency",
+            "policy",
+            "finding",
+            "finding_summary",
+            "queued_reason",
+            "created",
+            "updated",
+            "finished",
+            "steps",
+            "decisions",
+        ]
         read_only_fields = fields
 
 
@@ -63,8 +79,22 @@ class HoldSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Hold
-        fields = ["id", "node", "hostname", "cluster", "cluster_name", "rack", "tenant", "reason", "actor_name",
-                  "created", "until", "released_at", "released_reason", "active"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "cluster",
+            "cluster_name",
+            "rack",
+            "tenant",
+            "reason",
+            "actor_name",
+            "created",
+            "until",
+            "released_at",
+            "released_reason",
+            "active",
+        ]
         read_only_fields = fields
 
     def get_active(self, hold: Hold) -> bool:
@@ -99,8 +129,17 @@ class CircuitBreakerSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CircuitBreaker
-        fields = ["id", "cluster", "cluster_name", "tripped", "tripped_at", "reason", "reset_at", "reset_by",
-                  "reset_reason"]
+        fields = [
+            "id",
+            "cluster",
+            "cluster_name",
+            "tripped",
+            "tripped_at",
+            "reason",
+            "reset_at",
+            "reset_by",
+            "reset_reason",
+        ]
         read_only_fields = fields
 
     def get_tripped(self, breaker: CircuitBreaker) -> bool:

@@ -2,6 +2,7 @@
 404) with the operator's approve, skip-rung and stop; holds and circuit breakers (staff
 only). Writes need ``nodes.operate_node`` and go through ``remediation.services``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -28,8 +29,12 @@ from . import serializers
 
 FORBIDDEN = OpenApiResponse(DetailSerializer, description="The user may not operate nodes.")
 NOT_FOUND = OpenApiResponse(DetailSerializer, description="Nothing with this id visible to the user.")
-ERRORS = {400: OpenApiResponse(description="No reason given."), 403: FORBIDDEN, 404: NOT_FOUND,
-          409: OpenApiResponse(DetailSerializer, description="Its state does not allow this.")}
+ERRORS = {
+    400: OpenApiResponse(description="No reason given."),
+    403: FORBIDDEN,
+    404: NOT_FOUND,
+    409: OpenApiResponse(DetailSerializer, description="Its state does not allow this."),
+}
 
 
 class CanOperate(permissions.BasePermission):
@@ -77,12 +82,18 @@ def _reason(request: Request) -> str:
 
 def remediations_for(user: Any) -> QuerySet[Remediation]:
     # node: the hostname column; finding: its summary; policy: its name; steps: every rung tried.
-    return (summary.visible_remediations(user).select_related("node", "finding", "policy")
-            .prefetch_related("steps").order_by("-created", "-id"))
+    return (
+        summary.visible_remediations(user)
+        .select_related("node", "finding", "policy")
+        .prefetch_related("steps")
+        .order_by("-created", "-id")
+    )
 
 
-@extend_schema_view(list=extend_schema(summary="List remediations, newest first"),
-                    retrieve=extend_schema(summary="One remediation with its steps and decisions"))
+@extend_schema_view(
+    list=extend_schema(summary="List remediations, newest first"),
+    retrieve=extend_schema(summary="One remediation with its steps and decisions"),
+)
 class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
     """Remediations: one incident on one node each, up the ladder, with every decision."""
 
@@ -102,21 +113,29 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
         fresh = self.get_queryset().get(pk=rem.pk)
         return Response(serializers.RemediationSerializer(fresh).data, status=status.HTTP_200_OK)
 
-    @extend_schema(summary="Approve a remediation awaiting approval", request=serializers.RemediationReasonSerializer,
-                   responses={200: serializers.RemediationSerializer, **ERRORS})
+    @extend_schema(
+        summary="Approve a remediation awaiting approval",
+        request=serializers.RemediationReasonSerializer,
+        responses={200: serializers.RemediationSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def approve(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.approve)
 
-    @extend_schema(summary="Skip the current rung and climb to the next", request=serializers.RemediationReasonSerializer,
-                   responses={200: serializers.RemediationSerializer, **ERRORS})
+    @extend_schema(
+        summary="Skip the current rung and climb to the next",
+        request=serializers.RemediationReasonSerializer,
+        responses={200: serializers.RemediationSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], url_path="skip-rung", filter_backends=[])
     def skip_rung(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.skip_rung)
 
-    @extend_schema(summary="Stop the automated plan (the node stays where it is)",
-                   request=serializers.RemediationReasonSerializer,
-                   responses={200: serializers.RemediationSerializer, **ERRORS})
+    @extend_schema(
+        summary="Stop the automated plan (the node stays where it is)",
+        request=serializers.RemediationReasonSerializer,
+        responses={200: serializers.RemediationSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.stop)
@@ -147,21 +166,34 @@ class HoldViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     filterset_class = HoldFilterSet
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
 
-    @extend_schema(summary="Place a hold", request=serializers.HoldRequestSerializer,
-                   responses={201: serializers.HoldSerializer, 400: OpenApiResponse(description="Bad target or reason."),
-                              403: FORBIDDEN})
+    @extend_schema(
+        summary="Place a hold",
+        request=serializers.HoldRequestSerializer,
+        responses={
+            201: serializers.HoldSerializer,
+            400: OpenApiResponse(description="Bad target or reason."),
+            403: FORBIDDEN,
+        },
+    )
     def create(self, request: Request) -> Response:
         body = serializers.HoldRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
         ids = {f"{name}_id": data[name].pk for name in ("node", "cluster", "rack", "tenant") if data.get(name)}
-        hold = _run(lambda: services.place_hold(actor=Actor(user=request.user), reason=data["reason"],
-                                                until=data.get("until"), **ids))
-        return Response(serializers.HoldSerializer(self.get_queryset().get(pk=hold.pk)).data,
-                        status=status.HTTP_201_CREATED)
+        hold = _run(
+            lambda: services.place_hold(
+                actor=Actor(user=request.user), reason=data["reason"], until=data.get("until"), **ids
+            )
+        )
+        return Response(
+            serializers.HoldSerializer(self.get_queryset().get(pk=hold.pk)).data, status=status.HTTP_201_CREATED
+        )
 
-    @extend_schema(summary="Release a hold", request=serializers.RemediationReasonSerializer,
-                   responses={200: serializers.HoldSerializer, 400: ERRORS[400], 403: FORBIDDEN, 404: NOT_FOUND})
+    @extend_schema(
+        summary="Release a hold",
+        request=serializers.RemediationReasonSerializer,
+        responses={200: serializers.HoldSerializer, 400: ERRORS[400], 403: FORBIDDEN, 404: NOT_FOUND},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def release(self, request: Request, pk: str | None = None) -> Response:
         hold = self.get_object()
@@ -179,9 +211,11 @@ class CircuitBreakerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     filterset_class = CircuitBreakerFilterSet
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
 
-    @extend_schema(summary="Reset a tripped breaker: automated actions resume in its cluster",
-                   request=serializers.RemediationReasonSerializer,
-                   responses={200: serializers.CircuitBreakerSerializer, **ERRORS})
+    @extend_schema(
+        summary="Reset a tripped breaker: automated actions resume in its cluster",
+        request=serializers.RemediationReasonSerializer,
+        responses={200: serializers.CircuitBreakerSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def reset(self, request: Request, pk: str | None = None) -> Response:
         breaker = self.get_object()

@@ -6,144 +6,355 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0002_persona_configuration'),
-        ('health', '0003_seed_health_rules'),
-        ('nodes', '0001_initial'),
+        ("fleet", "0002_persona_configuration"),
+        ("health", "0003_seed_health_rules"),
+        ("nodes", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='BlastRadiusLimit',
+            name="BlastRadiusLimit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('domain', models.CharField(choices=[('cluster', 'Cluster'), ('rack', 'Rack'), ('tenant', 'Tenant')], max_length=10, unique=True)),
-                ('max_share', models.FloatField(default=0.1, help_text="Share of the domain's serving nodes.")),
-                ('max_count', models.PositiveIntegerField(default=50)),
-                ('max_drains_per_hour', models.PositiveIntegerField(default=20)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "domain",
+                    models.CharField(
+                        choices=[("cluster", "Cluster"), ("rack", "Rack"), ("tenant", "Tenant")],
+                        max_length=10,
+                        unique=True,
+                    ),
+                ),
+                ("max_share", models.FloatField(default=0.1, help_text="Share of the domain's serving nodes.")),
+                ("max_count", models.PositiveIntegerField(default=50)),
+                ("max_drains_per_hour", models.PositiveIntegerField(default=20)),
             ],
         ),
         migrations.CreateModel(
-            name='RemediationPolicy',
+            name="RemediationPolicy",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('priority', models.PositiveSmallIntegerField(default=100)),
-                ('match_rule', models.CharField(blank=True, help_text='health rule, e.g. xid, gpu_temperature.', max_length=60)),
-                ('match_xid', models.PositiveIntegerField(blank=True, null=True)),
-                ('match_severity', models.CharField(blank=True, help_text='catastrophic, degraded, warning, info.', max_length=20)),
-                ('match_component', models.CharField(blank=True, help_text="A substring of the finding's subject.", max_length=60)),
-                ('urgency', models.CharField(choices=[('now', 'Cordon and act now (even under a job)'), ('when_idle', 'Drain when the current job ends, then act'), ('watch', 'Record and watch')], max_length=20)),
-                ('first_rung', models.CharField(blank=True, choices=[('gpu_reset', 'GPU reset'), ('reboot', 'Reboot'), ('power_cycle', 'BMC power cycle'), ('reimage', 'Reimage'), ('repair', 'Repair (technician)'), ('rma', 'RMA')], help_text="Blank: the finding's recommended action (the XID catalog's), else reboot.", max_length=20)),
-                ('requires_approval', models.BooleanField(default=False, help_text='An operator approves before anything is done.')),
-                ('disruptive_only_in_window', models.BooleanField(default=False, help_text='Reboot, power cycle and reimage wait for a maintenance window.')),
-                ('shadow', models.BooleanField(default=False, help_text='Record what would be done; do nothing.')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("enabled", models.BooleanField(default=True)),
+                ("priority", models.PositiveSmallIntegerField(default=100)),
+                (
+                    "match_rule",
+                    models.CharField(blank=True, help_text="health rule, e.g. xid, gpu_temperature.", max_length=60),
+                ),
+                ("match_xid", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "match_severity",
+                    models.CharField(blank=True, help_text="catastrophic, degraded, warning, info.", max_length=20),
+                ),
+                (
+                    "match_component",
+                    models.CharField(blank=True, help_text="A substring of the finding's subject.", max_length=60),
+                ),
+                (
+                    "urgency",
+                    models.CharField(
+                        choices=[
+                            ("now", "Cordon and act now (even under a job)"),
+                            ("when_idle", "Drain when the current job ends, then act"),
+                            ("watch", "Record and watch"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "first_rung",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("gpu_reset", "GPU reset"),
+                            ("reboot", "Reboot"),
+                            ("power_cycle", "BMC power cycle"),
+                            ("reimage", "Reimage"),
+                            ("repair", "Repair (technician)"),
+                            ("rma", "RMA"),
+                        ],
+                        help_text="Blank: the finding's recommended action (the XID catalog's), else reboot.",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "requires_approval",
+                    models.BooleanField(default=False, help_text="An operator approves before anything is done."),
+                ),
+                (
+                    "disruptive_only_in_window",
+                    models.BooleanField(
+                        default=False, help_text="Reboot, power cycle and reimage wait for a maintenance window."
+                    ),
+                ),
+                ("shadow", models.BooleanField(default=False, help_text="Record what would be done; do nothing.")),
             ],
             options={
-                'verbose_name_plural': 'remediation policies',
-                'ordering': ['priority', 'name'],
+                "verbose_name_plural": "remediation policies",
+                "ordering": ["priority", "name"],
             },
         ),
         migrations.CreateModel(
-            name='Hold',
+            name="Hold",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reason', models.TextField()),
-                ('actor_name', models.CharField(max_length=150)),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('until', models.DateTimeField(blank=True, null=True)),
-                ('released_at', models.DateTimeField(blank=True, null=True)),
-                ('released_reason', models.TextField(blank=True)),
-                ('cluster', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.cluster')),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='holds', to='nodes.node')),
-                ('rack', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.rack')),
-                ('tenant', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("reason", models.TextField()),
+                ("actor_name", models.CharField(max_length=150)),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("until", models.DateTimeField(blank=True, null=True)),
+                ("released_at", models.DateTimeField(blank=True, null=True)),
+                ("released_reason", models.TextField(blank=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.cluster",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="holds",
+                        to="nodes.node",
+                    ),
+                ),
+                (
+                    "rack",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.rack",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created'],
+                "ordering": ["-created"],
             },
         ),
         migrations.CreateModel(
-            name='MaintenanceWindow',
+            name="MaintenanceWindow",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('weekdays', models.JSONField(default=list, help_text='0 = Monday ... 6 = Sunday; empty: every day.')),
-                ('start_hour', models.PositiveSmallIntegerField()),
-                ('end_hour', models.PositiveSmallIntegerField(help_text='Exclusive; may be below start_hour (over midnight).')),
-                ('cluster', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='fleet.cluster')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("weekdays", models.JSONField(default=list, help_text="0 = Monday ... 6 = Sunday; empty: every day.")),
+                ("start_hour", models.PositiveSmallIntegerField()),
+                (
+                    "end_hour",
+                    models.PositiveSmallIntegerField(help_text="Exclusive; may be below start_hour (over midnight)."),
+                ),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="fleet.cluster",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Remediation',
+            name="Remediation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('awaiting_approval', "Awaiting an operator's approval"), ('queued', 'Queued (safety limit, hold or window)'), ('draining', 'Waiting for the drain'), ('running', 'Running a rung'), ('validating', 'Re-validating'), ('handed_off', 'Handed to repair or RMA'), ('succeeded', 'Back in production'), ('stopped', 'Stopped by an operator'), ('failed', 'Failed')], max_length=20)),
-                ('urgency', models.CharField(choices=[('now', 'Cordon and act now (even under a job)'), ('when_idle', 'Drain when the current job ends, then act'), ('watch', 'Record and watch')], max_length=20)),
-                ('rung', models.CharField(choices=[('gpu_reset', 'GPU reset'), ('reboot', 'Reboot'), ('power_cycle', 'BMC power cycle'), ('reimage', 'Reimage'), ('repair', 'Repair (technician)'), ('rma', 'RMA')], max_length=20)),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('decisions', models.JSONField(blank=True, default=list, help_text='Each decision: when, what, why, who.')),
-                ('queued_reason', models.CharField(blank=True, max_length=300)),
-                ('finding', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='health.finding')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='remediations', to='nodes.node')),
-                ('policy', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='remediation.remediationpolicy')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("awaiting_approval", "Awaiting an operator's approval"),
+                            ("queued", "Queued (safety limit, hold or window)"),
+                            ("draining", "Waiting for the drain"),
+                            ("running", "Running a rung"),
+                            ("validating", "Re-validating"),
+                            ("handed_off", "Handed to repair or RMA"),
+                            ("succeeded", "Back in production"),
+                            ("stopped", "Stopped by an operator"),
+                            ("failed", "Failed"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "urgency",
+                    models.CharField(
+                        choices=[
+                            ("now", "Cordon and act now (even under a job)"),
+                            ("when_idle", "Drain when the current job ends, then act"),
+                            ("watch", "Record and watch"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "rung",
+                    models.CharField(
+                        choices=[
+                            ("gpu_reset", "GPU reset"),
+                            ("reboot", "Reboot"),
+                            ("power_cycle", "BMC power cycle"),
+                            ("reimage", "Reimage"),
+                            ("repair", "Repair (technician)"),
+                            ("rma", "RMA"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                (
+                    "decisions",
+                    models.JSONField(blank=True, default=list, help_text="Each decision: when, what, why, who."),
+                ),
+                ("queued_reason", models.CharField(blank=True, max_length=300)),
+                (
+                    "finding",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="health.finding",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="remediations", to="nodes.node"
+                    ),
+                ),
+                (
+                    "policy",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="remediation.remediationpolicy",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
+                "ordering": ["-created", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='RemediationStep',
+            name="RemediationStep",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('rung', models.CharField(choices=[('gpu_reset', 'GPU reset'), ('reboot', 'Reboot'), ('power_cycle', 'BMC power cycle'), ('reimage', 'Reimage'), ('repair', 'Repair (technician)'), ('rma', 'RMA')], max_length=20)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('passed', 'Passed'), ('failed', 'Failed'), ('skipped', 'Skipped')], default='running', max_length=10)),
-                ('started', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('deadline', models.DateTimeField()),
-                ('attempts', models.PositiveSmallIntegerField(default=0, help_text='Task deliveries that worked on it.')),
-                ('detail', models.TextField(blank=True)),
-                ('remediation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='remediation.remediation')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "rung",
+                    models.CharField(
+                        choices=[
+                            ("gpu_reset", "GPU reset"),
+                            ("reboot", "Reboot"),
+                            ("power_cycle", "BMC power cycle"),
+                            ("reimage", "Reimage"),
+                            ("repair", "Repair (technician)"),
+                            ("rma", "RMA"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("passed", "Passed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                        ],
+                        default="running",
+                        max_length=10,
+                    ),
+                ),
+                ("started", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                ("deadline", models.DateTimeField()),
+                (
+                    "attempts",
+                    models.PositiveSmallIntegerField(default=0, help_text="Task deliveries that worked on it."),
+                ),
+                ("detail", models.TextField(blank=True)),
+                (
+                    "remediation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="steps", to="remediation.remediation"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['remediation', 'started', 'id'],
+                "ordering": ["remediation", "started", "id"],
             },
         ),
         migrations.CreateModel(
-            name='CircuitBreaker',
+            name="CircuitBreaker",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tripped_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('reason', models.TextField()),
-                ('reset_at', models.DateTimeField(blank=True, null=True)),
-                ('reset_by', models.CharField(blank=True, max_length=150)),
-                ('reset_reason', models.TextField(blank=True)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='circuit_breakers', to='fleet.cluster')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tripped_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("reason", models.TextField()),
+                ("reset_at", models.DateTimeField(blank=True, null=True)),
+                ("reset_by", models.CharField(blank=True, max_length=150)),
+                ("reset_reason", models.TextField(blank=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="circuit_breakers", to="fleet.cluster"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-tripped_at'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('reset_at__isnull', True)), fields=('cluster',), name='one_tripped_breaker_per_cluster')],
+                "ordering": ["-tripped_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("reset_at__isnull", True)),
+                        fields=("cluster",),
+                        name="one_tripped_breaker_per_cluster",
+                    )
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['status', 'updated'], name='remediation_status_221952_idx'),
+            model_name="remediation",
+            index=models.Index(fields=["status", "updated"], name="remediation_status_221952_idx"),
         ),
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['node', '-created'], name='remediation_node_id_9bf1b2_idx'),
+            model_name="remediation",
+            index=models.Index(fields=["node", "-created"], name="remediation_node_id_9bf1b2_idx"),
         ),
         migrations.AddConstraint(
-            model_name='remediation',
-            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['awaiting_approval', 'queued', 'draining', 'running', 'validating'])), fields=('node',), name='one_open_remediation_per_node'),
+            model_name="remediation",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(
+                    ("status__in", ["awaiting_approval", "queued", "draining", "running", "validating"])
+                ),
+                fields=("node",),
+                name="one_open_remediation_per_node",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='remediationstep',
-            constraint=models.UniqueConstraint(fields=('remediation', 'rung'), name='one_step_per_rung'),
+            model_name="remediationstep",
+            constraint=models.UniqueConstraint(fields=("remediation", "rung"), name="one_step_per_rung"),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('remediation', '0001_initial'),
+        ("remediation", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='remediationstep',
-            name='last_activity',
-            field=models.DateTimeField(blank=True, help_text='When a worker last took the step up, or the reconciler queued it again.', null=True),
+            model_name="remediationstep",
+            name="last_activity",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When a worker last took the step up, or the reconciler queued it again.",
+                null=True,
+            ),
         ),
     ]

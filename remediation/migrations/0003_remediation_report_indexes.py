@@ -4,20 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('health', '0004_alert_rank_index'),
-        ('nodes', '0002_daily_state_count'),
-        ('remediation', '0002_step_last_activity'),
+        ("health", "0004_alert_rank_index"),
+        ("nodes", "0002_daily_state_count"),
+        ("remediation", "0002_step_last_activity"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['status', 'finished'], name='remediation_status_finished'),
+            model_name="remediation",
+            index=models.Index(fields=["status", "finished"], name="remediation_status_finished"),
         ),
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['created'], name='remediation_created'),
+            model_name="remediation",
+            index=models.Index(fields=["created"], name="remediation_created"),
         ),
     ]

@@ -8,38 +8,47 @@ def copy_finding_times(apps, schema_editor):
     """Fill the copy of the finding's time on the remediations recorded before it existed."""
     Remediation, Finding = apps.get_model("remediation", "Remediation"), apps.get_model("health", "Finding")
     Remediation.objects.filter(finding__isnull=False, finding_created__isnull=True).update(
-        finding_created=Subquery(Finding.objects.filter(pk=OuterRef("finding_id")).values("created")[:1]))
+        finding_created=Subquery(Finding.objects.filter(pk=OuterRef("finding_id")).values("created")[:1])
+    )
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('health', '0004_alert_rank_index'),
-        ('nodes', '0003_state_change_indexes'),
-        ('remediation', '0003_remediation_report_indexes'),
+        ("health", "0004_alert_rank_index"),
+        ("nodes", "0003_state_change_indexes"),
+        ("remediation", "0003_remediation_report_indexes"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='remediation',
-            name='remediation_status_finished',
+            model_name="remediation",
+            name="remediation_status_finished",
         ),
         migrations.RemoveIndex(
-            model_name='remediation',
-            name='remediation_created',
+            model_name="remediation",
+            name="remediation_created",
         ),
         migrations.AddField(
-            model_name='remediation',
-            name='finding_created',
-            field=models.DateTimeField(blank=True, editable=False, help_text='When the finding was recorded (a copy, filled on save).', null=True),
+            model_name="remediation",
+            name="finding_created",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="When the finding was recorded (a copy, filled on save).",
+                null=True,
+            ),
         ),
         migrations.RunPython(copy_finding_times, migrations.RunPython.noop),
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['status', 'finished'], include=('node', 'finding', 'finding_created', 'created'), name='remediation_status_finished'),
+            model_name="remediation",
+            index=models.Index(
+                fields=["status", "finished"],
+                include=("node", "finding", "finding_created", "created"),
+                name="remediation_status_finished",
+            ),
         ),
         migrations.AddIndex(
-            model_name='remediation',
-            index=models.Index(fields=['created'], include=('rung', 'status'), name='remediation_created'),
+            model_name="remediation",
+            index=models.Index(fields=["created"], include=("rung", "status"), name="remediation_created"),
         ),
     ]

@@ -4,20 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('remediation', '0004_remediation_finding_created'),
+        ("remediation", "0004_remediation_finding_created"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='remediationpolicy',
-            name='stand_down_if_cleared',
-            field=models.BooleanField(default=True, help_text="A drain waiting for the job to end is cancelled if the finding's condition cleared meanwhile (a link that flapped once, a passing hot spell)."),
+            model_name="remediationpolicy",
+            name="stand_down_if_cleared",
+            field=models.BooleanField(
+                default=True,
+                help_text="A drain waiting for the job to end is cancelled if the finding's condition cleared meanwhile (a link that flapped once, a passing hot spell).",
+            ),
         ),
         migrations.AlterField(
-            model_name='remediation',
-            name='status',
-            field=models.CharField(choices=[('awaiting_approval', "Awaiting an operator's approval"), ('queued', 'Queued (safety limit, hold or window)'), ('draining', 'Waiting for the drain'), ('running', 'Running a rung'), ('validating', 'Re-validating'), ('handed_off', 'Handed to repair or RMA'), ('succeeded', 'Back in production'), ('cleared', 'Cleared by itself before the job ended: stood down'), ('stopped', 'Stopped by an operator'), ('failed', 'Failed')], max_length=20),
+            model_name="remediation",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("awaiting_approval", "Awaiting an operator's approval"),
+                    ("queued", "Queued (safety limit, hold or window)"),
+                    ("draining", "Waiting for the drain"),
+                    ("running", "Running a rung"),
+                    ("validating", "Re-validating"),
+                    ("handed_off", "Handed to repair or RMA"),
+                    ("succeeded", "Back in production"),
+                    ("cleared", "Cleared by itself before the job ended: stood down"),
+                    ("stopped", "Stopped by an operator"),
+                    ("failed", "Failed"),
+                ],
+                max_length=20,
+            ),
         ),
     ]

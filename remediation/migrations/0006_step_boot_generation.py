@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('remediation', '0005_stand_down_if_cleared'),
+        ("remediation", "0005_stand_down_if_cleared"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='remediationstep',
-            name='boot_generation',
-            field=models.PositiveIntegerField(blank=True, editable=False, help_text='Reimage: the boot config generation the node was PXE-booted to install.', null=True),
+            model_name="remediationstep",
+            name="boot_generation",
+            field=models.PositiveIntegerField(
+                blank=True,
+                editable=False,
+                help_text="Reimage: the boot config generation the node was PXE-booted to install.",
+                null=True,
+            ),
         ),
     ]

@@ -4,20 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('remediation', '0006_step_boot_generation'),
+        ("remediation", "0006_step_boot_generation"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='remediationstep',
-            name='acted_at',
-            field=models.DateTimeField(blank=True, help_text="When the rung's action was carried out (its success check follows).", null=True),
+            model_name="remediationstep",
+            name="acted_at",
+            field=models.DateTimeField(
+                blank=True, help_text="When the rung's action was carried out (its success check follows).", null=True
+            ),
         ),
         migrations.AlterField(
-            model_name='remediationstep',
-            name='status',
-            field=models.CharField(choices=[('running', 'Running'), ('verifying', 'Done; re-validating'), ('passed', 'Passed'), ('failed', 'Failed'), ('skipped', 'Skipped')], default='running', max_length=10),
+            model_name="remediationstep",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("running", "Running"),
+                    ("verifying", "Done; re-validating"),
+                    ("passed", "Passed"),
+                    ("failed", "Failed"),
+                    ("skipped", "Skipped"),
+                ],
+                default="running",
+                max_length=10,
+            ),
         ),
     ]

@@ -1,6 +1,7 @@
 """Serializers of the repairs API: tickets and cases are read-only; every change is a POST
 of a named verb with its reason. Request serializers carry the app's prefix so their schema
 components never collide with another app's."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -34,8 +35,26 @@ class RepairTicketSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RepairTicket
-        fields = ["id", "node", "hostname", "site", "rack", "rack_unit", "component", "what", "state", "assignee",
-                  "opened_by", "notes", "finding_id", "remediation_id", "created", "updated", "resolved_at", "events"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "site",
+            "rack",
+            "rack_unit",
+            "component",
+            "what",
+            "state",
+            "assignee",
+            "opened_by",
+            "notes",
+            "finding_id",
+            "remediation_id",
+            "created",
+            "updated",
+            "resolved_at",
+            "events",
+        ]
         read_only_fields = fields
 
 
@@ -47,9 +66,26 @@ class RmaCaseSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RmaCase
-        fields = ["id", "node", "hostname", "vendor", "part", "failed_serial", "replacement_serial",
-                  "vendor_case_number", "state", "outcome", "opened_by", "notes", "created", "updated", "shipped_at",
-                  "returned_at", "closed_at", "events"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "vendor",
+            "part",
+            "failed_serial",
+            "replacement_serial",
+            "vendor_case_number",
+            "state",
+            "outcome",
+            "opened_by",
+            "notes",
+            "created",
+            "updated",
+            "shipped_at",
+            "returned_at",
+            "closed_at",
+            "events",
+        ]
         read_only_fields = fields
 
 
@@ -60,8 +96,9 @@ class RepairReasonSerializer(serializers.Serializer):
 
 
 class RepairStartSerializer(RepairReasonSerializer):
-    assignee = serializers.CharField(required=False, allow_blank=True, max_length=150, default="",
-                                     help_text="Technician taking the ticket.")
+    assignee = serializers.CharField(
+        required=False, allow_blank=True, max_length=150, default="", help_text="Technician taking the ticket."
+    )
 
 
 class RmaShipSerializer(RepairReasonSerializer):
@@ -72,8 +109,13 @@ class RmaReceiveSerializer(RepairReasonSerializer):
     # A string checked by the service: the enum is documented once, on RmaCase.outcome, so
     # another app's "outcome" field can never make its schema name ambiguous.
     outcome = serializers.CharField(max_length=20, help_text="One of: " + ", ".join(RmaOutcome.values) + ".")
-    replacement_serial = serializers.CharField(required=False, allow_blank=True, max_length=100, default="",
-                                               help_text="Serial of the part that came back (required if replaced).")
+    replacement_serial = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        default="",
+        help_text="Serial of the part that came back (required if replaced).",
+    )
 
 
 class RepairTicketOpenSerializer(RepairReasonSerializer):
@@ -84,10 +126,12 @@ class RepairTicketOpenSerializer(RepairReasonSerializer):
     assignee = serializers.CharField(required=False, allow_blank=True, max_length=150, default="")
     notes = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
     # Bounded like the column (bigint): 2**63 is a 400 naming the field, not a database error.
-    finding_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
-                                          max_value=BIGINT_MAX)
-    remediation_id = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=1,
-                                              max_value=BIGINT_MAX)
+    finding_id = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=BIGINT_MAX
+    )
+    remediation_id = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=BIGINT_MAX
+    )
     move_node = serializers.BooleanField(required=False, default=True)
 
 

@@ -5,6 +5,7 @@ Refusals come from ``repairs.services`` and reach the client through the project
 handler: RepairForbidden 403, ReasonRequired/ValidationError 400, RepairConflict 409; another
 tenant's ticket, case or node answers 404 (looked up before any permission check).
 """
+
 from __future__ import annotations
 
 import csv
@@ -58,8 +59,10 @@ class _VerbMixin:
         return Response(self.get_serializer(fresh).data, status=status.HTTP_200_OK)  # type: ignore[attr-defined]
 
 
-@extend_schema_view(list=extend_schema(summary="List repair tickets, newest first"),
-                    retrieve=extend_schema(summary="One repair ticket with its history"))
+@extend_schema_view(
+    list=extend_schema(summary="List repair tickets, newest first"),
+    retrieve=extend_schema(summary="One repair ticket with its history"),
+)
 class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     """Technicians' tickets: start, resolve (the node re-validates) and cancel, each with a reason."""
 
@@ -71,28 +74,38 @@ class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> QuerySet[RepairTicket]:
         return _with_events(visible_tickets(self.request.user).order_by("-created", "-id"))
 
-    @extend_schema(summary="Start work on a ticket", request=serializers.RepairStartSerializer,
-                   responses={200: serializers.RepairTicketSerializer, **ERRORS})
+    @extend_schema(
+        summary="Start work on a ticket",
+        request=serializers.RepairStartSerializer,
+        responses={200: serializers.RepairTicketSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def start(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RepairStartSerializer, services.start_repair)
 
-    @extend_schema(summary="Resolve a ticket (the node re-validates once its last ticket is resolved)",
-                   request=serializers.RepairReasonSerializer,
-                   responses={200: serializers.RepairTicketSerializer, **ERRORS})
+    @extend_schema(
+        summary="Resolve a ticket (the node re-validates once its last ticket is resolved)",
+        request=serializers.RepairReasonSerializer,
+        responses={200: serializers.RepairTicketSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RepairReasonSerializer, services.resolve_repair)
 
-    @extend_schema(summary="Cancel a ticket (the node stays where it is)", request=serializers.RepairReasonSerializer,
-                   responses={200: serializers.RepairTicketSerializer, **ERRORS})
+    @extend_schema(
+        summary="Cancel a ticket (the node stays where it is)",
+        request=serializers.RepairReasonSerializer,
+        responses={200: serializers.RepairTicketSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RepairReasonSerializer, services.cancel_repair)
 
 
-@extend_schema_view(list=extend_schema(summary="List RMA cases, newest first"),
-                    retrieve=extend_schema(summary="One RMA case with its history"))
+@extend_schema_view(
+    list=extend_schema(summary="List RMA cases, newest first"),
+    retrieve=extend_schema(summary="One RMA case with its history"),
+)
 class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     """Returns to vendors: ship, receive (outcome, replacement serial), close (the node re-validates), cancel."""
 
@@ -104,26 +117,38 @@ class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> QuerySet[RmaCase]:
         return _with_events(visible_cases(self.request.user).order_by("-created", "-id"))
 
-    @extend_schema(summary="Mark the failed part shipped to the vendor", request=serializers.RmaShipSerializer,
-                   responses={200: serializers.RmaCaseSerializer, **ERRORS})
+    @extend_schema(
+        summary="Mark the failed part shipped to the vendor",
+        request=serializers.RmaShipSerializer,
+        responses={200: serializers.RmaCaseSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def ship(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RmaShipSerializer, services.ship_rma)
 
-    @extend_schema(summary="Record the vendor's answer and the part that came back",
-                   request=serializers.RmaReceiveSerializer, responses={200: serializers.RmaCaseSerializer, **ERRORS})
+    @extend_schema(
+        summary="Record the vendor's answer and the part that came back",
+        request=serializers.RmaReceiveSerializer,
+        responses={200: serializers.RmaCaseSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def receive(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RmaReceiveSerializer, services.receive_rma)
 
-    @extend_schema(summary="Close a returned case (the node re-validates when nothing else holds it)",
-                   request=serializers.RepairReasonSerializer, responses={200: serializers.RmaCaseSerializer, **ERRORS})
+    @extend_schema(
+        summary="Close a returned case (the node re-validates when nothing else holds it)",
+        request=serializers.RepairReasonSerializer,
+        responses={200: serializers.RmaCaseSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def close(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RepairReasonSerializer, services.close_rma)
 
-    @extend_schema(summary="Cancel a case (the node stays where it is)", request=serializers.RepairReasonSerializer,
-                   responses={200: serializers.RmaCaseSerializer, **ERRORS})
+    @extend_schema(
+        summary="Cancel a case (the node stays where it is)",
+        request=serializers.RepairReasonSerializer,
+        responses={200: serializers.RmaCaseSerializer, **ERRORS},
+    )
     @action(detail=True, methods=["post"], filter_backends=[])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, serializers.RepairReasonSerializer, services.cancel_rma)
@@ -166,8 +191,11 @@ class NodeRepairTicketsView(_NodeRecordsView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(summary="Open a repair ticket on a node", request=serializers.RepairTicketOpenSerializer,
-                   responses={201: serializers.RepairTicketSerializer, **ERRORS})
+    @extend_schema(
+        summary="Open a repair ticket on a node",
+        request=serializers.RepairTicketOpenSerializer,
+        responses={201: serializers.RepairTicketSerializer, **ERRORS},
+    )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().post(request, *args, **kwargs)
 
@@ -188,8 +216,11 @@ class NodeRmaCasesView(_NodeRecordsView):
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(summary="Open an RMA case on a node", request=serializers.RmaCaseOpenSerializer,
-                   responses={201: serializers.RmaCaseSerializer, **ERRORS})
+    @extend_schema(
+        summary="Open an RMA case on a node",
+        request=serializers.RmaCaseOpenSerializer,
+        responses={201: serializers.RmaCaseSerializer, **ERRORS},
+    )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().post(request, *args, **kwargs)
 
@@ -242,15 +273,45 @@ def _iso(value: Any) -> str:
     return value.isoformat() if value else ""
 
 
-TICKET_COLUMNS = ["id", "hostname", "site", "rack", "rack_unit", "component", "what", "state", "assignee",
-                  "opened_by", "created", "updated", "resolved_at", "finding_id", "remediation_id"]
-CASE_COLUMNS = ["id", "hostname", "vendor", "part", "failed_serial", "replacement_serial", "vendor_case_number",
-                "state", "outcome", "opened_by", "created", "shipped_at", "returned_at", "closed_at"]
+TICKET_COLUMNS = [
+    "id",
+    "hostname",
+    "site",
+    "rack",
+    "rack_unit",
+    "component",
+    "what",
+    "state",
+    "assignee",
+    "opened_by",
+    "created",
+    "updated",
+    "resolved_at",
+    "finding_id",
+    "remediation_id",
+]
+CASE_COLUMNS = [
+    "id",
+    "hostname",
+    "vendor",
+    "part",
+    "failed_serial",
+    "replacement_serial",
+    "vendor_case_number",
+    "state",
+    "outcome",
+    "opened_by",
+    "created",
+    "shipped_at",
+    "returned_at",
+    "closed_at",
+]
 
 
 def _state_param(choices: Any) -> OpenApiParameter:
-    return OpenApiParameter("state", OpenApiTypes.STR, enum=choices.values, many=True,
-                            description="Only these states (repeat for several).")
+    return OpenApiParameter(
+        "state", OpenApiTypes.STR, enum=choices.values, many=True, description="Only these states (repeat for several)."
+    )
 
 
 SEARCH = OpenApiParameter("q", OpenApiTypes.STR, description="Free-text search.")
@@ -261,15 +322,38 @@ class RepairTicketExportView(APIView):
 
     renderer_classes = [CSVRenderer]
 
-    @extend_schema(summary="Repair tickets as CSV", responses={(200, "text/csv"): OpenApiTypes.STR},
-                   parameters=[_state_param(TicketState), SEARCH,
-                               OpenApiParameter("site", OpenApiTypes.STR, description="Site slug."),
-                               OpenApiParameter("rack", OpenApiTypes.STR, description="Rack name.")])
+    @extend_schema(
+        summary="Repair tickets as CSV",
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+        parameters=[
+            _state_param(TicketState),
+            SEARCH,
+            OpenApiParameter("site", OpenApiTypes.STR, description="Site slug."),
+            OpenApiParameter("rack", OpenApiTypes.STR, description="Rack name."),
+        ],
+    )
     def get(self, request: Request) -> StreamingHttpResponse:
         tickets = _filtered(RepairTicketFilterSet, request, visible_tickets(request.user).order_by("-created", "-id"))
-        rows = ([t.pk, t.hostname, t.site, t.rack, t.rack_unit, t.component, t.what, t.state, t.assignee,
-                 t.opened_by_name, _iso(t.created), _iso(t.updated), _iso(t.resolved_at), t.finding_id,
-                 t.remediation_id] for t in tickets.iterator(chunk_size=500))
+        rows = (
+            [
+                t.pk,
+                t.hostname,
+                t.site,
+                t.rack,
+                t.rack_unit,
+                t.component,
+                t.what,
+                t.state,
+                t.assignee,
+                t.opened_by_name,
+                _iso(t.created),
+                _iso(t.updated),
+                _iso(t.resolved_at),
+                t.finding_id,
+                t.remediation_id,
+            ]
+            for t in tickets.iterator(chunk_size=500)
+        )
         return _stream_csv("repair-tickets.csv", TICKET_COLUMNS, rows)
 
 
@@ -278,12 +362,34 @@ class RmaCaseExportView(APIView):
 
     renderer_classes = [CSVRenderer]
 
-    @extend_schema(summary="RMA cases as CSV", responses={(200, "text/csv"): OpenApiTypes.STR},
-                   parameters=[_state_param(RmaState), SEARCH,
-                               OpenApiParameter("vendor", OpenApiTypes.STR, description="Vendor (any case).")])
+    @extend_schema(
+        summary="RMA cases as CSV",
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+        parameters=[
+            _state_param(RmaState),
+            SEARCH,
+            OpenApiParameter("vendor", OpenApiTypes.STR, description="Vendor (any case)."),
+        ],
+    )
     def get(self, request: Request) -> StreamingHttpResponse:
         cases = _filtered(RmaCaseFilterSet, request, visible_cases(request.user).order_by("-created", "-id"))
-        rows = ([c.pk, c.hostname, c.vendor, c.part, c.failed_serial, c.replacement_serial, c.vendor_case_number,
-                 c.state, c.outcome, c.opened_by_name, _iso(c.created), _iso(c.shipped_at), _iso(c.returned_at),
-                 _iso(c.closed_at)] for c in cases.iterator(chunk_size=500))
+        rows = (
+            [
+                c.pk,
+                c.hostname,
+                c.vendor,
+                c.part,
+                c.failed_serial,
+                c.replacement_serial,
+                c.vendor_case_number,
+                c.state,
+                c.outcome,
+                c.opened_by_name,
+                _iso(c.created),
+                _iso(c.shipped_at),
+                _iso(c.returned_at),
+                _iso(c.closed_at),
+            ]
+            for c in cases.iterator(chunk_size=500)
+        )
         return _stream_csv("rma-cases.csv", CASE_COLUMNS, rows)

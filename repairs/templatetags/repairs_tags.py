@@ -1,4 +1,5 @@
 """State badges of tickets and RMA cases: labels and colours from repairs.choices."""
+
 from __future__ import annotations
 
 from django import template
@@ -13,5 +14,9 @@ register = template.Library()
 def repair_state_badge(state: str) -> str:
     if not state:
         return ""
-    return format_html('<span class="badge" data-state="{}" data-colour="{}">{}</span>',
-                       state, STATE_COLOURS.get(state, "#888"), STATE_LABELS.get(state, state))
+    return format_html(
+        '<span class="badge" data-state="{}" data-colour="{}">{}</span>',
+        state,
+        STATE_COLOURS.get(state, "#888"),
+        STATE_LABELS.get(state, state),
+    )

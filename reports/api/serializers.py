@@ -1,5 +1,6 @@
 """Serializers of the report API: the query (period, cluster, tenant), a tenant's availability per
 node with its incidents, and the lifecycle flow."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """REST endpoints of the reports: a tenant's availability per node with its incidents (scoped
 like the pages: a tenant the caller may not see answers 404) and the lifecycle flow."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -23,8 +24,10 @@ from . import serializers
 
 NOT_FOUND = OpenApiResponse(DetailSerializer, description="No such tenant visible to the caller.")
 BAD = OpenApiResponse(description="A malformed period or parameter.")
-PAGE = [OpenApiParameter("limit", OpenApiTypes.INT, description="Nodes per page (default 50)."),
-        OpenApiParameter("offset", OpenApiTypes.INT, description="Nodes to skip.")]
+PAGE = [
+    OpenApiParameter("limit", OpenApiTypes.INT, description="Nodes per page (default 50)."),
+    OpenApiParameter("offset", OpenApiTypes.INT, description="Nodes to skip."),
+]
 
 
 def _query(request: Request) -> tuple[dict[str, Any], Period]:
@@ -47,9 +50,11 @@ def _tenant(request: Request, slug: str | None) -> Tenant | None:
 class AvailabilityView(APIView):
     """Per node of a tenant (a page of them), time in production, downtime and incidents in a period."""
 
-    @extend_schema(summary="Availability per node, with incidents, for a period",
-                   parameters=[serializers.ReportQuerySerializer, *PAGE],
-                   responses={200: serializers.AvailabilityReportSerializer, 400: BAD, 404: NOT_FOUND})
+    @extend_schema(
+        summary="Availability per node, with incidents, for a period",
+        parameters=[serializers.ReportQuerySerializer, *PAGE],
+        responses={200: serializers.AvailabilityReportSerializer, 400: BAD, 404: NOT_FOUND},
+    )
     def get(self, request: Request) -> Response:
         data, period = _query(request)
         tenant = _tenant(request, data.get("tenant"))
@@ -64,18 +69,26 @@ class AvailabilityView(APIView):
         by_node: dict[int, list[availability.Incident]] = defaultdict(list)
         for incident in availability.incidents([o for row in rows for o in row.node_outages]):
             by_node[incident.node_id].append(incident)
-        body = {"since": period.since, "until": period.until, "tenant": tenant.slug if tenant else None,
-                "count": pager.count, "next": pager.get_next_link(), "previous": pager.get_previous_link(),
-                "results": rows}
+        body = {
+            "since": period.since,
+            "until": period.until,
+            "tenant": tenant.slug if tenant else None,
+            "count": pager.count,
+            "next": pager.get_next_link(),
+            "previous": pager.get_previous_link(),
+            "results": rows,
+        }
         return Response(serializers.AvailabilityReportSerializer(body, context={"incidents": by_node}).data)
 
 
 class FlowsView(APIView):
     """How many state changes went from each state to each other in a period (the caller's nodes)."""
 
-    @extend_schema(summary="Lifecycle flow: state changes per (source, target) in a period",
-                   parameters=[serializers.ReportQuerySerializer],
-                   responses={200: serializers.FlowReportSerializer, 400: BAD, 404: NOT_FOUND})
+    @extend_schema(
+        summary="Lifecycle flow: state changes per (source, target) in a period",
+        parameters=[serializers.ReportQuerySerializer],
+        responses={200: serializers.FlowReportSerializer, 400: BAD, 404: NOT_FOUND},
+    )
     def get(self, request: Request) -> Response:
         data, period = _query(request)
         tenant = _tenant(request, data.get("tenant")) if data.get("tenant") else None
@@ -83,9 +96,21 @@ class FlowsView(APIView):
         if is_operator_view(request.user) and cluster is None and tenant is None:
             counts = flows.fleet_transition_counts(period)  # the daily roll-up
         else:
-            counts = flows.transition_counts(flows.state_changes(
-                visible_events(request.user), period, cluster_id=cluster.pk if cluster else None,
-                tenant_id=tenant.pk if tenant else None))
-        return Response(serializers.FlowReportSerializer({
-            "since": period.since, "until": period.until, "total": sum(f["count"] for f in counts), "flows": counts,
-        }).data)
+            counts = flows.transition_counts(
+                flows.state_changes(
+                    visible_events(request.user),
+                    period,
+                    cluster_id=cluster.pk if cluster else None,
+                    tenant_id=tenant.pk if tenant else None,
+                )
+            )
+        return Response(
+            serializers.FlowReportSerializer(
+                {
+                    "since": period.since,
+                    "until": period.until,
+                    "total": sum(f["count"] for f in counts),
+                    "flows": counts,
+                }
+            ).data
+        )

@@ -5,29 +5,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0002_daily_state_count'),
+        ("nodes", "0002_daily_state_count"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Outage',
+            name="Outage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started', models.DateTimeField()),
-                ('ended', models.DateTimeField(blank=True, help_text='Back in production, or gone; empty: still out.', null=True)),
-                ('hardware_at', models.DateTimeField(blank=True, help_text='First entry into remediation, repair or RMA during the outage.', null=True)),
-                ('init_kind', models.CharField(max_length=10)),
-                ('init_name', models.CharField(max_length=150)),
-                ('initiating_event', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='nodes.nodeevent')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("started", models.DateTimeField()),
+                (
+                    "ended",
+                    models.DateTimeField(
+                        blank=True, help_text="Back in production, or gone; empty: still out.", null=True
+                    ),
+                ),
+                (
+                    "hardware_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="First entry into remediation, repair or RMA during the outage.",
+                        null=True,
+                    ),
+                ),
+                ("init_kind", models.CharField(max_length=10)),
+                ("init_name", models.CharField(max_length=150)),
+                (
+                    "initiating_event",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="nodes.nodeevent"
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="nodes.node"),
+                ),
             ],
             options={
-                'ordering': ['-started'],
-                'indexes': [models.Index(fields=['started'], name='reports_out_started_b1e4af_idx'), models.Index(fields=['node', 'started'], name='reports_out_node_id_56ef2a_idx')],
+                "ordering": ["-started"],
+                "indexes": [
+                    models.Index(fields=["started"], name="reports_out_started_b1e4af_idx"),
+                    models.Index(fields=["node", "started"], name="reports_out_node_id_56ef2a_idx"),
+                ],
             },
         ),
     ]

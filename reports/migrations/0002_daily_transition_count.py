@@ -4,24 +4,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('reports', '0001_outage'),
+        ("reports", "0001_outage"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='DailyTransitionCount',
+            name="DailyTransitionCount",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('day', models.DateField()),
-                ('source_state', models.CharField(blank=True, choices=[('enrolled', 'Enrolled'), ('initializing', 'Initializing'), ('onboard', 'Onboard'), ('firmware_update', 'Firmware update'), ('inventory_check', 'Inventory check'), ('burn_in', 'Burn-in'), ('fabric_check', 'Fabric check'), ('reliability_assessment', 'Reliability assessment'), ('production', 'Production'), ('drain_pending', 'Drain pending'), ('draining', 'Draining'), ('triage', 'Triage'), ('remediating', 'Remediation in progress'), ('repair', 'Repair'), ('rma', 'RMA'), ('decommissioned', 'Decommissioned')], max_length=30)),
-                ('target_state', models.CharField(blank=True, choices=[('enrolled', 'Enrolled'), ('initializing', 'Initializing'), ('onboard', 'Onboard'), ('firmware_update', 'Firmware update'), ('inventory_check', 'Inventory check'), ('burn_in', 'Burn-in'), ('fabric_check', 'Fabric check'), ('reliability_assessment', 'Reliability assessment'), ('production', 'Production'), ('drain_pending', 'Drain pending'), ('draining', 'Draining'), ('triage', 'Triage'), ('remediating', 'Remediation in progress'), ('repair', 'Repair'), ('rma', 'RMA'), ('decommissioned', 'Decommissioned')], max_length=30)),
-                ('count', models.PositiveIntegerField()),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("day", models.DateField()),
+                (
+                    "source_state",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("enrolled", "Enrolled"),
+                            ("initializing", "Initializing"),
+                            ("onboard", "Onboard"),
+                            ("firmware_update", "Firmware update"),
+                            ("inventory_check", "Inventory check"),
+                            ("burn_in", "Burn-in"),
+                            ("fabric_check", "Fabric check"),
+                            ("reliability_assessment", "Reliability assessment"),
+                            ("production", "Production"),
+                            ("drain_pending", "Drain pending"),
+                            ("draining", "Draining"),
+                            ("triage", "Triage"),
+                            ("remediating", "Remediation in progress"),
+                            ("repair", "Repair"),
+                            ("rma", "RMA"),
+                            ("decommissioned", "Decommissioned"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                (
+                    "target_state",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("enrolled", "Enrolled"),
+                            ("initializing", "Initializing"),
+                            ("onboard", "Onboard"),
+                            ("firmware_update", "Firmware update"),
+                            ("inventory_check", "Inventory check"),
+                            ("burn_in", "Burn-in"),
+                            ("fabric_check", "Fabric check"),
+                            ("reliability_assessment", "Reliability assessment"),
+                            ("production", "Production"),
+                            ("drain_pending", "Drain pending"),
+                            ("draining", "Draining"),
+                            ("triage", "Triage"),
+                            ("remediating", "Remediation in progress"),
+                            ("repair", "Repair"),
+                            ("rma", "RMA"),
+                            ("decommissioned", "Decommissioned"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                ("count", models.PositiveIntegerField()),
             ],
             options={
-                'ordering': ['day', 'source_state', 'target_state'],
-                'constraints': [models.UniqueConstraint(fields=('day', 'source_state', 'target_state'), name='one_transition_count_per_day')],
+                "ordering": ["day", "source_state", "target_state"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("day", "source_state", "target_state"), name="one_transition_count_per_day"
+                    )
+                ],
             },
         ),
     ]

@@ -12,18 +12,23 @@ def copy_node_clusters(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0003_scheduler_kind_simulated'),
-        ('nodes', '0003_state_change_indexes'),
-        ('reports', '0002_daily_transition_count'),
+        ("fleet", "0003_scheduler_kind_simulated"),
+        ("nodes", "0003_state_change_indexes"),
+        ("reports", "0002_daily_transition_count"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='outage',
-            name='cluster',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='fleet.cluster'),
+            model_name="outage",
+            name="cluster",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="fleet.cluster",
+            ),
         ),
         migrations.RunPython(copy_node_clusters, migrations.RunPython.noop),
     ]

@@ -1,4 +1,5 @@
 """Filters of the report pages: durations in words, seconds as hours."""
+
 from __future__ import annotations
 
 from datetime import timedelta

@@ -6,28 +6,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0003_state_change_indexes'),
+        ("nodes", "0003_state_change_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PendingReaction',
+            name="PendingReaction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reaction', models.CharField(max_length=20)),
-                ('reason', models.TextField()),
-                ('attempts', models.PositiveIntegerField(default=1)),
-                ('last_error', models.TextField(blank=True)),
-                ('first_failed_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('next_attempt_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='pending_reaction', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("reaction", models.CharField(max_length=20)),
+                ("reason", models.TextField()),
+                ("attempts", models.PositiveIntegerField(default=1)),
+                ("last_error", models.TextField(blank=True)),
+                ("first_failed_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("next_attempt_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="pending_reaction", to="nodes.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['next_attempt_at'],
+                "ordering": ["next_attempt_at"],
             },
         ),
     ]

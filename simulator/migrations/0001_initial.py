@@ -6,33 +6,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('nodes', '0002_daily_state_count'),
+        ("nodes", "0002_daily_state_count"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='LiveFault',
+            name="LiveFault",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('fault', models.CharField(help_text='simulator.faults key, e.g. faulty_gpu, link_flap.', max_length=30)),
-                ('cure', models.CharField(blank=True, help_text='The least that cures it (a rung, repair, rma).', max_length=20)),
-                ('gpu', models.PositiveSmallIntegerField(default=0)),
-                ('hca', models.PositiveSmallIntegerField(default=0)),
-                ('xid', models.PositiveIntegerField(blank=True, null=True)),
-                ('started', models.DateTimeField(default=django.utils.timezone.now)),
-                ('ends', models.DateTimeField(blank=True, help_text='Noise only: when the signal goes away.', null=True)),
-                ('announced', models.BooleanField(default=False, help_text='Its XID line has been reported.')),
-                ('cured_at', models.DateTimeField(blank=True, null=True)),
-                ('cured_by', models.CharField(blank=True, max_length=60)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "fault",
+                    models.CharField(help_text="simulator.faults key, e.g. faulty_gpu, link_flap.", max_length=30),
+                ),
+                (
+                    "cure",
+                    models.CharField(
+                        blank=True, help_text="The least that cures it (a rung, repair, rma).", max_length=20
+                    ),
+                ),
+                ("gpu", models.PositiveSmallIntegerField(default=0)),
+                ("hca", models.PositiveSmallIntegerField(default=0)),
+                ("xid", models.PositiveIntegerField(blank=True, null=True)),
+                ("started", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "ends",
+                    models.DateTimeField(blank=True, help_text="Noise only: when the signal goes away.", null=True),
+                ),
+                ("announced", models.BooleanField(default=False, help_text="Its XID line has been reported.")),
+                ("cured_at", models.DateTimeField(blank=True, null=True)),
+                ("cured_by", models.CharField(blank=True, max_length=60)),
+                (
+                    "node",
+                    models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name="+", to="nodes.node"),
+                ),
             ],
             options={
-                'ordering': ['-started'],
-                'indexes': [models.Index(fields=['cured_at', 'node'], name='simulator_l_cured_a_74955d_idx')],
+                "ordering": ["-started"],
+                "indexes": [models.Index(fields=["cured_at", "node"], name="simulator_l_cured_a_74955d_idx")],
             },
         ),
     ]

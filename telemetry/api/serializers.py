@@ -1,4 +1,5 @@
 """Serializers of the telemetry API: read-only views of the latest state and series."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -58,5 +59,6 @@ class DcgmPushResultSerializer(serializers.Serializer):
     accepted = serializers.IntegerField()
     duplicates = serializers.IntegerField()
     hosts = serializers.ListField(child=serializers.CharField(), help_text="Hosts stored.")
-    unknown_hosts = serializers.ListField(child=serializers.CharField(),
-                                         help_text="Hosts that match no node: nothing stored for them.")
+    unknown_hosts = serializers.ListField(
+        child=serializers.CharField(), help_text="Hosts that match no node: nothing stored for them."
+    )

@@ -3,6 +3,7 @@
 The agent endpoint is a plain Django view: it is the hottest path in the portal, and it
 needs none of DRF's content negotiation, parsers or throttles (msgspec validates).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -41,7 +42,9 @@ from . import serializers
 def agent_reports(request: HttpRequest) -> JsonResponse:
     """POST /api/agent/reports/: a ReportBatch from a node agent."""
     if request.method != "POST":
-        return JsonResponse(error_body("POST a ReportBatch.", "method_not_allowed", error="method not allowed"), status=405)
+        return JsonResponse(
+            error_body("POST a ReportBatch.", "method_not_allowed", error="method not allowed"), status=405
+        )
     try:
         agent = identify_agent(request.headers.get("Authorization"), request)
     except AgentThrottled as exc:
@@ -71,15 +74,25 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     except IngestRefused as exc:
         return refuse(400, "invalid report", str(exc), body)
     except Node.DoesNotExist:
-        return JsonResponse(error_body("The token's node no longer exists.", "unauthorized", error="unauthorized"),
-                            status=401)
+        return JsonResponse(
+            error_body("The token's node no longer exists.", "unauthorized", error="unauthorized"), status=401
+        )
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
 
 
 def _refuser(request: HttpRequest, source: str, node_id: int | None, hostname: str) -> Any:
     def refuse(status: int, error: str, detail: str, body: bytes) -> JsonResponse:
-        return reject(request, status=status, source=source, error=error, detail=detail, body=body,
-                      node_id=node_id, hostname=hostname)
+        return reject(
+            request,
+            status=status,
+            source=source,
+            error=error,
+            detail=detail,
+            body=body,
+            node_id=node_id,
+            hostname=hostname,
+        )
+
     return refuse
 
 
@@ -101,8 +114,8 @@ class DcgmExporterPushView(APIView):
     @extend_schema(
         summary="Push dcgm-exporter metrics",
         description="Body: the Prometheus text exposition of one or more dcgm-exporters (Content-Type: "
-                    "text/plain). Hosts are matched to nodes by the Hostname/hostname label; hosts that "
-                    "match no node are listed in the answer and recorded as ingest rejections.",
+        "text/plain). Hosts are matched to nodes by the Hostname/hostname label; hosts that "
+        "match no node are listed in the answer and recorded as ingest rejections.",
         request={"text/plain": OpenApiTypes.STR},
         responses={200: serializers.DcgmPushResultSerializer},
     )
@@ -119,13 +132,21 @@ class DcgmExporterPushView(APIView):
         except zlib.error as exc:
             return reject(raw, status=400, source="dcgm-exporter", error="invalid exposition", detail=str(exc))
         try:
-            outcome = dcgm_exporter.ingest_exposition(body.decode("utf-8", "replace"), source="dcgm-exporter",
-                                                      remote_addr=raw.META.get("REMOTE_ADDR") or "")
+            outcome = dcgm_exporter.ingest_exposition(
+                body.decode("utf-8", "replace"), source="dcgm-exporter", remote_addr=raw.META.get("REMOTE_ADDR") or ""
+            )
         except dcgm_exporter.ExpositionError as exc:
-            return reject(raw, status=400, source="dcgm-exporter", error="invalid exposition", detail=str(exc),
-                          body=body)
-        return Response({"accepted": outcome.accepted, "duplicates": outcome.duplicates,
-                         "hosts": outcome.hosts, "unknown_hosts": outcome.unknown_hosts})
+            return reject(
+                raw, status=400, source="dcgm-exporter", error="invalid exposition", detail=str(exc), body=body
+            )
+        return Response(
+            {
+                "accepted": outcome.accepted,
+                "duplicates": outcome.duplicates,
+                "hosts": outcome.hosts,
+                "unknown_hosts": outcome.unknown_hosts,
+            }
+        )
 
 
 class NodeGpuHealthView(APIView):
@@ -157,8 +178,14 @@ class NodeGpuSamplesView(APIView):
         since, until, gpu = _sample_params(request.query_params)
         count = 1 if gpu is not None else (GpuState.objects.filter(node=node).count() or 1)
         series = gpu_series(node.pk, since=since, until=until, gpu_count=count, gpu=gpu)
-        data = {"node": node.pk, "since": since, "until": until, "bucket_s": series.bucket_s, "fields": FIELDS,
-                "gpus": [{"index": i, "points": rows} for i, rows in series.gpus.items()]}
+        data = {
+            "node": node.pk,
+            "since": since,
+            "until": until,
+            "bucket_s": series.bucket_s,
+            "fields": FIELDS,
+            "gpus": [{"index": i, "points": rows} for i, rows in series.gpus.items()],
+        }
         return Response(serializers.GpuSamplesSerializer(data).data)
 
 

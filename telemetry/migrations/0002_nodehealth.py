@@ -5,32 +5,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('nodes', '0001_initial'),
-        ('telemetry', '0001_initial'),
+        ("nodes", "0001_initial"),
+        ("telemetry", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='NodeHealth',
+            name="NodeHealth",
             fields=[
-                ('node', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='health', serialize=False, to='nodes.node')),
-                ('last_report_at', models.DateTimeField(help_text='collected_at of the newest report')),
-                ('last_received_at', models.DateTimeField(help_text='when the portal received the newest report')),
-                ('source', models.CharField(default='agent', max_length=20)),
-                ('agent_version', models.CharField(blank=True, max_length=200)),
-                ('driver_version', models.CharField(blank=True, max_length=200)),
-                ('cuda_version', models.CharField(blank=True, max_length=200)),
-                ('gpu_count', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('gpu_compute_processes', models.PositiveIntegerField(blank=True, null=True)),
-                ('host', models.JSONField(blank=True, default=dict)),
-                ('ib_ports', models.JSONField(blank=True, default=list)),
-                ('collector_errors', models.JSONField(blank=True, default=dict)),
+                (
+                    "node",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="health",
+                        serialize=False,
+                        to="nodes.node",
+                    ),
+                ),
+                ("last_report_at", models.DateTimeField(help_text="collected_at of the newest report")),
+                ("last_received_at", models.DateTimeField(help_text="when the portal received the newest report")),
+                ("source", models.CharField(default="agent", max_length=20)),
+                ("agent_version", models.CharField(blank=True, max_length=200)),
+                ("driver_version", models.CharField(blank=True, max_length=200)),
+                ("cuda_version", models.CharField(blank=True, max_length=200)),
+                ("gpu_count", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("gpu_compute_processes", models.PositiveIntegerField(blank=True, null=True)),
+                ("host", models.JSONField(blank=True, default=dict)),
+                ("ib_ports", models.JSONField(blank=True, default=list)),
+                ("collector_errors", models.JSONField(blank=True, default=dict)),
             ],
             options={
-                'verbose_name_plural': 'node health',
-                'indexes': [models.Index(fields=['last_received_at'], name='nodehealth_received')],
+                "verbose_name_plural": "node health",
+                "indexes": [models.Index(fields=["last_received_at"], name="nodehealth_received")],
             },
         ),
     ]

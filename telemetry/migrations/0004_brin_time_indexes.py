@@ -4,6 +4,7 @@ Retention and roll-up scan by time alone; a BRIN index costs almost nothing on i
 (rows arrive roughly in time order) where a B-tree on 24,000 rows a second would not.
 SQLite (tests, small demos) does without.
 """
+
 from django.db import migrations
 
 INDEXES = [

@@ -5,23 +5,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('nodes', '0003_state_change_indexes'),
-        ('telemetry', '0004_brin_time_indexes'),
+        ("nodes", "0003_state_change_indexes"),
+        ("telemetry", "0004_brin_time_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='XidIdentity',
+            name="XidIdentity",
             fields=[
-                ('pk', models.CompositePrimaryKey('node', 'fingerprint', blank=True, editable=False, primary_key=True, serialize=False)),
-                ('fingerprint', models.CharField(max_length=40)),
-                ('observed_at', models.DateTimeField(help_text='when the event happened, for retention')),
-                ('node', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='nodes.node')),
+                (
+                    "pk",
+                    models.CompositePrimaryKey(
+                        "node", "fingerprint", blank=True, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("fingerprint", models.CharField(max_length=40)),
+                ("observed_at", models.DateTimeField(help_text="when the event happened, for retention")),
+                (
+                    "node",
+                    models.ForeignKey(
+                        db_constraint=False,
+                        db_index=False,
+                        on_delete=django.db.models.deletion.DO_NOTHING,
+                        related_name="+",
+                        to="nodes.node",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['observed_at'], name='xididentity_observed')],
+                "indexes": [models.Index(fields=["observed_at"], name="xididentity_observed")],
             },
         ),
     ]

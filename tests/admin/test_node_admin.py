@@ -1,4 +1,5 @@
 """Django admin: overrides go through the service layer, need a permission and a reason, and are recorded."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ def _force(client, nodes, **form):
 def test_fleet_admin_forces_a_state_with_a_reason_and_it_is_recorded(client, fleet_admin):
     nodes = NodeFactory.create_batch(2, state=NodeState.PRODUCTION)
     client.force_login(fleet_admin)
-    confirm = client.post(reverse(CHANGELIST), {"action": "force_state_action",
-                                                ACTION_CHECKBOX_NAME: [n.pk for n in nodes]})
+    confirm = client.post(
+        reverse(CHANGELIST), {"action": "force_state_action", ACTION_CHECKBOX_NAME: [n.pk for n in nodes]}
+    )
     assert confirm.status_code == 200 and b"Force state" in confirm.content  # the intermediate form
     _force(client, nodes, target=NodeState.REPAIR, reason="Vendor confirmed bad baseboard", apply="1")
     for node in nodes:
@@ -64,8 +66,15 @@ def test_the_state_is_read_only_on_the_change_form(client, fleet_admin):
     form = client.get(url)
     assert form.status_code == 200 and b'name="state"' not in form.content
     data = {k: v for k, v in form.context["adminform"].form.initial.items() if v is not None}
-    data.update({"state": NodeState.RMA, "gpus-TOTAL_FORMS": 0, "gpus-INITIAL_FORMS": 0,
-                 "events-TOTAL_FORMS": 0, "events-INITIAL_FORMS": 0})
+    data.update(
+        {
+            "state": NodeState.RMA,
+            "gpus-TOTAL_FORMS": 0,
+            "gpus-INITIAL_FORMS": 0,
+            "events-TOTAL_FORMS": 0,
+            "events-INITIAL_FORMS": 0,
+        }
+    )
     client.post(url, data)
     assert Node.objects.get(pk=node.pk).state == NodeState.PRODUCTION
 
@@ -74,9 +83,19 @@ def test_every_admin_page_renders(client, fleet_admin):
     node = NodeFactory(state=NodeState.TRIAGE)
     snapshot_state_counts()
     client.force_login(fleet_admin)
-    for name in ("nodes_node", "nodes_nodeevent", "nodes_gpu", "nodes_statecountsnapshot", "checks_checkrun",
-                 "fleet_site", "fleet_cluster", "fleet_rack", "fleet_tenant", "fleet_hardwareprofile",
-                 "fleet_persona"):
+    for name in (
+        "nodes_node",
+        "nodes_nodeevent",
+        "nodes_gpu",
+        "nodes_statecountsnapshot",
+        "checks_checkrun",
+        "fleet_site",
+        "fleet_cluster",
+        "fleet_rack",
+        "fleet_tenant",
+        "fleet_hardwareprofile",
+        "fleet_persona",
+    ):
         try:
             url = reverse(f"admin:{name}_changelist")
         except Exception:  # GPU has no admin of its own (inline on the node)

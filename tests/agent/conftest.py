@@ -4,6 +4,7 @@ The agent is its own package (agent/); its source folder goes first on sys.path 
 these tests always exercise this checkout's agent, whatever the venv's editable
 install points at.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,10 @@ def proc_root(tmp_path):
     root.mkdir()
     (root / "uptime").write_text("350735.47 5585596.12\n")
     (root / "loadavg").write_text("0.52 0.58 0.59 2/1633 3377447\n")
-    (root / "meminfo").write_text("MemTotal:       2113645836 kB\nMemFree:        1998765432 kB\n"
-                                  "MemAvailable:   2056789012 kB\nBuffers:          123456 kB\n")
+    (root / "meminfo").write_text(
+        "MemTotal:       2113645836 kB\nMemFree:        1998765432 kB\n"
+        "MemAvailable:   2056789012 kB\nBuffers:          123456 kB\n"
+    )
     return root
 
 

@@ -4,6 +4,7 @@ No NVIDIA driver can run here, so NVML itself cannot: this object answers the sa
 functions from the fixture. Constants and the NVMLError classes are pynvml's own, so
 the collector's error handling meets the real exception types.
 """
+
 from __future__ import annotations
 
 import json
@@ -94,10 +95,12 @@ class FakeNvml:
         return self._gpu(h, "nvmlDeviceGetTemperature")["temp"]
 
     def nvmlDeviceGetTemperatureThreshold(self, h, which):
-        names = {pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown",
-                 pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
-                 pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "mem_max",
-                 pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "gpu_max"}
+        names = {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: "shutdown",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: "slowdown",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_MEM_MAX: "mem_max",
+            pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: "gpu_max",
+        }
         return self.data["thresholds"][names[which]]
 
     def nvmlDeviceGetPowerUsage(self, h):
@@ -116,8 +119,11 @@ class FakeNvml:
         return SimpleNamespace(gpu=0, memory=0)
 
     def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=self.data["memory_total_bytes"], used=self.data["memory_used_bytes"],
-                               free=self.data["memory_total_bytes"] - self.data["memory_used_bytes"])
+        return SimpleNamespace(
+            total=self.data["memory_total_bytes"],
+            used=self.data["memory_used_bytes"],
+            free=self.data["memory_total_bytes"] - self.data["memory_used_bytes"],
+        )
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return []
@@ -172,8 +178,13 @@ class FakeNvml:
         values = []
         for field_id in field_ids:
             if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP:
-                values.append(SimpleNamespace(nvmlReturn=0, valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
-                                              value=SimpleNamespace(uiVal=gpu["hbm_temp"])))
+                values.append(
+                    SimpleNamespace(
+                        nvmlReturn=0,
+                        valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_INT,
+                        value=SimpleNamespace(uiVal=gpu["hbm_temp"]),
+                    )
+                )
             else:  # the recovery-action field needs R570+
                 values.append(SimpleNamespace(nvmlReturn=pynvml.NVML_ERROR_NOT_SUPPORTED, valueType=0, value=None))
         return values

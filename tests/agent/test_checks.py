@@ -1,4 +1,5 @@
 """Active checks: clear "not_available" without tools, and the parsers on captured output."""
+
 from __future__ import annotations
 
 import subprocess
@@ -20,25 +21,35 @@ def _no_tools():
     return CheckEnv(which=lambda name: None, importer=importer)
 
 
-@pytest.mark.parametrize("kind,params,needs", [
-    ("gpu_stress", {"seconds": 5, "matrix_size": 4096, "dtype": "bf16"}, "PyTorch or CuPy"),
-    ("memory_test", {"fraction": 0.5}, "PyTorch or CuPy"),
-    ("dcgm_diag", {"level": 2}, "dcgmi is not installed"),
-    ("nccl_test", {"min_bytes": 8, "max_bytes": 1 << 30, "gpus": 8}, "all_reduce_perf (nccl-tests) is not installed"),
-])
+@pytest.mark.parametrize(
+    "kind,params,needs",
+    [
+        ("gpu_stress", {"seconds": 5, "matrix_size": 4096, "dtype": "bf16"}, "PyTorch or CuPy"),
+        ("memory_test", {"fraction": 0.5}, "PyTorch or CuPy"),
+        ("dcgm_diag", {"level": 2}, "dcgmi is not installed"),
+        (
+            "nccl_test",
+            {"min_bytes": 8, "max_bytes": 1 << 30, "gpus": 8},
+            "all_reduce_perf (nccl-tests) is not installed",
+        ),
+    ],
+)
 def test_it_answers_not_available_when_the_tool_is_missing(kind, params, needs):
     result = run_check(kind, params, _no_tools())
     assert result["status"] == "not_available" and needs in result["summary"]
     assert result["started_at"].endswith("+00:00") and result["finished_at"] >= result["started_at"]
 
 
-@pytest.mark.parametrize("kind,params,message", [
-    ("dcgm_diag", {"level": 7}, "level must be between 1 and 4"),
-    ("gpu_stress", {"seconds": "long"}, "seconds must be int"),
-    ("gpu_stress", {"dtype": "fp8"}, "dtype must be bf16, fp16 or fp32"),
-    ("memory_test", {"fraction": 2}, "fraction must be between"),
-    ("burn_in", {}, "unknown check kind 'burn_in'"),
-])
+@pytest.mark.parametrize(
+    "kind,params,message",
+    [
+        ("dcgm_diag", {"level": 7}, "level must be between 1 and 4"),
+        ("gpu_stress", {"seconds": "long"}, "seconds must be int"),
+        ("gpu_stress", {"dtype": "fp8"}, "dtype must be bf16, fp16 or fp32"),
+        ("memory_test", {"fraction": 2}, "fraction must be between"),
+        ("burn_in", {}, "unknown check kind 'burn_in'"),
+    ],
+)
 def test_it_refuses_bad_params_with_a_clear_error(kind, params, message):
     result = run_check(kind, params, _no_tools())
     assert result["status"] == "error" and message in result["summary"]
@@ -62,23 +73,34 @@ def test_it_names_the_failed_dcgm_tests_and_gpus():
     result = run_check("dcgm_diag", {"level": 3}, env)
     assert result["status"] == "failed"
     assert result["summary"].startswith("DCGM diag level 3: 1 failed: sm_stress (GPU 0) - Max stress level of 2128.7")
-    assert result["figures"] == {"tests_passed": 5.0, "tests_failed": 1.0, "tests_skipped": 2.0, "tests_warned": 0.0,
-                                 "level": 3.0}
+    assert result["figures"] == {
+        "tests_passed": 5.0,
+        "tests_failed": 1.0,
+        "tests_skipped": 2.0,
+        "tests_warned": 0.0,
+        "level": 3.0,
+    }
 
 
 def test_it_passes_a_clean_dcgm_run_and_reports_unreadable_output_as_error():
     text = (FIXTURES / "dcgm" / "diag-r1-pass-dcgm3.txt").read_text()
     ok = run_check("dcgm_diag", {"level": 1}, CheckEnv(runner=_runner(text), which=lambda n: n))
     assert ok["status"] == "passed" and ok["summary"] == "DCGM diag level 1: 17 passed, 0 skipped"
-    broken = run_check("dcgm_diag", {}, CheckEnv(runner=_runner("Error: unable to connect to host engine", 255),
-                                                 which=lambda n: n))
+    broken = run_check(
+        "dcgm_diag", {}, CheckEnv(runner=_runner("Error: unable to connect to host engine", 255), which=lambda n: n)
+    )
     assert broken["status"] == "error" and "Error: unable to connect" in broken["output"]
 
 
 def test_it_reads_all_reduce_bus_bandwidth_from_an_h100_run():
     figures = parse_all_reduce((FIXTURES / "nccl" / "all_reduce_h100x8.txt").read_text())
-    assert figures == {"busbw_gbps": 448.212, "out_of_bounds": 0.0, "max_busbw_gbps": 470.73, "wrong": 0.0,
-                       "sizes_tested": 4.0}
+    assert figures == {
+        "busbw_gbps": 448.212,
+        "out_of_bounds": 0.0,
+        "max_busbw_gbps": 470.73,
+        "wrong": 0.0,
+        "sizes_tested": 4.0,
+    }
 
 
 def test_it_reads_all_reduce_output_under_mpirun_prefixes():
@@ -105,7 +127,9 @@ class ListBackend:
         self.flip_every, self.stuck_byte, self.calls = flip_every, stuck_byte, 0
 
     def operands(self, device, n, dtype):
-        return [[float(i + j) for j in range(n)] for i in range(n)], [[float(i == j) for j in range(n)] for i in range(n)]
+        return [[float(i + j) for j in range(n)] for i in range(n)], [
+            [float(i == j) for j in range(n)] for i in range(n)
+        ]
 
     def matmul(self, a, b):
         self.calls += 1
@@ -133,10 +157,12 @@ class ListBackend:
 
     def fill_index(self, buf, start, end):
         for word in range(start // 8, end // 8):
-            buf[word * 8:word * 8 + 8] = word.to_bytes(8, "little")
+            buf[word * 8 : word * 8 + 8] = word.to_bytes(8, "little")
 
     def count_index_ne(self, buf, start, end):
-        return sum(1 for word in range(start // 8, end // 8) if buf[word * 8:word * 8 + 8] != word.to_bytes(8, "little"))
+        return sum(
+            1 for word in range(start // 8, end // 8) if buf[word * 8 : word * 8 + 8] != word.to_bytes(8, "little")
+        )
 
 
 def _ticks(step):
@@ -152,7 +178,7 @@ def _ticks(step):
 def test_stress_counts_products_that_differ_from_the_reference():
     clean = stress_gpu(ListBackend(), 0, 4, "fp32", seconds=1.0, clock=_ticks(0.1))
     assert clean["errors"] == 0 and clean["iterations"] >= 5
-    assert clean["tflops"] == pytest.approx(2 * 4 ** 3 * clean["iterations"] / clean["seconds"] / 1e12)
+    assert clean["tflops"] == pytest.approx(2 * 4**3 * clean["iterations"] / clean["seconds"] / 1e12)
     faulty = stress_gpu(ListBackend(flip_every=3), 0, 4, "fp32", seconds=1.0, clock=_ticks(0.1))
     assert faulty["errors"] > 0
 
@@ -160,10 +186,15 @@ def test_stress_counts_products_that_differ_from_the_reference():
 def test_stress_summary_fails_on_errors_slow_or_crashed_gpus():
     good = {"iterations": 10, "seconds": 1.0, "errors": 0, "tflops": 700.0}
     passed = summarise({0: good, 1: dict(good, tflops=690.0)}, "bf16")
-    assert passed["status"] == "passed" and passed["figures"] == {"gpu0_tflops": 700.0, "gpu1_tflops": 690.0,
-                                                                   "errors": 0.0, "min_tflops": 690.0}
-    failed = summarise({0: dict(good, errors=2), 1: RuntimeError("CUDA error: an illegal memory access")}, "bf16",
-                       min_tflops=800.0)
+    assert passed["status"] == "passed" and passed["figures"] == {
+        "gpu0_tflops": 700.0,
+        "gpu1_tflops": 690.0,
+        "errors": 0.0,
+        "min_tflops": 690.0,
+    }
+    failed = summarise(
+        {0: dict(good, errors=2), 1: RuntimeError("CUDA error: an illegal memory access")}, "bf16", min_tflops=800.0
+    )
     assert failed["status"] == "failed"
     assert "GPU 1: RuntimeError" in failed["summary"] and "2 products differed" in failed["summary"]
     assert "GPU 0 below 800.0 TFLOP/s" in failed["summary"]

@@ -1,4 +1,5 @@
 """InfiniBand ports from a fake sysfs tree, and host vitals from fake /proc, EDAC, tools."""
+
 from __future__ import annotations
 
 import json
@@ -67,36 +68,69 @@ def test_it_collects_host_vitals_edac_disks_and_slurmd(proc_root, edac_root):
         "scontrol show slurmd": (0, "Active Steps             = NONE\nActual CPUs              = 224\n", ""),
     }
     tools = {"smartctl", "slurmd", "scontrol"}
-    host = HostCollector(edac_root, proc_root, runner=_runner(answers, calls),
-                         which=lambda name: f"/usr/bin/{name}" if name in tools else None).collect().fields["host"]
+    host = (
+        HostCollector(
+            edac_root,
+            proc_root,
+            runner=_runner(answers, calls),
+            which=lambda name: f"/usr/bin/{name}" if name in tools else None,
+        )
+        .collect()
+        .fields["host"]
+    )
     assert host["edac_corrected"] == 4 and host["edac_uncorrected"] == 0
     assert host["uptime_s"] == 350735.47 and host["load1"] == 0.52
     assert host["memory_total_mib"] == 2064107 and host["memory_available_mib"] == 2008583
-    assert host["disks"] == [{"device": "/dev/nvme0", "healthy": True, "detail": "PASSED"},
-                             {"device": "/dev/sda", "healthy": False, "detail": "FAILED"}]
-    assert host["scheduler"] == {"kind": "slurm", "daemon": "slurmd", "responsive": True,
-                                 "detail": "Active Steps             = NONE"}
+    assert host["disks"] == [
+        {"device": "/dev/nvme0", "healthy": True, "detail": "PASSED"},
+        {"device": "/dev/sda", "healthy": False, "detail": "FAILED"},
+    ]
+    assert host["scheduler"] == {
+        "kind": "slurm",
+        "daemon": "slurmd",
+        "responsive": True,
+        "detail": "Active Steps             = NONE",
+    }
 
 
 def test_it_says_slurmd_is_unresponsive_when_it_does_not_answer(proc_root, tmp_path):
     answers = {"scontrol show slurmd": (1, "", "slurm_load_slurmd_status: Unable to contact slurm daemon\n")}
-    host = HostCollector(tmp_path / "no-edac", proc_root, runner=_runner(answers, []),
-                         which=lambda name: name if name in ("slurmd", "scontrol") else None).collect().fields["host"]
+    host = (
+        HostCollector(
+            tmp_path / "no-edac",
+            proc_root,
+            runner=_runner(answers, []),
+            which=lambda name: name if name in ("slurmd", "scontrol") else None,
+        )
+        .collect()
+        .fields["host"]
+    )
     assert host["scheduler"]["responsive"] is False
     assert host["scheduler"]["detail"] == "slurm_load_slurmd_status: Unable to contact slurm daemon"
     assert "edac_corrected" not in host and host["disks"] == []
 
 
 def test_it_checks_kubelet_health_on_kubernetes_nodes(proc_root, tmp_path):
-    host = HostCollector(tmp_path, proc_root, which=lambda name: name if name == "kubelet" else None,
-                         http_get=lambda url, timeout: "ok").collect().fields["host"]
+    host = (
+        HostCollector(
+            tmp_path,
+            proc_root,
+            which=lambda name: name if name == "kubelet" else None,
+            http_get=lambda url, timeout: "ok",
+        )
+        .collect()
+        .fields["host"]
+    )
     assert host["scheduler"] == {"kind": "kubernetes", "daemon": "kubelet", "responsive": True, "detail": "ok"}
 
     def refused(url, timeout):
         raise ConnectionRefusedError(111, "Connection refused")
 
-    host = HostCollector(tmp_path, proc_root, which=lambda name: name if name == "kubelet" else None,
-                         http_get=refused).collect().fields["host"]
+    host = (
+        HostCollector(tmp_path, proc_root, which=lambda name: name if name == "kubelet" else None, http_get=refused)
+        .collect()
+        .fields["host"]
+    )
     assert host["scheduler"]["responsive"] is False
 
 

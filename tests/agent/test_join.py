@@ -5,6 +5,7 @@ the agent config file cloud-init writes (its token file does not exist yet). The
 agent, started with the token the join wrote, sends its first report and the portal
 accepts it. Hardware is simulated as in tests/e2e (NVML, kmsg, sysfs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,14 @@ def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     """This checkout's agent as its own process: what cloud-init's runcmd starts."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("NODEWARDEN_")}
     clean.update({"PYTHONPATH": str(AGENT_SRC), "NODEWARDEN_HOSTNAME": HOSTNAME, **(env or {})})
-    return subprocess.run([sys.executable, "-m", "nodewarden_agent.cli", *args], env=clean, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "nodewarden_agent.cli", *args],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def cloud_init_config(tmp_path: Path, url: str) -> Path:
@@ -69,8 +76,9 @@ def cloud_init_config(tmp_path: Path, url: str) -> Path:
     return path
 
 
-def test_the_agent_joins_the_node_goes_onboard_and_its_first_report_is_accepted(live_server, node, join_token,
-                                                                                 tmp_path):
+def test_the_agent_joins_the_node_goes_onboard_and_its_first_report_is_accepted(
+    live_server, node, join_token, tmp_path
+):
     from tests.e2e.conftest import SimulatedNode
 
     config = cloud_init_config(tmp_path, live_server.url)
@@ -107,8 +115,9 @@ def test_the_token_goes_to_the_state_dir_without_a_configured_token_file(live_se
     assert (tmp_path / "s" / "token").read_text().startswith("nwa_")
 
 
-def test_a_second_join_with_the_same_token_is_refused_with_exit_3_and_keeps_the_first_token(live_server, node,
-                                                                                           join_token, tmp_path):
+def test_a_second_join_with_the_same_token_is_refused_with_exit_3_and_keeps_the_first_token(
+    live_server, node, join_token, tmp_path
+):
     args = ("join", "--url", live_server.url, "--join-token", join_token, "--state-dir", str(tmp_path))
     assert agent(*args).returncode == 0
     first = (tmp_path / "token").read_text()
@@ -120,14 +129,26 @@ def test_a_second_join_with_the_same_token_is_refused_with_exit_3_and_keeps_the_
     assert (tmp_path / "token").read_text() == first
 
 
-@pytest.mark.parametrize(("change", "status", "error"), [
-    ({"token": "nwj_" + "x" * 43}, 401, "unknown join token"),
-    ({"hostname": "gpu-other-01"}, 403, "wrong node"),
-])
-def test_refusals_exit_3_with_the_portals_reason_and_write_nothing(live_server, node, join_token, tmp_path,
-                                                                   change, status, error):
-    done = agent("join", "--url", live_server.url, "--join-token", change.get("token", join_token),
-                 "--state-dir", str(tmp_path), env={"NODEWARDEN_HOSTNAME": change.get("hostname", HOSTNAME)})
+@pytest.mark.parametrize(
+    ("change", "status", "error"),
+    [
+        ({"token": "nwj_" + "x" * 43}, 401, "unknown join token"),
+        ({"hostname": "gpu-other-01"}, 403, "wrong node"),
+    ],
+)
+def test_refusals_exit_3_with_the_portals_reason_and_write_nothing(
+    live_server, node, join_token, tmp_path, change, status, error
+):
+    done = agent(
+        "join",
+        "--url",
+        live_server.url,
+        "--join-token",
+        change.get("token", join_token),
+        "--state-dir",
+        str(tmp_path),
+        env={"NODEWARDEN_HOSTNAME": change.get("hostname", HOSTNAME)},
+    )
     assert done.returncode == 3
     assert f"HTTP {status} {error}" in done.stderr
     assert not (tmp_path / "token").exists()
@@ -147,8 +168,17 @@ def test_usage_errors_exit_2(tmp_path):
     assert done.returncode == 2 and "must start with http" in done.stderr
     blocked = tmp_path / "file"
     blocked.write_text("")
-    done = agent("join", "--url", "http://127.0.0.1:1", "--join-token", "nwj_x", "--token-file",
-                 str(blocked / "token"), "--wait", "0")
+    done = agent(
+        "join",
+        "--url",
+        "http://127.0.0.1:1",
+        "--join-token",
+        "nwj_x",
+        "--token-file",
+        str(blocked / "token"),
+        "--wait",
+        "0",
+    )
     assert done.returncode == 2 and "cannot write the token file" in done.stderr
 
 
@@ -202,5 +232,10 @@ def test_the_join_subcommand_is_in_the_cli():
 
     args = _parser().parse_args(["join", "--url", "http://p", "--join-token", "nwj_x", "--state-dir", "/s"])
     assert isinstance(args, argparse.Namespace)
-    assert (args.command, args.url, args.join_token, args.state_dir, args.wait) == ("join", "http://p", "nwj_x", "/s",
-                                                                                     300.0)
+    assert (args.command, args.url, args.join_token, args.state_dir, args.wait) == (
+        "join",
+        "http://p",
+        "nwj_x",
+        "/s",
+        300.0,
+    )

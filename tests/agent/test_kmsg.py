@@ -1,4 +1,5 @@
 """The kernel-log collector: NVRM Xid/SXid parsing, following /dev/kmsg and resuming."""
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,7 @@ def _xid154_cases():
         if line.startswith("#") or not line.strip():
             continue
         expected, _, message = line.partition("\t")
-        yield pytest.param(int(expected), message, id=message[message.index(" to ") + 4:])
+        yield pytest.param(int(expected), message, id=message[message.index(" to ") + 4 :])
 
 
 @pytest.mark.parametrize("expected,message", list(_xid154_cases()))
@@ -60,16 +61,25 @@ def test_it_reads_the_recovery_action_an_xid_154_asks_for(expected, message):
 
 
 def test_only_xid_154_carries_a_recovery_action():
-    event = parse_nvidia_event("NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus. "
-                               "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+    event = parse_nvidia_event(
+        "NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus. "
+        "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    )
     assert event["xid"] == 79 and "recovery_action" not in event
 
 
 def test_it_keeps_the_message_after_pid_and_name():
-    event = parse_nvidia_event("NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, "
-                               "GPU has fallen off the bus.")
-    assert event == {"kind": "xid", "xid": 79, "pci_bus_id": "0000:53:00", "pid": None, "process": None,
-                     "message": "GPU has fallen off the bus."}
+    event = parse_nvidia_event(
+        "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    )
+    assert event == {
+        "kind": "xid",
+        "xid": 79,
+        "pci_bus_id": "0000:53:00",
+        "pid": None,
+        "process": None,
+        "message": "GPU has fallen off the bus.",
+    }
 
 
 def test_it_reads_a_kmsg_record_and_converts_monotonic_time_to_wall_clock():
@@ -81,18 +91,25 @@ def test_it_reads_a_kmsg_record_and_converts_monotonic_time_to_wall_clock():
     assert parse_kmsg_record("x,1,1,-;text", BOOT_TIME) is None
 
 
-@pytest.mark.parametrize(("priority", "from_kernel"), [
-    (0, True), (3, True), (4, True), (7, True),  # facility 0 (LOG_KERN), any level
-    (12, False),  # echo > /dev/kmsg: the kernel forces LOG_USER (1) on user space
-    (14, False),  # "<6>text" from user space: still LOG_USER, a facility of 0 is not honoured
-    (30, False),  # systemd and other daemons: LOG_DAEMON (3)
-    (38, False),  # LOG_AUTH (4)
-])
+@pytest.mark.parametrize(
+    ("priority", "from_kernel"),
+    [
+        (0, True),
+        (3, True),
+        (4, True),
+        (7, True),  # facility 0 (LOG_KERN), any level
+        (12, False),  # echo > /dev/kmsg: the kernel forces LOG_USER (1) on user space
+        (14, False),  # "<6>text" from user space: still LOG_USER, a facility of 0 is not honoured
+        (30, False),  # systemd and other daemons: LOG_DAEMON (3)
+        (38, False),  # LOG_AUTH (4)
+    ],
+)
 def test_a_kmsg_record_is_the_kernels_only_with_facility_zero(priority, from_kernel):
     """The first field is (facility << 3) | level (Documentation/ABI/testing/dev-kmsg); the kernel
     gives user-space writes LOG_USER unless they name another non-zero facility (devkmsg_write)."""
-    line = parse_kmsg_record(f"{priority},7,1000,-;NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.",
-                             BOOT_TIME)
+    line = parse_kmsg_record(
+        f"{priority},7,1000,-;NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.", BOOT_TIME
+    )
     assert line.from_kernel is from_kernel
 
 
@@ -130,10 +147,16 @@ def _append(path: Path, *records: str) -> None:
 def test_it_reports_each_xid_and_sxid_once_with_time_and_seq(tmp_path, kmsg_file):
     collector = _collector(tmp_path, kmsg_file)
     events = collector.collect().fields["xid_events"]
-    assert [(e["kind"], e["xid"], e["kmsg_seq"]) for e in events] == [("xid", 13, 1204), ("xid", 79, 1205),
-                                                                       ("sxid", 12028, 1206)]
+    assert [(e["kind"], e["xid"], e["kmsg_seq"]) for e in events] == [
+        ("xid", 13, 1204),
+        ("xid", 79, 1205),
+        ("sxid", 12028, 1206),
+    ]
     assert events[1]["observed_at"] == "2024-06-07T22:40:00.250000+00:00"
-    assert events[1]["raw"] == "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    assert (
+        events[1]["raw"]
+        == "NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    )
     collector.commit()
     assert collector.collect().fields["xid_events"] == []
 
@@ -142,8 +165,11 @@ def test_it_follows_new_records_as_the_kernel_writes_them(tmp_path, kmsg_file):
     collector = _collector(tmp_path, kmsg_file)
     collector.collect()
     collector.commit()
-    _append(kmsg_file, "4,1208,700600000000,-;NVRM: Xid (PCI:0000:9d:00): 63, pid='<unknown>', name=<unknown>, "
-                       "Row Remapper: New row marked for remapping, reset gpu to activate.")
+    _append(
+        kmsg_file,
+        "4,1208,700600000000,-;NVRM: Xid (PCI:0000:9d:00): 63, pid='<unknown>', name=<unknown>, "
+        "Row Remapper: New row marked for remapping, reset gpu to activate.",
+    )
     assert [e["xid"] for e in collector.collect().fields["xid_events"]] == [63]
 
 
@@ -154,8 +180,11 @@ def test_it_resumes_after_a_restart_without_duplicates_or_losses(tmp_path, kmsg_
     first.source.close()
     # While the agent is down the kernel logs another Xid; the new agent reads the whole
     # ring buffer again (as a fresh open of /dev/kmsg does) and skips what it sent.
-    _append(kmsg_file, "4,1208,700700000000,-;NVRM: Xid (PCI:0000:c3:00): 48, pid='<unknown>', name=<unknown>, "
-                       "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.")
+    _append(
+        kmsg_file,
+        "4,1208,700700000000,-;NVRM: Xid (PCI:0000:c3:00): 48, pid='<unknown>', name=<unknown>, "
+        "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.",
+    )
     second = _collector(tmp_path, kmsg_file)
     assert [(e["xid"], e["kmsg_seq"]) for e in second.collect().fields["xid_events"]] == [(48, 1208)]
 
@@ -172,8 +201,9 @@ def test_it_reads_everything_again_after_a_reboot(tmp_path, kmsg_file):
     first.collect()
     first.commit()
     # A new boot numbers records from 0: a cursor from the old boot must not hide them.
-    kmsg_file.write_text("4,5,9000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, "
-                         "GPU has fallen off the bus.\n")
+    kmsg_file.write_text(
+        "4,5,9000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    )
     rebooted = _collector(tmp_path, kmsg_file, boot_id=BOOT_B)
     assert [(e["xid"], e["kmsg_seq"]) for e in rebooted.collect().fields["xid_events"]] == [(79, 5)]
 
@@ -182,16 +212,22 @@ def test_it_says_so_when_the_ring_buffer_overwrote_unread_records(tmp_path, kmsg
     first = _collector(tmp_path, kmsg_file)
     first.collect()
     first.commit()
-    kmsg_file.write_text("4,1500,800000000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', "
-                         "name=<unknown>, GPU has fallen off the bus.\n")
+    kmsg_file.write_text(
+        "4,1500,800000000000,-;NVRM: Xid (PCI:0000:53:00): 79, pid='<unknown>', "
+        "name=<unknown>, GPU has fallen off the bus.\n"
+    )
     contribution = _collector(tmp_path, kmsg_file).collect()
     assert [e["kmsg_seq"] for e in contribution.fields["xid_events"]] == [1500]
     assert contribution.notes["kmsg.lost"] == "kernel records 1208..1499 were overwritten before they were read"
 
 
 def test_it_caps_events_per_report_and_carries_the_rest_over(tmp_path, kmsg_file):
-    collector = KmsgCollector(DevKmsgSource(str(kmsg_file), boot_time=lambda: BOOT_TIME), tmp_path / "state",
-                              boot_id=lambda: BOOT_A, max_events=2)
+    collector = KmsgCollector(
+        DevKmsgSource(str(kmsg_file), boot_time=lambda: BOOT_TIME),
+        tmp_path / "state",
+        boot_id=lambda: BOOT_A,
+        max_events=2,
+    )
     first = collector.collect()
     assert [e["kmsg_seq"] for e in first.fields["xid_events"]] == [1204, 1205]
     assert "1 more events" in first.notes["kmsg"]
@@ -230,8 +266,9 @@ def test_journal_entries_are_events_only_when_the_kernel_logged_them(tmp_path):
     """journald files user-space writes to /dev/kmsg under _TRANSPORT=kernel too (with their own
     SYSLOG_FACILITY), so ``journalctl -k`` alone lets them through; ``logger -p kern.warning``
     sends facility 0 over syslog. Only _TRANSPORT=kernel with SYSLOG_FACILITY=0 is the kernel."""
-    collector = KmsgCollector(JournalSource(runner=_journal_runner([], "journal-user.jsonl")), tmp_path,
-                              boot_id=lambda: BOOT_A)
+    collector = KmsgCollector(
+        JournalSource(runner=_journal_runner([], "journal-user.jsonl")), tmp_path, boot_id=lambda: BOOT_A
+    )
     events = collector.collect().fields["xid_events"]
     assert [(e["xid"], e["process"]) for e in events] == [(13, "python3")]
     collector.commit()

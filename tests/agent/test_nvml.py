@@ -1,4 +1,5 @@
 """The NVML collector on an H100's answers: every field, NotSupported, a lost GPU."""
+
 from __future__ import annotations
 
 import pynvml
@@ -25,20 +26,45 @@ def test_it_reads_driver_cuda_and_nvml_versions(collected):
 def test_it_reads_an_h100s_health_in_the_reports_units(collected):
     gpu = collected[0].fields["gpus"][0]
     assert gpu == {
-        "index": 0, "uuid": "GPU-22dbdd79-f55a-92a8-aa39-322198e72ed6", "pci_bus_id": "00000000:1B:00.0",
-        "name": "NVIDIA H100 80GB HBM3", "serial": "1653923004857", "vbios_version": "96.00.99.00.01",
-        "persistence_mode": True, "temperature_c": 25, "hbm_temperature_c": 33, "max_operating_temp_c": 87,
-        "hbm_max_operating_temp_c": 95, "slowdown_temp_c": 89, "shutdown_temp_c": 92,
-        "power_w": 69.123, "power_limit_w": 700.0, "sm_clock_mhz": 1980, "mem_clock_mhz": 2619,
-        "clock_event_reasons": 1, "utilization_pct": 0.0, "compute_processes": 0,
-        "memory_used_mib": 1, "memory_total_mib": 81559,
-        "ecc_volatile_corrected": 0, "ecc_volatile_uncorrected": 0, "ecc_aggregate_corrected": 0,
+        "index": 0,
+        "uuid": "GPU-22dbdd79-f55a-92a8-aa39-322198e72ed6",
+        "pci_bus_id": "00000000:1B:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "serial": "1653923004857",
+        "vbios_version": "96.00.99.00.01",
+        "persistence_mode": True,
+        "temperature_c": 25,
+        "hbm_temperature_c": 33,
+        "max_operating_temp_c": 87,
+        "hbm_max_operating_temp_c": 95,
+        "slowdown_temp_c": 89,
+        "shutdown_temp_c": 92,
+        "power_w": 69.123,
+        "power_limit_w": 700.0,
+        "sm_clock_mhz": 1980,
+        "mem_clock_mhz": 2619,
+        "clock_event_reasons": 1,
+        "utilization_pct": 0.0,
+        "compute_processes": 0,
+        "memory_used_mib": 1,
+        "memory_total_mib": 81559,
+        "ecc_volatile_corrected": 0,
+        "ecc_volatile_uncorrected": 0,
+        "ecc_aggregate_corrected": 0,
         "ecc_aggregate_uncorrected": 0,
-        "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0, "remapped_rows_pending": False,
+        "remapped_rows_correctable": 0,
+        "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False,
         "remapped_rows_failure": False,
-        "nvlink_links_total": 18, "nvlink_links_up": 18, "nvlink_crc_errors": 0, "nvlink_replay_errors": 0,
+        "nvlink_links_total": 18,
+        "nvlink_links_up": 18,
+        "nvlink_crc_errors": 0,
+        "nvlink_replay_errors": 0,
         "nvlink_recovery_errors": 0,
-        "pcie_link_gen": 5, "pcie_link_width": 16, "pcie_max_link_gen": 5, "pcie_max_link_width": 16,
+        "pcie_link_gen": 5,
+        "pcie_link_width": 16,
+        "pcie_max_link_gen": 5,
+        "pcie_max_link_width": 16,
         "pcie_replay_count": 0,
     }
 

@@ -1,5 +1,6 @@
 """The on-disk spool, the portal client against a real local HTTP server, and the loop:
 ordered delivery after an outage, rejected reports set aside, nothing lost on restart."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,12 @@ from .conftest import TOKEN
 
 
 def _report(seq):
-    return {"report_id": f"r{seq:08d}", "hostname": "gpu-node-01", "collected_at": "2026-01-01T00:00:00+00:00",
-            "seq": seq}
+    return {
+        "report_id": f"r{seq:08d}",
+        "hostname": "gpu-node-01",
+        "collected_at": "2026-01-01T00:00:00+00:00",
+        "seq": seq,
+    }
 
 
 def test_spool_returns_reports_oldest_first_and_survives_a_restart(tmp_path):
@@ -74,12 +79,19 @@ def test_backoff_grows_with_jitter_up_to_its_cap_and_resets():
 
 
 def _agent(tmp_path, url, ib_root, **overrides):
-    settings = {"url": url, "token": TOKEN, "state_dir": tmp_path / "state", "hostname": "gpu-node-01",
-                "batch_size": 3, "request_timeout_s": 5}
+    settings = {
+        "url": url,
+        "token": TOKEN,
+        "state_dir": tmp_path / "state",
+        "hostname": "gpu-node-01",
+        "batch_size": 3,
+        "request_timeout_s": 5,
+    }
     settings.update(overrides)
     now = [0.0]  # the backoff's clock, moved by hand: no test waits for real time
-    agent = Agent(Config(**settings), [InfinibandCollector(ib_root)], PortalClient(url, TOKEN, timeout=5),
-                  clock=lambda: now[0])
+    agent = Agent(
+        Config(**settings), [InfinibandCollector(ib_root)], PortalClient(url, TOKEN, timeout=5), clock=lambda: now[0]
+    )
     agent.now = now
     return agent
 

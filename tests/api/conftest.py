@@ -1,4 +1,5 @@
 """API clients acting as a persona; authentication itself is covered in test_auth."""
+
 from __future__ import annotations
 
 import pytest

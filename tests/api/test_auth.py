@@ -1,4 +1,5 @@
 """Who may call the API: integrations with a token, browsers with a session, nobody anonymously."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,14 @@ from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
 
-ENDPOINTS = ["/api/nodes/", "/api/sites/", "/api/clusters/", "/api/tenants/", "/api/hardware-profiles/",
-             "/api/personas/"]
+ENDPOINTS = [
+    "/api/nodes/",
+    "/api/sites/",
+    "/api/clusters/",
+    "/api/tenants/",
+    "/api/hardware-profiles/",
+    "/api/personas/",
+]
 
 
 @pytest.mark.parametrize("url", ENDPOINTS)

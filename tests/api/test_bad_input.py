@@ -4,6 +4,7 @@ Each input class of issue 14 has a test here; the walk at the end sends huge int
 GET operation of the OpenAPI schema as an operator and as a customer. Run with PG=1 too: the
 bigint overflow is PostgreSQL's own refusal.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -37,13 +38,15 @@ def assert_error(response, status: int, field: str | None = None) -> dict:
 
 # -- pagination ---------------------------------------------------------------------------------
 
+
 def test_a_huge_limit_is_clamped_to_the_largest_page(api_as, operator):
     NodeFactory.create_batch(3)
     response = api_as(operator).get("/api/nodes/", {"limit": HUGE})
     assert response.status_code == 200, response.content
     assert len(response.json()["results"]) == 3
-    assert f"limit={MAX_PAGE_SIZE}" in (api_as(operator).get("/api/nodes/", {"limit": HUGE, "offset": 1})
-                                        .json()["previous"] or f"limit={MAX_PAGE_SIZE}")
+    assert f"limit={MAX_PAGE_SIZE}" in (
+        api_as(operator).get("/api/nodes/", {"limit": HUGE, "offset": 1}).json()["previous"] or f"limit={MAX_PAGE_SIZE}"
+    )
 
 
 def test_an_offset_past_a_bigint_is_refused(api_as, operator):
@@ -54,11 +57,21 @@ def test_an_offset_past_a_bigint_is_refused(api_as, operator):
 
 # -- integer query filters ----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("url", "param"), [
-    ("/api/findings/", "node"), ("/api/findings/", "gpu"), ("/api/findings/", "xid"), ("/api/alerts/", "node"),
-    ("/api/remediations/", "node"), ("/api/holds/", "cluster"), ("/api/repairs/", "node"),
-    ("/api/fabric/discrepancies/", "run"), ("/api/trends/flags/", "node"),
-])
+
+@pytest.mark.parametrize(
+    ("url", "param"),
+    [
+        ("/api/findings/", "node"),
+        ("/api/findings/", "gpu"),
+        ("/api/findings/", "xid"),
+        ("/api/alerts/", "node"),
+        ("/api/remediations/", "node"),
+        ("/api/holds/", "cluster"),
+        ("/api/repairs/", "node"),
+        ("/api/fabric/discrepancies/", "run"),
+        ("/api/trends/flags/", "node"),
+    ],
+)
 def test_an_integer_filter_past_its_column_is_a_400_naming_it(api_as, operator, url, param):
     for value in (HUGE, str(2**63), "1.5", "1e999999999"):
         assert_error(api_as(operator).get(url, {param: value}), 400, param)
@@ -125,8 +138,10 @@ def test_a_finding_id_past_a_bigint_on_a_repair_request_is_a_400(api_as, operato
 
 # -- date-time query filters --------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["2026-01-01T00:00:00+23:00", "2026-01-01T00:00:00-16:00",
-                                   "0001-01-01T00:00:00+01:00"])
+
+@pytest.mark.parametrize(
+    "value", ["2026-01-01T00:00:00+23:00", "2026-01-01T00:00:00-16:00", "0001-01-01T00:00:00+01:00"]
+)
 def test_a_utc_offset_postgresql_refuses_in_a_query_filter_is_a_400(api_as, operator, value):
     node = NodeFactory()
     assert_error(api_as(operator).get("/api/findings/", {"since": value}), 400, "since")
@@ -142,6 +157,7 @@ def test_an_offset_of_15_59_is_still_accepted(api_as, operator):
 
 # -- bodies: nesting, size ----------------------------------------------------------------------
 
+
 def test_deeply_nested_json_is_refused_before_decoding(api_as, operator):
     node = NodeFactory(state=NodeState.TRIAGE)
     deep = b"[" * 5000 + b"]" * 5000
@@ -150,8 +166,7 @@ def test_deeply_nested_json_is_refused_before_decoding(api_as, operator):
         assert body["code"] == "parse_error" and str(MAX_JSON_DEPTH) in body["detail"]
     # Brackets inside strings are text, not nesting.
     text = {"reason": "[" * 5000}
-    assert api_as(operator).post(f"/api/nodes/{node.pk}/transitions/drain/", text,
-                                 format="json").status_code != 400
+    assert api_as(operator).post(f"/api/nodes/{node.pk}/transitions/drain/", text, format="json").status_code != 400
 
 
 def test_deeply_nested_json_on_the_agent_join_is_a_400(api):
@@ -163,12 +178,12 @@ def test_deeply_nested_json_on_the_agent_join_is_a_400(api):
 @override_settings(NODEWARDEN_API_MAX_BODY_BYTES=1000)
 def test_a_body_over_the_limit_is_a_413(api_as, operator):
     node = NodeFactory(state=NodeState.TRIAGE)
-    response = api_as(operator).post(f"/api/nodes/{node.pk}/transitions/drain/", {"reason": "x" * 2000},
-                                     format="json")
+    response = api_as(operator).post(f"/api/nodes/{node.pk}/transitions/drain/", {"reason": "x" * 2000}, format="json")
     assert assert_error(response, 413)["code"] == "too_large"
 
 
 # -- routes and uploads -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("suffix", ["history.json", "transitions.json", "history.api"])
 def test_a_format_suffix_on_a_node_action_is_not_a_route(api_as, operator, suffix):
@@ -185,6 +200,7 @@ def test_a_csv_plan_with_a_field_over_the_csv_limit_is_a_400_with_its_line(api_a
 
 # -- one shape ----------------------------------------------------------------------------------
 
+
 def test_every_4xx_has_one_body_shape(api, api_as, operator, viewer):
     node = NodeFactory(state=NodeState.TRIAGE)
     assert_error(api.get("/api/nodes/"), 401 if api.get("/api/nodes/").status_code == 401 else 403)
@@ -197,6 +213,7 @@ def test_every_4xx_has_one_body_shape(api, api_as, operator, viewer):
 
 
 # -- the walk -----------------------------------------------------------------------------------
+
 
 def _get_operations() -> list[tuple[str, list[dict]]]:
     schema = SchemaGenerator().get_schema(request=None, public=True)
@@ -214,8 +231,11 @@ def test_no_get_operation_answers_5xx_to_huge_integers(who, request, api_as, ten
         for p in params:
             if p["in"] == "path":
                 url = url.replace("{" + p["name"] + "}", str(node.pk))
-        integers = {p["name"]: HUGE for p in params
-                    if p["in"] == "query" and p.get("schema", {}).get("type") in ("integer", "number")}
+        integers = {
+            p["name"]: HUGE
+            for p in params
+            if p["in"] == "query" and p.get("schema", {}).get("type") in ("integer", "number")
+        }
         for query in ({"limit": HUGE}, {"offset": HUGE}, {"limit": HUGE, "offset": HUGE, **integers}, integers):
             response = client.get(url, query)
             if response.status_code >= 500:

@@ -1,4 +1,5 @@
 """GET /api/sites/, /clusters/, /tenants/, /hardware-profiles/ and /personas/: the inventory vocabulary."""
+
 from __future__ import annotations
 
 import pytest

@@ -9,6 +9,7 @@ documented schema). Positive and negative cases; a bounded, derandomized budget 
 Each case is sent twice: as generated (random ids: mostly 404s) and with every path id replaced
 by a real object's, so the documented 200 bodies are checked against what the API really returns.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,12 +63,24 @@ schema.app = APP
 
 # Which model a path's {id} names, by the path's leading segments (longest match first).
 ID_MODELS = {
-    "nodes": "nodes.Node", "sites": "fleet.Site", "clusters": "fleet.Cluster", "tenants": "fleet.Tenant",
-    "hardware-profiles": "fleet.HardwareProfile", "personas": "fleet.Persona", "alerts": "health.Alert",
-    "findings": "health.Finding", "health-rules": "health.HealthRule", "xid-catalog": "health.XidDefinition",
-    "checks": "checks.CheckRun", "agent/checks": "checks.CheckRun", "repairs": "repairs.RepairTicket",
-    "rma": "repairs.RmaCase", "remediations": "remediation.Remediation", "holds": "remediation.Hold",
-    "circuit-breakers": "remediation.CircuitBreaker", "fabric/runs": "fabric.DiscoveryRun",
+    "nodes": "nodes.Node",
+    "sites": "fleet.Site",
+    "clusters": "fleet.Cluster",
+    "tenants": "fleet.Tenant",
+    "hardware-profiles": "fleet.HardwareProfile",
+    "personas": "fleet.Persona",
+    "alerts": "health.Alert",
+    "findings": "health.Finding",
+    "health-rules": "health.HealthRule",
+    "xid-catalog": "health.XidDefinition",
+    "checks": "checks.CheckRun",
+    "agent/checks": "checks.CheckRun",
+    "repairs": "repairs.RepairTicket",
+    "rma": "repairs.RmaCase",
+    "remediations": "remediation.Remediation",
+    "holds": "remediation.Hold",
+    "circuit-breakers": "remediation.CircuitBreaker",
+    "fabric/runs": "fabric.DiscoveryRun",
     "fabric/tickets": "fabric.Ticket",
 }
 
@@ -110,10 +123,21 @@ def _seed() -> dict[str, dict[str, str]]:
     GPUFactory(node=node, index=0)
     NodeFactory(tenant=TenantFactory(slug="fuzz-other"), state=NodeState.PRODUCTION)
     now = datetime.now(UTC)
-    report = {"report_id": "fuzz-seed-0001", "hostname": AGENT_HOSTNAME, "collected_at": now.isoformat(),
-              "boot_id": "b" * 32, "gpus": [{"index": 0, "uuid": "GPU-fuzz-0", "temperature_c": 40.0}],
-              "xid_events": [{"xid": 79, "observed_at": (now - timedelta(seconds=5)).isoformat(), "kmsg_seq": 1,
-                              "raw": "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus."}]}
+    report = {
+        "report_id": "fuzz-seed-0001",
+        "hostname": AGENT_HOSTNAME,
+        "collected_at": now.isoformat(),
+        "boot_id": "b" * 32,
+        "gpus": [{"index": 0, "uuid": "GPU-fuzz-0", "temperature_c": 40.0}],
+        "xid_events": [
+            {
+                "xid": 79,
+                "observed_at": (now - timedelta(seconds=5)).isoformat(),
+                "kmsg_seq": 1,
+                "raw": "NVRM: Xid (PCI:0000:53:00): 79, GPU has fallen off the bus.",
+            }
+        ],
+    }
     ingest_reports(node.pk, decode_batch(json.dumps({"reports": [report]}).encode()), source="agent")
     return {
         "operator": {"Authorization": f"Token {Token.objects.create(user=operator).key}"},
@@ -151,8 +175,14 @@ def _send(case: schemathesis.Case, headers: dict[str, str], role: str) -> None:
 
 @pytest.mark.parametrize("role", ["operator", "customer", "agent"])
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None,
-          phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=MAX_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    phases=[Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 def test_every_operation(case: schemathesis.Case, role: str, fleet: dict[str, Any]) -> None:
     if role == "agent" and not case.operation.path.startswith("/api/agent/"):
         pytest.skip("the agent's token opens only /api/agent/")

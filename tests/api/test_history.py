@@ -1,4 +1,5 @@
 """GET /api/nodes/{id}/history/ and /api/nodes/{id}/transitions/: a node's past and its possible next steps."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,19 +15,30 @@ SYSTEM = services.Actor.system("test")
 
 def test_history_lists_the_nodes_events_newest_first(api_as, viewer, operator):
     node = NodeFactory(state=S.PRODUCTION)
-    services.request_drain(node.pk, actor=services.Actor(user=operator), reason="ECC errors",
-                           correlation_id="req-1")
+    services.request_drain(node.pk, actor=services.Actor(user=operator), reason="ECC errors", correlation_id="req-1")
     services.record_event(node.pk, EventKind.NOTE, actor=SYSTEM, reason="ticket OPS-12", details={"ticket": 12})
     services.record_event(NodeFactory().pk, EventKind.NOTE, actor=SYSTEM, reason="another node's note")
     body = api_as(viewer).get(f"/api/nodes/{node.pk}/history/").json()
     assert body["count"] == 2
     note, drain = body["results"]
     assert (note["kind"], note["reason"], note["details"], note["actor_name"]) == (
-        "note", "ticket OPS-12", {"ticket": 12}, "system:test")
+        "note",
+        "ticket OPS-12",
+        {"ticket": 12},
+        "system:test",
+    )
     assert drain == {
-        "id": drain["id"], "created": drain["created"], "kind": "transition", "transition": "request_drain",
-        "source_state": "production", "target_state": "drain_pending", "reason": "ECC errors",
-        "actor_name": "operator", "actor_kind": "user", "correlation_id": "req-1", "details": {},
+        "id": drain["id"],
+        "created": drain["created"],
+        "kind": "transition",
+        "transition": "request_drain",
+        "source_state": "production",
+        "target_state": "drain_pending",
+        "reason": "ECC errors",
+        "actor_name": "operator",
+        "actor_kind": "user",
+        "correlation_id": "req-1",
+        "details": {},
     }
 
 

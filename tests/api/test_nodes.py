@@ -1,4 +1,5 @@
 """GET /api/nodes/ and /api/nodes/{id}/: the node list page's filters, as JSON."""
+
 from __future__ import annotations
 
 import pytest
@@ -85,8 +86,12 @@ def test_it_filters_by_site_cluster_rack_and_persona(api_as, viewer):
     node.save(update_fields=["rack"])
     NodeFactory(hostname="elsewhere")
     client = api_as(viewer)
-    for query in ({"site": node.site.slug}, {"cluster": node.cluster.name}, {"rack": node.rack.pk},
-                  {"persona": node.persona.pk}):
+    for query in (
+        {"site": node.site.slug},
+        {"cluster": node.cluster.name},
+        {"rack": node.rack.pk},
+        {"persona": node.persona.pk},
+    ):
         assert hostnames(client.get("/api/nodes/", query)) == ["placed"], query
 
 
@@ -100,10 +105,18 @@ def test_it_sorts_with_the_node_list_ordering(api_as, viewer):
     assert hostnames(client.get("/api/nodes/", {"ordering": "-state"})) == ["a", "b", "c"]
 
 
-@pytest.mark.parametrize("query", [
-    {"state": "sleeping"}, {"phase": "day9"}, {"site": "nowhere"}, {"cluster": "nope"}, {"rack": "abc"},
-    {"hardware_profile": "999999"}, {"ordering": "bmc_password"},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"state": "sleeping"},
+        {"phase": "day9"},
+        {"site": "nowhere"},
+        {"cluster": "nope"},
+        {"rack": "abc"},
+        {"hardware_profile": "999999"},
+        {"ordering": "bmc_password"},
+    ],
+)
 def test_a_bad_filter_value_is_a_400_not_a_500(api_as, viewer, query):
     NodeFactory()
     response = api_as(viewer).get("/api/nodes/", query)
@@ -112,18 +125,20 @@ def test_a_bad_filter_value_is_a_400_not_a_500(api_as, viewer, query):
 
 
 def test_the_detail_shows_inventory_state_and_gpus(api_as, viewer):
-    node = NodeFactory(hostname="gpu-d", serial="SN-D", bmc_address="10.1.1.1", state=S.FIRMWARE_UPDATE,
-                       is_revalidation=True)
+    node = NodeFactory(
+        hostname="gpu-d", serial="SN-D", bmc_address="10.1.1.1", state=S.FIRMWARE_UPDATE, is_revalidation=True
+    )
     for index in (1, 0):
         GPUFactory(node=node, index=index, uuid=f"GPU-d{index}", serial=f"S{index}", model="H100")
     body = api_as(viewer).get(f"/api/nodes/{node.pk}/").json()
     assert (body["hostname"], body["serial"], body["bmc_address"]) == ("gpu-d", "SN-D", "10.1.1.1")
     assert body["hardware_profile"] == {"id": node.hardware_profile.pk, "name": node.hardware_profile.name}
     assert (body["rack"], body["tenant"], body["persona"]) == (None, None, None)
-    assert (body["state"], body["state_label"], body["is_revalidation"]) == ("firmware_update", "Firmware update",
-                                                                             True)
-    assert body["gpus"] == [{"index": 0, "uuid": "GPU-d0", "serial": "S0", "model": "H100"},
-                            {"index": 1, "uuid": "GPU-d1", "serial": "S1", "model": "H100"}]
+    assert (body["state"], body["state_label"], body["is_revalidation"]) == ("firmware_update", "Firmware update", True)
+    assert body["gpus"] == [
+        {"index": 0, "uuid": "GPU-d0", "serial": "S0", "model": "H100"},
+        {"index": 1, "uuid": "GPU-d1", "serial": "S1", "model": "H100"},
+    ]
     assert {"state_changed_at", "last_updated", "created"} <= set(body)
 
 

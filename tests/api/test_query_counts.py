@@ -1,4 +1,5 @@
 """List endpoints cost the same number of queries for 3 rows as for 30: no N+1."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """The OpenAPI schema at /api/schema/ is generated without warnings and is valid OpenAPI 3."""
+
 from __future__ import annotations
 
 import msgspec
@@ -15,8 +16,12 @@ TRANSITION = "/api/nodes/{id}/transitions/{name}/"
 ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
 REPAIR_ACTIONS = tuple(f"/api/repairs/{{id}}/{verb}/" for verb in ("start", "resolve", "cancel"))
 RMA_ACTIONS = tuple(f"/api/rma/{{id}}/{verb}/" for verb in ("ship", "receive", "close", "cancel"))
-REMEDIATION_ACTIONS = (*(f"/api/remediations/{{id}}/{verb}/" for verb in ("approve", "skip-rung", "stop")),
-                       "/api/holds/", "/api/holds/{id}/release/", "/api/circuit-breakers/{id}/reset/")
+REMEDIATION_ACTIONS = (
+    *(f"/api/remediations/{{id}}/{verb}/" for verb in ("approve", "skip-rung", "stop")),
+    "/api/holds/",
+    "/api/holds/{id}/release/",
+    "/api/circuit-breakers/{id}/reset/",
+)
 
 
 @pytest.fixture
@@ -34,52 +39,125 @@ def test_it_generates_without_warnings_and_validates(tmp_path):
 
 def test_it_documents_every_endpoint(schema):
     assert set(schema["paths"]) == {
-        "/api/nodes/", "/api/nodes/{id}/", "/api/nodes/{id}/history/", "/api/nodes/{id}/transitions/", TRANSITION,
-        "/api/sites/", "/api/sites/{id}/", "/api/clusters/", "/api/clusters/{id}/", "/api/tenants/",
-        "/api/tenants/{id}/", "/api/hardware-profiles/", "/api/hardware-profiles/{id}/", "/api/personas/",
+        "/api/nodes/",
+        "/api/nodes/{id}/",
+        "/api/nodes/{id}/history/",
+        "/api/nodes/{id}/transitions/",
+        TRANSITION,
+        "/api/sites/",
+        "/api/sites/{id}/",
+        "/api/clusters/",
+        "/api/clusters/{id}/",
+        "/api/tenants/",
+        "/api/tenants/{id}/",
+        "/api/hardware-profiles/",
+        "/api/hardware-profiles/{id}/",
+        "/api/personas/",
         "/api/personas/{id}/",
         # Telemetry (the agents' own POST /api/agent/reports/ is a lean plain view, added by nodewarden/openapi.py).
-        "/api/agent/reports/", "/api/nodes/{id}/gpu-health/", "/api/nodes/{id}/gpu-samples/", "/api/ingest/dcgm-exporter/",
+        "/api/agent/reports/",
+        "/api/nodes/{id}/gpu-health/",
+        "/api/nodes/{id}/gpu-samples/",
+        "/api/ingest/dcgm-exporter/",
         # Health
-        "/api/findings/", "/api/findings/{id}/", "/api/alerts/", "/api/alerts/{id}/", *ALERT_ACTIONS,
-        "/api/health-rules/", "/api/health-rules/{id}/", "/api/xid-catalog/", "/api/xid-catalog/{xid}/",
+        "/api/findings/",
+        "/api/findings/{id}/",
+        "/api/alerts/",
+        "/api/alerts/{id}/",
+        *ALERT_ACTIONS,
+        "/api/health-rules/",
+        "/api/health-rules/{id}/",
+        "/api/xid-catalog/",
+        "/api/xid-catalog/{xid}/",
         "/api/ingest/alertmanager/",
         # Active checks
-        "/api/nodes/{id}/checks/", "/api/checks/{id}/", "/api/checks/{id}/cancel/", "/api/agent/checks/",
+        "/api/nodes/{id}/checks/",
+        "/api/checks/{id}/",
+        "/api/checks/{id}/cancel/",
+        "/api/agent/checks/",
         "/api/agent/checks/{id}/result/",
         # Day 0 (the agent's POST /api/agent/join/ is a lean plain view, like its reports)
-        "/api/agent/join/", "/api/enrollments/", "/api/nodes/{id}/provision/",
+        "/api/agent/join/",
+        "/api/enrollments/",
+        "/api/nodes/{id}/provision/",
         # Day 1
-        "/api/nodes/{id}/stages/", "/api/nodes/{id}/stages/start/", "/api/nodes/{id}/stages/skip/",
-        "/api/nodes/{id}/persona/", "/api/day1/summary/",
+        "/api/nodes/{id}/stages/",
+        "/api/nodes/{id}/stages/start/",
+        "/api/nodes/{id}/stages/skip/",
+        "/api/nodes/{id}/persona/",
+        "/api/day1/summary/",
         # Fabric
-        "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/runs/", "/api/fabric/runs/{id}/",
-        "/api/fabric/discrepancies/", "/api/fabric/links/", "/api/fabric/tickets/", "/api/fabric/tickets/{id}/",
-        "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
+        "/api/fabric/plans/",
+        "/api/fabric/discoveries/",
+        "/api/fabric/runs/",
+        "/api/fabric/runs/{id}/",
+        "/api/fabric/discrepancies/",
+        "/api/fabric/links/",
+        "/api/fabric/tickets/",
+        "/api/fabric/tickets/{id}/",
+        "/api/fabric/tickets/{id}/close/",
+        "/api/fabric/validations/",
         # Repairs and RMA
-        "/api/repairs/", "/api/repairs/{id}/", *REPAIR_ACTIONS, "/api/repairs/export.csv", "/api/rma/", "/api/rma/{id}/",
-        *RMA_ACTIONS, "/api/rma/export.csv", "/api/nodes/{id}/repairs/", "/api/nodes/{id}/rma/",
+        "/api/repairs/",
+        "/api/repairs/{id}/",
+        *REPAIR_ACTIONS,
+        "/api/repairs/export.csv",
+        "/api/rma/",
+        "/api/rma/{id}/",
+        *RMA_ACTIONS,
+        "/api/rma/export.csv",
+        "/api/nodes/{id}/repairs/",
+        "/api/nodes/{id}/rma/",
         # Remediation
-        "/api/remediations/", "/api/remediations/{id}/", *REMEDIATION_ACTIONS, "/api/circuit-breakers/",
+        "/api/remediations/",
+        "/api/remediations/{id}/",
+        *REMEDIATION_ACTIONS,
+        "/api/circuit-breakers/",
         "/api/nodes/{id}/remediations/",
         # Trends
-        "/api/trends/flags/", "/api/trends/lemons/",
-        "/api/reports/availability/", "/api/reports/flows/",  # Reports
+        "/api/trends/flags/",
+        "/api/trends/lemons/",
+        "/api/reports/availability/",
+        "/api/reports/flows/",  # Reports
     }
 
 
 def test_every_write_is_a_named_action_never_a_raw_update(schema):
     """No PUT/PATCH/DELETE anywhere: state, alerts and checks change only through named verbs."""
-    writes = {(path, method) for path, ops in schema["paths"].items() for method in ops
-              if method in ("post", "put", "patch", "delete")}
-    assert writes == {(path, "post") for path in (
-        TRANSITION, *ALERT_ACTIONS, "/api/agent/reports/", "/api/agent/join/", "/api/ingest/alertmanager/", "/api/ingest/dcgm-exporter/",
-        "/api/nodes/{id}/checks/", "/api/checks/{id}/cancel/", "/api/agent/checks/{id}/result/",
-        "/api/enrollments/", "/api/nodes/{id}/provision/", "/api/nodes/{id}/stages/start/",
-        "/api/nodes/{id}/stages/skip/", "/api/nodes/{id}/persona/",
-        "/api/fabric/plans/", "/api/fabric/discoveries/", "/api/fabric/tickets/{id}/close/", "/api/fabric/validations/",
-        *REPAIR_ACTIONS, *RMA_ACTIONS, "/api/nodes/{id}/repairs/", "/api/nodes/{id}/rma/", *REMEDIATION_ACTIONS,
-    )}
+    writes = {
+        (path, method)
+        for path, ops in schema["paths"].items()
+        for method in ops
+        if method in ("post", "put", "patch", "delete")
+    }
+    assert writes == {
+        (path, "post")
+        for path in (
+            TRANSITION,
+            *ALERT_ACTIONS,
+            "/api/agent/reports/",
+            "/api/agent/join/",
+            "/api/ingest/alertmanager/",
+            "/api/ingest/dcgm-exporter/",
+            "/api/nodes/{id}/checks/",
+            "/api/checks/{id}/cancel/",
+            "/api/agent/checks/{id}/result/",
+            "/api/enrollments/",
+            "/api/nodes/{id}/provision/",
+            "/api/nodes/{id}/stages/start/",
+            "/api/nodes/{id}/stages/skip/",
+            "/api/nodes/{id}/persona/",
+            "/api/fabric/plans/",
+            "/api/fabric/discoveries/",
+            "/api/fabric/tickets/{id}/close/",
+            "/api/fabric/validations/",
+            *REPAIR_ACTIONS,
+            *RMA_ACTIONS,
+            "/api/nodes/{id}/repairs/",
+            "/api/nodes/{id}/rma/",
+            *REMEDIATION_ACTIONS,
+        )
+    }
 
 
 def test_the_transition_post_documents_its_body_and_every_answer(schema):
@@ -100,8 +178,22 @@ def test_history_is_documented_as_a_paginated_list_of_events(schema):
 
 def test_the_node_list_documents_the_node_list_filters(schema):
     names = {p["name"] for p in schema["paths"]["/api/nodes/"]["get"]["parameters"]}
-    assert names == {"q", "state", "phase", "in_trouble", "site", "cluster", "rack", "tenant", "unassigned",
-                     "hardware_profile", "persona", "ordering", "limit", "offset"}
+    assert names == {
+        "q",
+        "state",
+        "phase",
+        "in_trouble",
+        "site",
+        "cluster",
+        "rack",
+        "tenant",
+        "unassigned",
+        "hardware_profile",
+        "persona",
+        "ordering",
+        "limit",
+        "offset",
+    }
 
 
 def test_the_agent_report_is_documented_by_the_type_that_decodes_it(schema):
@@ -112,8 +204,10 @@ def test_the_agent_report_is_documented_by_the_type_that_decodes_it(schema):
     assert post["requestBody"]["content"]["application/json"]["schema"] == batch
     assert {name: schema["components"]["schemas"][name] for name in components} == components
     gpu = schema["components"]["schemas"]["GpuReading"]["properties"]
-    assert gpu["temperature_c"] == {"anyOf": [{"type": "number", "minimum": -50, "maximum": 200}, {"type": "null"}],
-                                    "default": None}
+    assert gpu["temperature_c"] == {
+        "anyOf": [{"type": "number", "minimum": -50, "maximum": 200}, {"type": "null"}],
+        "default": None,
+    }
     assert post["security"] == [{"nodeAgentToken": []}]
     assert set(post["responses"]) == {"200", "400", "401", "403", "413", "429"}
 
@@ -131,12 +225,17 @@ def test_every_operation_documents_its_errors(schema):
             if "{" in path:
                 assert "404" in operation["responses"], (method, path)
             assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
-                "$ref": "#/components/schemas/ErrorResponse"}
+                "$ref": "#/components/schemas/ErrorResponse"
+            }
 
 
 def test_what_customers_cannot_see_is_declared(schema):
-    absent = {(path, method) for path, ops in schema["paths"].items() for method, op in ops.items()
-              if op.get("x-customer-view") == "absent"}
+    absent = {
+        (path, method)
+        for path, ops in schema["paths"].items()
+        for method, op in ops.items()
+        if op.get("x-customer-view") == "absent"
+    }
     assert ("/api/fabric/runs/", "get") in absent and ("/api/holds/", "post") in absent
     assert ("/api/trends/lemons/", "get") in absent
     assert ("/api/nodes/", "get") not in absent and ("/api/alerts/", "get") not in absent

@@ -1,5 +1,6 @@
 """Tenant scoping, exactly as on the pages: a customer sees its own nodes and nothing
 else, and another tenant's node answers 404 so its existence does not leak."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,8 +47,9 @@ def test_another_tenants_node_answers_404(api_as, customer, foreign_node, suffix
 
 
 def test_a_transition_on_another_tenants_node_answers_404(api_as, customer, foreign_node):
-    response = api_as(customer).post(f"/api/nodes/{foreign_node.pk}/transitions/cordon/", {"reason": "x"},
-                                     format="json")
+    response = api_as(customer).post(
+        f"/api/nodes/{foreign_node.pk}/transitions/cordon/", {"reason": "x"}, format="json"
+    )
     assert response.status_code == 404
     foreign_node.refresh_from_db()
     assert foreign_node.state == S.PRODUCTION

@@ -1,4 +1,5 @@
 """POST /api/nodes/{id}/transitions/{name}/: the API's only way to change a node's state."""
+
 from __future__ import annotations
 
 import pytest
@@ -108,7 +109,8 @@ def test_a_transition_is_post_only(api_as, operator):
 @pytest.mark.parametrize("payload", ['{"reason": ', '["XID 79"]', '"XID 79"'])
 def test_a_malformed_body_is_a_400_not_a_500(api_as, operator, payload):
     node = NodeFactory(state=S.PRODUCTION)
-    response = api_as(operator).post(f"/api/nodes/{node.pk}/transitions/cordon/", payload,
-                                     content_type="application/json")
+    response = api_as(operator).post(
+        f"/api/nodes/{node.pk}/transitions/cordon/", payload, content_type="application/json"
+    )
     assert response.status_code == 400
     assert_unchanged(node, S.PRODUCTION)

@@ -1,4 +1,5 @@
 """The fleet auditor's tests: no grace (a node planted a moment ago is settled), small bounds."""
+
 from __future__ import annotations
 
 import pytest

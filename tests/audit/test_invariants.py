@@ -1,6 +1,7 @@
 """Each invariant of the fleet auditor, with a planted breach and without it (factories; the
 scheduler and BMC invariants against real Slurm and sushy-tools are in tests/schedulers/test_audit.py
 and tests/bmc/test_audit.py)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -43,8 +44,9 @@ def test_a_node_that_changes_state_while_its_scheduler_is_asked_is_not_a_breach(
     from nodes import services as node_services
     from schedulers import base
 
-    node = NodeFactory(state="production", cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM),
-                       state_changed_at=AGO)
+    node = NodeFactory(
+        state="production", cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM), state_changed_at=AGO
+    )
 
     class Racing(base.NoScheduler):
         def drain_state(self, asked):
@@ -93,8 +95,14 @@ def test_a_degraded_alert_on_a_production_node_with_nothing_acting_is_a_breach()
 def test_a_node_returned_to_production_while_its_alert_keeps_firing_is_a_breach():
     node = NodeFactory(production=True, state_changed_at=AGO)
     finding = degraded(node)
-    Remediation.objects.create(node=node, finding=finding, status=Status.SUCCEEDED, rung=Rung.REBOOT,
-                               urgency=Urgency.WHEN_IDLE, finished=timezone.now())
+    Remediation.objects.create(
+        node=node,
+        finding=finding,
+        status=Status.SUCCEEDED,
+        rung=Rung.REBOOT,
+        urgency=Urgency.WHEN_IDLE,
+        finished=timezone.now(),
+    )
     [breach] = run(C.unhandled_alerts)["unhandled_alert"].breaches
     assert breach.evidence["last_remediation"]["status"] == "succeeded"
 
@@ -102,8 +110,14 @@ def test_a_node_returned_to_production_while_its_alert_keeps_firing_is_a_breach(
 def test_an_alert_not_seen_since_the_node_returned_to_production_is_the_loops_verdict():
     """An XID alert waits out its quiet period after the reboot that cured the GPU: not a breach."""
     node = NodeFactory(production=True, state_changed_at=AGO)
-    raise_finding(node.pk, rule="xid", severity="catastrophic", summary="XID 79 fell off the bus", gpu_index=3,
-                  observed_at=AGO - timedelta(hours=1))
+    raise_finding(
+        node.pk,
+        rule="xid",
+        severity="catastrophic",
+        summary="XID 79 fell off the bus",
+        gpu_index=3,
+        observed_at=AGO - timedelta(hours=1),
+    )
     from health.models import Alert
 
     Alert.objects.filter(node=node).update(first_seen=AGO - timedelta(hours=1), last_seen=AGO - timedelta(hours=1))
@@ -113,8 +127,9 @@ def test_an_alert_not_seen_since_the_node_returned_to_production_is_the_loops_ve
 def test_an_alert_with_an_open_remediation_is_handled():
     node = NodeFactory(production=True, state_changed_at=AGO)
     finding = degraded(node)
-    Remediation.objects.create(node=node, finding=finding, status=Status.QUEUED, rung=Rung.REBOOT,
-                               urgency=Urgency.WHEN_IDLE)
+    Remediation.objects.create(
+        node=node, finding=finding, status=Status.QUEUED, rung=Rung.REBOOT, urgency=Urgency.WHEN_IDLE
+    )
     assert breaches(C.unhandled_alerts, "unhandled_alert") == []
 
 
@@ -123,7 +138,8 @@ def test_warnings_audit_findings_silenced_and_watched_alerts_are_not_breaches():
     raise_finding(warned.pk, rule="gpu_temperature", severity="warning", summary="warm")
     raise_finding(audited.pk, rule="audit.bmc_power", severity="catastrophic", summary="planted")
     degraded(silenced).alert.__class__.objects.filter(node=silenced).update(
-        silenced_until=timezone.now() + timedelta(hours=1))
+        silenced_until=timezone.now() + timedelta(hours=1)
+    )
     RemediationPolicy.objects.create(name="watch ib", match_rule="ib_port_down", urgency=Urgency.WATCH)
     degraded(watched, summary="mlx5_0 port 1 down", rule="ib_port_down")
     outcome = run(C.unhandled_alerts)["unhandled_alert"]
@@ -139,8 +155,9 @@ def test_a_node_out_of_production_is_not_judged_on_its_alerts():
 
 
 def remediation(node, status, **kwargs):
-    return Remediation.objects.create(node=node, status=status, rung=Rung.REBOOT, urgency=Urgency.NOW,
-                                      updated=AGO, **kwargs)
+    return Remediation.objects.create(
+        node=node, status=status, rung=Rung.REBOOT, urgency=Urgency.NOW, updated=AGO, **kwargs
+    )
 
 
 def test_a_running_remediation_whose_step_is_past_its_deadline_is_a_breach():
@@ -164,12 +181,19 @@ def test_a_running_remediation_without_a_step_counts_after_the_stall_delay():
     assert len(breaches(C.live_remediations, "live_remediation", stall=timedelta(hours=1))) == 1
 
 
-@pytest.mark.parametrize(("status", "state", "alive"), [
-    (Status.QUEUED, "production", True), (Status.AWAITING_APPROVAL, "drain_pending", True),
-    (Status.DRAINING, "draining", True), (Status.VALIDATING, "burn_in", True),
-    (Status.QUEUED, "repair", False), (Status.DRAINING, "production", False),
-    (Status.VALIDATING, "production", False), (Status.VALIDATING, "triage", False),
-])
+@pytest.mark.parametrize(
+    ("status", "state", "alive"),
+    [
+        (Status.QUEUED, "production", True),
+        (Status.AWAITING_APPROVAL, "drain_pending", True),
+        (Status.DRAINING, "draining", True),
+        (Status.VALIDATING, "burn_in", True),
+        (Status.QUEUED, "repair", False),
+        (Status.DRAINING, "production", False),
+        (Status.VALIDATING, "production", False),
+        (Status.VALIDATING, "triage", False),
+    ],
+)
 def test_a_plan_waits_only_where_it_may(status, state, alive):
     remediation(NodeFactory(state=state, state_changed_at=AGO), status)
     assert (breaches(C.live_remediations, "live_remediation") == []) is alive
@@ -192,14 +216,15 @@ def test_nodes_past_their_transient_timeouts_are_breaches(settings):
     burn = NodeFactory(hostname="burn-late", state="burn_in", state_changed_at=now - timedelta(minutes=30))
     CheckRun.objects.create(node=burn, kind="stage_burn_in", status="running", deadline=now - timedelta(minutes=1))
     late = NodeFactory(hostname="rem-late", state="remediating", state_changed_at=AGO)
-    RemediationStep.objects.create(remediation=remediation(late, Status.RUNNING), rung=Rung.REBOOT,
-                                   deadline=now - timedelta(minutes=1))
+    RemediationStep.objects.create(
+        remediation=remediation(late, Status.RUNNING), rung=Rung.REBOOT, deadline=now - timedelta(minutes=1)
+    )
     ok = NodeFactory(hostname="rem-ok", state="remediating", state_changed_at=AGO)
-    RemediationStep.objects.create(remediation=remediation(ok, Status.RUNNING), rung=Rung.REBOOT,
-                                   deadline=now + timedelta(minutes=10))
+    RemediationStep.objects.create(
+        remediation=remediation(ok, Status.RUNNING), rung=Rung.REBOOT, deadline=now + timedelta(minutes=10)
+    )
     found = run(C.transient_timeouts)["transient_timeout"]
-    assert sorted(b.hostname for b in found.breaches) == ["burn-late", "drain-late", "fw-late", "init-late",
-                                                            "rem-late"]
+    assert sorted(b.hostname for b in found.breaches) == ["burn-late", "drain-late", "fw-late", "init-late", "rem-late"]
     assert found.checked == 9
     by_host = {b.hostname: b for b in found.breaches}
     assert by_host["burn-late"].evidence["stage_run"] is not None

@@ -1,5 +1,6 @@
 """run_audit: the run recorded, a breach raised as a warning finding with its evidence and cleared
 when it is gone; the command's output and exit status; the staff page; /metrics."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def test_a_breach_is_recorded_raised_as_a_warning_finding_and_cleared_when_gone(
 
 def test_an_unknown_answer_never_clears_an_audit_alert(settings):
     node = NodeFactory(state="remediating", state_changed_at=AGO)
-    rem = Remediation.objects.create(node=node, status=Status.VALIDATING, rung=Rung.REBOOT, urgency=Urgency.NOW,
-                                     updated=AGO)
+    rem = Remediation.objects.create(
+        node=node, status=Status.VALIDATING, rung=Rung.REBOOT, urgency=Urgency.NOW, updated=AGO
+    )
     assert run_audit().counts["live_remediation"]["breaches"] == 1
     settings.NODEWARDEN_AUDIT_GRACE_SECONDS = 10 * 24 * 3600  # the node is "just changed": not sure this run
     unsure = run_audit()
@@ -99,8 +101,10 @@ def test_metrics_count_the_last_runs_breaches_by_invariant(client, settings, ope
     text = client.get("/metrics").content.decode()
     assert 'nodewarden_audit_breaches{invariant="transient_timeout"} 1.0' in text
     assert 'nodewarden_audit_breaches{invariant="bmc_power"} 0.0' in text
-    assert f"nodewarden_audit_last_run_timestamp_seconds {run.finished.timestamp():.9e}"[:60] in text \
+    assert (
+        f"nodewarden_audit_last_run_timestamp_seconds {run.finished.timestamp():.9e}"[:60] in text
         or "nodewarden_audit_last_run_timestamp_seconds 1." in text
+    )
 
 
 def test_a_user_without_staff_gets_404_not_login_loop(client):

@@ -5,6 +5,7 @@ that changes a system's power puts it back on first. Timings are shrunk through
 settings so the whole module stays fast: a power state that does not arrive in
 a few seconds never will.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,13 @@ REDFISH_SYSTEMS = [
     {"name": "gpu-node-01", "bios_version": "1.2.0", "memory_gib": 2048, "cpus": 112},
     {"name": "gpu-node-02", "bios_version": "2.4.0", "memory_gib": 1024, "cpus": 96},
 ]
-IPMI_FRU = {"manufacturer": "Supermicro", "product": "SYS-821GE-TNHR", "serial": "S4R3N1AL",
-            "part_number": "SYS-821GE-TNHR-01", "version": "1.01"}
+IPMI_FRU = {
+    "manufacturer": "Supermicro",
+    "product": "SYS-821GE-TNHR",
+    "serial": "S4R3N1AL",
+    "part_number": "SYS-821GE-TNHR-01",
+    "version": "1.01",
+}
 
 
 def _require(available: bool, what: str) -> None:
@@ -75,21 +81,31 @@ def slow_redfish_emulator():
 def redfish_endpoint(db, redfish_emulator):
     """gpu-node-01's BMC, powered on."""
     redfish_emulator.set_power(True, 0)
-    return BmcEndpointFactory(address=redfish_emulator.url, username=redfish_emulator.username,
-                              password=redfish_emulator.password, system_id=redfish_emulator.systems[0]["uuid"])
+    return BmcEndpointFactory(
+        address=redfish_emulator.url,
+        username=redfish_emulator.username,
+        password=redfish_emulator.password,
+        system_id=redfish_emulator.systems[0]["uuid"],
+    )
 
 
 @pytest.fixture
 def firmware_endpoint(db, redfish_emulator):
     """gpu-node-02's BMC, addressed by its Redfish path."""
-    return BmcEndpointFactory(address=redfish_emulator.url, username=redfish_emulator.username,
-                              password=redfish_emulator.password, system_id=redfish_emulator.system_path(1))
+    return BmcEndpointFactory(
+        address=redfish_emulator.url,
+        username=redfish_emulator.username,
+        password=redfish_emulator.password,
+        system_id=redfish_emulator.system_path(1),
+    )
 
 
 @pytest.fixture(scope="session")
 def ipmi_simulator():
-    _require(shutil.which("ipmi_sim") is not None and shutil.which("ipmitool") is not None,
-             "ipmi_sim (openipmi) and ipmitool")
+    _require(
+        shutil.which("ipmi_sim") is not None and shutil.which("ipmitool") is not None,
+        "ipmi_sim (openipmi) and ipmitool",
+    )
     with IpmiSimulator(fru=IPMI_FRU) as simulator:
         yield simulator
 
@@ -98,5 +114,9 @@ def ipmi_simulator():
 def ipmi_endpoint(db, ipmi_simulator):
     """The simulator's BMC, powered on."""
     ipmi_simulator.set_power(True)
-    return BmcEndpointFactory(driver=BmcDriverKind.IPMI, address=ipmi_simulator.address,
-                              username=ipmi_simulator.username, password=ipmi_simulator.password)
+    return BmcEndpointFactory(
+        driver=BmcDriverKind.IPMI,
+        address=ipmi_simulator.address,
+        username=ipmi_simulator.username,
+        password=ipmi_simulator.password,
+    )

@@ -1,5 +1,6 @@
 """The fleet auditor's BMC power invariant against a real Redfish emulator (sushy-tools): a node
 Nodewarden counts as serving must be powered on; reads are bounded per run and go round."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -40,8 +41,11 @@ def test_a_production_node_whose_bmc_reports_power_off_is_a_breach(redfish_emula
     redfish_emulator.set_power(False, 0)
     outcome, _ = audit()
     [breach] = outcome.breaches
-    assert (breach.node_id, breach.believed, breach.world) == (redfish_endpoint.node_id, "production: powered on",
-                                                               "BMC reports power off")
+    assert (breach.node_id, breach.believed, breach.world) == (
+        redfish_endpoint.node_id,
+        "production: powered on",
+        "BMC reports power off",
+    )
     assert breach.evidence["power"] == "off"
     redfish_emulator.set_power(True, 0)
 
@@ -62,9 +66,17 @@ def test_a_bmc_that_does_not_answer_is_unknown(db):
 
 def test_reads_are_bounded_and_go_round(db, settings, redfish_emulator):
     settings.NODEWARDEN_AUDIT_BMC_READS = 2
-    endpoints = [serving(BmcEndpointFactory(address=redfish_emulator.url, username=redfish_emulator.username,
-                                            password=redfish_emulator.password,
-                                            system_id=redfish_emulator.systems[0]["uuid"])) for _ in range(3)]
+    endpoints = [
+        serving(
+            BmcEndpointFactory(
+                address=redfish_emulator.url,
+                username=redfish_emulator.username,
+                password=redfish_emulator.password,
+                system_id=redfish_emulator.systems[0]["uuid"],
+            )
+        )
+        for _ in range(3)
+    ]
     ids = [e.node_id for e in endpoints]
     first, cursors = audit()
     assert (first.checked, first.not_reached, cursors["bmc"]) == (2, 1, ids[1])

@@ -1,4 +1,5 @@
 """BMC passwords: encrypted at rest, rotatable, and never shown (admin, API, repr, errors, logs)."""
+
 from __future__ import annotations
 
 import io
@@ -103,9 +104,15 @@ class TestAdmin:
         return reverse("admin:bmc_bmcendpoint_change", args=[endpoint.pk])
 
     def form_data(self, endpoint: BmcEndpoint, **overrides: object) -> dict[str, object]:
-        data = {"node": endpoint.node_id, "driver": endpoint.driver, "address": endpoint.address,
-                "system_id": endpoint.system_id, "username": endpoint.username, "password": "",
-                "verify_tls": "on"}
+        data = {
+            "node": endpoint.node_id,
+            "driver": endpoint.driver,
+            "address": endpoint.address,
+            "system_id": endpoint.system_id,
+            "username": endpoint.username,
+            "password": "",
+            "verify_tls": "on",
+        }
         return {**data, **overrides}
 
     def test_the_change_page_never_renders_the_password(self, client, fleet_admin):

@@ -1,4 +1,5 @@
 """bmc.client over IPMI (ipmitool lanplus), against the real OpenIPMI ipmi_sim (bmc.emulator)."""
+
 from __future__ import annotations
 
 import pytest
@@ -104,12 +105,15 @@ def test_the_password_goes_through_the_environment_never_the_command_line():
     assert "S3cretPass" not in repr(driver)
 
 
-@pytest.mark.parametrize(("address", "expected"), [
-    ("10.0.0.5", ("10.0.0.5", 623)),
-    ("10.0.0.5:6230", ("10.0.0.5", 6230)),
-    ("bmc-01.example.net", ("bmc-01.example.net", 623)),
-    ("[fd00::5]:624", ("fd00::5", 624)),
-    ("fd00::5", ("fd00::5", 623)),
-])
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("10.0.0.5", ("10.0.0.5", 623)),
+        ("10.0.0.5:6230", ("10.0.0.5", 6230)),
+        ("bmc-01.example.net", ("bmc-01.example.net", 623)),
+        ("[fd00::5]:624", ("fd00::5", 624)),
+        ("fd00::5", ("fd00::5", 623)),
+    ],
+)
 def test_addresses_may_carry_a_port(address, expected):
     assert split_address(address) == expected

@@ -1,4 +1,5 @@
 """bmc.client over Redfish, against the real sushy-tools emulator (bmc.emulator)."""
+
 from __future__ import annotations
 
 import pytest
@@ -55,8 +56,11 @@ def test_without_wait_it_returns_the_state_right_after_the_request(redfish_endpo
 
 
 def test_it_times_out_naming_the_state_it_saw_and_records_the_error(db, slow_redfish_emulator):
-    endpoint = BmcEndpointFactory(address=slow_redfish_emulator.url, username=slow_redfish_emulator.username,
-                                  password=slow_redfish_emulator.password)  # blank system_id: the only one
+    endpoint = BmcEndpointFactory(
+        address=slow_redfish_emulator.url,
+        username=slow_redfish_emulator.username,
+        password=slow_redfish_emulator.password,
+    )  # blank system_id: the only one
     with pytest.raises(BmcTimeout) as caught:
         client.power(endpoint, PowerAction.FORCE_OFF, timeout=0.3)
     message = str(caught.value)

@@ -3,6 +3,7 @@
 The retry counts are measured where the requests arrive: a listener that counts
 connections, and an HTTP server that counts requests.
 """
+
 from __future__ import annotations
 
 import socket

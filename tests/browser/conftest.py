@@ -1,4 +1,5 @@
 """Headless Chromium from Debian, driven by Playwright (no downloaded browser)."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,16 @@ import pytest
 from tests.conftest import IN_CI
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM calls made by the
 # test itself (fixtures) are still synchronous and safe here.
@@ -31,7 +40,6 @@ def browser_context_args(browser_context_args):
     return {**browser_context_args, "viewport": {"width": 1366, "height": 900}}
 
 
-
 @pytest.fixture(autouse=True)
 def csp_violations(page):
     """Fails the test on any Content-Security-Policy violation the portal's pages cause.
@@ -45,8 +53,15 @@ def csp_violations(page):
     page.add_init_script(
         "document.addEventListener('securitypolicyviolation', function (e) {"
         " window.__nwCspViolation(e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline')"
-        " + ' at ' + e.documentURI + (e.lineNumber ? ':' + e.lineNumber : '')); });")
-    page.on("console", lambda msg: violations.append(f"console: {msg.text}")
-            if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text else None)
+        " + ' at ' + e.documentURI + (e.lineNumber ? ':' + e.lineNumber : '')); });"
+    )
+    page.on(
+        "console",
+        lambda msg: (
+            violations.append(f"console: {msg.text}")
+            if "Content Security Policy" in msg.text or "Content-Security-Policy" in msg.text
+            else None
+        ),
+    )
     yield violations
     assert violations == [], "the page broke its Content-Security-Policy:\n" + "\n".join(violations)

@@ -1,4 +1,5 @@
 """Helpers for driving the portal in a browser test."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,5 +1,6 @@
 """Day 1 in a real browser (headless Chromium): the node page's Day 1 panel (htmx) with its
 stage table and the operator's skip, and the fleet Day 1 view with a triaged node's reason."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -1,5 +1,6 @@
 """The fabric overview in a real browser (headless Chromium): the topology and the runs
 chart drawn by plotly, with a pulled cable's open ticket, and no console error."""
+
 from __future__ import annotations
 
 import re
@@ -33,11 +34,20 @@ def _fresh_caches() -> Iterator[None]:
 
 def small_fabric_with_a_pulled_cable() -> None:
     NodeFactory(hostname="gpu-fb-02")
-    import_plan("a_device,a_port,b_device,b_port\ngpu-fb-01 mlx5_0,1,leaf01,1\ngpu-fb-02 mlx5_0,1,leaf01,2\n"
-                "leaf01,7,spine01,1\n", actor=TESTS, source="plan.csv")
-    seen = Seen(links=[SeenLink(Port("gpu-fb-01 mlx5_0", 1), Port("leaf01", 1)),
-                       SeenLink(Port("leaf01", 7), Port("spine01", 1))],
-                down_ports={Port("leaf01", 2): "Down/Polling"}, devices={"gpu-fb-01 mlx5_0", "leaf01", "spine01"})
+    import_plan(
+        "a_device,a_port,b_device,b_port\ngpu-fb-01 mlx5_0,1,leaf01,1\ngpu-fb-02 mlx5_0,1,leaf01,2\n"
+        "leaf01,7,spine01,1\n",
+        actor=TESTS,
+        source="plan.csv",
+    )
+    seen = Seen(
+        links=[
+            SeenLink(Port("gpu-fb-01 mlx5_0", 1), Port("leaf01", 1)),
+            SeenLink(Port("leaf01", 7), Port("spine01", 1)),
+        ],
+        down_ports={Port("leaf01", 2): "Down/Polling"},
+        devices={"gpu-fb-01 mlx5_0", "leaf01", "spine01"},
+    )
     services.record_run(seen, {}, actor=TESTS)
 
 

@@ -1,5 +1,6 @@
 """Health in a real browser (headless Chromium): the alert list, and the node page's GPU health
 and active checks panels loaded with htmx and drawn with plotly."""
+
 from __future__ import annotations
 
 import json
@@ -42,9 +43,17 @@ def _log_in(page: Page, base: str, username: str) -> None:
 
 
 def _xid_79(node, gpu_index: int = 3) -> Alert:
-    finding = raise_finding(node.pk, rule="xid", severity=Severity.CATASTROPHIC, gpu_index=gpu_index,
-                            summary="XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus.",
-                            recommended_action=RecommendedAction.REBOOT, subject="xid:79", xid=79, source="agent")
+    finding = raise_finding(
+        node.pk,
+        rule="xid",
+        severity=Severity.CATASTROPHIC,
+        gpu_index=gpu_index,
+        summary="XID 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: GPU has fallen off the bus.",
+        recommended_action=RecommendedAction.REBOOT,
+        subject="xid:79",
+        xid=79,
+        source="agent",
+    )
     return finding.alert
 
 

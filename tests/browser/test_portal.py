@@ -1,4 +1,5 @@
 """An operator and a customer use the portal in a real browser (headless Chromium)."""
+
 from __future__ import annotations
 
 import pytest

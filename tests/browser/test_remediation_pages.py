@@ -1,5 +1,6 @@
 """Remediation in a real browser (headless Chromium): the node page's remediation panel
 (htmx) with the ladder and the decisions, then the fleet's remediation page with its chart."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -22,8 +23,9 @@ def test_the_node_page_shows_the_open_remediation_its_rung_and_decisions(page: P
     node = NodeFactory(hostname="gpu-rem-01.dc1.example.com", state=NodeState.REMEDIATING)
     remediation_on(node)
     for days in (2, 1):
-        StateCountSnapshot.objects.create(taken_at=timezone.now() - timedelta(days=days), cluster=node.cluster,
-                                          state=NodeState.PRODUCTION, count=9)
+        StateCountSnapshot.objects.create(
+            taken_at=timezone.now() - timedelta(days=days), cluster=node.cluster, state=NodeState.PRODUCTION, count=9
+        )
     errors = watch_for_errors(page)
     log_in(page, live_server.url, "operator")
     page.goto(f"{live_server.url}/nodes/{node.pk}/")

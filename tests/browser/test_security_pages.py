@@ -2,6 +2,7 @@
 the Content-Security-Policy (the autouse csp_violations fixture fails a test on any violation),
 colours and charts still appear without inline style or script, and the error and lockout pages
 are the portal's own."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,9 +16,25 @@ from .pages import log_in, watch_for_errors
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-MENU = ["/", "/nodes/", "/alerts/", "/day1/", "/repairs/", "/rma/", "/remediation/", "/reports/",
-        "/reports/availability/", "/trends/", "/audit/", "/fabric/", "/fabric/discrepancies/",
-        "/fabric/tickets/", "/api/docs/", "/admin/", "/admin/nodes/node/"]
+MENU = [
+    "/",
+    "/nodes/",
+    "/alerts/",
+    "/day1/",
+    "/repairs/",
+    "/rma/",
+    "/remediation/",
+    "/reports/",
+    "/reports/availability/",
+    "/trends/",
+    "/audit/",
+    "/fabric/",
+    "/fabric/discrepancies/",
+    "/fabric/tickets/",
+    "/api/docs/",
+    "/admin/",
+    "/admin/nodes/node/",
+]
 
 
 def test_every_page_of_the_menu_keeps_the_content_security_policy(page: Page, live_server, fleet_admin):

@@ -1,4 +1,5 @@
 """Fixtures for active checks: an idle node with a live agent token, and API clients."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from telemetry.auth import forget_cached_tokens
 from telemetry.models import NodeHealth
 from telemetry.services import issue_agent_token
 from tests.factories import NodeFactory
+
 # A real Slurm cluster and the Kubernetes stand-in, for the scheduler hold tests (test_scheduler_hold).
 from tests.schedulers.conftest import slurm, slurm_cluster, slurm_session  # noqa: F401
 from tests.schedulers.kube_stand_in import kube_fixture  # noqa: F401  (the `kube` fixture)
@@ -31,7 +33,8 @@ def report_health(node: Any, *, processes: int | None = 0, age: timedelta = time
     """Store the node's latest report as telemetry would: ``processes`` GPU compute processes, ``age`` old."""
     at = timezone.now() - age
     health, _ = NodeHealth.objects.update_or_create(
-        node=node, defaults={"last_report_at": at, "last_received_at": at, "gpu_compute_processes": processes},
+        node=node,
+        defaults={"last_report_at": at, "last_received_at": at, "gpu_compute_processes": processes},
     )
     return health
 

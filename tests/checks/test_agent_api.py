@@ -1,4 +1,5 @@
 """The node agent's side: GET /api/agent/checks/ and POST /api/agent/checks/{id}/result/."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,8 +30,15 @@ def queue(node, kind="gpu_stress", **params) -> CheckRun:
 
 def body(status="passed", **overrides) -> dict:
     now = timezone.now()
-    return {"status": status, "summary": "ok", "figures": {"gpu0_tflops": 612.5, "min_tflops": 612.5, "errors": 0},
-            "output": "done\n", "started_at": (now - timedelta(seconds=75)).isoformat(), "finished_at": now.isoformat(), **overrides}
+    return {
+        "status": status,
+        "summary": "ok",
+        "figures": {"gpu0_tflops": 612.5, "min_tflops": 612.5, "errors": 0},
+        "output": "done\n",
+        "started_at": (now - timedelta(seconds=75)).isoformat(),
+        "finished_at": now.isoformat(),
+        **overrides,
+    }
 
 
 def take(agent, run) -> None:
@@ -44,8 +52,11 @@ def test_an_idle_node_gets_its_queued_checks_once(agent, idle_node):
 
     response = agent.get(POLL)
     assert response.status_code == 200
-    assert response.json() == {"idle": True, "reason": "No GPU compute processes in a fresh report.",
-                               "checks": [{"id": run.pk, "kind": "dcgm_diag", "params": {"level": 3}}]}
+    assert response.json() == {
+        "idle": True,
+        "reason": "No GPU compute processes in a fresh report.",
+        "checks": [{"id": run.pk, "kind": "dcgm_diag", "params": {"level": 3}}],
+    }
     assert agent.get(POLL).json()["checks"] == []
 
 
@@ -123,22 +134,27 @@ def test_another_nodes_agent_gets_404_for_the_run(agent_for, agent, idle_node):
     assert run.status == RunStatus.RUNNING
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"status": "queued"}, "status"),
-    ({"summary": "x" * 301}, "summary"),
-    ({"figures": {"busbw": "fast"}}, "figures"),
-    ({"figures": {"ok": True}}, "figures"),
-    ({"figures": [1, 2]}, "figures"),
-    ({"output": "x" * (64 * 1024 + 1)}, "output"),
-    ({"started_at": "yesterday"}, "started_at"),
-    ({"finished_at": (timezone.now() - timedelta(days=1)).isoformat()}, "finished_at"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"status": "queued"}, "status"),
+        ({"summary": "x" * 301}, "summary"),
+        ({"figures": {"busbw": "fast"}}, "figures"),
+        ({"figures": {"ok": True}}, "figures"),
+        ({"figures": [1, 2]}, "figures"),
+        ({"output": "x" * (64 * 1024 + 1)}, "output"),
+        ({"started_at": "yesterday"}, "started_at"),
+        ({"finished_at": (timezone.now() - timedelta(days=1)).isoformat()}, "finished_at"),
+    ],
+)
 def test_a_bad_body_is_400_naming_the_field(agent, idle_node, change, field):
     run = queue(idle_node)
     take(agent, run)
     response = agent.post(result_url(run), body(**change), format="json")
     # A nested field is named by its path ("figures.busbw").
-    assert response.status_code == 400 and field in {k.split(".")[0] for k in response.json()["fields"]}, response.json()
+    assert response.status_code == 400 and field in {k.split(".")[0] for k in response.json()["fields"]}, (
+        response.json()
+    )
 
 
 def test_a_body_without_the_required_fields_is_400(agent, idle_node):

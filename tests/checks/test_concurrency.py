@@ -3,6 +3,7 @@
 Eight threads, each with its own connection, wait at a barrier and then act at once.
 SQLite serialises writers, so only PostgreSQL can show a lost update here.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,8 +61,10 @@ def test_of_eight_overlapping_agent_polls_each_run_is_handed_out_exactly_once():
     for round_ in range(ROUNDS):
         node = NodeFactory(production=True)
         report_health(node, processes=0)
-        queued = [services.request_check(node.pk, kind, actor=Actor.system("tests"), reason="race").pk
-                  for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test")]
+        queued = [
+            services.request_check(node.pk, kind, actor=Actor.system("tests"), reason="race").pk
+            for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test")
+        ]
 
         claims = race(lambda i, node_id=node.pk: [run.pk for run in services.claim_checks_for_agent(node_id).runs])
 
@@ -75,8 +78,11 @@ def test_of_eight_simultaneous_requests_for_the_same_check_exactly_one_is_queued
     for round_ in range(ROUNDS):
         node = NodeFactory(production=True)
 
-        outcomes = race(lambda i, node_id=node.pk: services.request_check(
-            node_id, "dcgm_diag", actor=Actor.system(f"op-{i}"), reason=f"race {i}"))
+        outcomes = race(
+            lambda i, node_id=node.pk: services.request_check(
+                node_id, "dcgm_diag", actor=Actor.system(f"op-{i}"), reason=f"race {i}"
+            )
+        )
 
         winners = [o for o in outcomes if isinstance(o, CheckRun)]
         assert len(winners) == 1, f"round {round_}: {outcomes}"

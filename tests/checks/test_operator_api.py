@@ -1,4 +1,5 @@
 """The operator's side: POST/GET /api/nodes/{id}/checks/, GET /api/checks/{id}/, cancel."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,16 +34,22 @@ def test_an_operator_requests_a_check(api_as, operator, node):
     assert CheckRun.objects.get(pk=data["id"]).requested_reason == "suspected slow GPU"
 
 
-@pytest.mark.parametrize(("payload", "field", "message"), [
-    ({"kind": "burn", "reason": "r"}, "kind", "Unknown check kind 'burn'"),
-    ({"kind": "transition_followup", "reason": "r"}, "kind", "Unknown check kind"),
-    ({"kind": "gpu_stress", "params": {"seconds": 0}, "reason": "r"}, "params",
-     "seconds: must be a whole number from 1 to 3600 (got 0)"),
-    ({"kind": "dcgm_diag", "params": {"lvl": 2}, "reason": "r"}, "params", "lvl: unknown parameter"),
-    ({"kind": "dcgm_diag", "params": "level 2", "reason": "r"}, "params", "Must be a JSON object."),
-    ({"kind": "dcgm_diag", "reason": "  "}, "reason", "blank"),
-    ({"reason": "r"}, "kind", "required"),
-])
+@pytest.mark.parametrize(
+    ("payload", "field", "message"),
+    [
+        ({"kind": "burn", "reason": "r"}, "kind", "Unknown check kind 'burn'"),
+        ({"kind": "transition_followup", "reason": "r"}, "kind", "Unknown check kind"),
+        (
+            {"kind": "gpu_stress", "params": {"seconds": 0}, "reason": "r"},
+            "params",
+            "seconds: must be a whole number from 1 to 3600 (got 0)",
+        ),
+        ({"kind": "dcgm_diag", "params": {"lvl": 2}, "reason": "r"}, "params", "lvl: unknown parameter"),
+        ({"kind": "dcgm_diag", "params": "level 2", "reason": "r"}, "params", "Must be a JSON object."),
+        ({"kind": "dcgm_diag", "reason": "  "}, "reason", "blank"),
+        ({"reason": "r"}, "kind", "required"),
+    ],
+)
 def test_a_bad_request_is_a_clear_400(api_as, operator, node, payload, field, message):
     response = api_as(operator).post(url(node), payload, format="json")
     assert response.status_code == 400
@@ -104,8 +111,7 @@ def test_a_customer_reads_its_own_nodes_runs(api_as, customer, operator, node):
     assert client.get(f"/api/checks/{other.pk}/").status_code == 404
 
 
-def test_the_list_costs_the_same_number_of_queries_for_many_runs(api_as, operator, node,
-                                                                 django_assert_max_num_queries):
+def test_the_list_costs_the_same_number_of_queries_for_many_runs(api_as, operator, node, django_assert_max_num_queries):
     client = api_as(operator)
     for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test"):
         ask(client, node, kind)

@@ -3,6 +3,7 @@
 Against a real Slurm 22.05 cluster (schedulers.slurmsim, the tests/schedulers fixtures) and the
 Kubernetes stand-in (kmock, because no kube-apiserver can run here; see tests/schedulers).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -42,8 +43,9 @@ def queue(node, kind: str = "gpu_stress") -> CheckRun:
 
 def passed() -> CheckResult:
     now = timezone.now()
-    return CheckResult(status="passed", summary="ok", figures={}, output="", started_at=now - timedelta(seconds=60),
-                       finished_at=now)
+    return CheckResult(
+        status="passed", summary="ok", figures={}, output="", started_at=now - timedelta(seconds=60), finished_at=now
+    )
 
 
 def finish(run: CheckRun, capture) -> CheckRun:
@@ -109,7 +111,8 @@ def test_a_job_that_starts_before_the_hold_gets_the_node_back_and_no_check(slurm
 
 
 def test_an_idle_node_is_drained_while_the_check_runs_and_resumed_after_the_result(
-        slurm, slurm_cluster, django_capture_on_commit_callbacks):
+    slurm, slurm_cluster, django_capture_on_commit_callbacks
+):
     node = production_node(slurm_cluster, "gpu-s-03")
     run = queue(node)
 
@@ -133,7 +136,8 @@ def test_an_idle_node_is_drained_while_the_check_runs_and_resumed_after_the_resu
 
 
 def test_a_node_cordoned_by_a_finding_meanwhile_stays_drained_after_the_check(
-        slurm, slurm_cluster, django_capture_on_commit_callbacks):
+    slurm, slurm_cluster, django_capture_on_commit_callbacks
+):
     node = production_node(slurm_cluster, "gpu-s-04")
     (run,) = services.claim_checks_for_agent(queue(node).node_id).runs
 
@@ -148,8 +152,9 @@ def test_a_node_cordoned_by_a_finding_meanwhile_stays_drained_after_the_check(
     assert "left in place: the node is triage now" in event.reason
 
 
-def test_a_lifecycle_drain_takes_the_hold_over_and_is_not_lifted(slurm, slurm_cluster,
-                                                                  django_capture_on_commit_callbacks):
+def test_a_lifecycle_drain_takes_the_hold_over_and_is_not_lifted(
+    slurm, slurm_cluster, django_capture_on_commit_callbacks
+):
     node = production_node(slurm_cluster, "gpu-s-01")
     (run,) = services.claim_checks_for_agent(queue(node).node_id).runs
 
@@ -225,8 +230,10 @@ def test_a_scheduler_that_cannot_be_asked_means_not_idle(db):
     claim = services.claim_checks_for_agent(node.pk)
 
     assert not claim.idle and claim.runs == []
-    assert claim.reason.startswith("The workload scheduler could not be asked whether a job is allocated: "
-                                   "Slurm configuration /nonexistent/slurm.conf")
+    assert claim.reason.startswith(
+        "The workload scheduler could not be asked whether a job is allocated: "
+        "Slurm configuration /nonexistent/slurm.conf"
+    )
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
 
@@ -264,15 +271,19 @@ def test_kubernetes_a_work_pod_on_the_node_means_no_check(kube, kube_node):
 
 
 def test_kubernetes_the_node_is_cordoned_and_tainted_for_the_check_and_given_back(
-        kube, kube_node, django_capture_on_commit_callbacks):
+    kube, kube_node, django_capture_on_commit_callbacks
+):
     (run,) = services.claim_checks_for_agent(queue(kube_node).node_id).runs
 
     state = kube.node("gpu-node-01")
     assert state["spec"]["unschedulable"] is True
     assert state["spec"]["taints"] == [
-        {"key": TAINT_KEY, "value": f"active-check-gpu_stress-run-{run.pk}", "effect": "NoSchedule"}]
+        {"key": TAINT_KEY, "value": f"active-check-gpu_stress-run-{run.pk}", "effect": "NoSchedule"}
+    ]
     assert state["metadata"]["annotations"] == {
-        OWNER_ANNOTATION: OWNER, REASON_ANNOTATION: f"active check: gpu_stress (run {run.pk})"}
+        OWNER_ANNOTATION: OWNER,
+        REASON_ANNOTATION: f"active check: gpu_stress (run {run.pk})",
+    }
 
     finish(run, django_capture_on_commit_callbacks)
 

@@ -1,4 +1,5 @@
 """checks.services: requesting, idleness, claiming, results and cancelling, without HTTP."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -30,9 +31,14 @@ def request(node, kind="gpu_stress", user=None, **params):
 
 def result(status="passed", **overrides) -> CheckResult:
     now = timezone.now()
-    values = {"status": status, "summary": "all GPUs above threshold",
-              "figures": {"gpu0_tflops": 612.5, "gpu1_tflops": 640.0, "min_tflops": 612.5, "errors": 0},
-              "output": "GPU 0: OK\n", "started_at": now - timedelta(seconds=70), "finished_at": now}
+    values = {
+        "status": status,
+        "summary": "all GPUs above threshold",
+        "figures": {"gpu0_tflops": 612.5, "gpu1_tflops": 640.0, "min_tflops": 612.5, "errors": 0},
+        "output": "GPU 0: OK\n",
+        "started_at": now - timedelta(seconds=70),
+        "finished_at": now,
+    }
     return CheckResult(**{**values, **overrides})
 
 
@@ -94,11 +100,14 @@ def test_a_node_with_a_fresh_report_of_no_gpu_processes_is_idle(node):
     assert services.node_is_idle(node) == (True, "No GPU compute processes in a fresh report.")
 
 
-@pytest.mark.parametrize(("processes", "age", "why"), [
-    (3, timedelta(seconds=5), "3 GPU compute process(es) running."),
-    (0, timedelta(minutes=5), "Latest report is 300 s old"),
-    (None, timedelta(seconds=5), "does not say how many GPU processes"),
-])
+@pytest.mark.parametrize(
+    ("processes", "age", "why"),
+    [
+        (3, timedelta(seconds=5), "3 GPU compute process(es) running."),
+        (0, timedelta(minutes=5), "Latest report is 300 s old"),
+        (None, timedelta(seconds=5), "does not say how many GPU processes"),
+    ],
+)
 def test_a_node_that_is_busy_or_not_known_to_be_idle_is_not_idle(node, processes, age, why):
     report_health(node, processes=processes, age=age)
     idle, reason = services.node_is_idle(node)
@@ -202,12 +211,17 @@ def test_a_result_for_a_run_never_claimed_is_a_conflict(node):
 
 def test_a_failed_check_raises_a_degraded_finding_and_alert(idle_node):
     run = claimed(idle_node, "nccl_test")
-    services.record_check_result(run.pk, idle_node.pk, result=result(
-        "failed", summary="busbw below 300 GB/s", figures={"busbw_gbps": 212.5}))
+    services.record_check_result(
+        run.pk, idle_node.pk, result=result("failed", summary="busbw below 300 GB/s", figures={"busbw_gbps": 212.5})
+    )
 
     finding = Finding.objects.get(node=idle_node)
     assert (finding.rule, finding.severity, finding.subject, finding.source) == (
-        "active_check", "degraded", "nccl_test", "check")
+        "active_check",
+        "degraded",
+        "nccl_test",
+        "check",
+    )
     assert finding.summary == "NCCL all-reduce test failed: busbw below 300 GB/s"
     assert finding.evidence == {"check_run": run.pk, "figures": {"busbw_gbps": 212.5}}
     assert Alert.objects.get(node=idle_node).rule == "active_check"
@@ -225,8 +239,7 @@ def test_every_failed_run_is_a_finding_of_its_own(idle_node):
 @pytest.mark.parametrize("status", [RunStatus.NOT_AVAILABLE, RunStatus.ERROR])
 def test_a_missing_tool_or_a_broken_run_is_recorded_without_a_finding(idle_node, status):
     run = claimed(idle_node, "dcgm_diag")
-    services.record_check_result(run.pk, idle_node.pk, result=result(status, summary="dcgmi not found",
-                                                                      figures={}))
+    services.record_check_result(run.pk, idle_node.pk, result=result(status, summary="dcgmi not found", figures={}))
     run.refresh_from_db()
     assert run.status == status
     assert not Finding.objects.exists() and not Alert.objects.exists()

@@ -1,4 +1,5 @@
 """checks.tasks.expire_stale_checks: a claimed run with no result by its deadline becomes an error."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -21,8 +22,9 @@ CLAIMED_AT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 @pytest.fixture
 def claimed_run(node):
     """A 60 s GPU stress test taken by the agent at CLAIMED_AT: due by 10:06 (60 s plus 5 min slack)."""
-    run = services.request_check(node.pk, "gpu_stress", params={"seconds": 60}, actor=Actor.system("tests"),
-                                 reason="routine")
+    run = services.request_check(
+        node.pk, "gpu_stress", params={"seconds": 60}, actor=Actor.system("tests"), reason="routine"
+    )
     with time_machine.travel(CLAIMED_AT, tick=False):
         report_health(node, processes=0)
         (run,) = services.claim_checks_for_agent(node.pk).runs
@@ -31,8 +33,14 @@ def claimed_run(node):
 
 
 def late_result(status="failed") -> CheckResult:
-    return CheckResult(status=status, summary="GPU 2 slow", figures={"gpu0_tflops": 401, "min_tflops": 401, "errors": 0}, output="",
-                       started_at=CLAIMED_AT, finished_at=CLAIMED_AT + timedelta(minutes=9))
+    return CheckResult(
+        status=status,
+        summary="GPU 2 slow",
+        figures={"gpu0_tflops": 401, "min_tflops": 401, "errors": 0},
+        output="",
+        started_at=CLAIMED_AT,
+        finished_at=CLAIMED_AT + timedelta(minutes=9),
+    )
 
 
 def test_a_run_within_its_deadline_is_left_alone(claimed_run):

@@ -1,4 +1,5 @@
 """The node page's "Active checks" partial and its request form."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -29,9 +30,18 @@ def finished_run(node, kind, figures, status="passed"):
     report_health(node, processes=0)
     services.claim_checks_for_agent(node.pk)
     now = timezone.now()
-    services.record_check_result(run.pk, node.pk, result=CheckResult(
-        status=status, summary="within limits", figures=figures, output="",
-        started_at=now - timedelta(seconds=95), finished_at=now))
+    services.record_check_result(
+        run.pk,
+        node.pk,
+        result=CheckResult(
+            status=status,
+            summary="within limits",
+            figures=figures,
+            output="",
+            started_at=now - timedelta(seconds=95),
+            finished_at=now,
+        ),
+    )
     return run
 
 
@@ -70,7 +80,8 @@ def test_customers_get_404_for_other_tenants_nodes(client, customer):
 
 
 def test_the_partial_shows_only_active_checks_and_costs_a_fixed_number_of_queries(
-        client, operator, node, django_assert_max_num_queries):
+    client, operator, node, django_assert_max_num_queries
+):
     for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test"):
         services.request_check(node.pk, kind, actor=Actor(user=operator), reason="routine")
     CheckRun.objects.create(node=node, kind="transition_followup")
@@ -83,21 +94,29 @@ def test_the_partial_shows_only_active_checks_and_costs_a_fixed_number_of_querie
 
 def test_an_operator_requests_a_check_from_the_form(client, operator, node):
     client.force_login(operator)
-    response = client.post(reverse("node-check-request", args=[node.pk]),
-                           {"kind": "dcgm_diag", "reason": "after the reboot"})
+    response = client.post(
+        reverse("node-check-request", args=[node.pk]), {"kind": "dcgm_diag", "reason": "after the reboot"}
+    )
 
     assert response.status_code == 302 and response["Location"] == reverse("node-detail", args=[node.pk])
     run = CheckRun.objects.get(node=node)
-    assert (run.kind, run.status, run.params, run.requested_by) == ("dcgm_diag", RunStatus.QUEUED, {"level": 2},
-                                                                     operator)
+    assert (run.kind, run.status, run.params, run.requested_by) == (
+        "dcgm_diag",
+        RunStatus.QUEUED,
+        {"level": 2},
+        operator,
+    )
     (message,) = get_messages(response.wsgi_request)
     assert str(message).startswith("DCGM diagnostics queued")
 
 
-@pytest.mark.parametrize(("form", "message"), [
-    ({"kind": "dcgm_diag", "reason": ""}, "A reason is required."),
-    ({"kind": "burn", "reason": "why"}, "Unknown check kind 'burn'"),
-])
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"kind": "dcgm_diag", "reason": ""}, "A reason is required."),
+        ({"kind": "burn", "reason": "why"}, "Unknown check kind 'burn'"),
+    ],
+)
 def test_the_form_flashes_refusals_and_queues_nothing(client, operator, node, form, message):
     client.force_login(operator)
     response = client.post(reverse("node-check-request", args=[node.pk]), form, follow=True)

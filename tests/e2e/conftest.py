@@ -6,6 +6,7 @@ on a test machine is stood in for: NVML (``tests.agent.fakes.FakeNvml``, built f
 H100's answers), the kernel log (a file of /dev/kmsg records), the InfiniBand sysfs tree,
 /proc and EDAC (small folders with the kernel's file formats).
 """
+
 from __future__ import annotations
 
 import copy
@@ -65,8 +66,14 @@ def healthy_h100_nvml() -> dict[str, Any]:
     gpus = []
     for index, gpu in enumerate(data["gpus"]):
         if gpu.get("lost"):  # the capture's GPU 5 had fallen off; give the slot a healthy GPU
-            gpu = {"uuid": "GPU-9f4d5a7c-1e3b-4c65-8a0a-4b6c8d0e2f54", "bus": "00000000:C3:00.0",
-                   "serial": "1653923004862", "temp": 28, "hbm_temp": 34, "power_mw": 69500}
+            gpu = {
+                "uuid": "GPU-9f4d5a7c-1e3b-4c65-8a0a-4b6c8d0e2f54",
+                "bus": "00000000:C3:00.0",
+                "serial": "1653923004862",
+                "temp": 28,
+                "hbm_temp": 34,
+                "power_mw": 69500,
+            }
         keep = ("uuid", "bus", "serial", "temp", "hbm_temp", "power_mw")
         gpus.append({k: v for k, v in gpu.items() if k in keep})
     gpus[XID_GPU]["bus"] = "00000000:53:00.0"
@@ -96,8 +103,9 @@ def write_host_tree(root: Path) -> tuple[Path, Path]:
     proc.mkdir(parents=True)
     (proc / "uptime").write_text("3600.47 55855.12\n")
     (proc / "loadavg").write_text("0.52 0.58 0.59 2/1633 3377447\n")
-    (proc / "meminfo").write_text("MemTotal:       2113645836 kB\nMemFree:        1998765432 kB\n"
-                                  "MemAvailable:   2056789012 kB\n")
+    (proc / "meminfo").write_text(
+        "MemTotal:       2113645836 kB\nMemFree:        1998765432 kB\nMemAvailable:   2056789012 kB\n"
+    )
     edac = root / "edac" / "mc"
     for mc in range(2):
         (edac / f"mc{mc}").mkdir(parents=True)
@@ -147,9 +155,16 @@ class SimulatedNode:
 
     def agent(self, url: str, token: str, *, hostname: str | None = None, **settings: Any) -> Agent:
         """A freshly started agent process (same state folder: spool, seq and kmsg cursor survive)."""
-        config = Config(url=url, token=token, state_dir=self.state_dir, hostname=hostname or self.hostname,
-                        expected_gpus=8, request_timeout_s=10, check_poll_cycles=1_000_000,
-                        **{"batch_size": 100, **settings})
+        config = Config(
+            url=url,
+            token=token,
+            state_dir=self.state_dir,
+            hostname=hostname or self.hostname,
+            expected_gpus=8,
+            request_timeout_s=10,
+            check_poll_cycles=1_000_000,
+            **{"batch_size": 100, **settings},
+        )
         # No DCGM on this simulated node; pinned rather than left to whatever this machine has.
         env = CheckEnv(which=lambda name: None)
         return Agent(config, self.collectors(), PortalClient(url, token, timeout=10), check_env=env)
@@ -202,8 +217,9 @@ class Portal:
         self.session = browser.cookies[settings.SESSION_COOKIE_NAME].value
         self.session_cookie = settings.SESSION_COOKIE_NAME
 
-    def request(self, method: str, path: str, body: Any = None, *, page: bool = False,
-                content_type: str = "application/json") -> tuple[int, Any]:
+    def request(
+        self, method: str, path: str, body: Any = None, *, page: bool = False, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
         """(status, decoded JSON or text) of one request; HTTP errors are answers, not exceptions."""
         import urllib.error
         import urllib.request

@@ -6,6 +6,7 @@ spool. Only hardware that cannot exist here is simulated (see conftest.Simulated
 NVML answers come from FakeNvml, the kernel log is a file of /dev/kmsg records, and
 InfiniBand sysfs, /proc and EDAC are small folders with the kernel's formats.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,9 @@ from .conftest import AGENT_SRC, XID_79_LINE, XID_GPU, Portal, spooled
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_healthy_h100_report_becomes_node_and_gpu_state_and_history_and_no_finding(live_server, node, agent_token,
-                                                                                      hardware):
+def test_a_healthy_h100_report_becomes_node_and_gpu_state_and_history_and_no_finding(
+    live_server, node, agent_token, hardware
+):
     agent = hardware.agent(live_server.url, agent_token)
 
     agent.cycle()
@@ -59,9 +61,9 @@ def test_a_healthy_h100_report_becomes_node_and_gpu_state_and_history_and_no_fin
     assert not IngestRejection.objects.exists()
 
 
-def test_xid_79_in_the_kernel_log_raises_a_catastrophic_finding_on_the_gpu_at_that_bus(live_server, node,
-                                                                                       agent_token, hardware,
-                                                                                       operator):
+def test_xid_79_in_the_kernel_log_raises_a_catastrophic_finding_on_the_gpu_at_that_bus(
+    live_server, node, agent_token, hardware, operator
+):
     agent = hardware.agent(live_server.url, agent_token)
     agent.cycle()  # healthy: the portal learns which GPU sits at 0000:53:00
     hardware.kernel_log(XID_79_LINE)
@@ -109,8 +111,9 @@ def test_an_xid_line_user_space_writes_to_the_kernel_log_is_no_event(live_server
     assert (finding.xid, finding.severity, finding.recommended_action) == (43, Severity.INFO, RecommendedAction.NONE)
 
 
-def test_reports_spooled_while_the_portal_is_down_arrive_in_order_after_a_restart(live_server, node, agent_token,
-                                                                                  hardware, refused_url):
+def test_reports_spooled_while_the_portal_is_down_arrive_in_order_after_a_restart(
+    live_server, node, agent_token, hardware, refused_url
+):
     down = hardware.agent(refused_url, agent_token)
     for cycle in range(5):
         if cycle == 2:
@@ -143,7 +146,8 @@ def test_reports_spooled_while_the_portal_is_down_arrive_in_order_after_a_restar
 
 
 def test_an_xid_79_resent_by_an_agent_restarted_before_it_saved_its_cursor_is_one_finding_not_rma(
-        live_server, node, agent_token, hardware, monkeypatch):
+    live_server, node, agent_token, hardware, monkeypatch
+):
     """Issue 13, defect 3: the agent spools and sends a report with an XID 79, then dies before
     its kmsg cursor is saved; restarted, it reads the record again into a new report."""
     agent = hardware.agent(live_server.url, agent_token)
@@ -168,8 +172,9 @@ def test_an_xid_79_resent_by_an_agent_restarted_before_it_saved_its_cursor_is_on
     assert Alert.objects.get(node=node, rule="xid").occurrences == 1
 
 
-def test_a_spooled_report_from_a_clock_in_2999_is_set_aside_and_the_others_go_in(live_server, node, agent_token,
-                                                                                 hardware, refused_url):
+def test_a_spooled_report_from_a_clock_in_2999_is_set_aside_and_the_others_go_in(
+    live_server, node, agent_token, hardware, refused_url
+):
     """Issue 13, defect 6: the portal refuses the report (400 naming the field); the agent
     resends its batch report by report, sets that one aside, and the node's state moves on."""
     down = hardware.agent(refused_url, agent_token)
@@ -193,8 +198,9 @@ def test_a_spooled_report_from_a_clock_in_2999_is_set_aside_and_the_others_go_in
     assert len(list(restarted.spool.rejected_dir.iterdir())) >= 1
 
 
-def test_a_token_used_for_another_node_is_refused_and_the_agent_keeps_the_report(live_server, node, agent_token,
-                                                                                 hardware):
+def test_a_token_used_for_another_node_is_refused_and_the_agent_keeps_the_report(
+    live_server, node, agent_token, hardware
+):
     other = NodeFactory(hostname="gpu-e2e-02.dc1.example.com", production=True)
     agent = hardware.agent(live_server.url, agent_token, hostname=other.hostname)
 
@@ -212,14 +218,15 @@ def test_a_token_used_for_another_node_is_refused_and_the_agent_keeps_the_report
     assert rejection is not None and rejection.node_id == node.pk
 
 
-def test_an_operator_requested_dcgm_diag_runs_on_the_idle_node_and_comes_back_not_available(live_server, node,
-                                                                                           agent_token, hardware,
-                                                                                           operator):
+def test_an_operator_requested_dcgm_diag_runs_on_the_idle_node_and_comes_back_not_available(
+    live_server, node, agent_token, hardware, operator
+):
     portal = Portal(live_server.url, operator)
     agent = hardware.agent(live_server.url, agent_token)
     agent.cycle()  # the node reports 0 compute processes: idle
-    status, run = portal.post(f"/api/nodes/{node.pk}/checks/",
-                              {"kind": "dcgm_diag", "params": {"level": 1}, "reason": "burn-in after RMA"})
+    status, run = portal.post(
+        f"/api/nodes/{node.pk}/checks/", {"kind": "dcgm_diag", "params": {"level": 1}, "reason": "burn-in after RMA"}
+    )
     assert status == 201 and run["status"] == "queued", run
 
     agent.poll_checks(wait=True)
@@ -241,17 +248,23 @@ def _console_script() -> Path | None:
     return script if script.exists() else None
 
 
-def test_the_console_script_on_a_machine_without_nvml_reports_and_raises_nvml_unavailable(live_server, node,
-                                                                                          agent_token, tmp_path):
+def test_the_console_script_on_a_machine_without_nvml_reports_and_raises_nvml_unavailable(
+    live_server, node, agent_token, tmp_path
+):
     """The installed ``nodewarden-agent once``, as a separate process with the real collectors:
     this test machine has no NVIDIA driver, which is exactly the condition under test."""
     script = _console_script()
     if script is None:
         pytest.skip(f"nodewarden-agent console script not installed next to {sys.executable}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NODEWARDEN_")}
-    env.update(NODEWARDEN_URL=live_server.url, NODEWARDEN_TOKEN=agent_token, NODEWARDEN_STATE_DIR=str(tmp_path),
-               NODEWARDEN_HOSTNAME=node.hostname, NODEWARDEN_REQUEST_TIMEOUT="10",
-               PYTHONPATH=str(AGENT_SRC))  # this checkout's agent, whatever the venv's install points at
+    env.update(
+        NODEWARDEN_URL=live_server.url,
+        NODEWARDEN_TOKEN=agent_token,
+        NODEWARDEN_STATE_DIR=str(tmp_path),
+        NODEWARDEN_HOSTNAME=node.hostname,
+        NODEWARDEN_REQUEST_TIMEOUT="10",
+        PYTHONPATH=str(AGENT_SRC),
+    )  # this checkout's agent, whatever the venv's install points at
 
     done = subprocess.run([str(script), "once"], check=False, env=env, capture_output=True, text=True, timeout=120)
 
@@ -264,8 +277,9 @@ def test_the_console_script_on_a_machine_without_nvml_reports_and_raises_nvml_un
     assert finding.alert.state == AlertState.FIRING
 
 
-def test_a_node_that_goes_silent_raises_heartbeat_missing_and_its_next_report_resolves_it(live_server, node,
-                                                                                          agent_token, hardware):
+def test_a_node_that_goes_silent_raises_heartbeat_missing_and_its_next_report_resolves_it(
+    live_server, node, agent_token, hardware
+):
     """The beat task runs in the test (its Celery task function); time moves with time-machine, for
     the live server thread too, so the agent's next report really is ten minutes later."""
     agent = hardware.agent(live_server.url, agent_token)

@@ -4,6 +4,7 @@ The exporter is a real HTTP server on 127.0.0.1 serving a captured dcgm-exporter
 exposition (tests/telemetry/fixtures); the scrape runs through the Celery task function
 itself. The webhook is posted over real HTTP to the live server with an operator's token.
 """
+
 from __future__ import annotations
 
 import threading
@@ -94,17 +95,30 @@ def _webhook(status: str, hostname: str) -> dict:
     """Alertmanager's webhook (version 4) for one node-exporter alert."""
     alert = {
         "status": status,
-        "labels": {"alertname": "NodePsuFailed", "instance": f"{hostname}:9100", "job": "node-exporter",
-                   "severity": "page"},
+        "labels": {
+            "alertname": "NodePsuFailed",
+            "instance": f"{hostname}:9100",
+            "job": "node-exporter",
+            "severity": "page",
+        },
         "annotations": {"summary": "Power supply 2 has failed."},
         "startsAt": "2026-03-02T11:58:30.123Z",
         "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2026-03-02T12:30:00Z",
         "generatorURL": "http://prometheus:9090/graph?g0.expr=ipmi_power_supply_state",
         "fingerprint": "5e8a1f0c2b7d9e34",
     }
-    return {"version": "4", "groupKey": '{}:{alertname="NodePsuFailed"}', "truncatedAlerts": 0, "status": status,
-            "receiver": "nodewarden", "groupLabels": {"alertname": "NodePsuFailed"}, "commonLabels": {},
-            "commonAnnotations": {}, "externalURL": "http://alertmanager:9093", "alerts": [alert]}
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="NodePsuFailed"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "nodewarden",
+        "groupLabels": {"alertname": "NodePsuFailed"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": [alert],
+    }
 
 
 @pytest.mark.django_db(transaction=True)

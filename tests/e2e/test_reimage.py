@@ -6,6 +6,7 @@ and the real agent's join command (a separate process, as cloud-init runs it). W
 exist here stands in, as in test_day0_to_production: the PXE install itself (the test fetches
 the node's seed and runs the user-data's join command, which is what the reinstalled OS does).
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -57,22 +58,38 @@ def node(bmc, settings):
     node = NodeFactory(hostname=HOSTNAME, state=S.PRODUCTION, cluster=cluster, hardware_profile=profile)
     NodeFactory.create_batch(9, state=S.PRODUCTION, cluster=cluster)  # one node of ten: within the blast radius
     bmc.set_power(True)
-    BmcEndpointFactory(node=node, address=bmc.url, username=bmc.username, password=bmc.password,
-                       system_id=bmc.systems[0]["uuid"])
+    BmcEndpointFactory(
+        node=node, address=bmc.url, username=bmc.username, password=bmc.password, system_id=bmc.systems[0]["uuid"]
+    )
     boot = BootConfig.objects.create(node=node, generation=1)
-    day0 = JoinToken.objects.create(node=node, generation=1, key_hash=hash_token("nwj_day0"), salt="00" * 16,
-                                    prefix="nwj_day0", expires_at=boot.created + timedelta(hours=24),
-                                    used_at=boot.created)
+    day0 = JoinToken.objects.create(
+        node=node,
+        generation=1,
+        key_hash=hash_token("nwj_day0"),
+        salt="00" * 16,
+        prefix="nwj_day0",
+        expires_at=boot.created + timedelta(hours=24),
+        used_at=boot.created,
+    )
     node.day0_token, node.old_agent_token = day0, issue_agent_token(node.pk, actor=Actor.system("tests"))
-    RemediationPolicy.objects.create(name="XID 79: reimage", match_rule="xid", urgency=Urgency.NOW,
-                                     first_rung=Rung.REIMAGE)
+    RemediationPolicy.objects.create(
+        name="XID 79: reimage", match_rule="xid", urgency=Urgency.NOW, first_rung=Rung.REIMAGE
+    )
     return node
 
 
 def xid79(node) -> Remediation:
     """The finding; its remediation is decided and the reimage rung run inline (eager)."""
-    raise_finding(node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", gpu_index=3,
-                  summary="XID 79: GPU has fallen off the bus", recommended_action="reimage")
+    raise_finding(
+        node.pk,
+        rule="xid",
+        severity="catastrophic",
+        xid=79,
+        subject="xid:79",
+        gpu_index=3,
+        summary="XID 79: GPU has fallen off the bus",
+        recommended_action="reimage",
+    )
     node.refresh_from_db()
     return Remediation.objects.get(node=node)
 
@@ -83,8 +100,9 @@ def resets(bmc) -> int:
     return sum("POST" in line and "ComputerSystem.Reset" in line for line in log.splitlines())
 
 
-def test_a_reimaged_node_rejoins_with_a_new_token_and_returns_to_production(node, bmc, live_server, operator,
-                                                                            tmp_path, settings):
+def test_a_reimaged_node_rejoins_with_a_new_token_and_returns_to_production(
+    node, bmc, live_server, operator, tmp_path, settings
+):
     settings.PORTAL_URL = settings.NODEWARDEN_PORTAL_URL = live_server.url
     portal = Portal(live_server.url, operator)
     seed = f"/cloud-init/{node.boot_config.instance_key}/"
@@ -122,10 +140,21 @@ def test_a_reimaged_node_rejoins_with_a_new_token_and_returns_to_production(node
     step.refresh_from_db()
     assert step.status == StepStatus.PASSED and "rejoined with join token" in step.detail
     assert node.state == S.PRODUCTION and rem.status == Status.SUCCEEDED, rem.decisions
-    road = list(NodeEvent.objects.filter(node=node, kind="transition").order_by("created", "id")
-                .values_list("transition", flat=True))
-    assert road == ["cordon", "start_remediation", "revalidate", "pass_firmware", "pass_inventory_check",
-                    "pass_burn_in", "pass_fabric_check", "release_to_production"]
+    road = list(
+        NodeEvent.objects.filter(node=node, kind="transition")
+        .order_by("created", "id")
+        .values_list("transition", flat=True)
+    )
+    assert road == [
+        "cordon",
+        "start_remediation",
+        "revalidate",
+        "pass_firmware",
+        "pass_inventory_check",
+        "pass_burn_in",
+        "pass_fabric_check",
+        "release_to_production",
+    ]
     assert NodeEvent.objects.filter(node=node, reason="The reimaged node booted and its agent rejoined.").exists()
     tokens = {t.key_hash: t for t in AgentToken.objects.filter(node=node)}
     assert tokens[hash_token(node.old_agent_token)].revoked_at is not None  # the old disk's token is dead

@@ -4,6 +4,7 @@ see fixtures/ and shared/reference/ib/) and live simulated fabrics.
 A simulated fabric needs ibsim, opensm, infiniband-diags and libumad2sim (bin/test installs
 them): without them its tests skip, and in CI they fail instead.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -1,6 +1,7 @@
 """Fabric API: plan import (JSON or text/csv, errors by line), upload of real infiniband-diags
 output end to end (a pulled cable becomes a link_down ticket on both ends), runs, links,
 discrepancies, tickets (close), manual validations; staff only; bounded queries."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,11 +60,15 @@ def reference(db):
 
 
 def upload(client: APIClient, linkinfo: str = "iblinkinfo.txt", **extra):
-    return client.post("/api/fabric/discoveries/", {"ibnetdiscover": ib("ibnetdiscover.txt"),
-                                                   "iblinkinfo": ib(linkinfo), **extra}, format="json")
+    return client.post(
+        "/api/fabric/discoveries/",
+        {"ibnetdiscover": ib("ibnetdiscover.txt"), "iblinkinfo": ib(linkinfo), **extra},
+        format="json",
+    )
 
 
 # --- Plans --------------------------------------------------------------------------------------
+
 
 def test_a_plan_posted_as_json_or_as_csv_becomes_the_plan_in_force(operator):
     client = api(operator)
@@ -91,11 +96,14 @@ def test_a_bad_plan_is_refused_with_every_bad_line(operator):
     assert not CablingPlan.objects.exists()
 
 
-@pytest.mark.parametrize(("body", "content_type", "field"), [
-    (b'{"note": "no csv"}', "application/json", "csv"),
-    (b"\xff\xfe\x00", "text/csv", "detail"),
-    (b"{not json", "application/json", "detail"),
-])
+@pytest.mark.parametrize(
+    ("body", "content_type", "field"),
+    [
+        (b'{"note": "no csv"}', "application/json", "csv"),
+        (b"\xff\xfe\x00", "text/csv", "detail"),
+        (b"{not json", "application/json", "detail"),
+    ],
+)
 def test_an_unreadable_plan_body_is_a_400_not_a_500(operator, body, content_type, field):
     response = api(operator).post("/api/fabric/plans/", body, content_type=content_type)
     body = response.json()
@@ -103,6 +111,7 @@ def test_an_unreadable_plan_body_is_a_400_not_a_500(operator, body, content_type
 
 
 # --- Discovery upload, end to end -----------------------------------------------------------------
+
 
 def test_the_captured_healthy_fabric_matches_its_plan(operator, reference):
     response = upload(api(operator), perfquery=[ib("perfquery-lid5-port1.txt")], ibqueryerrors=ib("ibqueryerrors.txt"))
@@ -116,8 +125,7 @@ def test_the_captured_healthy_fabric_matches_its_plan(operator, reference):
     assert DiscoveryOutput.objects.get(run_id=run["id"], tool="iblinkinfo").text == ib("iblinkinfo.txt")
     assert FabricDevice.objects.get(name="leaf02").guid == "0x0002c90300001002"
     counters = DiscoveryRun.objects.get(pk=run["id"]).counter_snapshots.get()
-    assert (counters.device.name, counters.port, counters.counters["port_xmit_data"]) == ("gpu-node-01 mlx5_0", 1,
-                                                                                        1656)
+    assert (counters.device.name, counters.port, counters.counters["port_xmit_data"]) == ("gpu-node-01 mlx5_0", 1, 1656)
     assert not Ticket.objects.exists()
 
 
@@ -136,11 +144,16 @@ def test_a_pulled_cable_becomes_a_link_down_ticket_on_both_ends_and_closes_when_
     assert "leaf02/1 Down/Polling" in ticket["detail"]
     assert Finding.objects.filter(node=reference["gpu-node-03"], rule=services.FINDING_RULE).exists()
     (found,) = client.get("/api/fabric/discrepancies/").json()["results"]
-    assert (found["a_endpoint"], found["b_endpoint"], found["ticket"]) == ("gpu-node-03 mlx5_0/1", "leaf02/1",
-                                                                           ticket["id"])
+    assert (found["a_endpoint"], found["b_endpoint"], found["ticket"]) == (
+        "gpu-node-03 mlx5_0/1",
+        "leaf02/1",
+        ticket["id"],
+    )
     down = client.get("/api/fabric/links/", {"device": "leaf02"}).json()["results"]
-    assert {(d["a_port"], d["b_device"], d["state"]) for d in down} >= {(1, None, "Down"),
-                                                                        (2, "gpu-node-04 mlx5_0", "Active")}
+    assert {(d["a_port"], d["b_device"], d["state"]) for d in down} >= {
+        (1, None, "Down"),
+        (2, "gpu-node-04 mlx5_0", "Active"),
+    }
 
     relinked = upload(client, "iblinkinfo-after-relink.txt")
     assert relinked.json()["summary"]["tickets_closed"] == 1
@@ -158,18 +171,36 @@ def test_rising_counters_from_ibqueryerrors_open_a_counter_ticket(operator, refe
     assert (snapshot.port, snapshot.counters) == (2, {"link_downed": 3, "port_rcv_errors": 17})
 
 
-@pytest.mark.parametrize(("fields", "tool", "line"), [
-    ({"iblinkinfo": "CA: gpu-node-04 mlx5_0:\n      0x0002c90300002009      8    1[  ] ==( 4X  garbage"},
-     "iblinkinfo", 2),
-    ({"ibnetdiscover": "Switch\t8 \"S-0002c90300001002\"\t\t# \"leaf02\" base port 0 lid 4 lmc 0\n[1]\t\"H-00"},
-     "ibnetdiscover", 2),
-    ({"perfquery": ["# Port counters: Lid 5 port 1 (CapMask: 0x1200)\nSymbolErrorCounter:....x\n"]},
-     "perfquery[0]", 2),
-    ({"perfquery": ["# Port counters: Lid 99 port 1 (CapMask: 0x1200)\nSymbolErrorCounter:....0\n"]},
-     "perfquery[0]", 1),
-    ({"ibqueryerrors": "Errors for \"x\"\n   GUID 0x2c90300002005 port 1: [SymbolErrorCounter == 1]\n"},
-     "ibqueryerrors", 0),
-])
+@pytest.mark.parametrize(
+    ("fields", "tool", "line"),
+    [
+        (
+            {"iblinkinfo": "CA: gpu-node-04 mlx5_0:\n      0x0002c90300002009      8    1[  ] ==( 4X  garbage"},
+            "iblinkinfo",
+            2,
+        ),
+        (
+            {"ibnetdiscover": 'Switch\t8 "S-0002c90300001002"\t\t# "leaf02" base port 0 lid 4 lmc 0\n[1]\t"H-00'},
+            "ibnetdiscover",
+            2,
+        ),
+        (
+            {"perfquery": ["# Port counters: Lid 5 port 1 (CapMask: 0x1200)\nSymbolErrorCounter:....x\n"]},
+            "perfquery[0]",
+            2,
+        ),
+        (
+            {"perfquery": ["# Port counters: Lid 99 port 1 (CapMask: 0x1200)\nSymbolErrorCounter:....0\n"]},
+            "perfquery[0]",
+            1,
+        ),
+        (
+            {"ibqueryerrors": 'Errors for "x"\n   GUID 0x2c90300002005 port 1: [SymbolErrorCounter == 1]\n'},
+            "ibqueryerrors",
+            0,
+        ),
+    ],
+)
 def test_malformed_tool_output_is_refused_naming_the_tool_and_line(operator, reference, fields, tool, line):
     response = upload(api(operator), **fields)
 
@@ -185,6 +216,7 @@ def test_an_upload_without_the_topology_is_refused(operator):
 
 
 # --- Runs, tickets, validations ---------------------------------------------------------------------
+
 
 def test_runs_are_listed_newest_first_and_filtered_by_source(operator, reference):
     client = api(operator)
@@ -214,21 +246,30 @@ def test_an_operator_closes_a_ticket_with_a_reason(operator, viewer, reference):
 
 
 def test_manual_validations_are_recorded_with_who_and_listed(operator, viewer):
-    created = api(operator).post("/api/fabric/validations/", {"scope": "spine01 uplinks", "result": "passed"},
-                                 format="json")
+    created = api(operator).post(
+        "/api/fabric/validations/", {"scope": "spine01 uplinks", "result": "passed"}, format="json"
+    )
     refused = api(operator).post("/api/fabric/validations/", {"scope": "", "result": "sort of"}, format="json")
 
     assert created.status_code == 201 and created.json()["actor_name"] == "operator"
     assert refused.status_code == 400 and set(refused.json()["fields"]) == {"scope", "result"}
-    assert api(viewer).post("/api/fabric/validations/", {"scope": "x", "result": "passed"},
-                            format="json").status_code == 403
+    assert (
+        api(viewer).post("/api/fabric/validations/", {"scope": "x", "result": "passed"}, format="json").status_code
+        == 403
+    )
     assert [v["scope"] for v in api(viewer).get("/api/fabric/validations/").json()["results"]] == ["spine01 uplinks"]
 
 
 # --- Scoping and cost -------------------------------------------------------------------------------
 
-READS = ["/api/fabric/plans/", "/api/fabric/runs/", "/api/fabric/discrepancies/", "/api/fabric/links/",
-         "/api/fabric/tickets/", "/api/fabric/validations/"]
+READS = [
+    "/api/fabric/plans/",
+    "/api/fabric/runs/",
+    "/api/fabric/discrepancies/",
+    "/api/fabric/links/",
+    "/api/fabric/tickets/",
+    "/api/fabric/validations/",
+]
 
 
 def test_the_fabric_api_is_for_staff_only(customer, reference):
@@ -245,11 +286,13 @@ def pulled_cables(count: int, start: int) -> None:
     for i in range(start, start + count):
         NodeFactory(hostname=f"gpu-{i:03d}")
     plan = "a_device,a_port,b_device,b_port\n" + "".join(
-        f"gpu-{i:03d} mlx5_0,1,leaf-q,{i}\n" for i in range(1, start + count))
+        f"gpu-{i:03d} mlx5_0,1,leaf-q,{i}\n" for i in range(1, start + count)
+    )
     import_plan(plan, actor=TESTS)
     down = {Port("leaf-q", i): "Down/Polling" for i in range(1, start + count)}
-    services.record_run(Seen(down_ports=down, devices={"leaf-q"}), {Port("leaf-q", 1): {"symbol_error": 0}},
-                        actor=TESTS)
+    services.record_run(
+        Seen(down_ports=down, devices={"leaf-q"}), {Port("leaf-q", 1): {"symbol_error": 0}}, actor=TESTS
+    )
 
 
 def queries_for(user, url: str) -> int:

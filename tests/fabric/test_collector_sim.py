@@ -2,6 +2,7 @@
 errors that name the tool), then live against ibsim + opensm, where the real diags must see
 exactly the generated plan, and every injected fault (pulled cable, counters, swapped
 cables, a fabric built differently from the plan) as it is."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,11 @@ from fabric.topology import GeneratedFabric, generate_fat_tree
 
 from .conftest import captured, require_ibsim
 
-OUTPUTS = {"ibnetdiscover": "ibnetdiscover.txt", "iblinkinfo": "iblinkinfo.txt",
-           "ibqueryerrors": "ibqueryerrors-after-counter-faults.txt"}
+OUTPUTS = {
+    "ibnetdiscover": "ibnetdiscover.txt",
+    "iblinkinfo": "iblinkinfo.txt",
+    "ibqueryerrors": "ibqueryerrors-after-counter-faults.txt",
+}
 
 
 class StandIn:
@@ -30,8 +34,9 @@ class StandIn:
         self.returncodes, self.stderr = returncodes or {}, stderr
         self.thresholds = ""
 
-    def __call__(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None) -> ToolResult:
+    def __call__(
+        self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> ToolResult:
         self.calls.append((list(argv), dict(env or {})))
         if "--threshold-file" in argv:
             with open(argv[argv.index("--threshold-file") + 1]) as f:
@@ -42,8 +47,10 @@ class StandIn:
 
 
 def cables(topology: IbTopology) -> set[frozenset[str]]:
-    return {frozenset((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)))
-            for x in topology.links}
+    return {
+        frozenset((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)))
+        for x in topology.links
+    }
 
 
 def planned(fabric: GeneratedFabric) -> set[frozenset[str]]:
@@ -74,7 +81,9 @@ def test_one_sweep_feeds_all_three_tools_and_parses_into_node_guids():
     topology, counters = outputs.parse()
     assert len(topology.devices) == 8 and len(topology.links) == 9
     assert [(topology.devices[c.guid].name, c.port, c.counters) for c in counters] == [
-        ("gpu-node-02 mlx5_0", 1, {"symbol_error": 1234}), ("leaf01", 2, {"link_downed": 3, "port_rcv_errors": 17})]
+        ("gpu-node-02 mlx5_0", 1, {"symbol_error": 1234}),
+        ("leaf01", 2, {"link_downed": 3, "port_rcv_errors": 17}),
+    ]
 
 
 def test_a_failing_tool_is_named_with_its_exit_code_and_stderr():
@@ -109,7 +118,8 @@ def test_a_healthy_simulated_fabric_is_seen_exactly_as_planned(sim, small_fabric
     topology, counters = outputs.parse()
     assert cables(topology) == planned(small_fabric)
     assert {(x.width, x.rate_gbps, x.state, x.phys_state) for x in topology.links} == {
-        ("4X", 212.5, "Active", "LinkUp")}
+        ("4X", 212.5, "Active", "LinkUp")
+    }
     assert counters == []
     # The generator's text is what the real tools print: same devices, GUIDs, LIDs, ports, cables.
     assert topology == generated(small_fabric)
@@ -140,8 +150,10 @@ def test_counters_set_in_the_simulator_show_in_the_collected_counters(sim):
     sim.set_counter("leaf-r0-01", 2, "PortRcvErrors", 17)
     topology, counters = sim.collect().parse()
     found = {(topology.devices[c.guid].name, c.port): c.counters for c in counters}
-    assert found == {("gpu-node-0002 mlx5_0", 1): {"symbol_error": 1234},
-                     ("leaf-r0-01", 2): {"link_downed": 3, "port_rcv_errors": 17}}  # "port ALL" is no port
+    assert found == {
+        ("gpu-node-0002 mlx5_0", 1): {"symbol_error": 1234},
+        ("leaf-r0-01", 2): {"link_downed": 3, "port_rcv_errors": 17},
+    }  # "port ALL" is no port
     with pytest.raises(SimulatorError, match="unknown counter 'SymbolErrors'"):
         sim.set_counter("leaf-r0-01", 2, "SymbolErrors", 1)
 
@@ -149,10 +161,14 @@ def test_counters_set_in_the_simulator_show_in_the_collected_counters(sim):
 def test_two_cables_swapped_live_are_seen_swapped(sim, small_fabric):
     sim.swap_cables(("gpu-node-0002 mlx5_0", 1), ("gpu-node-0002 mlx5_1", 1))
     got, plan = cables(sim.topology()), planned(small_fabric)
-    assert plan - got == {frozenset(("gpu-node-0002 mlx5_0/1", "leaf-r0-01/2")),
-                          frozenset(("gpu-node-0002 mlx5_1/1", "leaf-r1-01/2"))}
-    assert got - plan == {frozenset(("gpu-node-0002 mlx5_0/1", "leaf-r1-01/2")),
-                          frozenset(("gpu-node-0002 mlx5_1/1", "leaf-r0-01/2"))}
+    assert plan - got == {
+        frozenset(("gpu-node-0002 mlx5_0/1", "leaf-r0-01/2")),
+        frozenset(("gpu-node-0002 mlx5_1/1", "leaf-r1-01/2")),
+    }
+    assert got - plan == {
+        frozenset(("gpu-node-0002 mlx5_0/1", "leaf-r1-01/2")),
+        frozenset(("gpu-node-0002 mlx5_1/1", "leaf-r0-01/2")),
+    }
 
 
 def test_a_fabric_built_unlike_its_plan_is_seen_as_the_generator_says():
@@ -164,9 +180,12 @@ def test_a_fabric_built_unlike_its_plan_is_seen_as_the_generator_says():
         topology = sim.topology()
     assert topology == generated(fabric)
     degraded = next(f for f in faults if f.kind == "degraded").planned[0]
-    link = next(x for x in topology.links if frozenset((topology.endpoint_name(x.a_guid, x.a_port),
-                                                        topology.endpoint_name(x.b_guid, x.b_port)))
-                == frozenset((str(degraded.a), str(degraded.b))))
+    link = next(
+        x
+        for x in topology.links
+        if frozenset((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)))
+        == frozenset((str(degraded.a), str(degraded.b)))
+    )
     assert (link.width, link.rate_gbps) == ("1X", 53.125)
     assert folder is not None and not folder.exists()  # stopped and cleaned up
     assert all(p is not None and p.poll() is not None for p in processes)
@@ -184,8 +203,13 @@ def test_a_topology_ibsim_cannot_build_fails_with_its_log_and_leaves_nothing_beh
 
 def test_a_killed_tool_does_not_keep_an_ibsim_client_slot(sim):
     # iblinkinfo -S hangs while opensm runs (real-components.md 1): a tool that never ends.
-    hung = subprocess.Popen(["iblinkinfo", "-S", "0x0002c90300100000"], env=sim.env(), cwd=sim.dir,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    hung = subprocess.Popen(
+        ["iblinkinfo", "-S", "0x0002c90300100000"],
+        env=sim.env(),
+        cwd=sim.dir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 5
         while f"pid {hung.pid} " not in sim.console("Attached") and time.monotonic() < deadline:

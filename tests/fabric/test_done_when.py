@@ -4,6 +4,7 @@ the right discrepancy on the right ports, open one ticket each, reach the affect
 histories, and clear when fixed. The faults are injected through ibsim's console (pull,
 swap, counters) or built into the fabric (a cable trained at 1X: ibsim cannot retrain a
 live cable, so "fixed" is the fabric rebuilt as planned)."""
+
 from __future__ import annotations
 
 import pytest
@@ -60,8 +61,12 @@ def test_faults_on_a_simulated_fabric_become_one_ticket_each_and_clear_when_fixe
         assert tickets[K.DEGRADED].endpoints == sorted([str(row.a), str(row.b)])
         assert tickets[K.DEGRADED].times_seen == 2
         assert tickets[K.LINK_DOWN].endpoints == ["gpu-node-0003 mlx5_1/1", "leaf-r1-01/3"]
-        assert tickets[K.SWAPPED].endpoints == ["gpu-node-0002 mlx5_0/1", "gpu-node-0002 mlx5_1/1",
-                                                "leaf-r0-01/2", "leaf-r1-01/2"]
+        assert tickets[K.SWAPPED].endpoints == [
+            "gpu-node-0002 mlx5_0/1",
+            "gpu-node-0002 mlx5_1/1",
+            "leaf-r0-01/2",
+            "leaf-r1-01/2",
+        ]
         assert tickets[K.COUNTER_ERRORS].endpoints == ["leaf-r0-01/4"]
         assert "symbol_error" in tickets[K.COUNTER_ERRORS].detail
         assert second.summary["tickets_opened"] == 3

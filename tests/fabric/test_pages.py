@@ -1,6 +1,7 @@
 """Fabric pages: overview (topology, tiles, runs chart, plan upload with errors by line),
 discrepancies, tickets (close with a reason), a port's page, manual validations; staff only;
 bounded queries; the topology figure stays small for a 2,000-host fabric."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,10 @@ def P(text: str) -> Port:
 
 def fabric_seen(pulled: bool = False) -> Seen:
     """The small fabric as planned, or with gpu-02's cable pulled (leaf01/2 Down/Polling)."""
-    links = [SeenLink(P("gpu-01 mlx5_0/1"), P("leaf01/1"), "4X", 400.0),
-             SeenLink(P("leaf01/7"), P("spine01/1"), "4X", 400.0)]
+    links = [
+        SeenLink(P("gpu-01 mlx5_0/1"), P("leaf01/1"), "4X", 400.0),
+        SeenLink(P("leaf01/7"), P("spine01/1"), "4X", 400.0),
+    ]
     seen = Seen(links=links, devices={"gpu-01 mlx5_0", "leaf01", "spine01"})
     if pulled:
         seen.down_ports[P("leaf01/2")] = "Down/Polling"
@@ -63,16 +66,22 @@ def fabric(db):
     NodeFactory(hostname="gpu-02")
     import_plan(PLAN_CSV, actor=TESTS, source="plan.csv")
     now = timezone.now()
-    services.record_run(fabric_seen(), {P("leaf01/7"): {"symbol_error": 0, "link_downed": 0}}, actor=TESTS,
-                        now=now - timedelta(hours=2))
-    run = services.record_run(fabric_seen(pulled=True), {P("leaf01/7"): {"symbol_error": 5, "link_downed": 1}},
-                              actor=TESTS, now=now - timedelta(hours=1))
+    services.record_run(
+        fabric_seen(), {P("leaf01/7"): {"symbol_error": 0, "link_downed": 0}}, actor=TESTS, now=now - timedelta(hours=2)
+    )
+    run = services.record_run(
+        fabric_seen(pulled=True),
+        {P("leaf01/7"): {"symbol_error": 5, "link_downed": 1}},
+        actor=TESTS,
+        now=now - timedelta(hours=1),
+    )
     return run
 
 
 def pages(ticket: Ticket | None = None) -> list[str]:
-    urls = [reverse(name) for name in ("fabric-overview", "fabric-discrepancies", "fabric-tickets",
-                                       "fabric-validations")]
+    urls = [
+        reverse(name) for name in ("fabric-overview", "fabric-discrepancies", "fabric-tickets", "fabric-validations")
+    ]
     leaf = FabricDevice.objects.filter(name="leaf01").first()
     if leaf:
         urls.append(reverse("fabric-link", args=(leaf.pk, 2)))
@@ -82,6 +91,7 @@ def pages(ticket: Ticket | None = None) -> list[str]:
 
 
 # --- Rendering and scoping --------------------------------------------------------------------
+
 
 def test_every_page_renders_empty(client, operator):
     client.force_login(operator)
@@ -161,6 +171,7 @@ def test_a_viewer_sees_the_fabric_but_changes_nothing(client, viewer, fabric):
 
 # --- Plan upload --------------------------------------------------------------------------------
 
+
 def test_a_bad_plan_is_refused_on_the_page_with_every_bad_line(client, operator):
     client.force_login(operator)
     bad = "a_device,a_port,b_device,b_port\ngpu-01 mlx5_0,1,leaf01,1\ngpu-02 mlx5_0,x,leaf01,2\n,1,leaf01,3\n"
@@ -168,17 +179,22 @@ def test_a_bad_plan_is_refused_on_the_page_with_every_bad_line(client, operator)
     response = client.post(reverse("fabric-plan-upload"), {"csv_file": SimpleUploadedFile("p.csv", bad.encode())})
 
     assert response.status_code == 400
-    assert response.context["plan_errors"] == [(3, "a_port must be a port number from 1 to 255, not 'x'"),
-                                               (4, "a_device is empty")]
+    assert response.context["plan_errors"] == [
+        (3, "a_port must be a port number from 1 to 255, not 'x'"),
+        (4, "a_device is empty"),
+    ]
     assert "line 3: a_port must be a port number" in response.content.decode()
     assert not CablingPlan.objects.exists()
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"\xff\xfe\x00garbage", "the file is not UTF-8 text"),
-    (b"a,b\n1,2\n", "missing column(s) a_device"),
-    (b"a_device,a_port,b_device,b_port\n", "the plan lists no cable"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe\x00garbage", "the file is not UTF-8 text"),
+        (b"a,b\n1,2\n", "missing column(s) a_device"),
+        (b"a_device,a_port,b_device,b_port\n", "the plan lists no cable"),
+    ],
+)
 def test_an_unreadable_plan_gets_a_clear_message_not_a_500(client, operator, content, message):
     client.force_login(operator)
     response = client.post(reverse("fabric-plan-upload"), {"csv_file": SimpleUploadedFile("p.csv", content)})
@@ -199,6 +215,7 @@ def test_a_good_plan_becomes_the_plan_in_force(client, operator):
 
 
 # --- Discrepancies and tickets ------------------------------------------------------------------
+
 
 def rows(response) -> list[str]:
     return [f"{d.kind} {d.a_endpoint}" for d in response.context["page"].object_list]
@@ -247,11 +264,13 @@ def test_an_operator_closes_a_ticket_with_a_reason_and_not_without(client, opera
     assert f"Ticket #{ticket.pk} closed." in done.content.decode()
     again = client.post(url, {"reason": "twice"}, follow=True)
     assert "is already closed" in again.content.decode()
-    assert client.post(url, {"reason": "x", "next": "https://evil.example/"}).url == reverse("fabric-ticket",
-                                                                                             args=(ticket.pk,))
+    assert client.post(url, {"reason": "x", "next": "https://evil.example/"}).url == reverse(
+        "fabric-ticket", args=(ticket.pk,)
+    )
 
 
 # --- Manual validations -------------------------------------------------------------------------
+
 
 def test_an_operator_records_a_manual_validation(client, operator, fabric):
     client.force_login(operator)
@@ -261,8 +280,12 @@ def test_an_operator_records_a_manual_validation(client, operator, fabric):
     refused = client.post(url, {"scope": " ", "result": "maybe"})
 
     record = ManualValidation.objects.get()
-    assert (record.actor_name, record.scope, record.result, record.run) == ("operator", "leaf01 optics", "partial",
-                                                                             fabric)
+    assert (record.actor_name, record.scope, record.result, record.run) == (
+        "operator",
+        "leaf01 optics",
+        "partial",
+        fabric,
+    )
     assert "Validation recorded." in response.content.decode() and "port 2 dark" in response.content.decode()
     assert refused.status_code == 400 and 'id="validation-errors"' in refused.content.decode()
     assert ManualValidation.objects.count() == 1
@@ -271,12 +294,14 @@ def test_an_operator_records_a_manual_validation(client, operator, fabric):
 
 # --- Bounded queries ----------------------------------------------------------------------------
 
+
 def pulled_cables(count: int, start: int) -> None:
     """``count`` more planned cables (and nodes), each seen down: a link_down ticket and discrepancy each."""
     for i in range(start, start + count):
         NodeFactory(hostname=f"gpu-{i:03d}")
     plan = "a_device,a_port,b_device,b_port\n" + "".join(
-        f"gpu-{i:03d} mlx5_0,1,leaf-q,{i}\n" for i in range(1, start + count))
+        f"gpu-{i:03d} mlx5_0,1,leaf-q,{i}\n" for i in range(1, start + count)
+    )
     import_plan(plan, actor=TESTS)
     down = {P(f"leaf-q/{i}"): "Down/Polling" for i in range(1, start + count)}
     services.record_run(Seen(down_ports=down, devices={"leaf-q"}), {}, actor=TESTS)
@@ -303,6 +328,7 @@ def test_the_lists_cost_the_same_for_3_and_30_rows(client, operator, name, djang
 
 # --- Figures ------------------------------------------------------------------------------------
 
+
 def test_the_topology_colours_the_pulled_cable_red_and_names_its_ticket(fabric):
     figure = charts.topology(services.last_run(), CablingPlan.objects.first())
     traces = {t["name"]: t for t in figure["data"]}
@@ -317,8 +343,10 @@ def test_the_topology_colours_the_pulled_cable_red_and_names_its_ticket(fabric):
 
 
 def test_a_planned_cable_never_seen_and_without_a_ticket_is_grey():
-    devices = {1: {"name": "leaf01", "kind": DeviceKind.SWITCH, "role": DeviceRole.LEAF},
-               2: {"name": "gpu-01 mlx5_0", "kind": DeviceKind.CA, "role": DeviceRole.HOST}}
+    devices = {
+        1: {"name": "leaf01", "kind": DeviceKind.SWITCH, "role": DeviceRole.LEAF},
+        2: {"name": "gpu-01 mlx5_0", "kind": DeviceKind.CA, "role": DeviceRole.HOST},
+    }
     figure = charts.topology_figure(devices, [(1, 1, None, None)], [(2, 1, 1, 1)], {})
     assert [t["name"] for t in figure["data"]] == ["Down or missing", "Leaves", "Hosts"]
 
@@ -327,23 +355,58 @@ def test_the_topology_of_a_2000_host_fabric_stays_small(django_assert_max_num_qu
     """16 spines, 63 leaves of 32 hosts (2,016 HCAs), 2 uplinks per leaf and spine: bulk rows."""
     spines = [FabricDevice(name=f"spine{s:02d}", kind=DeviceKind.SWITCH, role=DeviceRole.SPINE) for s in range(16)]
     leaves = [FabricDevice(name=f"leaf{f:02d}", kind=DeviceKind.SWITCH, role=DeviceRole.LEAF) for f in range(63)]
-    hosts = [FabricDevice(name=f"gpu-{f:02d}-{h:02d} mlx5_0", kind=DeviceKind.CA, role=DeviceRole.HOST)
-             for f in range(63) for h in range(32)]
+    hosts = [
+        FabricDevice(name=f"gpu-{f:02d}-{h:02d} mlx5_0", kind=DeviceKind.CA, role=DeviceRole.HOST)
+        for f in range(63)
+        for h in range(32)
+    ]
     FabricDevice.objects.bulk_create(spines + leaves + hosts, batch_size=2000)
     ids = dict(FabricDevice.objects.values_list("name", "pk"))
     run = DiscoveryRun.objects.create(source="collector", status="done", actor_name="tests")
     plan = CablingPlan.objects.create(actor_name="tests", links=0)
-    links = [DiscoveredLink(run=run, a_device_id=ids[f"gpu-{f:02d}-{h:02d} mlx5_0"], a_port=1,
-                            b_device_id=ids[f"leaf{f:02d}"], b_port=h + 1) for f in range(63) for h in range(32)]
-    links += [DiscoveredLink(run=run, a_device_id=ids[f"leaf{f:02d}"], a_port=33 + 2 * s + k,
-                             b_device_id=ids[f"spine{s:02d}"], b_port=2 * f + k + 1)
-              for f in range(63) for s in range(16) for k in range(2)]
+    links = [
+        DiscoveredLink(
+            run=run,
+            a_device_id=ids[f"gpu-{f:02d}-{h:02d} mlx5_0"],
+            a_port=1,
+            b_device_id=ids[f"leaf{f:02d}"],
+            b_port=h + 1,
+        )
+        for f in range(63)
+        for h in range(32)
+    ]
+    links += [
+        DiscoveredLink(
+            run=run,
+            a_device_id=ids[f"leaf{f:02d}"],
+            a_port=33 + 2 * s + k,
+            b_device_id=ids[f"spine{s:02d}"],
+            b_port=2 * f + k + 1,
+        )
+        for f in range(63)
+        for s in range(16)
+        for k in range(2)
+    ]
     DiscoveredLink.objects.bulk_create(links, batch_size=5000)
-    PlannedLink.objects.bulk_create([PlannedLink(plan=plan, a_device_id=link.a_device_id, a_port=link.a_port,
-                                                 b_device_id=link.b_device_id, b_port=link.b_port)
-                                     for link in links], batch_size=5000)
-    Ticket.objects.create(key="link_down|x", kind="link_down", title="Link down: gpu-07-03 mlx5_0/1",
-                          endpoints=["gpu-07-03 mlx5_0/1", "leaf07/4"])
+    PlannedLink.objects.bulk_create(
+        [
+            PlannedLink(
+                plan=plan,
+                a_device_id=link.a_device_id,
+                a_port=link.a_port,
+                b_device_id=link.b_device_id,
+                b_port=link.b_port,
+            )
+            for link in links
+        ],
+        batch_size=5000,
+    )
+    Ticket.objects.create(
+        key="link_down|x",
+        kind="link_down",
+        title="Link down: gpu-07-03 mlx5_0/1",
+        endpoints=["gpu-07-03 mlx5_0/1", "leaf07/4"],
+    )
 
     with django_assert_max_num_queries(4):
         figure = charts.topology(run, plan)
@@ -360,10 +423,19 @@ def test_the_topology_of_a_2000_host_fabric_stays_small(django_assert_max_num_qu
 
 # --- Admin ----------------------------------------------------------------------------------------
 
+
 def test_every_fabric_admin_page_renders_and_history_is_read_only(client, fleet_admin, fabric):
     client.force_login(fleet_admin)
-    for model in ("fabricdevice", "cablingplan", "discoveryrun", "discrepancy", "portcountersnapshot", "linkflap",
-                  "ticket", "manualvalidation"):
+    for model in (
+        "fabricdevice",
+        "cablingplan",
+        "discoveryrun",
+        "discrepancy",
+        "portcountersnapshot",
+        "linkflap",
+        "ticket",
+        "manualvalidation",
+    ):
         url = reverse(f"admin:fabric_{model}_changelist")
         assert client.get(url).status_code == 200, model
         assert client.get(url, {"q": "leaf"}).status_code == 200, model

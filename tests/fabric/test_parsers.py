@@ -1,5 +1,6 @@
 """The infiniband-diags parsers, on real captured output (fixtures/README.md): every device,
 cable, port state and counter read, and anything cut short or garbled refused by line."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,15 @@ GPU02_PORT1 = "0x0002c90300002005"  # an HCA's port GUID is its node GUID + port
 
 def names(topology):  # type: ignore[no-untyped-def]
     """Cables as sorted endpoint-name pairs, with width, rate and state."""
-    return sorted((*sorted((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port))),
-                   x.width, x.rate_gbps, x.state) for x in topology.links)
+    return sorted(
+        (
+            *sorted((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port))),
+            x.width,
+            x.rate_gbps,
+            x.state,
+        )
+        for x in topology.links
+    )
 
 
 @pytest.fixture
@@ -43,10 +51,16 @@ def healthy():  # type: ignore[no-untyped-def]
 def test_ibnetdiscover_reads_every_switch_and_hca_by_node_guid():
     topology = parse_ibnetdiscover(captured("ibnetdiscover.txt"))
     kinds = {d.name: (d.kind, d.ports, d.lid) for d in topology.devices.values()}
-    assert kinds == {"spine01": ("switch", 8, 2), "leaf01": ("switch", 8, 3), "leaf02": ("switch", 8, 4),
-                     "ufm01 mlx5_0": ("ca", 1, 1), "gpu-node-01 mlx5_0": ("ca", 1, 5),
-                     "gpu-node-02 mlx5_0": ("ca", 1, 6), "gpu-node-03 mlx5_0": ("ca", 1, 7),
-                     "gpu-node-04 mlx5_0": ("ca", 1, 8)}
+    assert kinds == {
+        "spine01": ("switch", 8, 2),
+        "leaf01": ("switch", 8, 3),
+        "leaf02": ("switch", 8, 4),
+        "ufm01 mlx5_0": ("ca", 1, 1),
+        "gpu-node-01 mlx5_0": ("ca", 1, 5),
+        "gpu-node-02 mlx5_0": ("ca", 1, 6),
+        "gpu-node-03 mlx5_0": ("ca", 1, 7),
+        "gpu-node-04 mlx5_0": ("ca", 1, 8),
+    }
     assert topology.devices[GPU02].name == "gpu-node-02 mlx5_0"
     assert topology.port_guids[GPU02_PORT1] == (GPU02, 1)
     assert topology.port_guids[LEAF01] == (LEAF01, 0)
@@ -77,13 +91,29 @@ def test_iblinkinfo_reads_every_port_down_ones_too():
     topology = parse_iblinkinfo(captured("iblinkinfo.txt"))
     assert len(topology.ports) == 29
     down = sorted(topology.endpoint_name(g, p) for (g, p), s in topology.ports.items() if s.state == "Down")
-    assert down == ["leaf01/3", "leaf01/4", "leaf01/5", "leaf01/6", "leaf02/3", "leaf02/4", "leaf02/5", "leaf02/6",
-                    "spine01/5", "spine01/6", "spine01/7"]
+    assert down == [
+        "leaf01/3",
+        "leaf01/4",
+        "leaf01/5",
+        "leaf01/6",
+        "leaf02/3",
+        "leaf02/4",
+        "leaf02/5",
+        "leaf02/6",
+        "spine01/5",
+        "spine01/6",
+        "spine01/7",
+    ]
     polling = topology.ports[(LEAF02, 3)]
     assert (polling.phys_state, polling.width, polling.speed_gbps, polling.rate_gbps) == ("Polling", None, None, None)
     active = topology.ports[(LEAF02, 1)]
-    assert (active.state, active.phys_state, active.width, active.speed_gbps, active.rate_gbps) == \
-        ("Active", "LinkUp", "4X", 53.125, 212.5)
+    assert (active.state, active.phys_state, active.width, active.speed_gbps, active.rate_gbps) == (
+        "Active",
+        "LinkUp",
+        "4X",
+        53.125,
+        212.5,
+    )
 
 
 def test_iblinkinfo_keys_switches_by_their_header_guid_and_hcas_by_port_guid():
@@ -151,12 +181,16 @@ def test_merge_keys_everything_by_node_guid_with_iblinkinfo_states(healthy):
 def test_merge_refuses_outputs_that_cable_a_port_to_two_places():
     discovered = parse_ibnetdiscover(captured("ibnetdiscover.txt"))
     moved = captured("iblinkinfo.txt").replace('       3    7[  ] "leaf01"', '       3    6[  ] "leaf01"')
-    moved = moved.replace("           3    6[  ] ==(                Down/ Polling)==>             [  ] \"\" ( )",
-                          "           3    6[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
-                          "\"spine01\" (Could be 12X )")
-    moved = moved.replace("           3    7[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
-                          "\"spine01\" (Could be 12X )",
-                          "           3    7[  ] ==(                Down/ Polling)==>             [  ] \"\" ( )")
+    moved = moved.replace(
+        '           3    6[  ] ==(                Down/ Polling)==>             [  ] "" ( )',
+        "           3    6[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
+        '"spine01" (Could be 12X )',
+    )
+    moved = moved.replace(
+        "           3    7[  ] ==( 4X        53.125 Gbps Active/  LinkUp)==>       2    1[  ] "
+        '"spine01" (Could be 12X )',
+        '           3    7[  ] ==(                Down/ Polling)==>             [  ] "" ( )',
+    )
     with pytest.raises(IbMergeError, match="spine01/1 is cabled to leaf01/6 in iblinkinfo but to leaf01/7"):
         merge(discovered, parse_iblinkinfo(moved))
 
@@ -201,8 +235,9 @@ def test_ibqueryerrors_reports_only_the_counters_it_printed_and_skips_port_all()
 def test_ibqueryerrors_counters_resolve_to_node_guids(healthy):
     found = resolve_counters(parse_ibqueryerrors(captured("ibqueryerrors-after-counter-faults.txt")), healthy)
     assert [(c.guid, c.port) for c in found] == [(GPU02, 1), (LEAF01, 2)]
-    stranger = parse_ibqueryerrors(captured("ibqueryerrors-after-counter-faults.txt").replace("2c90300002005",
-                                                                                             "2c90300009999"))
+    stranger = parse_ibqueryerrors(
+        captured("ibqueryerrors-after-counter-faults.txt").replace("2c90300002005", "2c90300009999")
+    )
     with pytest.raises(IbMergeError, match="not on the fabric"):
         resolve_counters(stranger, healthy)
 
@@ -227,26 +262,43 @@ def test_counter_names_outside_the_table_become_snake_case():
 
 
 def _cut(text: str, fraction: float) -> str:
-    return text[:int(len(text) * fraction)]
+    return text[: int(len(text) * fraction)]
 
 
-@pytest.mark.parametrize(("parser", "text", "line_no", "reason"), [
-    # cut mid-line: the last line is unreadable
-    (parse_ibnetdiscover, _cut(captured("ibnetdiscover.txt"), 0.5), 32, "unreadable line"),
-    # cut where the HCAs' records begin: the switches' cables lead nowhere
-    (parse_ibnetdiscover, captured("ibnetdiscover.txt").split("\nvendid=0x2c9\ndevid=0x101b\n")[0], None,
-     "no node record"),
-    # a port line lost: the cable is listed from one end only
-    (parse_ibnetdiscover, captured("ibnetdiscover.txt").replace(
-        '[8]\t"H-0002c90300002000"[1](2c90300002001) \t\t# "ufm01 mlx5_0" lid 1 4xHDR\n', ""), 69, "one end only"),
-    (parse_iblinkinfo, _cut(captured("iblinkinfo.txt"), 0.6), None, "unreadable line|one end only"),
-    (parse_iblinkinfo, captured("iblinkinfo.txt").rsplit("\n", 2)[0] + "\n", 36, "without port lines"),
-    (parse_ibqueryerrors, _cut(captured("ibqueryerrors-after-counter-faults.txt"), 0.55), 5, "expected 'GUID"),
-    (parse_ibqueryerrors, captured("ibqueryerrors-after-counter-faults.txt").split("\n\n")[0], None,
-     "no '## Summary' line"),
-    (parse_perfquery, "", None, "no counters"),
-    (parse_perfquery, captured("perfquery-lid5-port1.txt").replace("1656", "lots"), 18, "invalid literal"),
-])
+@pytest.mark.parametrize(
+    ("parser", "text", "line_no", "reason"),
+    [
+        # cut mid-line: the last line is unreadable
+        (parse_ibnetdiscover, _cut(captured("ibnetdiscover.txt"), 0.5), 32, "unreadable line"),
+        # cut where the HCAs' records begin: the switches' cables lead nowhere
+        (
+            parse_ibnetdiscover,
+            captured("ibnetdiscover.txt").split("\nvendid=0x2c9\ndevid=0x101b\n")[0],
+            None,
+            "no node record",
+        ),
+        # a port line lost: the cable is listed from one end only
+        (
+            parse_ibnetdiscover,
+            captured("ibnetdiscover.txt").replace(
+                '[8]\t"H-0002c90300002000"[1](2c90300002001) \t\t# "ufm01 mlx5_0" lid 1 4xHDR\n', ""
+            ),
+            69,
+            "one end only",
+        ),
+        (parse_iblinkinfo, _cut(captured("iblinkinfo.txt"), 0.6), None, "unreadable line|one end only"),
+        (parse_iblinkinfo, captured("iblinkinfo.txt").rsplit("\n", 2)[0] + "\n", 36, "without port lines"),
+        (parse_ibqueryerrors, _cut(captured("ibqueryerrors-after-counter-faults.txt"), 0.55), 5, "expected 'GUID"),
+        (
+            parse_ibqueryerrors,
+            captured("ibqueryerrors-after-counter-faults.txt").split("\n\n")[0],
+            None,
+            "no '## Summary' line",
+        ),
+        (parse_perfquery, "", None, "no counters"),
+        (parse_perfquery, captured("perfquery-lid5-port1.txt").replace("1656", "lots"), 18, "invalid literal"),
+    ],
+)
 def test_truncated_output_is_refused_with_its_line(parser, text, line_no, reason):  # type: ignore[no-untyped-def]
     with pytest.raises(IbParseError, match=reason) as refused:
         parser(text)

@@ -1,5 +1,6 @@
 """Runs against the plan in force: discrepancies, tickets opened once and closed when fixed,
 and the affected nodes' histories (findings and their resolution)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -34,9 +35,11 @@ def P(text: str) -> Port:
 
 
 def as_planned() -> Seen:
-    links = [SeenLink(P("gpu-01 mlx5_0/1"), P("leaf01/1"), "4X", 400.0),
-             SeenLink(P("gpu-02 mlx5_0/1"), P("leaf01/2"), "4X", 400.0),
-             SeenLink(P("leaf01/7"), P("spine01/1"), "4X", 400.0)]
+    links = [
+        SeenLink(P("gpu-01 mlx5_0/1"), P("leaf01/1"), "4X", 400.0),
+        SeenLink(P("gpu-02 mlx5_0/1"), P("leaf01/2"), "4X", 400.0),
+        SeenLink(P("leaf01/7"), P("spine01/1"), "4X", 400.0),
+    ]
     return Seen(links=links, devices={"gpu-01 mlx5_0", "gpu-02 mlx5_0", "leaf01", "spine01"})
 
 
@@ -58,11 +61,13 @@ def test_a_good_plan_is_stored_with_roles_and_nodes(plan, nodes):
 
 
 def test_a_bad_plan_names_every_bad_line_and_stores_nothing(db):
-    bad = ("a_device,a_port,b_device,b_port,width\n"
-           "gpu-01 mlx5_0,1,leaf01,1,4X\n"
-           "gpu-02 mlx5_0,x,leaf01,2,4X\n"      # line 3: port
-           "gpu-03 mlx5_0,1,leaf01,1,4X\n"      # line 4: leaf01/1 twice
-           "gpu-04 mlx5_0,1,,3,5X\n")           # line 5: empty device, bad width
+    bad = (
+        "a_device,a_port,b_device,b_port,width\n"
+        "gpu-01 mlx5_0,1,leaf01,1,4X\n"
+        "gpu-02 mlx5_0,x,leaf01,2,4X\n"  # line 3: port
+        "gpu-03 mlx5_0,1,leaf01,1,4X\n"  # line 4: leaf01/1 twice
+        "gpu-04 mlx5_0,1,,3,5X\n"
+    )  # line 5: empty device, bad width
     with pytest.raises(PlanImportError) as refused:
         import_plan(bad, actor=TESTS)
     lines = [line for line, _ in refused.value.errors]

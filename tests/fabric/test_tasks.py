@@ -1,5 +1,6 @@
 """The fabric's periodic tasks: the agents' HCA counters become counter snapshots (and a
 ticket when errors rise); the collector stays off unless configured."""
+
 from __future__ import annotations
 
 import msgspec
@@ -28,8 +29,10 @@ def report(node, symbol_errors: int, at):
 
 def test_agent_counters_of_planned_hcas_are_recorded_and_rising_errors_open_a_ticket():
     node = NodeFactory(hostname="gpu-ctr-01")
-    import_plan("a_device,a_port,b_device,b_port\n" + "".join(
-        f"gpu-ctr-01 mlx5_{k},1,leaf-r{k},1\n" for k in range(8)), actor=Actor.system("tests"))
+    import_plan(
+        "a_device,a_port,b_device,b_port\n" + "".join(f"gpu-ctr-01 mlx5_{k},1,leaf-r{k},1\n" for k in range(8)),
+        actor=Actor.system("tests"),
+    )
     start = timezone.now()
     with time_machine.travel(start, tick=False):
         report(node, 0, start)

@@ -1,6 +1,7 @@
 """The fabric generator: rail-optimized fat trees, their cabling plan, the diags' text for them
 (read back by the real parsers), planted faults reported exactly, and a 2,000-host fabric
 parsed in about a second."""
+
 from __future__ import annotations
 
 import csv
@@ -21,8 +22,10 @@ def seen(fabric: GeneratedFabric) -> IbTopology:
 
 
 def cables(topology: IbTopology) -> set[frozenset[str]]:
-    return {frozenset((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)))
-            for x in topology.links}
+    return {
+        frozenset((topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)))
+        for x in topology.links
+    }
 
 
 def planned(fabric: GeneratedFabric) -> set[frozenset[str]]:
@@ -37,8 +40,12 @@ def test_a_rail_optimized_fat_tree_puts_hca_k_of_every_host_on_rail_k():
     for row in host_rows:
         rail = row.a_device.rsplit("mlx5_", 1)[1]
         assert row.b_device.startswith(f"leaf-r{rail}-")
-    assert Counter(r.b_device for r in host_rows) == {"leaf-r0-01": 4, "leaf-r0-02": 4, "leaf-r1-01": 4,
-                                                       "leaf-r1-02": 4}
+    assert Counter(r.b_device for r in host_rows) == {
+        "leaf-r0-01": 4,
+        "leaf-r0-02": 4,
+        "leaf-r1-01": 4,
+        "leaf-r1-02": 4,
+    }
     uplinks = [r for r in rows if r.a_device.startswith("leaf")]
     assert Counter(r.b_device for r in uplinks) == {"spine-01": 8, "spine-02": 8}
     assert Counter((r.a_device, r.b_device) for r in uplinks)[("leaf-r0-01", "spine-01")] == 2
@@ -64,11 +71,14 @@ def test_defaults_size_leaves_and_spines_for_64_port_switches():
     assert {r.b_device for r in flat.plan_rows() if " " in r.a_device} == {"leaf-01", "leaf-02", "leaf-03", "leaf-04"}
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"hosts": 10, "hcas_per_host": 2, "leaves": 2, "switch_ports": 8}, "more than the 4 down ports"),
-    ({"hosts": 8, "hcas_per_host": 2, "leaves": 3, "switch_ports": 8}, "do not split into 2 rails"),
-    ({"hosts": 8, "hcas_per_host": 2, "leaves": 4, "spines": 1, "switch_ports": 8}, "do not fit 1 spines"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"hosts": 10, "hcas_per_host": 2, "leaves": 2, "switch_ports": 8}, "more than the 4 down ports"),
+        ({"hosts": 8, "hcas_per_host": 2, "leaves": 3, "switch_ports": 8}, "do not split into 2 rails"),
+        ({"hosts": 8, "hcas_per_host": 2, "leaves": 4, "spines": 1, "switch_ports": 8}, "do not fit 1 spines"),
+    ],
+)
 def test_a_fabric_that_cannot_be_built_is_refused(kwargs, message):  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match=message):
         generate_fat_tree(**kwargs)
@@ -109,15 +119,20 @@ def test_planted_faults_are_reported_exactly_and_the_diags_text_shows_each_of_th
     assert hca_a.device.split()[0] == hca_b.device.split()[0]  # two HCAs of one host, each on the other's rail
     for fault in (f for f in faults if f.kind == "degraded"):
         row = fault.planned[0]
-        link = next(x for x in topology.links
-                    if {topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)}
-                    == {str(row.a), str(row.b)})
+        link = next(
+            x
+            for x in topology.links
+            if {topology.endpoint_name(x.a_guid, x.a_port), topology.endpoint_name(x.b_guid, x.b_port)}
+            == {str(row.a), str(row.b)}
+        )
         assert (link.width, link.rate_gbps) == (fault.width, fault.rate_gbps) and fault.rate_gbps < 212.5
     pulled = next(f for f in faults if f.kind == "missing" and " " in f.planned[0].a_device).planned[0]
     assert pulled.a_device not in topology.by_name()  # its only cable is gone: off the fabric
     leaf = topology.by_name()[pulled.b_device]
-    assert (topology.ports[(leaf.guid, pulled.b_port)].state, topology.ports[(leaf.guid, pulled.b_port)].phys_state) \
-        == ("Down", "Polling")
+    assert (
+        topology.ports[(leaf.guid, pulled.b_port)].state,
+        topology.ports[(leaf.guid, pulled.b_port)].phys_state,
+    ) == ("Down", "Polling")
 
 
 def test_planting_more_faults_than_the_fabric_can_hold_is_refused():
@@ -143,8 +158,10 @@ def test_a_2000_host_fabric_is_generated_and_parsed_in_seconds():
     generated = time.perf_counter()
     topology = merge(parse_ibnetdiscover(discovered), parse_iblinkinfo(linkinfo))
     parsed = time.perf_counter()
-    print(f"\n2,000-host fabric: generated in {generated - started:.2f} s, parsed + merged in "
-          f"{parsed - generated:.2f} s ({len(discovered.splitlines()) + len(linkinfo.splitlines())} lines)")
+    print(
+        f"\n2,000-host fabric: generated in {generated - started:.2f} s, parsed + merged in "
+        f"{parsed - generated:.2f} s ({len(discovered.splitlines()) + len(linkinfo.splitlines())} lines)"
+    )
     assert len(topology.links) == 16_000 + 16_128 - 5  # the 5 missing cables
     cut_off = sum(f.kind == "missing" and " " in f.planned[0].a_device for f in faults)  # HCAs with no cable left
     assert len(topology.devices) == 16_000 + 756 - cut_off

@@ -1,5 +1,6 @@
 """The validation engine on small hand-made fabrics: each kind of discrepancy on the right
 ports, nothing reported for a fabric that matches its plan."""
+
 from __future__ import annotations
 
 from fabric.choices import DiscrepancyKind as K
@@ -48,8 +49,10 @@ def test_a_pulled_cable_is_a_link_down_on_its_ports_and_a_vanished_one_is_missin
     seen.links = [link for link in seen.links if link.a.device not in ("gpu-03 mlx5_0", "gpu-04 mlx5_0")]
     seen.down_ports[P("leaf02/1")] = "Down/Polling"  # the switch still sees its port; the host is gone
     seen.devices -= {"gpu-04 mlx5_0"}
-    assert kinds(compare(PLAN, seen)) == [(K.LINK_DOWN, "gpu-03 mlx5_0/1", "leaf02/1"),
-                                          (K.MISSING, "gpu-04 mlx5_0/1", "leaf02/2")]
+    assert kinds(compare(PLAN, seen)) == [
+        (K.LINK_DOWN, "gpu-03 mlx5_0/1", "leaf02/1"),
+        (K.MISSING, "gpu-04 mlx5_0/1", "leaf02/2"),
+    ]
 
 
 def test_two_swapped_cables_are_one_swap_naming_all_four_ports():
@@ -82,12 +85,17 @@ def test_unplanned_cables_and_devices_are_reported():
     seen.links.append(SeenLink(P("leaf01/5"), P("leaf02/5")))
     seen.links.append(SeenLink(P("ufm01 mlx5_0/1"), P("spine01/8")))
     seen.devices.add("ufm01 mlx5_0")
-    assert kinds(compare(PLAN, seen)) == [(K.UNEXPECTED, "leaf01/5", "leaf02/5"), (K.UNKNOWN_DEVICE, "ufm01 mlx5_0", "")]
+    assert kinds(compare(PLAN, seen)) == [
+        (K.UNEXPECTED, "leaf01/5", "leaf02/5"),
+        (K.UNKNOWN_DEVICE, "ufm01 mlx5_0", ""),
+    ]
 
 
 def test_counter_deltas_handle_a_reset():
     assert counter_deltas({"symbol_error": 10, "link_downed": 5}, {"symbol_error": 25, "link_downed": 2}) == {
-        "symbol_error": 15, "link_downed": 2}
+        "symbol_error": 15,
+        "link_downed": 2,
+    }
     assert counter_deltas(None, {"symbol_error": 3}) == {}
 
 

@@ -1,4 +1,5 @@
 """Fixtures for the health tests: nodes, agent reports built from the wire schema, contexts."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -33,29 +34,57 @@ def node(db):
 def gpu(index: int = 0, **fields: Any) -> dict[str, Any]:
     """A healthy H100 reading (real nvidia-smi limits), with ``fields`` changed."""
     base = {
-        "index": index, "uuid": f"GPU-0000000{index}-f55a-92a8-aa39-322198e72ed6",
-        "pci_bus_id": f"00000000:{0x53 + index * 0x10:02X}:00.0", "name": "NVIDIA H100 80GB HBM3",
-        "temperature_c": 41.0, "hbm_temperature_c": 48.0, "max_operating_temp_c": 87.0,
-        "hbm_max_operating_temp_c": 95.0, "utilization_pct": 97.0, "clock_event_reasons": 0,
-        "ecc_volatile_uncorrected": 0, "ecc_aggregate_uncorrected": 0,
-        "remapped_rows_uncorrectable": 0, "remapped_rows_pending": False, "remapped_rows_failure": False,
-        "nvlink_links_total": 18, "nvlink_links_up": 18, "nvlink_crc_errors": 0, "nvlink_replay_errors": 0,
-        "nvlink_recovery_errors": 0, "pcie_link_gen": 5, "pcie_link_width": 16, "pcie_max_link_gen": 5,
-        "pcie_max_link_width": 16, "pcie_replay_count": 0, "recovery_action": 0,
+        "index": index,
+        "uuid": f"GPU-0000000{index}-f55a-92a8-aa39-322198e72ed6",
+        "pci_bus_id": f"00000000:{0x53 + index * 0x10:02X}:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "temperature_c": 41.0,
+        "hbm_temperature_c": 48.0,
+        "max_operating_temp_c": 87.0,
+        "hbm_max_operating_temp_c": 95.0,
+        "utilization_pct": 97.0,
+        "clock_event_reasons": 0,
+        "ecc_volatile_uncorrected": 0,
+        "ecc_aggregate_uncorrected": 0,
+        "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "nvlink_links_total": 18,
+        "nvlink_links_up": 18,
+        "nvlink_crc_errors": 0,
+        "nvlink_replay_errors": 0,
+        "nvlink_recovery_errors": 0,
+        "pcie_link_gen": 5,
+        "pcie_link_width": 16,
+        "pcie_max_link_gen": 5,
+        "pcie_max_link_width": 16,
+        "pcie_replay_count": 0,
+        "recovery_action": 0,
     }
     return {**base, **fields}
 
 
 def ib_port(device: str = "mlx5_0", port: int = 1, **fields: Any) -> dict[str, Any]:
-    base = {"device": device, "port": port, "state": "ACTIVE", "phys_state": "LinkUp", "rate_gbps": 400.0,
-            "link_layer": "InfiniBand", "counters": {"symbol_error": 0, "port_rcv_errors": 0,
-                                                     "link_error_recovery": 0, "link_downed": 0}}
+    base = {
+        "device": device,
+        "port": port,
+        "state": "ACTIVE",
+        "phys_state": "LinkUp",
+        "rate_gbps": 400.0,
+        "link_layer": "InfiniBand",
+        "counters": {"symbol_error": 0, "port_rcv_errors": 0, "link_error_recovery": 0, "link_downed": 0},
+    }
     return {**base, **fields}
 
 
 def report(at: datetime = T0, *, gpus: list[dict] | None = None, **fields: Any) -> AgentReport:
-    data = {"report_id": f"r-{at.timestamp():.0f}-{id(fields)}", "hostname": "gpu-a01.dc1.example.com",
-            "collected_at": at.isoformat(), "gpus": [gpu(i) for i in range(8)] if gpus is None else gpus, **fields}
+    data = {
+        "report_id": f"r-{at.timestamp():.0f}-{id(fields)}",
+        "hostname": "gpu-a01.dc1.example.com",
+        "collected_at": at.isoformat(),
+        "gpus": [gpu(i) for i in range(8)] if gpus is None else gpus,
+        **fields,
+    }
     return msgspec.convert(data, AgentReport)
 
 
@@ -66,13 +95,24 @@ def context(node, rep: AgentReport, previous: AgentReport | None = None, **field
         prev_fields = {
             "previous_report_at": previous.collected_at,
             "previous_gpus": {g.index: msgspec.structs.asdict(g) for g in previous.gpus},
-            "previous_ib_ports": {(p.device, p.port): {"state": p.state, "phys_state": p.phys_state,
-                                                         "rate_gbps": p.rate_gbps, "counters": dict(p.counters)}
-                                  for p in previous.ib_ports},
+            "previous_ib_ports": {
+                (p.device, p.port): {
+                    "state": p.state,
+                    "phys_state": p.phys_state,
+                    "rate_gbps": p.rate_gbps,
+                    "counters": dict(p.counters),
+                }
+                for p in previous.ib_ports
+            },
             "previous_host": msgspec.structs.asdict(previous.host) if previous.host else None,
         }
-    base = {"node_id": node.pk, "hostname": node.hostname, "hardware_profile_id": node.hardware_profile_id,
-            "expected_gpu_count": node.hardware_profile.gpu_count, "report": rep}
+    base = {
+        "node_id": node.pk,
+        "hostname": node.hostname,
+        "hardware_profile_id": node.hardware_profile_id,
+        "expected_gpu_count": node.hardware_profile.gpu_count,
+        "report": rep,
+    }
     return ReportContext(**{**base, **prev_fields, **fields})
 
 

@@ -1,4 +1,5 @@
 """The Alertmanager webhook receiver, on a realistic webhook (version 4)."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,18 @@ def am_alert(status="firing", alertname="NodeFilesystemAlmostFull", fingerprint=
 
 
 def webhook(*alerts, status="firing"):
-    return {"version": "4", "groupKey": "{}:{alertname=\"x\"}", "truncatedAlerts": 0, "status": status,
-            "receiver": "nodewarden", "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
-            "externalURL": "http://alertmanager:9093", "alerts": list(alerts)}
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="x"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "nodewarden",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": list(alerts),
+    }
 
 
 @pytest.fixture
@@ -54,8 +64,11 @@ def test_it_maps_alerts_to_nodes_by_label_and_keeps_the_unmatched(operator, node
     response = post(operator, body)
 
     assert response.status_code == 200
-    assert response.json() == {"accepted": 2, "resolved": 0, "unmatched": [
-        {"fingerprint": "bb22", "alertname": "Mystery", "reason": "no node named '10.9.9.9'"}]}
+    assert response.json() == {
+        "accepted": 2,
+        "resolved": 0,
+        "unmatched": [{"fingerprint": "bb22", "alertname": "Mystery", "reason": "no node named '10.9.9.9'"}],
+    }
     assert Alert.objects.get(node=a01).severity == Severity.DEGRADED
     hot = Alert.objects.get(node=b07)
     assert (hot.severity, hot.subject) == (Severity.CATASTROPHIC, "GpuHot|aa11")
@@ -77,8 +90,7 @@ def test_a_repeated_webhook_refreshes_and_a_resolved_one_clears(operator, nodes)
 
 
 def test_nodewarden_severity_label_wins(operator, nodes):
-    post(operator, webhook(am_alert(node="gpu-a01.dc1.example.com", severity="critical",
-                                    nodewarden_severity="info")))
+    post(operator, webhook(am_alert(node="gpu-a01.dc1.example.com", severity="critical", nodewarden_severity="info")))
 
     assert Alert.objects.get().severity == Severity.INFO
 
@@ -89,12 +101,15 @@ def test_an_alert_without_any_host_label_is_unrouted_with_the_reason(operator, n
     assert body["unmatched"][0]["reason"].startswith("no host label")
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    (b"{not json", "Malformed"),
-    ({"version": "4"}, "alerts"),
-    (webhook({"status": "burning", "labels": {}}), "$.alerts[0].status"),
-    (webhook({"status": "firing", "labels": {"a": 1}}), "$.alerts[0].labels"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "Malformed"),
+        ({"version": "4"}, "alerts"),
+        (webhook({"status": "burning", "labels": {}}), "$.alerts[0].status"),
+        (webhook({"status": "firing", "labels": {"a": 1}}), "$.alerts[0].labels"),
+    ],
+)
 def test_a_malformed_webhook_is_400_naming_the_field(operator, body, field):
     response = post(operator, body)
 

@@ -1,4 +1,5 @@
 """REST API: findings and alerts, scoped to the caller; operator verbs with permissions."""
+
 from __future__ import annotations
 
 import pytest
@@ -42,8 +43,12 @@ def test_a_customer_sees_only_its_tenants_alerts_and_findings(customer, acme_ale
 
 def test_a_customer_does_not_see_the_fleet_auditors_findings(customer, operator, acme_alert):
     """Seen in the demo: customers read "Audit: remediation #212 draining" among their alerts."""
-    raise_finding(acme_alert.node_id, rule="audit.live_remediation", severity=Severity.WARNING,
-                  summary="Audit: remediation #212 draining with its node in triage")
+    raise_finding(
+        acme_alert.node_id,
+        rule="audit.live_remediation",
+        severity=Severity.WARNING,
+        summary="Audit: remediation #212 draining with its node in triage",
+    )
     customer_view = client_for(customer).get("/api/alerts/").json()["results"]
     operator_view = client_for(operator).get("/api/alerts/").json()["results"]
     assert [a["rule"] for a in customer_view] == ["xid"]
@@ -95,13 +100,16 @@ def test_a_customer_acting_on_another_tenants_alert_gets_404(customer, globex_al
     assert response.status_code == 404
 
 
-@pytest.mark.parametrize(("path", "body", "field"), [
-    ("resolve", {"reason": "  "}, "reason"),
-    ("acknowledge", {}, "note"),
-    ("silence", {"reason": "x"}, "until"),
-    ("silence", {"reason": "x", "until": "2000-01-01T00:00:00Z"}, "until"),
-    ("silence", {"reason": "x", "minutes": 0}, "minutes"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("resolve", {"reason": "  "}, "reason"),
+        ("acknowledge", {}, "note"),
+        ("silence", {"reason": "x"}, "until"),
+        ("silence", {"reason": "x", "until": "2000-01-01T00:00:00Z"}, "until"),
+        ("silence", {"reason": "x", "minutes": 0}, "minutes"),
+    ],
+)
 def test_bad_verb_bodies_are_400_naming_the_field(operator, acme_alert, path, body, field):
     response = client_for(operator).post(f"/api/alerts/{acme_alert.pk}/{path}/", body, format="json")
 

@@ -1,4 +1,5 @@
 """The XID catalog: our severity and first action for each XID, and operators' overrides."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,22 +10,25 @@ from health.choices import Severity as S
 from health.models import XidDefinition
 
 
-@pytest.mark.parametrize(("number", "severity", "action"), [
-    (79, S.CATASTROPHIC, A.REBOOT),
-    (48, S.CATASTROPHIC, A.RESET_GPU),
-    (64, S.CATASTROPHIC, A.RESET_GPU),
-    (95, S.CATASTROPHIC, A.RESET_GPU),
-    (74, S.CATASTROPHIC, A.RESET_GPU),
-    (119, S.CATASTROPHIC, A.RESET_GPU),
-    (13, S.WARNING, A.CHECK_APPLICATION),
-    (31, S.WARNING, A.CHECK_APPLICATION),
-    (94, S.WARNING, A.CHECK_APPLICATION),  # contained: restart the application, reset when convenient
-    (43, S.INFO, A.NONE),  # NVIDIA: the application faulted, the GPU is healthy; IGNORE
-    (45, S.WARNING, A.NONE),  # NVIDIA: follows another XID, act on that one
-    (63, S.INFO, A.NONE),
-    (154, S.INFO, A.NONE),  # the action is in the line itself (rules/xid.py reads it)
-    (1, S.WARNING, A.INSPECT),  # unused on A100 and newer: unexpected
-])
+@pytest.mark.parametrize(
+    ("number", "severity", "action"),
+    [
+        (79, S.CATASTROPHIC, A.REBOOT),
+        (48, S.CATASTROPHIC, A.RESET_GPU),
+        (64, S.CATASTROPHIC, A.RESET_GPU),
+        (95, S.CATASTROPHIC, A.RESET_GPU),
+        (74, S.CATASTROPHIC, A.RESET_GPU),
+        (119, S.CATASTROPHIC, A.RESET_GPU),
+        (13, S.WARNING, A.CHECK_APPLICATION),
+        (31, S.WARNING, A.CHECK_APPLICATION),
+        (94, S.WARNING, A.CHECK_APPLICATION),  # contained: restart the application, reset when convenient
+        (43, S.INFO, A.NONE),  # NVIDIA: the application faulted, the GPU is healthy; IGNORE
+        (45, S.WARNING, A.NONE),  # NVIDIA: follows another XID, act on that one
+        (63, S.INFO, A.NONE),
+        (154, S.INFO, A.NONE),  # the action is in the line itself (rules/xid.py reads it)
+        (1, S.WARNING, A.INSPECT),  # unused on A100 and newer: unexpected
+    ],
+)
 def test_it_maps_each_xid_to_our_severity_and_action(db, number, severity, action):
     info = xid.lookup(number)
 
@@ -35,8 +39,12 @@ def test_an_xid_nvidia_says_to_ignore_or_to_act_on_another_xid_has_no_action_of_
     """NVIDIA's immediate action decides: IGNORE (43, 63, ...) and "act on the accompanying Xid"
     (45, 154) start nothing by themselves; no per-XID override may turn them into a check.
     (14 and 108 are unused on A100 and newer: seeing one is unexpected, inspected as every such XID.)"""
-    rows = [row for row in xid.read_catalog() if row["nvidia_bucket"] in ("IGNORE", "WORKFLOW_XID_45", "XID_154")
-            and not row["meaning"].startswith("Unexpected XID")]
+    rows = [
+        row
+        for row in xid.read_catalog()
+        if row["nvidia_bucket"] in ("IGNORE", "WORKFLOW_XID_45", "XID_154")
+        and not row["meaning"].startswith("Unexpected XID")
+    ]
     assert {r["xid"] for r in rows} >= {43, 45, 63, 154}
     assert {(r["xid"], r["recommended_action"]) for r in rows} == {(r["xid"], A.NONE) for r in rows}
     assert {xid.lookup(r["xid"]).recommended_action for r in rows} == {A.NONE}
@@ -90,16 +98,21 @@ def test_a_catalog_change_reaches_installed_rows_an_operator_never_edited(db):
     from health.seed import ensure_health_defaults
 
     XidDefinition.objects.filter(xid__in=[43, 45]).update(recommended_action=A.CHECK_APPLICATION)
-    XidDefinition.objects.filter(xid=13).update(severity=S.DEGRADED, edited_reason="our jobs never fault",
-                                                edited_at=timezone.now())
+    XidDefinition.objects.filter(xid=13).update(
+        severity=S.DEGRADED, edited_reason="our jobs never fault", edited_at=timezone.now()
+    )
 
     ensure_health_defaults()
     ensure_health_defaults()  # a second migrate finds nothing left to change
 
     assert {x.xid: x.recommended_action for x in XidDefinition.objects.filter(xid__in=[43, 45])} == {
-        43: A.NONE, 45: A.NONE}
+        43: A.NONE,
+        45: A.NONE,
+    }
     assert xid.lookup(43).recommended_action == A.NONE
     assert XidDefinition.objects.get(xid=13).severity == S.DEGRADED
     changes = {c.target: c.changes for c in HealthRuleChange.objects.filter(xid__in=[43, 45, 13])}
-    assert changes == {"XID 43": {"recommended_action": ["check_application", "none"]},
-                       "XID 45": {"recommended_action": ["check_application", "none"]}}
+    assert changes == {
+        "XID 43": {"recommended_action": ["check_application", "none"]},
+        "XID 45": {"recommended_action": ["check_application", "none"]},
+    }

@@ -1,4 +1,5 @@
 """Findings and alerts: dedupe, escalation, shadow mode, profile overrides, windows, query cost."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,8 +30,9 @@ def test_the_same_condition_twice_is_one_finding_one_alert_two_occurrences(node)
 
 def test_a_worse_severity_on_an_open_alert_escalates_it_with_a_new_finding(node):
     raise_finding(node.pk, rule="alertmanager", severity=Severity.WARNING, summary="warm", subject="a|1")
-    finding = raise_finding(node.pk, rule="alertmanager", severity=Severity.CATASTROPHIC, summary="on fire",
-                            subject="a|1")
+    finding = raise_finding(
+        node.pk, rule="alertmanager", severity=Severity.CATASTROPHIC, summary="on fire", subject="a|1"
+    )
 
     alert = Alert.objects.get()
     assert (alert.severity, alert.summary, alert.last_finding) == (Severity.CATASTROPHIC, "on fire", finding)
@@ -69,8 +71,14 @@ def test_a_shadow_rule_records_a_finding_but_no_alert_and_no_event(node):
     HealthRule.objects.filter(key="gpu_temperature", hardware_profile=None).update(shadow=True)
 
     for i in range(3):
-        evaluate_reports([context(node, report(T0 + minutes(i), gpus=[gpu(i, temperature_c=95.0) if i == 0
-                                                                       else gpu(i) for i in range(8)]))])
+        evaluate_reports(
+            [
+                context(
+                    node,
+                    report(T0 + minutes(i), gpus=[gpu(i, temperature_c=95.0) if i == 0 else gpu(i) for i in range(8)]),
+                )
+            ]
+        )
 
     [finding] = Finding.objects.filter(rule="gpu_temperature")
     assert finding.shadow
@@ -82,9 +90,15 @@ def test_a_profile_row_overrides_the_default_for_nodes_of_that_profile(node):
     cool = HardwareProfileFactory(name="A100 PCIe air-cooled")
     other = NodeFactory(hardware_profile=cool)
     default = HealthRule.objects.get(key="gpu_temperature", hardware_profile=None)
-    HealthRule.objects.create(key="gpu_temperature", hardware_profile=cool, severity=Severity.WARNING,
-                              threshold=80, clear_threshold=5, params={"use_gpu_limit": False},
-                              recommended_action=RecommendedAction.INSPECT)
+    HealthRule.objects.create(
+        key="gpu_temperature",
+        hardware_profile=cool,
+        severity=Severity.WARNING,
+        threshold=80,
+        clear_threshold=5,
+        params={"use_gpu_limit": False},
+        recommended_action=RecommendedAction.INSPECT,
+    )
     hot = [gpu(0, temperature_c=82.0)] + [gpu(i) for i in range(1, 8)]
 
     evaluate_reports([context(node, report(T0, gpus=hot)), context(other, report(T0, gpus=hot))])
@@ -104,15 +118,15 @@ def test_a_disabled_rule_does_not_run(node):
 
 def test_five_catastrophic_xids_in_a_day_on_one_gpu_mean_rma(node):
     for i in range(4):
-        evaluate_reports([context(node, report(T0 + minutes(i * 60), xid_events=[
-            xid_event(48, at=T0 + minutes(i * 60))]))])
+        evaluate_reports(
+            [context(node, report(T0 + minutes(i * 60), xid_events=[xid_event(48, at=T0 + minutes(i * 60))]))]
+        )
     assert not Alert.objects.filter(rule="xid_repeated").exists()
 
     evaluate_reports([context(node, report(T0 + minutes(300), xid_events=[xid_event(48, at=T0 + minutes(300))]))])
 
     [alert] = Alert.objects.filter(rule="xid_repeated")
-    assert (alert.gpu_index, alert.severity, alert.recommended_action) == (0, Severity.DEGRADED,
-                                                                             RecommendedAction.RMA)
+    assert (alert.gpu_index, alert.severity, alert.recommended_action) == (0, Severity.DEGRADED, RecommendedAction.RMA)
 
 
 def test_xid_79_twice_in_a_week_means_rma(node):

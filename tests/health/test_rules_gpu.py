@@ -1,4 +1,5 @@
 """GPU rules on realistic readings: firing, not firing, hysteresis, counter resets."""
+
 from __future__ import annotations
 
 import pytest
@@ -69,17 +70,20 @@ def test_hbm_temperature_fires_above_95(node, feed):
     assert firing(node, "hbm_temperature")[0].gpu_index == 4
 
 
-@pytest.mark.parametrize(("fields", "rule", "action"), [
-    ({"ecc_volatile_uncorrected": 2}, "ecc_uncorrectable", A.RESET_GPU),
-    ({"remapped_rows_pending": True}, "row_remap_pending", A.RESET_GPU),
-    ({"remapped_rows_failure": True}, "row_remap_failure", A.RMA),
-    ({"remapped_rows_uncorrectable": 512}, "row_remap_uncorrectable_limit", A.RMA),
-    ({"retired_pages_sbe": 40, "retired_pages_dbe": 23}, "retired_pages", A.RMA),
-    ({"nvlink_links_up": 16}, "nvlink_down", A.RESET_GPU),
-    ({"pcie_link_width": 8}, "pcie_degraded", A.INSPECT),
-    ({"clock_event_reasons": 0x40 | 0x1}, "clock_slowdown", A.INSPECT),
-    ({"recovery_action": 1}, "recovery_action", A.RESET_GPU),
-])
+@pytest.mark.parametrize(
+    ("fields", "rule", "action"),
+    [
+        ({"ecc_volatile_uncorrected": 2}, "ecc_uncorrectable", A.RESET_GPU),
+        ({"remapped_rows_pending": True}, "row_remap_pending", A.RESET_GPU),
+        ({"remapped_rows_failure": True}, "row_remap_failure", A.RMA),
+        ({"remapped_rows_uncorrectable": 512}, "row_remap_uncorrectable_limit", A.RMA),
+        ({"retired_pages_sbe": 40, "retired_pages_dbe": 23}, "retired_pages", A.RMA),
+        ({"nvlink_links_up": 16}, "nvlink_down", A.RESET_GPU),
+        ({"pcie_link_width": 8}, "pcie_degraded", A.INSPECT),
+        ({"clock_event_reasons": 0x40 | 0x1}, "clock_slowdown", A.INSPECT),
+        ({"recovery_action": 1}, "recovery_action", A.RESET_GPU),
+    ],
+)
 def test_memory_link_and_clock_rules_fire_with_their_action(node, feed, fields, rule, action):
     feed.send(report(T0, gpus=healthy_with(5, **fields)))
 
@@ -88,8 +92,18 @@ def test_memory_link_and_clock_rules_fire_with_their_action(node, feed, fields, 
 
 
 def test_just_below_the_limits_nothing_fires(node, feed):
-    feed.send(report(T0, gpus=healthy_with(5, remapped_rows_uncorrectable=511, retired_pages_sbe=40,
-                                           retired_pages_dbe=22, clock_event_reasons=0x1 | 0x4)))
+    feed.send(
+        report(
+            T0,
+            gpus=healthy_with(
+                5,
+                remapped_rows_uncorrectable=511,
+                retired_pages_sbe=40,
+                retired_pages_dbe=22,
+                clock_event_reasons=0x1 | 0x4,
+            ),
+        )
+    )
 
     assert not Alert.objects.exists()
 
@@ -160,8 +174,7 @@ def test_a_gpu_missing_against_the_profile_is_catastrophic(node, feed):
 
 def test_a_gpu_seen_before_and_now_absent_is_missing(node, feed):
     feed.send(report(T0, gpus=[gpu(i) for i in range(4)]), expected_gpu_count=None)
-    feed.send(report(T0 + minutes(0.5), gpus=[gpu(i) for i in (0, 1, 3)]),
-              expected_gpu_count=None)
+    feed.send(report(T0 + minutes(0.5), gpus=[gpu(i) for i in (0, 1, 3)]), expected_gpu_count=None)
 
     [alert] = firing(node, "gpu_missing")
     assert alert.last_finding.evidence["vanished"] == [2]

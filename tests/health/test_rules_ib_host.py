@@ -1,4 +1,5 @@
 """InfiniBand and host rules: port state, rate, error counters, link flaps, EDAC, disks, scheduler."""
+
 from __future__ import annotations
 
 from health.choices import AlertState
@@ -64,8 +65,11 @@ def test_an_ib_counter_reset_is_not_an_error_burst(node, feed):
 
 def test_any_buffer_overrun_increase_warns(node, feed):
     feed.send(report(T0, ib_ports=ports(ib_port("mlx5_2", counters=counters(excessive_buffer_overrun_errors=0)))))
-    feed.send(report(T0 + minutes(0.5),
-                     ib_ports=ports(ib_port("mlx5_2", counters=counters(excessive_buffer_overrun_errors=1)))))
+    feed.send(
+        report(
+            T0 + minutes(0.5), ib_ports=ports(ib_port("mlx5_2", counters=counters(excessive_buffer_overrun_errors=1)))
+        )
+    )
 
     assert firing(node, "ib_errors_rising")[0].subject == "mlx5_2/1"
 
@@ -74,8 +78,16 @@ def test_three_link_flaps_within_12_hours_are_degraded_and_clear_after_a_quiet_w
     downed = 0
     for hour in (0, 3, 6):
         downed += 1
-        feed.send(report(T0 + minutes(hour * 60), ib_ports=ports(ib_port("mlx5_4", counters=counters(link_downed=downed - 1)))))
-        feed.send(report(T0 + minutes(hour * 60 + 1), ib_ports=ports(ib_port("mlx5_4", counters=counters(link_downed=downed)))))
+        feed.send(
+            report(
+                T0 + minutes(hour * 60), ib_ports=ports(ib_port("mlx5_4", counters=counters(link_downed=downed - 1)))
+            )
+        )
+        feed.send(
+            report(
+                T0 + minutes(hour * 60 + 1), ib_ports=ports(ib_port("mlx5_4", counters=counters(link_downed=downed)))
+            )
+        )
     [alert] = firing(node, "ib_link_flaps")
     assert alert.last_finding.evidence["flaps_in_window"] == 3
 
@@ -104,8 +116,15 @@ def test_host_edac_uncorrected_rising_is_degraded(node, feed):
 
 
 def test_a_failing_disk_and_a_dead_slurmd_warn(node, feed):
-    feed.send(report(T0, host={"disks": [{"device": "nvme0n1", "healthy": False, "detail": "media errors"}],
-                               "scheduler": {"kind": "slurm", "daemon": "slurmd", "responsive": False}}))
+    feed.send(
+        report(
+            T0,
+            host={
+                "disks": [{"device": "nvme0n1", "healthy": False, "detail": "media errors"}],
+                "scheduler": {"kind": "slurm", "daemon": "slurmd", "responsive": False},
+            },
+        )
+    )
 
     assert firing(node, "disk_unhealthy")[0].subject == "nvme0n1"
     assert firing(node, "scheduler_daemon_unresponsive")[0].severity == S.WARNING

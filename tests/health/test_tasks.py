@@ -1,4 +1,5 @@
 """health.tasks.check_heartbeats: silent nodes, nodes that left service, quiet XID alerts."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -22,8 +23,9 @@ def reported(node, at):
 
 
 def production_node(node):
-    NodeFactory._meta.model.objects.filter(pk=node.pk).update(state=NodeState.PRODUCTION,
-                                                              state_changed_at=T0 - timedelta(days=1))
+    NodeFactory._meta.model.objects.filter(pk=node.pk).update(
+        state=NodeState.PRODUCTION, state_changed_at=T0 - timedelta(days=1)
+    )
     node.refresh_from_db()
     return node
 
@@ -41,7 +43,10 @@ def test_a_node_silent_past_the_grace_gets_a_catastrophic_heartbeat_alert_once(n
 
     [alert] = Alert.objects.filter(node=node, rule="heartbeat_missing")
     assert (alert.severity, alert.recommended_action, alert.occurrences) == (
-        Severity.CATASTROPHIC, RecommendedAction.REBOOT, 2)
+        Severity.CATASTROPHIC,
+        RecommendedAction.REBOOT,
+        2,
+    )
     assert Finding.objects.filter(rule="heartbeat_missing").count() == 1
 
 

@@ -1,4 +1,5 @@
 """Portal pages: the alert list (filters, buttons, query bound), alert actions, the node partial."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,13 @@ def fleet(tenant, other_tenant):
     gpu_cluster = ClusterFactory(name="h100-east")
     acme = NodeFactory(tenant=tenant, cluster=gpu_cluster, hostname="acme-gpu-01")
     globex = NodeFactory(tenant=other_tenant, hostname="globex-gpu-01")
-    raise_finding(acme.pk, rule="xid", severity=Severity.CATASTROPHIC, summary="XID 79 fallen off the bus",
-                  gpu_index=3, xid=79)
+    raise_finding(
+        acme.pk, rule="xid", severity=Severity.CATASTROPHIC, summary="XID 79 fallen off the bus", gpu_index=3, xid=79
+    )
     raise_finding(globex.pk, rule="gpu_temperature", severity=Severity.WARNING, summary="GPU warm", gpu_index=0)
-    raise_finding(globex.pk, rule="nvlink_down", severity=Severity.DEGRADED, summary="2 of 18 NVLinks down",
-                  gpu_index=1)
+    raise_finding(
+        globex.pk, rule="nvlink_down", severity=Severity.DEGRADED, summary="2 of 18 NVLinks down", gpu_index=1
+    )
     clear_condition(globex.pk, rule="nvlink_down", gpu_index=1, reason="links back")
     return acme, globex
 
@@ -37,14 +40,17 @@ def test_the_alert_list_shows_firing_alerts_worst_first(client, operator, fleet)
     assert b"Acknowledge" in response.content and b"Alerts</a>" in response.content
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ({"severity": "warning"}, ["GPU warm"]),
-    ({"state": "resolved"}, ["2 of 18 NVLinks down"]),
-    ({"state": ""}, ["XID 79 fallen off the bus", "2 of 18 NVLinks down", "GPU warm"]),
-    ({"cluster": "h100-east"}, ["XID 79 fallen off the bus"]),
-    ({"tenant": "globex"}, ["GPU warm"]),
-    ({"acknowledged": "true"}, []),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"severity": "warning"}, ["GPU warm"]),
+        ({"state": "resolved"}, ["2 of 18 NVLinks down"]),
+        ({"state": ""}, ["XID 79 fallen off the bus", "2 of 18 NVLinks down", "GPU warm"]),
+        ({"cluster": "h100-east"}, ["XID 79 fallen off the bus"]),
+        ({"tenant": "globex"}, ["GPU warm"]),
+        ({"acknowledged": "true"}, []),
+    ],
+)
 def test_the_alert_list_filters_in_the_url(client, operator, fleet, query, expected):
     client.force_login(operator)
 
@@ -62,8 +68,9 @@ def test_a_customer_sees_its_own_alerts_without_buttons_and_cannot_pick_other_te
     assert rows(probing) == [] and "tenant" in probing.context["errors"]
 
 
-def test_the_alert_list_page_costs_the_same_for_few_and_many_alerts(client, operator, tenant,
-                                                                      django_assert_max_num_queries):
+def test_the_alert_list_page_costs_the_same_for_few_and_many_alerts(
+    client, operator, tenant, django_assert_max_num_queries
+):
     for i in range(25):
         raise_finding(NodeFactory(tenant=tenant).pk, rule="xid", severity=Severity.WARNING, summary=f"x{i}")
     client.force_login(operator)

@@ -2,6 +2,7 @@
 
 Locally, without bin/test, these tests skip; with CI=true a missing server fails them.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,9 @@ def real_redis_url() -> str:
     return require_service("REDIS_URL", "Redis")
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
-               explain: Callable[[], str] = lambda: "") -> None:
+def wait_until(
+    condition: Callable[[], bool], *, timeout: float, what: str, explain: Callable[[], str] = lambda: ""
+) -> None:
     """Poll ``condition`` until it holds; fail after ``timeout`` seconds, saying what was awaited."""
     deadline = time.monotonic() + timeout
     while not condition():

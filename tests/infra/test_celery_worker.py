@@ -5,6 +5,7 @@ The worker is a subprocess started the way a deployment starts it
 environment, pointing at the test database pytest-django created for this xdist
 worker and at a Redis database of this xdist worker's own.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,12 @@ class Worker:
         return None
 
     def wait_for_task(self, task_id: str) -> str:
-        wait_until(lambda: self.alive() and self.finished(task_id) is not None,
-                   timeout=TIMEOUT, what=f"task {task_id}", explain=self.explain)
+        wait_until(
+            lambda: self.alive() and self.finished(task_id) is not None,
+            timeout=TIMEOUT,
+            what=f"task {task_id}",
+            explain=self.explain,
+        )
         line = self.finished(task_id) or ""
         assert " succeeded in " in line, line
         return line
@@ -108,8 +113,7 @@ def broker_url(real_redis_url: str, worker_id: str, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.fixture
-def celery_worker(real_postgres: dict[str, Any], broker_url: str, tmp_path: Path,
-                  worker_id: str) -> Iterator[Worker]:
+def celery_worker(real_postgres: dict[str, Any], broker_url: str, tmp_path: Path, worker_id: str) -> Iterator[Worker]:
     """``celery worker`` on all four queues, one task at a time, stopped after the test."""
     env = {
         **os.environ,
@@ -122,19 +126,36 @@ def celery_worker(real_postgres: dict[str, Any], broker_url: str, tmp_path: Path
         "NODEWARDEN_VAR_DIR": str(tmp_path / "var"),
     }
     command = [
-        sys.executable, "-m", "celery", "-A", "nodewarden", "worker",
-        "--queues", ",".join(QUEUE_NAMES), "--pool", "solo", "--loglevel", "INFO",
-        "--hostname", f"infra-{worker_id}@%h",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "nodewarden",
+        "worker",
+        "--queues",
+        ",".join(QUEUE_NAMES),
+        "--pool",
+        "solo",
+        "--loglevel",
+        "INFO",
+        "--hostname",
+        f"infra-{worker_id}@%h",
         # No cluster chatter: start at once, and never talk to another test run's worker.
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
     ]
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
     worker = Worker(proc, log_path)
     try:
-        wait_until(lambda: worker.alive() and " ready." in worker.log(), timeout=TIMEOUT,
-                   what="the Celery worker to start", explain=worker.explain)
+        wait_until(
+            lambda: worker.alive() and " ready." in worker.log(),
+            timeout=TIMEOUT,
+            what="the Celery worker to start",
+            explain=worker.explain,
+        )
         yield worker
     finally:
         proc.terminate()  # warm shutdown
@@ -153,9 +174,14 @@ def drain_through_the_worker(worker: Worker) -> tuple[Node, list[NodeEvent]]:
     def chain_done() -> bool:
         return worker.alive() and CheckRun.objects.filter(node=node, status=RunStatus.PASSED).count() == 3
 
-    wait_until(chain_done, timeout=TIMEOUT, what="the three follow-ups of a drain request",
-               explain=lambda: f"{list(CheckRun.objects.filter(node=node).values('kind', 'status', 'summary'))}\n"
-                               + worker.explain())
+    wait_until(
+        chain_done,
+        timeout=TIMEOUT,
+        what="the three follow-ups of a drain request",
+        explain=lambda: (
+            f"{list(CheckRun.objects.filter(node=node).values('kind', 'status', 'summary'))}\n" + worker.explain()
+        ),
+    )
     node.refresh_from_db()
     return node, list(NodeEvent.objects.filter(node=node).order_by("pk"))
 

@@ -6,6 +6,7 @@ Specification's JSON schema (the copy check-jsonschema vendors), and then read
 like a reviewer would: every service can be built or pulled, waits for what it
 needs, sets the settings nodewarden/settings.py reads, and runs the right command.
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ then call a lifecycle verb on the same node at the same moment. The row lock in
 ``services._transition`` must serialise them: no lost update, one history row
 per change that happened, and every loser refused cleanly.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -67,8 +68,7 @@ def test_of_eight_simultaneous_drain_requests_exactly_one_wins():
 
         winners = [o for o in outcomes if o.won]
         assert len(winners) == 1, f"round {round_}: {outcomes}"
-        assert all(isinstance(o.refusal, TransitionNotAllowed | ConcurrentTransition)
-                   for o in outcomes if not o.won)
+        assert all(isinstance(o.refusal, TransitionNotAllowed | ConcurrentTransition) for o in outcomes if not o.won)
         (event,) = NodeEvent.objects.filter(node=node)
         assert event.pk == winners[0].event_id
         assert (event.source_state, event.target_state) == (S.PRODUCTION, S.DRAIN_PENDING)
@@ -76,12 +76,15 @@ def test_of_eight_simultaneous_drain_requests_exactly_one_wins():
         assert node.state == event.target_state
 
 
-@pytest.mark.parametrize(("start", "verbs"), [
-    # A reliability verdict and a late failure report arrive together.
-    (S.RELIABILITY_ASSESSMENT, ["release_to_production", "fail_validation"]),
-    # An operator starts validation while another decommissions the node.
-    (S.ONBOARD, ["start_validation", "decommission"]),
-])
+@pytest.mark.parametrize(
+    ("start", "verbs"),
+    [
+        # A reliability verdict and a late failure report arrive together.
+        (S.RELIABILITY_ASSESSMENT, ["release_to_production", "fail_validation"]),
+        # An operator starts validation while another decommissions the node.
+        (S.ONBOARD, ["start_validation", "decommission"]),
+    ],
+)
 def test_of_mutually_exclusive_verbs_exactly_one_wins(start, verbs):
     """Each verb's target state allows none of the others, so one change is all there can be."""
     for round_ in range(ROUNDS):

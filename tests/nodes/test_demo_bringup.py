@@ -1,6 +1,7 @@
 """The demo's Day 0 and Day 1 against its real Redfish emulator: bay servers are enrolled,
 PXE-booted, join and are validated through the real services; planted defects end in
 triage with their reason; seeded nodes are picked up where the seed left them."""
+
 from __future__ import annotations
 
 import io
@@ -58,13 +59,20 @@ def test_bay_servers_are_enrolled_booted_joined_and_validated_and_defects_go_to_
     bay = {n.hostname: n for n in demo_nodes().filter(hostname__startswith="iad1-bay-")}
     assert "iad1-bay-01" in bay, summaries
     first = bay["iad1-bay-01"]
-    road = list(NodeEvent.objects.filter(node=first, kind="transition").order_by("created", "id")
-                .values_list("target_state", flat=True))
+    road = list(
+        NodeEvent.objects.filter(node=first, kind="transition")
+        .order_by("created", "id")
+        .values_list("target_state", flat=True)
+    )
     assert road[:4] == [S.INITIALIZING, S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK], road
     assert first.state not in (S.ENROLLED, S.INITIALIZING, S.TRIAGE), first.state
     # Planted: bay 3's BIOS is a major release behind, which the update cannot fix.
-    reason = NodeEvent.objects.filter(node=bay["iad1-bay-03"], transition="fail_validation").order_by("created",
-                                                                                                     "id").first().reason
+    reason = (
+        NodeEvent.objects.filter(node=bay["iad1-bay-03"], transition="fail_validation")
+        .order_by("created", "id")
+        .first()
+        .reason
+    )
     assert "Firmware behind baseline after updating bios: bios 1.10.7 (baseline 2.1.7)" in reason
 
 

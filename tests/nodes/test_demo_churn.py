@@ -1,4 +1,5 @@
 """The demo churn task: a few plausible changes a minute, only through the services, only on the demo fleet."""
+
 from __future__ import annotations
 
 import io

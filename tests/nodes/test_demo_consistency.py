@@ -5,6 +5,7 @@ firing alert and its finding, an open remediation, an open repair ticket, an ope
 every return to production after a rung has the succeeded remediation that the reports count as a
 recovery. The churn task (the demo's operator, technician and vendor) acts only through their own
 verbs, so after any number of runs the same holds."""
+
 from __future__ import annotations
 
 import io
@@ -32,9 +33,13 @@ S = NodeState
 SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
 LATER = SEEDED_AT + timedelta(days=1)
 # Where an open remediation of each status leaves its node (remediation.services).
-WHERE = {Status.DRAINING: {S.DRAIN_PENDING, S.DRAINING, S.TRIAGE}, Status.RUNNING: {S.TRIAGE, S.REMEDIATING},
-         Status.VALIDATING: set(DAY1_STAGES), Status.QUEUED: {S.PRODUCTION, S.TRIAGE},
-         Status.AWAITING_APPROVAL: {S.PRODUCTION}}
+WHERE = {
+    Status.DRAINING: {S.DRAIN_PENDING, S.DRAINING, S.TRIAGE},
+    Status.RUNNING: {S.TRIAGE, S.REMEDIATING},
+    Status.VALIDATING: set(DAY1_STAGES),
+    Status.QUEUED: {S.PRODUCTION, S.TRIAGE},
+    Status.AWAITING_APPROVAL: {S.PRODUCTION},
+}
 ACTED_ON = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING)
 
 pytestmark = pytest.mark.django_db
@@ -70,8 +75,10 @@ def problems() -> list[str]:
         if (node.state == S.RMA) != (cases[node.pk] > 0):
             found.append(f"{node.hostname} in {node.state} with {cases[node.pk]} open RMA cases")
     if sum(tickets.values()) != states[S.REPAIR] or sum(cases.values()) != states[S.RMA]:
-        found.append(f"{states[S.REPAIR]} in repair against {sum(tickets.values())} open tickets, "
-                     f"{states[S.RMA]} in RMA against {sum(cases.values())} open cases")
+        found.append(
+            f"{states[S.REPAIR]} in repair against {sum(tickets.values())} open tickets, "
+            f"{states[S.RMA]} in RMA against {sum(cases.values())} open cases"
+        )
     return found
 
 

@@ -1,6 +1,7 @@
 """The demo's workload schedulers: one real Slurm cluster holding the demo's Slurm nodes (a few
 with a slurmd, the rest without), a Kubernetes stand-in for its Kubernetes cluster; the demo
 clusters point at them, and drains and cordons through the adapters land there."""
+
 from __future__ import annotations
 
 import io
@@ -46,7 +47,9 @@ def cluster(kind: str) -> Cluster:
 
 
 def node_in(kind: str, *, state: str = S.PRODUCTION, name_in=None):
-    nodes = demo_nodes().filter(cluster__scheduler_kind=kind, state=state).select_related("cluster").order_by("hostname")
+    nodes = (
+        demo_nodes().filter(cluster__scheduler_kind=kind, state=state).select_related("cluster").order_by("hostname")
+    )
     return next(n for n in nodes if name_in is None or short_name(n.hostname) in name_in)
 
 
@@ -92,7 +95,8 @@ def test_nodes_nodewarden_has_out_of_production_start_drained_or_cordoned(seeded
         stored = demo.kube.node(short_name(kube_node.hostname))
         assert stored["spec"]["unschedulable"] is True
         assert stored["metadata"]["annotations"]["nodewarden.io/cordon-reason"] == (
-            "Drain pending: when the demo started")
+            "Drain pending: when the demo started"
+        )
 
 
 def test_a_requested_drain_waits_for_the_demo_job_on_a_slurmd_node(demo, django_capture_on_commit_callbacks):
@@ -134,7 +138,11 @@ def test_the_stand_in_refuses_a_wrong_token_and_the_ready_file_carries_the_right
     with pytest.raises(SchedulerError, match="HTTP 401 Unauthorized"):
         adapter_for(node.cluster).cordon(node, reason="maintenance")
     # The ready file's export line, as bin/demo's shell reads it.
-    exported = subprocess.run(["bash", "-c", demo.env_exports() + 'printf %s "$NODEWARDEN_KUBERNETES_TOKENS"'],
-                              capture_output=True, text=True, check=True).stdout
+    exported = subprocess.run(
+        ["bash", "-c", demo.env_exports() + 'printf %s "$NODEWARDEN_KUBERNETES_TOKENS"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert node.cluster.name in exported and demo.kube.token in exported
     assert shlex.split(demo.env_exports())[0] == "export"

@@ -1,5 +1,6 @@
 """Demo telemetry: the demo fleet's agents report through the real ingest, and injected
 faults come out as findings and alerts from the real health rules."""
+
 from __future__ import annotations
 
 import io

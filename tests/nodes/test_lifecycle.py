@@ -1,5 +1,6 @@
 """The state machine, walked pair by pair: every (state, transition) is either
 allowed, succeeds and writes history, or refused with a clear error and no change."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,8 +24,17 @@ EXPECTED: dict[str, dict[str, str]] = {
     "pass_burn_in": {S.BURN_IN: S.FABRIC_CHECK},
     "pass_fabric_check": {S.FABRIC_CHECK: S.RELIABILITY_ASSESSMENT},
     "release_to_production": {S.RELIABILITY_ASSESSMENT: S.PRODUCTION},
-    "fail_validation": {s: S.TRIAGE for s in (S.INITIALIZING, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK,
-                                              S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT)},
+    "fail_validation": {
+        s: S.TRIAGE
+        for s in (
+            S.INITIALIZING,
+            S.FIRMWARE_UPDATE,
+            S.INVENTORY_CHECK,
+            S.BURN_IN,
+            S.FABRIC_CHECK,
+            S.RELIABILITY_ASSESSMENT,
+        )
+    },
     "request_drain": {S.PRODUCTION: S.DRAIN_PENDING},
     "cancel_drain": {S.DRAIN_PENDING: S.PRODUCTION},
     "start_draining": {S.PRODUCTION: S.DRAINING, S.DRAIN_PENDING: S.DRAINING},
@@ -34,8 +44,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "fail_remediation": {S.REMEDIATING: S.TRIAGE},
     "send_to_repair": {S.TRIAGE: S.REPAIR, S.REMEDIATING: S.REPAIR},
     "send_to_rma": {S.TRIAGE: S.RMA, S.REPAIR: S.RMA},
-    "decommission": {s: S.DECOMMISSIONED for s in (S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE,
-                                                   S.REPAIR, S.RMA)},
+    "decommission": {s: S.DECOMMISSIONED for s in (S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA)},
 }
 
 PAIRS = [(state, verb) for state in NodeState.values for verb in sorted(services.VERBS)]
@@ -90,8 +99,7 @@ def test_revalidation_is_marked_until_the_node_reaches_production():
     services.revalidate(node.pk, actor=ACTOR, reason="technician replaced GPU 3")
     node.refresh_from_db()
     assert node.is_revalidation and node.state == S.FIRMWARE_UPDATE
-    for verb in ("pass_firmware", "pass_inventory_check", "pass_burn_in", "pass_fabric_check",
-                 "release_to_production"):
+    for verb in ("pass_firmware", "pass_inventory_check", "pass_burn_in", "pass_fabric_check", "release_to_production"):
         services.VERBS[verb](node.pk, actor=ACTOR, reason="stage passed")
     node.refresh_from_db()
     assert node.state == S.PRODUCTION and not node.is_revalidation

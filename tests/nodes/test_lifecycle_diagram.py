@@ -1,4 +1,5 @@
 """The committed lifecycle diagram and the portal's lifecycle graph stay true to the state machine."""
+
 from __future__ import annotations
 
 import io

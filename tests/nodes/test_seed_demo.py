@@ -1,4 +1,5 @@
 """``manage.py seed_demo``: a plausible fleet whose history obeys the state machine and replays to its snapshots."""
+
 from __future__ import annotations
 
 import io
@@ -51,10 +52,15 @@ def test_it_builds_two_sites_four_clusters_three_tenants_and_unassigned_capacity
     assert Node.objects.count() == 60
     assert Node.objects.filter(tenant__isnull=True).exists()
     assert set(Node.objects.exclude(tenant=None).values_list("tenant__slug", flat=True)) == {
-        "helios", "northwind", "quanta"}
+        "helios",
+        "northwind",
+        "quanta",
+    }
     assert Rack.objects.count() >= 60 // demo.NODES_PER_RACK
     assert {n.hardware_profile.name for n in Node.objects.select_related("hardware_profile")} == {
-        "HGX H100 8-GPU", "HGX H200 8-GPU"}
+        "HGX H100 8-GPU",
+        "HGX H200 8-GPU",
+    }
     assert set(Node.objects.values_list("persona__name", flat=True)) == {"training", "inference"}
 
 
@@ -100,8 +106,11 @@ def test_findings_name_realistic_causes_and_actors_mix_system_and_people(seeded)
 def test_nodes_walking_day_1_again_after_a_repair_are_flagged_as_revalidating(seeded):
     assert Node.objects.filter(is_revalidation=True).exists()
     for node in Node.objects.all():
-        walks = [e.transition for e in transitions(node)
-                 if e.transition in ("start_validation", "revalidate", "release_to_production")]
+        walks = [
+            e.transition
+            for e in transitions(node)
+            if e.transition in ("start_validation", "revalidate", "release_to_production")
+        ]
         assert node.is_revalidation == (bool(walks) and walks[-1] == "revalidate"), node
 
 

@@ -1,5 +1,6 @@
 """Daily roll-ups of the hourly state-count snapshots: the same figures as the snapshots, and a
 roll-up that can run any number of times."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -37,7 +38,8 @@ def _summed(since, until, by=None, **scope):
     """Per (day, state, group): node-hours, straight from the hourly snapshots (the reference)."""
     totals: dict = {}
     rows = StateCountSnapshot.objects.filter(taken_at__gte=since, taken_at__lt=until, **scope).select_related(
-        "cluster", "tenant")
+        "cluster", "tenant"
+    )
     for s in rows:
         group = None
         if by:
@@ -49,8 +51,7 @@ def _summed(since, until, by=None, **scope):
 
 
 def _read(since, until, by=None, **scope):
-    return {(c.day, c.state, c.group): c.node_hours
-            for c in statecounts.daily_counts(since, until, by=by, scope=scope)}
+    return {(c.day, c.state, c.group): c.node_hours for c in statecounts.daily_counts(since, until, by=by, scope=scope)}
 
 
 @pytest.mark.parametrize("since", [NOW - 3 * D, NOW - 3 * D - 7 * H, datetime(2025, 6, 27, tzinfo=UTC)])
@@ -73,14 +74,17 @@ def test_a_stale_roll_up_is_completed_from_the_snapshots(hourly):
 
 def test_the_roll_up_is_idempotent_and_covers_finished_days_only(hourly):
     written = statecounts.roll_up(today=NOW.date())
-    rows = sorted(DailyStateCount.objects.values_list("day", "state", "cluster_id", "tenant_id", "node_hours",
-                                                      "samples"))
+    rows = sorted(
+        DailyStateCount.objects.values_list("day", "state", "cluster_id", "tenant_id", "node_hours", "samples")
+    )
     assert written == len(rows) and {r[0] for r in rows} == {NOW.date() - n * D for n in (1, 2, 3, 4)}
     assert {r[5] for r in rows} == {24}
     statecounts.roll_up(today=NOW.date())
     statecounts.roll_up(today=NOW.date())
-    assert sorted(DailyStateCount.objects.values_list("day", "state", "cluster_id", "tenant_id", "node_hours",
-                                                      "samples")) == rows
+    assert (
+        sorted(DailyStateCount.objects.values_list("day", "state", "cluster_id", "tenant_id", "node_hours", "samples"))
+        == rows
+    )
 
 
 def test_the_hourly_snapshot_task_rolls_up_yesterday():

@@ -1,4 +1,5 @@
 """The portal pages: overview, list, detail, actions, scoping and query counts."""
+
 from __future__ import annotations
 
 import csv
@@ -23,7 +24,7 @@ def _figure(response, element_id: str) -> dict:
     html = response.content.decode()
     start = html.index(f'id="{element_id}"')
     start = html.index(">", start) + 1
-    return json.loads(html[start:html.index("</script>", start)])
+    return json.loads(html[start : html.index("</script>", start)])
 
 
 def test_pages_need_a_login(client):
@@ -76,8 +77,12 @@ def test_node_list_searches_hostname_serial_gpu_uuid_and_bmc(client, operator):
     b = NodeFactory(hostname="gpu-b-002")
     GPUFactory(node=b, uuid="GPU-deadbeef-0000-0000-0000-000000000001")
     client.force_login(operator)
-    for query, expected in (("gpu-a", a), ("SERIAL-A", a), ("10.9.9.9", a),
-                            ("GPU-deadbeef-0000-0000-0000-000000000001", b)):
+    for query, expected in (
+        ("gpu-a", a),
+        ("SERIAL-A", a),
+        ("10.9.9.9", a),
+        ("GPU-deadbeef-0000-0000-0000-000000000001", b),
+    ):
         page = client.get(reverse("node-list"), {"q": query}).context["page"]
         assert list(page.object_list) == [expected], query
 
@@ -228,13 +233,17 @@ def test_list_and_detail_queries_do_not_grow_with_rows(client, operator):
     node = NodeFactory(state=S.PRODUCTION)
     GPUFactory.create_batch(2, node=node)
     NodeFactory.create_batch(3, state=S.TRIAGE)
-    small = [_count_queries(client, u) for u in (reverse("node-list"), reverse("fleet-overview"),
-                                                   reverse("node-detail", args=[node.pk]))]
+    small = [
+        _count_queries(client, u)
+        for u in (reverse("node-list"), reverse("fleet-overview"), reverse("node-detail", args=[node.pk]))
+    ]
     for other in NodeFactory.create_batch(40, state=S.PRODUCTION):
         services.request_drain(other.pk, actor=services.Actor.system("t"), reason="r")
     GPUFactory.create_batch(6, node=node)
     for i in range(30):
         services.record_event(node.pk, EventKind.NOTE, actor=services.Actor.system("t"), reason=f"n{i}")
-    large = [_count_queries(client, u) for u in (reverse("node-list"), reverse("fleet-overview"),
-                                                   reverse("node-detail", args=[node.pk]))]
+    large = [
+        _count_queries(client, u)
+        for u in (reverse("node-list"), reverse("fleet-overview"), reverse("node-detail", args=[node.pk]))
+    ]
     assert small == large

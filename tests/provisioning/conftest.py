@@ -1,4 +1,5 @@
 """Fixtures for Day 0: nodes in each scheduler's cluster, provisioned through the real service."""
+
 from __future__ import annotations
 
 import shutil
@@ -35,20 +36,33 @@ def _portal_settings() -> Iterator[None]:
 @pytest.fixture
 def node(db):
     """An enrolled node in a cluster without a workload scheduler."""
-    return NodeFactory(hostname="gpu-a01.dc1.example.com", state=NodeState.ENROLLED,
-                       cluster=ClusterFactory(name="plain", scheduler_kind=SchedulerKind.NONE))
+    return NodeFactory(
+        hostname="gpu-a01.dc1.example.com",
+        state=NodeState.ENROLLED,
+        cluster=ClusterFactory(name="plain", scheduler_kind=SchedulerKind.NONE),
+    )
 
 
 @pytest.fixture
 def slurm_node(db):
-    return NodeFactory(hostname="gpu-s01", state=NodeState.ENROLLED, cluster=ClusterFactory(
-        name="hpc", scheduler_kind=SchedulerKind.SLURM, scheduler_endpoint="slurmctl01.dc1.example.com"))
+    return NodeFactory(
+        hostname="gpu-s01",
+        state=NodeState.ENROLLED,
+        cluster=ClusterFactory(
+            name="hpc", scheduler_kind=SchedulerKind.SLURM, scheduler_endpoint="slurmctl01.dc1.example.com"
+        ),
+    )
 
 
 @pytest.fixture
 def k8s_node(db):
-    return NodeFactory(hostname="gpu-k01.dc1.example.com", state=NodeState.ENROLLED, cluster=ClusterFactory(
-        name="kube", scheduler_kind=SchedulerKind.KUBERNETES, scheduler_endpoint="https://10.20.0.10:6443"))
+    return NodeFactory(
+        hostname="gpu-k01.dc1.example.com",
+        state=NodeState.ENROLLED,
+        cluster=ClusterFactory(
+            name="kube", scheduler_kind=SchedulerKind.KUBERNETES, scheduler_endpoint="https://10.20.0.10:6443"
+        ),
+    )
 
 
 def provision(node, reason: str = "rack and stack done", **boot):  # type: ignore[no-untyped-def]
@@ -79,8 +93,9 @@ def require_cloud_init() -> str:
 def cloud_init_schema(path: Path) -> subprocess.CompletedProcess[str]:
     """``cloud-init schema --config-file``, cloud-init's own validator: rc 0 means valid."""
     require_cloud_init()
-    return subprocess.run(["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True, timeout=120
+    )
 
 
 # cloud-init 22.4 (Debian 12) has no network-config schema (``--schema-type`` came later, and
@@ -100,13 +115,16 @@ def validate_network_config(path: Path) -> tuple[bool, str]:
     command = require_cloud_init()
     help_text = subprocess.run([command, "schema", "--help"], capture_output=True, text=True, timeout=60).stdout
     if "--schema-type" in help_text:
-        done = subprocess.run([command, "schema", "--schema-type", "network-config", "--config-file", str(path)],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [command, "schema", "--schema-type", "network-config", "--config-file", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             return False, done.stdout + done.stderr
     interpreter = Path(command).read_text().splitlines()[0].removeprefix("#!").split()[0]
-    done = subprocess.run([interpreter, "-c", _PARSE_NETWORK, str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([interpreter, "-c", _PARSE_NETWORK, str(path)], capture_output=True, text=True, timeout=120)
     return done.returncode == 0, done.stdout + done.stderr
 
 

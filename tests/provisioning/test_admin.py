@@ -1,4 +1,5 @@
 """Admin: boot configs are edited (never created) there; join tokens are read-only but revocable."""
+
 from __future__ import annotations
 
 import pytest
@@ -67,9 +68,20 @@ def test_the_boot_config_page_shows_the_kernel_command_line_and_cannot_add(admin
 
 def test_a_bad_mac_in_the_admin_form_is_named(admin_client, node):
     config, _ = provision(node)
-    page = admin_client.post(f"/admin/provisioning/bootconfig/{config.pk}/change/", {
-        "boot_image": "", "boot_image_url": "", "kernel_cmdline_extra": "", "interface_mac": "nonsense",
-        "ip_address": "", "prefix_length": "", "gateway": "", "dns_servers": "[]", "mtu": "", "vlan_id": "",
-    })
+    page = admin_client.post(
+        f"/admin/provisioning/bootconfig/{config.pk}/change/",
+        {
+            "boot_image": "",
+            "boot_image_url": "",
+            "kernel_cmdline_extra": "",
+            "interface_mac": "nonsense",
+            "ip_address": "",
+            "prefix_length": "",
+            "gateway": "",
+            "dns_servers": "[]",
+            "mtu": "",
+            "vlan_id": "",
+        },
+    )
     assert page.status_code == 200
     assert b"is not a MAC address" in page.content

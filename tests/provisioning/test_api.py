@@ -1,4 +1,5 @@
 """POST /api/agent/join/ (the agent's) and POST /api/nodes/{id}/provision/ (the operator's)."""
+
 from __future__ import annotations
 
 import json
@@ -56,14 +57,17 @@ def test_it_needs_no_csrf_token(node):
     assert post_join(Client(enforce_csrf_checks=True), a_join(node, token)).status_code == 201
 
 
-@pytest.mark.parametrize(("body", "detail"), [
-    ("{not json", "The body is not JSON"),
-    ("[1, 2]", "Send a JSON object"),
-    ({"hostname": "h"}, "join_token: required"),
-    ({"join_token": 5, "hostname": "h"}, "join_token: required"),
-    ({"join_token": "nwj_x"}, "hostname: required"),
-    ({"join_token": "nwj_x", "hostname": "h" * 254}, "hostname: required"),
-])
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ("{not json", "The body is not JSON"),
+        ("[1, 2]", "Send a JSON object"),
+        ({"hostname": "h"}, "join_token: required"),
+        ({"join_token": 5, "hostname": "h"}, "join_token: required"),
+        ({"join_token": "nwj_x"}, "hostname: required"),
+        ({"join_token": "nwj_x", "hostname": "h" * 254}, "hostname: required"),
+    ],
+)
 def test_a_malformed_request_is_a_400_saying_what_is_wrong(client, body, detail):
     response = post_join(client, body)
     assert response.status_code == 400
@@ -128,10 +132,19 @@ def test_the_route_is_named_node_provision(node):
 
 
 def test_an_operator_provisions_a_node_and_gets_the_seed_and_the_token_once(api_as, operator, node):
-    response = api_as(operator).post(provision_url(node), {
-        "reason": "racked in r12", "interface_mac": "3C:EC:EF:12:34:56", "ip_address": "10.1.2.3",
-        "prefix_length": 24, "gateway": "10.1.2.1", "dns_servers": ["10.0.0.53"], "vlan_id": 42,
-    }, format="json")
+    response = api_as(operator).post(
+        provision_url(node),
+        {
+            "reason": "racked in r12",
+            "interface_mac": "3C:EC:EF:12:34:56",
+            "ip_address": "10.1.2.3",
+            "prefix_length": 24,
+            "gateway": "10.1.2.1",
+            "dns_servers": ["10.0.0.53"],
+            "vlan_id": 42,
+        },
+        format="json",
+    )
 
     assert response.status_code == 201, response.json()
     data = response.json()
@@ -152,15 +165,27 @@ def test_a_kubernetes_node_also_gets_its_bootstrap_token(api_as, operator, k8s_n
     assert data["kubernetes_bootstrap_token"] == JoinToken.objects.get(node=k8s_node).kubeadm_token()
 
 
-@pytest.mark.parametrize(("body", "field", "message"), [
-    ({}, "reason", "required"),
-    ({"reason": "  "}, "reason", "blank"),
-    ({"reason": "r", "interface_mac": "3c:ec"}, "interface_mac", "is not a MAC address"),
-    ({"reason": "r", "ip_address": "10.1.2.300"}, "ip_address", "valid IPv4 or IPv6"),
-    ({"reason": "r", "interface_mac": "3c:ec:ef:12:34:56", "ip_address": "10.1.2.3", "prefix_length": 24,
-      "gateway": "10.9.9.1"}, "gateway", "not in the node's network"),
-    ({"reason": "r", "vlan_id": 0}, "vlan_id", "greater than or equal to 1"),
-])
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({}, "reason", "required"),
+        ({"reason": "  "}, "reason", "blank"),
+        ({"reason": "r", "interface_mac": "3c:ec"}, "interface_mac", "is not a MAC address"),
+        ({"reason": "r", "ip_address": "10.1.2.300"}, "ip_address", "valid IPv4 or IPv6"),
+        (
+            {
+                "reason": "r",
+                "interface_mac": "3c:ec:ef:12:34:56",
+                "ip_address": "10.1.2.3",
+                "prefix_length": 24,
+                "gateway": "10.9.9.1",
+            },
+            "gateway",
+            "not in the node's network",
+        ),
+        ({"reason": "r", "vlan_id": 0}, "vlan_id", "greater than or equal to 1"),
+    ],
+)
 def test_a_bad_request_is_a_400_naming_the_field_and_changes_nothing(api_as, operator, node, body, field, message):
     response = api_as(operator).post(provision_url(node), body, format="json")
     assert response.status_code == 400
@@ -196,4 +221,12 @@ def test_the_schema_documents_provision_and_still_validates_without_warnings(tmp
     assert set(post["responses"]) == {"201", "400", "401", "403", "404", "409", "413", "415", "429"}
     # A lean plain view, like the agents' report ingest; documented by nodewarden/openapi.py.
     assert set(schema["paths"]["/api/agent/join/"]["post"]["responses"]) == {
-        "201", "400", "401", "403", "409", "410", "413", "429"}
+        "201",
+        "400",
+        "401",
+        "403",
+        "409",
+        "410",
+        "413",
+        "429",
+    }

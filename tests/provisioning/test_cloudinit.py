@@ -1,4 +1,5 @@
 """The NoCloud documents, checked by cloud-init's own validators and for what they must never hold."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,12 @@ def join_line(document: dict) -> str:
 def test_user_data_for_every_scheduler_passes_cloud_inits_schema(tmp_path, settings, kind, ca_hash):
     cluster = ClusterFactory(scheduler_kind=kind, scheduler_endpoint="ctl01.dc1.example.com")
     settings.NODEWARDEN_KUBERNETES_CA_CERT_HASHES = {cluster.name: ca_hash}
-    _, _, user_data = rendered(NodeFactory(hostname="gpu-x01.dc1.example.com", state="enrolled", cluster=cluster),
-                               interface_mac="3c:ec:ef:12:34:56", ip_address="10.1.2.3", prefix_length=24)
+    _, _, user_data = rendered(
+        NodeFactory(hostname="gpu-x01.dc1.example.com", state="enrolled", cluster=cluster),
+        interface_mac="3c:ec:ef:12:34:56",
+        ip_address="10.1.2.3",
+        prefix_length=24,
+    )
     path = tmp_path / "user-data"
     path.write_text(user_data)
 
@@ -74,15 +79,42 @@ def test_vendor_data_is_empty_but_valid(tmp_path):
 
 
 # --- network-config ---------------------------------------------------------------------------
-@pytest.mark.parametrize(("boot", "expected"), [
-    ({}, {"name": "prov0", "subnets": ["dhcp4"]}),
-    ({"interface_mac": "3c:ec:ef:12:34:56", "ip_address": "10.1.2.3", "prefix_length": 24, "gateway": "10.1.2.1",
-      "dns_servers": ["10.0.0.53"], "mtu": 9000}, {"name": "prov0", "subnets": ["static"], "mtu": 9000}),
-    ({"interface_mac": "3c:ec:ef:12:34:56", "ip_address": "fd00:10::5", "prefix_length": 64,
-      "gateway": "fd00:10::1"}, {"name": "prov0", "subnets": ["static"]}),
-    ({"interface_mac": "3c:ec:ef:12:34:56", "ip_address": "10.1.2.3", "prefix_length": 24, "gateway": "10.1.2.1",
-      "vlan_id": 4094}, {"name": "prov0.4094", "subnets": ["static"], "vlan_id": 4094}),
-])
+@pytest.mark.parametrize(
+    ("boot", "expected"),
+    [
+        ({}, {"name": "prov0", "subnets": ["dhcp4"]}),
+        (
+            {
+                "interface_mac": "3c:ec:ef:12:34:56",
+                "ip_address": "10.1.2.3",
+                "prefix_length": 24,
+                "gateway": "10.1.2.1",
+                "dns_servers": ["10.0.0.53"],
+                "mtu": 9000,
+            },
+            {"name": "prov0", "subnets": ["static"], "mtu": 9000},
+        ),
+        (
+            {
+                "interface_mac": "3c:ec:ef:12:34:56",
+                "ip_address": "fd00:10::5",
+                "prefix_length": 64,
+                "gateway": "fd00:10::1",
+            },
+            {"name": "prov0", "subnets": ["static"]},
+        ),
+        (
+            {
+                "interface_mac": "3c:ec:ef:12:34:56",
+                "ip_address": "10.1.2.3",
+                "prefix_length": 24,
+                "gateway": "10.1.2.1",
+                "vlan_id": 4094,
+            },
+            {"name": "prov0.4094", "subnets": ["static"], "vlan_id": 4094},
+        ),
+    ],
+)
 def test_network_config_is_version_2_and_cloud_init_parses_it(tmp_path, node, boot, expected):
     config, _ = provision(node, **boot)
     path = tmp_path / "network-config"
@@ -108,13 +140,26 @@ def test_the_network_validator_does_fail_a_broken_config(tmp_path):
 
 
 def test_the_static_address_is_on_the_interface_with_that_mac(node):
-    config, _ = provision(node, interface_mac="3c:ec:ef:12:34:56", ip_address="10.1.2.3", prefix_length=24,
-                          gateway="10.1.2.1", dns_servers=["10.0.0.53", "10.0.1.53"])
+    config, _ = provision(
+        node,
+        interface_mac="3c:ec:ef:12:34:56",
+        ip_address="10.1.2.3",
+        prefix_length=24,
+        gateway="10.1.2.1",
+        dns_servers=["10.0.0.53", "10.0.1.53"],
+    )
     network = yaml.safe_load(cloudinit.network_config(config))
-    assert network == {"version": 2, "ethernets": {"prov0": {
-        "match": {"macaddress": "3c:ec:ef:12:34:56"}, "addresses": ["10.1.2.3/24"],
-        "routes": [{"to": "0.0.0.0/0", "via": "10.1.2.1"}], "nameservers": {"addresses": ["10.0.0.53", "10.0.1.53"]},
-    }}}
+    assert network == {
+        "version": 2,
+        "ethernets": {
+            "prov0": {
+                "match": {"macaddress": "3c:ec:ef:12:34:56"},
+                "addresses": ["10.1.2.3/24"],
+                "routes": [{"to": "0.0.0.0/0", "via": "10.1.2.1"}],
+                "nameservers": {"addresses": ["10.0.0.53", "10.0.1.53"]},
+            }
+        },
+    }
 
 
 # --- meta-data, kernel command line -----------------------------------------------------------
@@ -131,7 +176,8 @@ def test_the_kernel_command_line_points_nocloud_at_the_seed(node):
     config, _ = provision(node, kernel_cmdline_extra="console=ttyS0,115200")
     assert cloudinit.seed_url(config) == f"{PORTAL}/cloud-init/{config.instance_key}/"
     assert cloudinit.kernel_cmdline(config) == (
-        f"ds=nocloud;s={PORTAL}/cloud-init/{config.instance_key}/ console=ttyS0,115200")
+        f"ds=nocloud;s={PORTAL}/cloud-init/{config.instance_key}/ console=ttyS0,115200"
+    )
 
 
 def test_without_the_setting_the_portal_url_is_the_projects_own(node, settings):
@@ -148,10 +194,15 @@ def test_user_data_configures_installs_and_joins_the_agent_then_enables_it(node,
     document = loaded(user_data)
 
     config = files_of(document)["/etc/nodewarden-agent/config.json"]
-    assert yaml.safe_load(config["content"]) == {"url": PORTAL, "hostname": node.hostname,
-                                                 "token_file": "/etc/nodewarden-agent/token"}
-    assert "NODEWARDEN_CONFIG=/etc/nodewarden-agent/config.json" in \
-        files_of(document)["/etc/systemd/system/nodewarden-agent.service"]["content"]
+    assert yaml.safe_load(config["content"]) == {
+        "url": PORTAL,
+        "hostname": node.hostname,
+        "token_file": "/etc/nodewarden-agent/token",
+    }
+    assert (
+        "NODEWARDEN_CONFIG=/etc/nodewarden-agent/config.json"
+        in files_of(document)["/etc/systemd/system/nodewarden-agent.service"]["content"]
+    )
     assert document["runcmd"][:2] == [
         ["python3", "-m", "venv", "/opt/nodewarden-agent"],
         ["/opt/nodewarden-agent/bin/pip", "install", "--quiet", "nodewarden-agent==0.1.0"],
@@ -159,7 +210,8 @@ def test_user_data_configures_installs_and_joins_the_agent_then_enables_it(node,
     assert join_line(document) == (
         "/opt/nodewarden-agent/bin/nodewarden-agent --config /etc/nodewarden-agent/config.json join "
         f"--url {PORTAL} --join-token {token} && systemctl daemon-reload "
-        "&& systemctl enable --now nodewarden-agent.service")
+        "&& systemctl enable --now nodewarden-agent.service"
+    )
     assert (document["hostname"], document["fqdn"]) == ("gpu-a01", node.hostname)
 
 
@@ -185,8 +237,11 @@ def test_a_used_token_still_renders_valid_user_data_whose_join_will_fail(tmp_pat
 
 
 def test_hostile_inventory_values_cannot_inject_yaml(settings):
-    cluster = ClusterFactory(name="evil\nruncmd: [[rm, -rf, /]]", scheduler_kind=SchedulerKind.KUBERNETES,
-                             scheduler_endpoint="x\nbootcmd: [[reboot]]")
+    cluster = ClusterFactory(
+        name="evil\nruncmd: [[rm, -rf, /]]",
+        scheduler_kind=SchedulerKind.KUBERNETES,
+        scheduler_endpoint="x\nbootcmd: [[reboot]]",
+    )
     node = NodeFactory(hostname="gpu-e01\nbootcmd: [[halt]]", state="enrolled", cluster=cluster)
     document = loaded(rendered(node)[2])
     assert "bootcmd" not in document and len(document["runcmd"]) == 3
@@ -204,12 +259,17 @@ def test_kubernetes_with_a_ca_hash_joins_with_a_pinned_ca_and_a_lifecycle_taint(
     assert files_of(document)["/etc/kubernetes/nodewarden-join.yaml"]["permissions"] == "0600"
     assert join_config["kind"] == "JoinConfiguration"
     assert join_config["discovery"]["bootstrapToken"] == {
-        "apiServerEndpoint": "10.20.0.10:6443", "token": stored.kubeadm_token(), "caCertHashes": [CA_HASH]}
-    assert join_config["nodeRegistration"] == {"name": k8s_node.hostname, "taints": [
-        {"key": "nodewarden.io/lifecycle", "value": "day0", "effect": "NoSchedule"}]}
+        "apiServerEndpoint": "10.20.0.10:6443",
+        "token": stored.kubeadm_token(),
+        "caCertHashes": [CA_HASH],
+    }
+    assert join_config["nodeRegistration"] == {
+        "name": k8s_node.hostname,
+        "taints": [{"key": "nodewarden.io/lifecycle", "value": "day0", "effect": "NoSchedule"}],
+    }
     assert join_line(document).endswith(
-        "nodewarden-agent.service && kubeadm join --config /etc/kubernetes/nodewarden-join.yaml"), \
-        "kubeadm runs only after the agent joined"
+        "nodewarden-agent.service && kubeadm join --config /etc/kubernetes/nodewarden-join.yaml"
+    ), "kubeadm runs only after the agent joined"
     assert "unsafe-skip" not in user_data.lower() and "unsafeSkipCAVerification" not in user_data
     assert stored.kubeadm_secret_hash not in user_data
 
@@ -247,15 +307,18 @@ def test_slurm_refuses_a_munge_key_reference_that_looks_like_key_material(slurm_
     assert "raw key bytes" not in user_data
 
 
-@pytest.mark.parametrize(("raw", "port", "expected"), [
-    ("ctl01", 6817, "ctl01:6817"),
-    ("ctl01:7000", 6817, "ctl01:7000"),
-    ("https://api.k8s.example.com", 6443, "api.k8s.example.com:6443"),
-    ("https://10.0.0.1:6443/", 6443, "10.0.0.1:6443"),
-    ("[fd00::1]", 6443, "[fd00::1]:6443"),
-    ("[fd00::1]:8443", 6443, "[fd00::1]:8443"),
-    ("", 6443, ""),
-    ("ctl01; reboot", 6817, ""),
-])
+@pytest.mark.parametrize(
+    ("raw", "port", "expected"),
+    [
+        ("ctl01", 6817, "ctl01:6817"),
+        ("ctl01:7000", 6817, "ctl01:7000"),
+        ("https://api.k8s.example.com", 6443, "api.k8s.example.com:6443"),
+        ("https://10.0.0.1:6443/", 6443, "10.0.0.1:6443"),
+        ("[fd00::1]", 6443, "[fd00::1]:6443"),
+        ("[fd00::1]:8443", 6443, "[fd00::1]:8443"),
+        ("", 6443, ""),
+        ("ctl01; reboot", 6817, ""),
+    ],
+)
 def test_scheduler_endpoints_become_host_and_port(raw, port, expected):
     assert cloudinit._endpoint(raw, port) == expected

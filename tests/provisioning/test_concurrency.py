@@ -6,6 +6,7 @@ exactly one through: one agent token, one transition to onboard, every other joi
 refused as "already used". SQLite serialises writers, so only PostgreSQL can show a
 double use here.
 """
+
 from __future__ import annotations
 
 import threading
@@ -69,7 +70,8 @@ def test_of_eight_simultaneous_joins_with_one_token_exactly_one_succeeds():
         assert len(joined) == 1, f"round {round_}: {outcomes}"
         assert len(refused) == WORKERS - 1 and all(isinstance(o, services.JoinTokenUsed) for o in refused), outcomes
         assert list(AgentToken.objects.filter(node=node).values_list("prefix", flat=True)) == [
-            joined[0].agent_token[:12]]
+            joined[0].agent_token[:12]
+        ]
         assert NodeEvent.objects.filter(node=node, transition="mark_onboard").count() == 1
         node.refresh_from_db()
         assert node.state == NodeState.ONBOARD

@@ -1,4 +1,5 @@
 """A node that never joins after Day 0 began goes to triage, saying what was seen."""
+
 from __future__ import annotations
 
 from datetime import timedelta

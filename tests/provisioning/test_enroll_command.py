@@ -1,5 +1,6 @@
 """manage.py enroll_nodes: a CSV or YAML file of nodes, enrolled against the real Redfish emulator;
 a bad file enrolls nothing and names every problem by its line in the file."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,17 +44,24 @@ def fleet(db, monkeypatch, bmc):
 
 
 def row(bmc: RedfishEmulator, index: int, **overrides: Any) -> dict[str, Any]:
-    return {"hostname": f"gpu-i{index + 1:02d}", "serial": f"SN-I{index + 1:04d}", "bmc_address": bmc.url,
-            "bmc_system_id": bmc.systems[index]["uuid"], "bmc_username": bmc.username,
-            "hardware_profile": "HGX H100 8-GPU", "site": "dc1", "cluster": "hpc-a", **overrides}
+    return {
+        "hostname": f"gpu-i{index + 1:02d}",
+        "serial": f"SN-I{index + 1:04d}",
+        "bmc_address": bmc.url,
+        "bmc_system_id": bmc.systems[index]["uuid"],
+        "bmc_username": bmc.username,
+        "hardware_profile": "HGX H100 8-GPU",
+        "site": "dc1",
+        "cluster": "hpc-a",
+        **overrides,
+    }
 
 
 def csv_line(values: dict[str, Any]) -> str:
     return ",".join(str(values.get(name, "")) for name in HEADER.split(","))
 
 
-def enroll_nodes(path: Path, *args: str, out: StringIO | None = None, err: StringIO | None = None
-                 ) -> tuple[str, str]:
+def enroll_nodes(path: Path, *args: str, out: StringIO | None = None, err: StringIO | None = None) -> tuple[str, str]:
     """The command with the password from the environment; (stdout, stderr)."""
     out, err = out or StringIO(), err or StringIO()
     call_command("enroll_nodes", str(path), f"--bmc-password-env={PASSWORD_ENV}", *args, stdout=out, stderr=err)
@@ -77,15 +85,21 @@ def test_a_csv_file_enrolls_two_bays_of_one_bmc(tmp_path, bmc, fleet):
     out, err = enroll_nodes(path, "--no-start")
 
     assert err == ""
-    assert out.splitlines() == [f"line 2: enrolled gpu-i01 (id {Node.objects.get(hostname='gpu-i01').pk})",
-                                f"line 3: enrolled gpu-i02 (id {Node.objects.get(hostname='gpu-i02').pk})"]
+    assert out.splitlines() == [
+        f"line 2: enrolled gpu-i01 (id {Node.objects.get(hostname='gpu-i01').pk})",
+        f"line 3: enrolled gpu-i02 (id {Node.objects.get(hostname='gpu-i02').pk})",
+    ]
     endpoints = BmcEndpoint.objects.order_by("node__hostname")
     assert [(e.system_id, e.password, e.verify_tls) for e in endpoints] == [
-        (bmc.systems[0]["uuid"], bmc.password, True), (bmc.systems[1]["uuid"], bmc.password, True)]
+        (bmc.systems[0]["uuid"], bmc.password, True),
+        (bmc.systems[1]["uuid"], bmc.password, True),
+    ]
     assert set(Node.objects.values_list("state", flat=True)) == {NodeState.ENROLLED}
     event = NodeEvent.objects.get(hostname="gpu-i01")
     assert (event.actor_name, event.reason.split(" (the BMC")[0]) == (
-        "system:import", "Enrolled from an import file (nodes.csv, line 2)")
+        "system:import",
+        "Enrolled from an import file (nodes.csv, line 2)",
+    )
     assert bmc.password not in out
 
 
@@ -97,8 +111,10 @@ def test_a_yaml_file_enrolls_two_nodes_and_starts_day_0(tmp_path, bmc, fleet, ea
         out, _ = enroll_nodes(path, "--reason", "Bay 3 racked")
 
     first, second = item_lines(path.read_text())
-    assert [line.split(" (id")[0] for line in out.splitlines()] == [f"line {first}: enrolled gpu-i01",
-                                                                    f"line {second}: enrolled gpu-i02"]
+    assert [line.split(" (id")[0] for line in out.splitlines()] == [
+        f"line {first}: enrolled gpu-i01",
+        f"line {second}: enrolled gpu-i02",
+    ]
     assert set(Node.objects.values_list("state", flat=True)) == {NodeState.INITIALIZING}
     assert list(BmcEndpoint.objects.order_by("node__hostname").values_list("verify_tls", flat=True)) == [True, False]
     assert [bmc.system(i)["Boot"]["BootSourceOverrideTarget"] for i in (0, 1)] == ["Pxe", "Pxe"]
@@ -107,13 +123,18 @@ def test_a_yaml_file_enrolls_two_nodes_and_starts_day_0(tmp_path, bmc, fleet, ea
 def test_a_yaml_file_with_bad_rows_names_every_problem_by_line_and_enrolls_nothing(tmp_path, bmc, fleet):
     NodeFactory(hostname="gpu-old", serial="SN-FLEET")
     path = tmp_path / "nodes.yml"
-    path.write_text(yaml.safe_dump([
-        row(bmc, 0, colour="green"),
-        {k: v for k, v in row(bmc, 1).items() if k != "hostname"},
-        row(bmc, 0, hostname="gpu-i03", serial="SN-I0001", bmc_system_id="third"),
-        row(bmc, 1, hostname="gpu-i04", serial="SN-I0004", hardware_profile="Abacus 9000"),
-        row(bmc, 1, hostname="gpu-i05", serial="SN-FLEET", bmc_system_id="fifth"),
-    ], sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            [
+                row(bmc, 0, colour="green"),
+                {k: v for k, v in row(bmc, 1).items() if k != "hostname"},
+                row(bmc, 0, hostname="gpu-i03", serial="SN-I0001", bmc_system_id="third"),
+                row(bmc, 1, hostname="gpu-i04", serial="SN-I0004", hardware_profile="Abacus 9000"),
+                row(bmc, 1, hostname="gpu-i05", serial="SN-FLEET", bmc_system_id="fifth"),
+            ],
+            sort_keys=False,
+        )
+    )
     lines = item_lines(path.read_text())
     before = written()
 
@@ -136,13 +157,19 @@ def test_a_yaml_file_with_bad_rows_names_every_problem_by_line_and_enrolls_nothi
 def test_csv_problems_carry_the_files_own_line_numbers(tmp_path, bmc, fleet):
     # A quoted value spanning two lines and a blank line: the rows after them keep their real line numbers.
     path = tmp_path / "nodes.csv"
-    path.write_text("\ufeff" + "\n".join([
-        HEADER,
-        csv_line(row(bmc, 0, cluster='"hpc-a\nsecond line"')),
-        "",
-        csv_line(row(bmc, 1, hostname="")),
-        csv_line(row(bmc, 1, serial="SN-I0001", bmc_verify_tls="perhaps")) + ",extra",
-    ]) + "\n")
+    path.write_text(
+        "\ufeff"
+        + "\n".join(
+            [
+                HEADER,
+                csv_line(row(bmc, 0, cluster='"hpc-a\nsecond line"')),
+                "",
+                csv_line(row(bmc, 1, hostname="")),
+                csv_line(row(bmc, 1, serial="SN-I0001", bmc_verify_tls="perhaps")) + ",extra",
+            ]
+        )
+        + "\n"
+    )
 
     with pytest.raises(CommandError) as refused:
         enroll_nodes(path)
@@ -175,15 +202,18 @@ def test_an_unknown_csv_column_is_named_on_every_row(tmp_path, bmc, fleet):
     path.write_text(f"{HEADER},colour\n{csv_line(row(bmc, 0))},green\n{csv_line(row(bmc, 1))},blue\n")
     with pytest.raises(CommandError) as refused:
         enroll_nodes(path)
-    assert str(refused.value).splitlines()[1:] == ["line 2: unknown column(s) colour",
-                                                   "line 3: unknown column(s) colour"]
+    assert str(refused.value).splitlines()[1:] == [
+        "line 2: unknown column(s) colour",
+        "line 3: unknown column(s) colour",
+    ]
     assert written() == (0, 0, 0)
 
 
 def test_an_unreachable_bmc_refuses_its_row_only_and_the_command_fails(tmp_path, bmc, fleet):
     path = tmp_path / "nodes.csv"
-    path.write_text("\n".join([HEADER, csv_line(row(bmc, 0, bmc_address="http://127.0.0.1:9")),
-                               csv_line(row(bmc, 1))]) + "\n")
+    path.write_text(
+        "\n".join([HEADER, csv_line(row(bmc, 0, bmc_address="http://127.0.0.1:9")), csv_line(row(bmc, 1))]) + "\n"
+    )
 
     out, err = StringIO(), StringIO()
     with pytest.raises(CommandError, match=r"^1 of 2 node\(s\) were not enrolled \(see above\)\.$"):

@@ -1,5 +1,6 @@
 """Enrollment (``provisioning.enrollment.enroll`` and POST /api/enrollments/), against the real
 sushy-tools Redfish emulator: a node enters the fleet by its BMC, or nothing is written."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -37,8 +38,21 @@ SYSTEMS = [
     {"name": "bay-01", "bios_version": "1.2.0", "memory_gib": 2048, "cpus": 112},
     {"name": "bay-02", "bios_version": "1.2.0", "memory_gib": 2048, "cpus": 112},
 ]
-STRING_FIELDS = ["hostname", "serial", "bmc_address", "bmc_system_id", "bmc_username", "bmc_password",
-                 "hardware_profile", "site", "cluster", "rack", "tenant", "persona", "reason"]
+STRING_FIELDS = [
+    "hostname",
+    "serial",
+    "bmc_address",
+    "bmc_system_id",
+    "bmc_username",
+    "bmc_password",
+    "hardware_profile",
+    "site",
+    "cluster",
+    "rack",
+    "tenant",
+    "persona",
+    "reason",
+]
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +67,35 @@ def bmc():
 def fleet(db, tenant):
     """Site dc1 with its cluster, rack, profile and persona; a cluster elsewhere."""
     site = SiteFactory(name="DC 1", slug="dc1")
-    return {"site": site, "cluster": ClusterFactory(site=site, name="hpc-a"),
-            "rack": RackFactory(site=site, name="r01"), "profile": HardwareProfileFactory(),
-            "persona": PersonaFactory(), "tenant": tenant,
-            "elsewhere": ClusterFactory(site=SiteFactory(slug="dc2"), name="hpc-b")}
+    return {
+        "site": site,
+        "cluster": ClusterFactory(site=site, name="hpc-a"),
+        "rack": RackFactory(site=site, name="r01"),
+        "profile": HardwareProfileFactory(),
+        "persona": PersonaFactory(),
+        "tenant": tenant,
+        "elsewhere": ClusterFactory(site=SiteFactory(slug="dc2"), name="hpc-b"),
+    }
 
 
 def a_node(bmc: RedfishEmulator, fleet: dict[str, Any], index: int = 0, **overrides: Any) -> dict[str, Any]:
     """The API body enrolling bay ``index`` of the emulator's chassis."""
-    return {"hostname": f"gpu-e{index + 1:02d}.dc1.example.com", "serial": f"SN-E{index + 1:04d}",
-            "bmc_address": bmc.url, "bmc_system_id": bmc.systems[index]["uuid"], "bmc_username": bmc.username,
-            "bmc_password": bmc.password, "hardware_profile": fleet["profile"].name, "site": "dc1",
-            "cluster": "hpc-a", "rack": "r01", "tenant": "acme", "persona": fleet["persona"].name,
-            "reason": "Racked in bay 1", **overrides}
+    return {
+        "hostname": f"gpu-e{index + 1:02d}.dc1.example.com",
+        "serial": f"SN-E{index + 1:04d}",
+        "bmc_address": bmc.url,
+        "bmc_system_id": bmc.systems[index]["uuid"],
+        "bmc_username": bmc.username,
+        "bmc_password": bmc.password,
+        "hardware_profile": fleet["profile"].name,
+        "site": "dc1",
+        "cluster": "hpc-a",
+        "rack": "r01",
+        "tenant": "acme",
+        "persona": fleet["persona"].name,
+        "reason": "Racked in bay 1",
+        **overrides,
+    }
 
 
 def a_request(bmc: RedfishEmulator, fleet: dict[str, Any], index: int = 0, **overrides: Any) -> EnrollmentRequest:
@@ -119,15 +149,18 @@ def test_the_bmc_password_is_stored_encrypted(api_as, operator, bmc, fleet):
         stored = cursor.fetchone()[0]
     assert endpoint.password == bmc.password
     assert stored.startswith("gAAAAA") and bmc.password not in stored
-    assert (endpoint.address, endpoint.system_id, endpoint.username) == (bmc.url, bmc.systems[0]["uuid"],
-                                                                         bmc.username)
+    assert (endpoint.address, endpoint.system_id, endpoint.username) == (bmc.url, bmc.systems[0]["uuid"], bmc.username)
 
 
 def test_the_enrolled_history_row_keeps_the_bmcs_facts_and_never_the_password(api_as, operator, bmc, fleet):
     response = post(api_as(operator), a_node(bmc, fleet, start=False))
     event = NodeEvent.objects.get(node_id=response.json()["id"])
     assert (event.kind, event.source_state, event.actor, event.hostname) == (
-        EventKind.ACTION, NodeState.ENROLLED, operator, "gpu-e01.dc1.example.com")
+        EventKind.ACTION,
+        NodeState.ENROLLED,
+        operator,
+        "gpu-e01.dc1.example.com",
+    )
     facts = event.details["bmc_inventory"]
     assert facts["serial"] == EMULATOR_SERIAL
     assert (facts["bios_version"], facts["memory_gib"], facts["processor_count"]) == ("1.2.0", 2048.0, 112)
@@ -161,20 +194,40 @@ def test_every_missing_field_is_named(api_as, operator, fleet):
     before = written()
     response = post(api_as(operator), {})
     assert response.status_code == 400
-    assert set(response.json()["fields"]) == {"hostname", "serial", "bmc_address", "bmc_username", "bmc_password",
-                                    "hardware_profile", "site"}
+    assert set(response.json()["fields"]) == {
+        "hostname",
+        "serial",
+        "bmc_address",
+        "bmc_username",
+        "bmc_password",
+        "hardware_profile",
+        "site",
+    }
     assert written() == before
 
 
 def test_every_unknown_reference_is_named(api_as, operator, bmc, fleet):
     before = written()
-    response = post(api_as(operator), a_node(bmc, fleet, site="nowhere", hardware_profile="Abacus 9000",
-                                             cluster="no-such", tenant="initech", persona="juggler"))
+    response = post(
+        api_as(operator),
+        a_node(
+            bmc,
+            fleet,
+            site="nowhere",
+            hardware_profile="Abacus 9000",
+            cluster="no-such",
+            tenant="initech",
+            persona="juggler",
+        ),
+    )
     assert response.status_code == 400
-    assert response.json()["fields"] == {"site": ["No site 'nowhere'."],
-                               "hardware_profile": ["No hardware profile 'Abacus 9000'."],
-                               "cluster": ["No cluster 'no-such'."], "tenant": ["No tenant 'initech'."],
-                               "persona": ["No persona 'juggler'."]}
+    assert response.json()["fields"] == {
+        "site": ["No site 'nowhere'."],
+        "hardware_profile": ["No hardware profile 'Abacus 9000'."],
+        "cluster": ["No cluster 'no-such'."],
+        "tenant": ["No tenant 'initech'."],
+        "persona": ["No persona 'juggler'."],
+    }
     assert written() == before
 
 
@@ -192,10 +245,13 @@ def test_a_cluster_in_another_site_is_refused(api_as, operator, bmc, fleet):
     assert written() == before
 
 
-@pytest.mark.parametrize(("field", "existing"), [
-    ("serial", {"serial": "SN-E0001"}),
-    ("hostname", {"hostname": "GPU-E01.dc1.example.com"}),  # hostnames compare as DNS does
-])
+@pytest.mark.parametrize(
+    ("field", "existing"),
+    [
+        ("serial", {"serial": "SN-E0001"}),
+        ("hostname", {"hostname": "GPU-E01.dc1.example.com"}),  # hostnames compare as DNS does
+    ],
+)
 def test_a_serial_or_hostname_already_in_the_fleet_is_a_conflict(api_as, operator, bmc, fleet, field, existing):
     NodeFactory(**existing)
     before = written()
@@ -211,15 +267,17 @@ def test_a_bmc_system_already_in_the_fleet_is_a_conflict(api_as, operator, bmc, 
     before = written()
     response = post(api_as(operator), a_node(bmc, fleet))
     assert response.status_code == 409
-    assert response.json()["detail"] == (f"bmc_address: BMC {bmc.url} system {bmc.systems[0]['uuid']} is already "
-                                         "enrolled as gpu-old (Enrolled).")
+    assert response.json()["detail"] == (
+        f"bmc_address: BMC {bmc.url} system {bmc.systems[0]['uuid']} is already enrolled as gpu-old (Enrolled)."
+    )
     assert written() == before
 
 
 def test_an_unreachable_bmc_is_named_and_nothing_is_written(api_as, operator, bmc, fleet):
     before = written()
-    response = post(api_as(operator), a_node(bmc, fleet, bmc_address="http://127.0.0.1:9",
-                                             bmc_password="hunter2-not-shown"))
+    response = post(
+        api_as(operator), a_node(bmc, fleet, bmc_address="http://127.0.0.1:9", bmc_password="hunter2-not-shown")
+    )
     assert response.status_code == 400
     message = response.json()["fields"]["bmc_address"][0]
     assert message.startswith("The BMC could not be read: ") and "Redfish BMC http://127.0.0.1:9" in message
@@ -247,8 +305,9 @@ def test_credentials_in_the_bmc_address_are_refused_before_it_is_dialled(api_as,
     before = written()
     response = post(api_as(operator), a_node(bmc, fleet, bmc_address="http://admin:hunter2@127.0.0.1:9"))
     assert response.status_code == 400
-    assert response.json()["fields"] == {"bmc_address": ["Put the BMC user and password in their own fields, not in the "
-                                                "address."]}
+    assert response.json()["fields"] == {
+        "bmc_address": ["Put the BMC user and password in their own fields, not in the address."]
+    }
     assert written() == before
 
 
@@ -278,8 +337,10 @@ def test_anonymous_callers_are_refused(api_client_anonymous, bmc, fleet):
 def test_the_service_refuses_a_nul_character_itself(bmc, fleet):
     with pytest.raises(EnrollmentError) as refused:
         enroll(a_request(bmc, fleet, hostname="gpu\x00", rack="r\x00"), actor=Actor.system("tests"))
-    assert refused.value.errors == {"hostname": ["May not contain a NUL character."],
-                                    "rack": ["May not contain a NUL character."]}
+    assert refused.value.errors == {
+        "hostname": ["May not contain a NUL character."],
+        "rack": ["May not contain a NUL character."],
+    }
     assert written() == (0, 0, 0)
 
 
@@ -302,8 +363,7 @@ def test_the_service_refuses_a_user_who_may_not_operate_nodes(viewer, bmc, fleet
     assert written() == (0, 0, 0)
 
 
-def test_a_concurrent_enrollment_of_the_same_serial_is_a_conflict_and_leaves_nothing_half_made(
-        bmc, fleet, monkeypatch):
+def test_a_concurrent_enrollment_of_the_same_serial_is_a_conflict_and_leaves_nothing_half_made(bmc, fleet, monkeypatch):
     def rival_enrolls_meanwhile(req: EnrollmentRequest) -> dict[str, list[str]]:
         # The duplicate check passes; the rival's insert lands while our BMC is being read.
         if not Node.objects.filter(serial=req.serial).exists():

@@ -1,4 +1,5 @@
 """The admin's "Enroll node" page: a form over ``enrollment.enroll``, against the real Redfish emulator."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -42,10 +43,25 @@ def admin_client(client, fleet_admin):
 
 
 def a_form(bmc: RedfishEmulator, **overrides: Any) -> dict[str, Any]:
-    return {"hostname": "gpu-adm01", "serial": "SN-ADM01", "bmc_driver": "redfish", "bmc_address": bmc.url,
-            "bmc_system_id": "", "bmc_username": bmc.username, "bmc_password": bmc.password,
-            "bmc_verify_tls": "on", "hardware_profile": "HGX H100 8-GPU", "site": "dc1", "cluster": "hpc-a",
-            "rack": "", "tenant": "", "persona": "", "start": "on", "reason": "Racked by hand", **overrides}
+    return {
+        "hostname": "gpu-adm01",
+        "serial": "SN-ADM01",
+        "bmc_driver": "redfish",
+        "bmc_address": bmc.url,
+        "bmc_system_id": "",
+        "bmc_username": bmc.username,
+        "bmc_password": bmc.password,
+        "bmc_verify_tls": "on",
+        "hardware_profile": "HGX H100 8-GPU",
+        "site": "dc1",
+        "cluster": "hpc-a",
+        "rack": "",
+        "tenant": "",
+        "persona": "",
+        "start": "on",
+        "reason": "Racked by hand",
+        **overrides,
+    }
 
 
 def test_the_page_is_named_and_offers_a_password_input_that_starts_empty(admin_client, fleet):
@@ -62,8 +78,7 @@ def test_the_provisioning_pages_link_to_it(admin_client, fleet):
         assert f'href="{ENROLL}"'.encode() in admin_client.get(page).content
 
 
-def test_enrolling_records_the_admin_and_the_reason_and_opens_the_node(admin_client, fleet_admin, bmc, fleet,
-                                                                       eager):
+def test_enrolling_records_the_admin_and_the_reason_and_opens_the_node(admin_client, fleet_admin, bmc, fleet, eager):
     bmc.set_power(False)
     with eager():
         response = admin_client.post(ENROLL, a_form(bmc))
@@ -98,8 +113,7 @@ def test_refusals_are_shown_on_their_fields(admin_client, bmc, fleet):
     errors = response.context["form"].errors
     assert errors == {"cluster": ["Cluster 'hpc-b' is in site 'dc2', not 'dc1'."]}
     response = admin_client.post(ENROLL, a_form(bmc))
-    assert response.context["form"].errors == {
-        "serial": ["'SN-ADM01' is already enrolled as gpu-old (Enrolled)."]}
+    assert response.context["form"].errors == {"serial": ["'SN-ADM01' is already enrolled as gpu-old (Enrolled)."]}
     assert Node.objects.count() == before and not BmcEndpoint.objects.exists()
 
 

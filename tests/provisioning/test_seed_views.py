@@ -1,4 +1,5 @@
 """GET /cloud-init/<instance_key>/<file>: what a booting node's cloud-init fetches."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """prepare_boot, join and revoke_join_token: the Day 0 road from Enrolled to Onboard."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -43,7 +44,10 @@ def test_it_prepares_an_enrolled_node_and_moves_it_to_initializing(node):
     assert timedelta(hours=23, minutes=59) < stored.expires_at - timezone.now() <= timedelta(hours=24)
     (event,) = NodeEvent.objects.filter(node=node)
     assert (event.transition, event.source_state, event.target_state) == (
-        "start_initialization", NodeState.ENROLLED, NodeState.INITIALIZING)
+        "start_initialization",
+        NodeState.ENROLLED,
+        NodeState.INITIALIZING,
+    )
     assert (event.actor_name, event.reason) == ("system:tests", "rack and stack done")
     assert event.details["join_token"] == token[:12] and event.details["boot_generation"] == 1
     assert token not in str(event.details) and stored.key_hash not in str(event.details)
@@ -242,7 +246,10 @@ def test_revoking_an_unused_token_records_why(node, operator):
     assert services.revoke_join_token(stored.pk, actor=Actor(user=operator), reason="again") is False
     event = NodeEvent.objects.filter(node=node, kind=EventKind.ACTION).get()
     assert (event.actor_name, event.reason, event.details) == (
-        "operator", "seed URL leaked", {"join_token_revoked": token[:12]})
+        "operator",
+        "seed URL leaked",
+        {"join_token_revoked": token[:12]},
+    )
     with pytest.raises(services.JoinTokenRevoked):
         join(node, token)
 

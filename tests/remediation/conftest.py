@@ -1,5 +1,6 @@
 """Fixtures for remediation: follow-ups and remediation tasks run inline (Celery eager), a real
 Redfish emulator as every node's BMC, and re-validation shortened to a zero-length soak."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,11 +30,17 @@ def fleet(db, emulator):
     cluster = ClusterFactory(name="rem-cluster")
     nodes = []
     for i in range(10):
-        node = NodeFactory(hostname=f"rem-{i:02d}", state=NodeState.PRODUCTION, cluster=cluster,
-                           hardware_profile=profile)
+        node = NodeFactory(
+            hostname=f"rem-{i:02d}", state=NodeState.PRODUCTION, cluster=cluster, hardware_profile=profile
+        )
         emulator.set_power(True, i)
-        BmcEndpointFactory(node=node, address=emulator.url, username=emulator.username, password=emulator.password,
-                           system_id=emulator.systems[i]["uuid"])
+        BmcEndpointFactory(
+            node=node,
+            address=emulator.url,
+            username=emulator.username,
+            password=emulator.password,
+            system_id=emulator.systems[i]["uuid"],
+        )
         nodes.append(node)
     return nodes
 

@@ -8,6 +8,7 @@ a process group of its own, so that ``kill()`` can SIGKILL it as the OOM killer 
 A test module that uses ``start_worker`` imports it with the fixtures it needs (``real_postgres``,
 ``real_redis_url``, ``broker_url``): pytest looks fixtures up in the test's own module.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,12 @@ class KillableWorker(Worker):
 
 
 @pytest.fixture
-def start_worker(real_postgres: dict[str, Any], broker_url: str, tmp_path: Path,  # noqa: F811
-                 worker_id: str) -> Iterator[Callable[..., KillableWorker]]:
+def start_worker(
+    real_postgres: dict[str, Any],  # noqa: F811  (the imported fixture, by name)
+    broker_url: str,  # noqa: F811
+    tmp_path: Path,
+    worker_id: str,
+) -> Iterator[Callable[..., KillableWorker]]:
     """``start_worker(name, **env)``: a worker on all queues, ready; every one is stopped after the test."""
     started: list[KillableWorker] = []
 
@@ -63,19 +68,42 @@ def start_worker(real_postgres: dict[str, Any], broker_url: str, tmp_path: Path,
             **env,
         }
         command = [
-            sys.executable, "-m", "celery", "-A", "nodewarden", "worker",
-            "--queues", ",".join(QUEUE_NAMES), "--pool", "solo", "--loglevel", "INFO",
-            "--hostname", f"{name}-{worker_id}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "nodewarden",
+            "worker",
+            "--queues",
+            ",".join(QUEUE_NAMES),
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            f"{name}-{worker_id}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
         ]
         log_path = tmp_path / f"{name}.log"
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(command, cwd=settings.BASE_DIR, env=environ, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=settings.BASE_DIR,
+                env=environ,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         worker = KillableWorker(proc, log_path)
         started.append(worker)
-        wait_until(lambda: worker.alive() and " ready." in worker.log(), timeout=TIMEOUT,
-                   what=f"Celery worker {name} to start", explain=worker.explain)
+        wait_until(
+            lambda: worker.alive() and " ready." in worker.log(),
+            timeout=TIMEOUT,
+            what=f"Celery worker {name} to start",
+            explain=worker.explain,
+        )
         return worker
 
     yield start

@@ -1,6 +1,7 @@
 """The remediation API: remediations scoped like nodes (another tenant's answer 404), the
 operator's approve, skip-rung and stop with their answers (200, 400, 403, 404, 409), holds and
 circuit breakers for staff, and list queries bounded whatever the number of rows."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -74,8 +75,12 @@ def test_customers_see_their_own_nodes_remediations_only(customer, tenant, other
 
 def test_a_nodes_remediations_newest_first(operator):
     node = NodeFactory(state=S.TRIAGE)
-    old = remediation_on(node, status=Status.STOPPED, created=timezone.now() - timedelta(days=3),
-                         finished=timezone.now() - timedelta(days=3))
+    old = remediation_on(
+        node,
+        status=Status.STOPPED,
+        created=timezone.now() - timedelta(days=3),
+        finished=timezone.now() - timedelta(days=3),
+    )
     new = remediation_on(node)
     body = api(operator).get(reverse("api:node-remediations", args=[node.pk])).json()
     assert [r["id"] for r in body["results"]] == [new.pk, old.pk]
@@ -118,13 +123,16 @@ def test_holds_are_placed_listed_and_released(operator):
     cluster = ClusterFactory(name="west")
     fleet = api(operator).post(url, {"fleet": True, "reason": "incident: stop all automation"}, format="json")
     assert fleet.status_code == 201 and fleet.json()["node"] is None and fleet.json()["cluster"] is None
-    assert api(operator).post(url, {"node": node.pk, "cluster": cluster.pk, "reason": "x"},
-                              format="json").status_code == 400
+    assert (
+        api(operator).post(url, {"node": node.pk, "cluster": cluster.pk, "reason": "x"}, format="json").status_code
+        == 400
+    )
     assert api(operator).post(url, {"reason": "nowhere"}, format="json").status_code == 400
     assert api(operator).post(url, {"cluster": cluster.pk, "reason": ""}, format="json").status_code == 400
     past = (timezone.now() - timedelta(hours=1)).isoformat()
-    assert api(operator).post(url, {"cluster": cluster.pk, "reason": "x", "until": past},
-                              format="json").status_code == 400
+    assert (
+        api(operator).post(url, {"cluster": cluster.pk, "reason": "x", "until": past}, format="json").status_code == 400
+    )
     response = post(operator, "hold-release", hold["id"], "swap done")
     assert response.status_code == 200 and response.json()["active"] is False
     active = api(operator).get(url, {"active": "true"}).json()["results"]
@@ -149,8 +157,12 @@ def test_holds_and_breakers_are_staff_business(viewer, customer):
     assert api(customer).get(reverse("api:circuitbreaker-list")).status_code == 404
     assert post(customer, "circuitbreaker-reset", breaker.pk).status_code == 404
     assert api(viewer).get(reverse("api:hold-list")).status_code == 200
-    assert api(viewer).post(reverse("api:hold-list"), {"cluster": breaker.cluster_id, "reason": "x"},
-                            format="json").status_code == 403
+    assert (
+        api(viewer)
+        .post(reverse("api:hold-list"), {"cluster": breaker.cluster_id, "reason": "x"}, format="json")
+        .status_code
+        == 403
+    )
     assert post(viewer, "hold-release", hold.pk).status_code == 403
     assert post(viewer, "circuitbreaker-reset", breaker.pk).status_code == 403
 

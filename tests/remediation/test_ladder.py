@@ -1,5 +1,6 @@
 """From a finding to the right action: by severity and workload, up the ladder, back only after
 re-validation, with every decision on the node's history."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -21,16 +22,27 @@ S = NodeState
 
 def catastrophic(node, eager, **kwargs):
     with eager():
-        raise_finding(node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", gpu_index=3,
-                      summary="XID 79: GPU has fallen off the bus", recommended_action=kwargs.pop("action", "power_cycle"),
-                      **kwargs)
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity="catastrophic",
+            xid=79,
+            subject="xid:79",
+            gpu_index=3,
+            summary="XID 79: GPU has fallen off the bus",
+            recommended_action=kwargs.pop("action", "power_cycle"),
+            **kwargs,
+        )
     node.refresh_from_db()
     return Remediation.objects.filter(node=node).first()
 
 
 def transitions(node):
-    return list(NodeEvent.objects.filter(node=node, kind="transition").order_by("created", "id")
-                .values_list("transition", flat=True))
+    return list(
+        NodeEvent.objects.filter(node=node, kind="transition")
+        .order_by("created", "id")
+        .values_list("transition", flat=True)
+    )
 
 
 def test_a_catastrophic_finding_cordons_power_cycles_revalidates_and_returns_the_node(fleet, eager, emulator):
@@ -38,8 +50,16 @@ def test_a_catastrophic_finding_cordons_power_cycles_revalidates_and_returns_the
     rem = catastrophic(node, eager)
     assert rem.status == Status.SUCCEEDED and rem.rung == Rung.POWER_CYCLE, rem.decisions
     assert node.state == S.PRODUCTION
-    assert transitions(node) == ["cordon", "start_remediation", "revalidate", "pass_firmware", "pass_inventory_check",
-                                 "pass_burn_in", "pass_fabric_check", "release_to_production"]
+    assert transitions(node) == [
+        "cordon",
+        "start_remediation",
+        "revalidate",
+        "pass_firmware",
+        "pass_inventory_check",
+        "pass_burn_in",
+        "pass_fabric_check",
+        "release_to_production",
+    ]
     (step,) = rem.steps.all()
     assert step.status == StepStatus.PASSED and "power cycle through the BMC" in step.detail
     why = NodeEvent.objects.filter(node=node, reason__startswith="Remediation: XID 79").get().reason
@@ -50,8 +70,16 @@ def test_a_catastrophic_finding_cordons_power_cycles_revalidates_and_returns_the
 def test_a_degraded_finding_waits_for_the_job_to_end(fleet, eager, busy_scheduler, settle):
     node = fleet[1]
     with eager():  # an event (not a condition that a clean report must be seen to clear: see test_release_gate)
-        raise_finding(node.pk, rule="xid", severity="degraded", xid=94, gpu_index=1, subject="xid:94",
-                      summary="XID 94: contained ECC error on GPU 1", recommended_action="reboot")
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity="degraded",
+            xid=94,
+            gpu_index=1,
+            subject="xid:94",
+            summary="XID 94: contained ECC error on GPU 1",
+            recommended_action="reboot",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert (node.state, rem.status, rem.urgency) == (S.DRAIN_PENDING, Status.DRAINING, Urgency.WHEN_IDLE)
@@ -105,8 +133,9 @@ def test_gpu_reset_is_reported_unavailable_and_the_ladder_goes_on(fleet, eager):
 
 
 def test_a_policy_can_require_approval_and_an_operator_approves_or_stops(fleet, eager, operator):
-    RemediationPolicy.objects.create(name="xid needs approval", match_rule="xid", urgency=Urgency.NOW,
-                                     first_rung=Rung.REBOOT, requires_approval=True)
+    RemediationPolicy.objects.create(
+        name="xid needs approval", match_rule="xid", urgency=Urgency.NOW, first_rung=Rung.REBOOT, requires_approval=True
+    )
     rem = catastrophic(fleet[6], eager)
     assert rem.status == Status.AWAITING_APPROVAL and fleet[6].state == S.PRODUCTION
     with eager():
@@ -152,8 +181,14 @@ def test_a_repeat_offender_goes_straight_to_repair_with_a_ticket(fleet, eager):
     node = fleet[0]
     long_ago = timezone.now() - timedelta(days=5)  # inside the 7 days, outside the 72 h escalation window
     for _ in range(4):
-        Remediation.objects.create(node=node, status=Status.SUCCEEDED, urgency=Urgency.NOW, rung=Rung.REBOOT,
-                                   created=long_ago, finished=long_ago + timedelta(hours=1))
+        Remediation.objects.create(
+            node=node,
+            status=Status.SUCCEEDED,
+            urgency=Urgency.NOW,
+            rung=Rung.REBOOT,
+            created=long_ago,
+            finished=long_ago + timedelta(hours=1),
+        )
     rem = catastrophic(node, eager)
     assert rem.rung == Rung.REPAIR and rem.status == Status.HANDED_OFF
     assert "repeat offender: 5 incidents in 7 days" in rem.decisions[0]["what"]
@@ -180,8 +215,15 @@ def test_a_finding_that_calls_for_an_rma_opens_a_vendor_case_with_the_gpus_seria
     node = fleet[0]
     GPUFactory(node=node, index=5, serial="1654123456789")
     with eager():
-        raise_finding(node.pk, rule="row_remap_failure", severity="catastrophic", gpu_index=5, subject="",
-                      summary="GPU 5: row remapping failed (no spare rows)", recommended_action="rma")
+        raise_finding(
+            node.pk,
+            rule="row_remap_failure",
+            severity="catastrophic",
+            gpu_index=5,
+            subject="",
+            summary="GPU 5: row remapping failed (no spare rows)",
+            recommended_action="rma",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     case = RmaCase.objects.get(node=node)
@@ -193,8 +235,9 @@ def test_one_remediation_that_fails_does_not_stop_the_reconciler_for_the_others(
     """Seen in the demo: an RMA hand-off that raised aborted every pass, so no other stalled
     remediation was ever re-driven. Now the failure is logged and counted; the rest go on."""
     broken, stuck = fleet[0], fleet[1]
-    policy = RemediationPolicy.objects.create(name="xid approval", match_rule="xid", urgency=Urgency.NOW,
-                                              requires_approval=True)
+    policy = RemediationPolicy.objects.create(
+        name="xid approval", match_rule="xid", urgency=Urgency.NOW, requires_approval=True
+    )
     first = catastrophic(broken, eager)
     second = catastrophic(stuck, eager)
     assert first.status == second.status == Status.AWAITING_APPROVAL

@@ -1,6 +1,7 @@
 """Remediation pages: the node's panel (the ladder, the decisions, what the customer is told,
 the operator's approve, skip and stop), and the fleet page (open work, breakers, holds, MTTR,
 availability) for staff. Rows are built directly; the engine is tested in test_ladder."""
+
 from __future__ import annotations
 
 from datetime import datetime, timedelta
@@ -22,37 +23,73 @@ from tests.factories import ClusterFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
 S = NodeState
-FIRST_DECISION = ("XID 79: GPU has fallen off the bus -> default for catastrophic findings; cordon and act now; "
-                  "first rung gpu reset (recommended action: reset_gpu)")
+FIRST_DECISION = (
+    "XID 79: GPU has fallen off the bus -> default for catastrophic findings; cordon and act now; "
+    "first rung gpu reset (recommended action: reset_gpu)"
+)
 
 
 def finding_on(node, *, at=None, summary="XID 79: GPU has fallen off the bus"):
     at = at or timezone.now()
-    return Finding.objects.create(node=node, hostname=node.hostname, rule="xid", xid=79, severity="catastrophic",
-                                  summary=summary, subject="xid:79", observed_at=at, created=at)
+    return Finding.objects.create(
+        node=node,
+        hostname=node.hostname,
+        rule="xid",
+        xid=79,
+        severity="catastrophic",
+        summary=summary,
+        subject="xid:79",
+        observed_at=at,
+        created=at,
+    )
 
 
-def remediation_on(node, *, status=Status.RUNNING, rung=Rung.POWER_CYCLE, created=None, finished=None,
-                   with_finding=True, **kwargs):
+def remediation_on(
+    node, *, status=Status.RUNNING, rung=Rung.POWER_CYCLE, created=None, finished=None, with_finding=True, **kwargs
+):
     """A remediation as the engine leaves it: a finding, two decisions, a failed GPU reset and the
     rung in hand (running when the remediation runs)."""
     created = created or timezone.now() - timedelta(minutes=20)
     finding = finding_on(node, at=created) if with_finding else None
     decisions = [
-        {"at": created.isoformat(), "what": FIRST_DECISION, "who": "system:remediation",
-         **({"finding": finding.pk} if finding else {})},
-        {"at": (created + timedelta(minutes=1)).isoformat(), "who": "system:remediation",
-         "what": "gpu reset failed: GPU reset needs the node agent's command channel; climbing to bmc power cycle"},
+        {
+            "at": created.isoformat(),
+            "what": FIRST_DECISION,
+            "who": "system:remediation",
+            **({"finding": finding.pk} if finding else {}),
+        },
+        {
+            "at": (created + timedelta(minutes=1)).isoformat(),
+            "who": "system:remediation",
+            "what": "gpu reset failed: GPU reset needs the node agent's command channel; climbing to bmc power cycle",
+        },
     ]
-    rem = Remediation.objects.create(node=node, finding=finding, status=status, rung=rung, urgency=Urgency.NOW,
-                                     created=created, updated=created, finished=finished, decisions=decisions, **kwargs)
+    rem = Remediation.objects.create(
+        node=node,
+        finding=finding,
+        status=status,
+        rung=rung,
+        urgency=Urgency.NOW,
+        created=created,
+        updated=created,
+        finished=finished,
+        decisions=decisions,
+        **kwargs,
+    )
     if rung != Rung.GPU_RESET:
-        RemediationStep.objects.create(remediation=rem, rung=Rung.GPU_RESET, status=StepStatus.FAILED, started=created,
-                                       finished=created + timedelta(minutes=1), deadline=created + timedelta(minutes=5),
-                                       detail="GPU reset needs the node agent's command channel")
+        RemediationStep.objects.create(
+            remediation=rem,
+            rung=Rung.GPU_RESET,
+            status=StepStatus.FAILED,
+            started=created,
+            finished=created + timedelta(minutes=1),
+            deadline=created + timedelta(minutes=5),
+            detail="GPU reset needs the node agent's command channel",
+        )
     if status == Status.RUNNING:
-        RemediationStep.objects.create(remediation=rem, rung=rung, started=created + timedelta(minutes=1),
-                                       deadline=created + timedelta(minutes=16))
+        RemediationStep.objects.create(
+            remediation=rem, rung=rung, started=created + timedelta(minutes=1), deadline=created + timedelta(minutes=16)
+        )
     return rem
 
 
@@ -101,8 +138,14 @@ def test_a_finished_remediation_says_when_it_ended_and_lists_older_ones(client, 
     node = NodeFactory(state=S.PRODUCTION, tenant=tenant)
     start = timezone.now() - timedelta(days=20)
     for i in range(12):
-        Remediation.objects.create(node=node, status=Status.SUCCEEDED, rung=Rung.REBOOT, urgency=Urgency.NOW,
-                                   created=start + timedelta(days=i), finished=start + timedelta(days=i, hours=1))
+        Remediation.objects.create(
+            node=node,
+            status=Status.SUCCEEDED,
+            rung=Rung.REBOOT,
+            urgency=Urgency.NOW,
+            created=start + timedelta(days=i),
+            finished=start + timedelta(days=i, hours=1),
+        )
     ended = datetime(2031, 3, 4, 5, 6, tzinfo=tz.utc)
     remediation_on(node, status=Status.SUCCEEDED, created=ended - timedelta(hours=2), finished=ended)
     html = panel(client, customer, node).content.decode()
@@ -114,8 +157,14 @@ def test_the_panel_reads_a_bounded_number_of_queries(client, operator):
     def queries(older: int) -> int:
         node = NodeFactory(state=S.REMEDIATING)
         for i in range(older):
-            Remediation.objects.create(node=node, status=Status.STOPPED, rung=Rung.REBOOT, urgency=Urgency.NOW,
-                                       created=timezone.now() - timedelta(days=i + 1), finding=finding_on(node))
+            Remediation.objects.create(
+                node=node,
+                status=Status.STOPPED,
+                rung=Rung.REBOOT,
+                urgency=Urgency.NOW,
+                created=timezone.now() - timedelta(days=i + 1),
+                finding=finding_on(node),
+            )
         remediation_on(node)
         client.force_login(operator)
         with CaptureQueriesContext(connection) as ctx:
@@ -167,8 +216,9 @@ def test_a_blank_reason_is_refused_with_a_message(client, operator):
     assert rem.status == Status.RUNNING
 
 
-def test_viewers_and_customers_may_not_act_and_other_tenants_do_not_exist(client, viewer, customer, tenant,
-                                                                          other_tenant):
+def test_viewers_and_customers_may_not_act_and_other_tenants_do_not_exist(
+    client, viewer, customer, tenant, other_tenant
+):
     rem = remediation_on(NodeFactory(state=S.TRIAGE, tenant=tenant))
     assert act(client, viewer, rem, "stop").status_code == 403
     assert act(client, customer, rem, "stop").status_code == 403
@@ -189,11 +239,15 @@ def overview(client, user, query=""):
 
 def test_the_fleet_page_counts_open_work_and_lists_breakers_holds_and_open_remediations(client, operator):
     cluster = ClusterFactory(name="h100-east")
-    queued = remediation_on(NodeFactory(hostname="gpu-q-01", cluster=cluster, state=S.PRODUCTION),
-                            status=Status.QUEUED, queued_reason="blast-radius limit of the cluster: 3 of 20 out")
+    queued = remediation_on(
+        NodeFactory(hostname="gpu-q-01", cluster=cluster, state=S.PRODUCTION),
+        status=Status.QUEUED,
+        queued_reason="blast-radius limit of the cluster: 3 of 20 out",
+    )
     remediation_on(NodeFactory(hostname="gpu-r-01", state=S.REMEDIATING))
-    remediation_on(NodeFactory(hostname="gpu-done-01", state=S.PRODUCTION), status=Status.SUCCEEDED,
-                   finished=timezone.now())
+    remediation_on(
+        NodeFactory(hostname="gpu-done-01", state=S.PRODUCTION), status=Status.SUCCEEDED, finished=timezone.now()
+    )
     CircuitBreaker.objects.create(cluster=cluster, reason="6 of 20 nodes had findings within 10 min")
     Hold.objects.create(cluster=cluster, reason="firmware roll-out", actor_name="operator")
     response = overview(client, operator)
@@ -241,16 +295,18 @@ def test_holds_are_placed_and_released_and_breakers_reset_from_the_fleet_page(cl
     place = reverse("remediation-hold-place")
     client.post(place, {"hostname": "gpu-hold-01", "reason": "chassis swap tonight"})
     client.post(place, {"cluster": "a100-west", "reason": "scheduler upgrade"})
-    html = client.post(place, {"hostname": "gpu-hold-01", "cluster": "a100-west", "reason": "x"},
-                       follow=True).content.decode()
+    html = client.post(
+        place, {"hostname": "gpu-hold-01", "cluster": "a100-west", "reason": "x"}, follow=True
+    ).content.decode()
     assert "one of the two" in html
     held = Hold.objects.order_by("id")
     assert [(h.node, h.cluster, h.actor_name) for h in held] == [(node, None, "operator"), (None, cluster, "operator")]
     client.post(reverse("remediation-hold-release", args=[held[0].pk]), {"reason": "swap done"})
     assert Hold.objects.get(pk=held[0].pk).released_reason == "operator: swap done"
     breaker = CircuitBreaker.objects.create(cluster=cluster, reason="spike")
-    html = client.post(reverse("remediation-breaker-reset", args=[breaker.pk]), {"reason": ""},
-                       follow=True).content.decode()
+    html = client.post(
+        reverse("remediation-breaker-reset", args=[breaker.pk]), {"reason": ""}, follow=True
+    ).content.decode()
     assert "A reason is required." in html
     client.post(reverse("remediation-breaker-reset", args=[breaker.pk]), {"reason": "a bad rule, fixed"})
     breaker.refresh_from_db()
@@ -260,8 +316,10 @@ def test_holds_are_placed_and_released_and_breakers_reset_from_the_fleet_page(cl
 def test_a_viewer_may_not_place_holds_or_reset_breakers(client, viewer):
     breaker = CircuitBreaker.objects.create(cluster=ClusterFactory(), reason="spike")
     client.force_login(viewer)
-    assert client.post(reverse("remediation-hold-place"), {"cluster": breaker.cluster.name, "reason": "x"}
-                       ).status_code == 403
+    assert (
+        client.post(reverse("remediation-hold-place"), {"cluster": breaker.cluster.name, "reason": "x"}).status_code
+        == 403
+    )
     assert client.post(reverse("remediation-breaker-reset", args=[breaker.pk]), {"reason": "x"}).status_code == 403
     assert not Hold.objects.exists()
 
@@ -275,9 +333,15 @@ def recovered(cluster, hours, *, finding_minutes_before=0, days_ago=1, status=St
     began = finished - timedelta(hours=hours)
     node = NodeFactory(cluster=cluster, state=S.PRODUCTION)
     finding = finding_on(node, at=began)
-    return Remediation.objects.create(node=node, finding=finding, status=status, rung=Rung.REBOOT,
-                                      urgency=Urgency.NOW, created=began + timedelta(minutes=finding_minutes_before),
-                                      finished=finished)
+    return Remediation.objects.create(
+        node=node,
+        finding=finding,
+        status=status,
+        rung=Rung.REBOOT,
+        urgency=Urgency.NOW,
+        created=began + timedelta(minutes=finding_minutes_before),
+        finished=finished,
+    )
 
 
 def test_mttr_is_the_median_and_90th_percentile_from_finding_to_production_per_cluster(client, operator):
@@ -294,15 +358,23 @@ def test_mttr_is_the_median_and_90th_percentile_from_finding_to_production_per_c
     assert result["overall"]["p90_s"] == pytest.approx(7.6 * 3600)  # 4 h + 0.6 × (10 h − 4 h)
     by_cluster = {c["cluster"]: c for c in result["clusters"]}
     assert by_cluster["east"]["median_s"] == 2.5 * 3600 and by_cluster["east"]["p90_s"] == pytest.approx(3.7 * 3600)
-    assert (by_cluster["west"]["count"], by_cluster["west"]["median"], by_cluster["west"]["p90"]) == (1, "10.0 h",
-                                                                                                      "10.0 h")
+    assert (by_cluster["west"]["count"], by_cluster["west"]["median"], by_cluster["west"]["p90"]) == (
+        1,
+        "10.0 h",
+        "10.0 h",
+    )
     html = overview(client, operator).content.decode()
     assert '<td class="num">3.0 h</td><td class="num">7.6 h</td>' in html
 
 
 def test_mttr_with_nothing_recovered_is_blank():
-    assert summary.mttr(Remediation.objects.all())["overall"] == {"count": 0, "median_s": None, "p90_s": None,
-                                                                  "median": "—", "p90": "—"}
+    assert summary.mttr(Remediation.objects.all())["overall"] == {
+        "count": 0,
+        "median_s": None,
+        "p90_s": None,
+        "median": "—",
+        "p90": "—",
+    }
 
 
 def test_availability_is_the_share_of_a_clusters_nodes_in_production_per_day(client, operator):
@@ -324,8 +396,10 @@ def test_availability_is_the_share_of_a_clusters_nodes_in_production_per_day(cli
     snap(day1, None, S.ENROLLED, 9)  # not in a cluster: not drawn
     figure = charts.availability_by_cluster(StateCountSnapshot.objects.all())
     lines = {trace["name"]: (trace["x"], trace["y"]) for trace in figure["data"]}
-    assert lines == {"east": ([day1.date().isoformat(), day2.date().isoformat()], [90.0, 50.0]),
-                     "west": ([day1.date().isoformat()], [100.0])}
+    assert lines == {
+        "east": ([day1.date().isoformat(), day2.date().isoformat()], [90.0, 50.0]),
+        "west": ([day1.date().isoformat()], [100.0]),
+    }
     html = overview(client, operator).content.decode()
     assert 'id="availability-chart-data"' in html and '"name": "east"' in html
 
@@ -333,8 +407,18 @@ def test_availability_is_the_share_of_a_clusters_nodes_in_production_per_day(cli
 # --- Admin ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", ["remediationpolicy", "remediation", "remediationstep", "hold", "maintenancewindow",
-                                   "blastradiuslimit", "circuitbreaker"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "remediationpolicy",
+        "remediation",
+        "remediationstep",
+        "hold",
+        "maintenancewindow",
+        "blastradiuslimit",
+        "circuitbreaker",
+    ],
+)
 def test_the_admin_lists_render(client, fleet_admin, model):
     remediation_on(NodeFactory(state=S.REMEDIATING))
     client.force_login(fleet_admin)
@@ -356,8 +440,9 @@ def test_the_admin_resets_a_breaker_only_with_a_reason(client, fleet_admin):
 def test_a_hold_added_in_the_admin_goes_through_the_service(client, fleet_admin):
     node = NodeFactory(state=S.PRODUCTION)
     client.force_login(fleet_admin)
-    response = client.post(reverse("admin:remediation_hold_add"), {"node": node.pk, "reason": "bench test",
-                                                                   "until_0": "", "until_1": ""})
+    response = client.post(
+        reverse("admin:remediation_hold_add"), {"node": node.pk, "reason": "bench test", "until_0": "", "until_1": ""}
+    )
     assert response.status_code == 302
     hold = Hold.objects.get()
     assert (hold.node, hold.actor_name) == (node, "fleetadmin")

@@ -7,6 +7,7 @@ production with its remediation "succeeded" while "7 GPUs visible, expected 8" k
 Here the agent's reports go through the real ingest (rules evaluated) and the BMC is the
 Redfish emulator.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -56,9 +57,17 @@ def test_a_gpu_still_missing_after_the_reboot_never_goes_back_to_production(inve
     with eager():
         send(node, idle_report(node, at=t0 - timedelta(minutes=5)))  # healthy: GPU rows for all 8
         report = seven_gpus(node, t0 - timedelta(minutes=1), seq=2)
-        report["xid_events"] = [{"xid": 79, "observed_at": report["collected_at"], "kind": "xid",
-                                 "pci_bus_id": "0000:db:00", "message": "GPU has fallen off the bus.",
-                                 "kmsg_seq": 4242, "raw": "NVRM: Xid (PCI:0000:db:00): 79, GPU has fallen off the bus."}]
+        report["xid_events"] = [
+            {
+                "xid": 79,
+                "observed_at": report["collected_at"],
+                "kind": "xid",
+                "pci_bus_id": "0000:db:00",
+                "message": "GPU has fallen off the bus.",
+                "kmsg_seq": 4242,
+                "raw": "NVRM: Xid (PCI:0000:db:00): 79, GPU has fallen off the bus.",
+            }
+        ]
         send(node, report)
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
@@ -75,7 +84,9 @@ def test_a_gpu_still_missing_after_the_reboot_never_goes_back_to_production(inve
     step.refresh_from_db()
     assert step.status == StepStatus.FAILED and "re-validation failed" in step.detail
     assert node.state != S.PRODUCTION and rem.status != Status.SUCCEEDED
-    assert step.rung == Rung.REBOOT and rem.rung == Rung.POWER_CYCLE, rem.decisions  # climbed: the reboot did not cure it
+    assert step.rung == Rung.REBOOT and rem.rung == Rung.POWER_CYCLE, (
+        rem.decisions
+    )  # climbed: the reboot did not cure it
     assert Alert.objects.get(node=node, rule="gpu_missing").state == AlertState.FIRING
 
 
@@ -83,8 +94,15 @@ def test_a_condition_still_firing_holds_the_node_back_and_a_clean_report_lets_it
     node = inventory_and_soak[1]
     with eager():
         send(node, idle_report(node, at=timezone.now() - timedelta(minutes=5)))
-        raise_finding(node.pk, rule="ecc_uncorrectable", severity="catastrophic", gpu_index=2, subject="",
-                      summary="Uncorrectable ECC on GPU 2", recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="ecc_uncorrectable",
+            severity="catastrophic",
+            gpu_index=2,
+            subject="",
+            summary="Uncorrectable ECC on GPU 2",
+            recommended_action="power_cycle",
+        )
     rem = Remediation.objects.get(node=node)
     now = timezone.now()
     with eager():
@@ -104,8 +122,15 @@ def test_a_condition_still_firing_holds_the_node_back_and_a_clean_report_lets_it
 def test_no_report_since_the_action_means_the_condition_was_not_seen_to_clear(fleet, eager):
     node = fleet[2]  # re-validation is the soak alone, and the soak is zero
     with eager():
-        raise_finding(node.pk, rule="nvlink_down", severity="catastrophic", gpu_index=4, subject="",
-                      summary="GPU 4: 16 of 18 NVLinks up", recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="nvlink_down",
+            severity="catastrophic",
+            gpu_index=4,
+            subject="",
+            summary="GPU 4: 16 of 18 NVLinks up",
+            recommended_action="power_cycle",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     soak = CheckRun.objects.filter(node=node, kind="stage_reliability").latest("started")
@@ -117,8 +142,16 @@ def test_no_report_since_the_action_means_the_condition_was_not_seen_to_clear(fl
 def test_an_xid_from_before_the_action_does_not_hold_the_node_back(fleet, eager):
     node = fleet[3]
     with eager():
-        raise_finding(node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", gpu_index=0,
-                      summary="XID 79: GPU has fallen off the bus", recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity="catastrophic",
+            xid=79,
+            subject="xid:79",
+            gpu_index=0,
+            summary="XID 79: GPU has fallen off the bus",
+            recommended_action="power_cycle",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert node.state == S.PRODUCTION and rem.status == Status.SUCCEEDED

@@ -1,6 +1,7 @@
 """The safety rails: a bad rule cannot drain a fleet. Blast-radius limits queue actions, a
 findings spike trips the cluster's circuit breaker until an operator resets it, holds stop
 automated actions on a node or a domain, and window-only policies wait for a window."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,15 @@ S = NodeState
 
 def finding(node, eager, severity="catastrophic", summary="XID 79: GPU has fallen off the bus"):
     with eager():
-        raise_finding(node.pk, rule="xid", severity=severity, xid=79, subject=f"xid:{node.pk}", summary=summary,
-                      recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity=severity,
+            xid=79,
+            subject=f"xid:{node.pk}",
+            summary=summary,
+            recommended_action="power_cycle",
+        )
     node.refresh_from_db()
     return Remediation.objects.filter(node=node).first()
 
@@ -79,8 +87,13 @@ def test_a_hold_on_a_cluster_stops_automated_actions_until_released(fleet, eager
 
 
 def test_a_window_only_policy_waits_for_a_maintenance_window(fleet, eager):
-    RemediationPolicy.objects.create(name="xid in windows", match_rule="xid", urgency=Urgency.NOW,
-                                     first_rung=Rung.POWER_CYCLE, disruptive_only_in_window=True)
+    RemediationPolicy.objects.create(
+        name="xid in windows",
+        match_rule="xid",
+        urgency=Urgency.NOW,
+        first_rung=Rung.POWER_CYCLE,
+        disruptive_only_in_window=True,
+    )
     hour = timezone.now().hour
     rem = finding(fleet[3], eager)
     assert rem.status == Status.QUEUED and "outside a maintenance window (none is configured)" in rem.queued_reason

@@ -6,6 +6,7 @@ simulator, where such signals were most of the false actions.
 The workload scheduler here is the simulated one (``schedulers.simulated``) with a job that
 runs on the node: a real Slurm job would do the same (tests/remediation/test_with_slurm.py
 covers the drain itself against Slurm); what is tested is the remediation's decision."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,15 @@ def node_under_a_job():
 
 def flap(node, eager, rule: str = "ib_port_down", **kwargs) -> Remediation:
     with eager():
-        raise_finding(node.pk, rule=rule, severity="degraded", subject=PORT,
-                      summary=f"IB port {PORT} is DOWN / Polling", recommended_action="inspect", **kwargs)
+        raise_finding(
+            node.pk,
+            rule=rule,
+            severity="degraded",
+            subject=PORT,
+            summary=f"IB port {PORT} is DOWN / Polling",
+            recommended_action="inspect",
+            **kwargs,
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert (node.state, rem.status) == (S.DRAIN_PENDING, Status.DRAINING)  # the job runs on: drain when it ends
@@ -73,8 +81,9 @@ def test_a_flap_that_cleared_before_the_job_ended_is_stood_down(node_under_a_job
 
 def test_a_policy_may_keep_the_drain(node_under_a_job, eager):
     node, _ = node_under_a_job
-    RemediationPolicy.objects.create(name="drain flaps anyway", match_rule="ib_port_down", urgency="when_idle",
-                                     stand_down_if_cleared=False)
+    RemediationPolicy.objects.create(
+        name="drain flaps anyway", match_rule="ib_port_down", urgency="when_idle", stand_down_if_cleared=False
+    )
     rem = flap(node, eager)
     clear_condition(node.pk, rule="ib_port_down", subject=PORT)
     reconcile(eager)

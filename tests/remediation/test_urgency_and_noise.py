@@ -8,6 +8,7 @@
   before anything disruptive or a ticket, idle node or busy; if it clears, the remediation stands
   down and the node stays with customers.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -27,20 +28,35 @@ S = NodeState
 
 
 def xid79(node):
-    raise_finding(node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", gpu_index=3,
-                  summary="XID 79: GPU has fallen off the bus", recommended_action="power_cycle")
+    raise_finding(
+        node.pk,
+        rule="xid",
+        severity="catastrophic",
+        xid=79,
+        subject="xid:79",
+        gpu_index=3,
+        summary="XID 79: GPU has fallen off the bus",
+        recommended_action="power_cycle",
+    )
 
 
 def recovery_action(node):
-    raise_finding(node.pk, rule="recovery_action", severity="degraded", gpu_index=3, subject="",
-                  summary="GPU 3: NVML recovery action: GPU reset required", recommended_action="reset_gpu")
+    raise_finding(
+        node.pk,
+        rule="recovery_action",
+        severity="degraded",
+        gpu_index=3,
+        subject="",
+        summary="GPU 3: NVML recovery action: GPU reset required",
+        recommended_action="reset_gpu",
+    )
 
 
 @pytest.mark.parametrize("order", ["milder first", "catastrophic first"])
 def test_the_most_severe_finding_decides_whatever_the_order(order, fleet, eager, busy_scheduler):
     node = fleet[0]
     with eager():  # both in one ingest: considered in the order they were written
-        for raise_one in ((recovery_action, xid79) if order == "milder first" else (xid79, recovery_action)):
+        for raise_one in (recovery_action, xid79) if order == "milder first" else (xid79, recovery_action):
             raise_one(node)
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
@@ -51,8 +67,14 @@ def test_the_most_severe_finding_decides_whatever_the_order(order, fleet, eager,
 
 
 def link_flap(node):
-    raise_finding(node.pk, rule="ib_port_down", severity="degraded", subject="mlx5_3/1",
-                  summary="IB port mlx5_3/1 is DOWN / Polling", recommended_action="inspect")
+    raise_finding(
+        node.pk,
+        rule="ib_port_down",
+        severity="degraded",
+        subject="mlx5_3/1",
+        summary="IB port mlx5_3/1 is DOWN / Polling",
+        recommended_action="inspect",
+    )
 
 
 def test_a_flap_on_an_idle_node_waits_and_stands_down_when_it_clears(fleet, eager, settle):

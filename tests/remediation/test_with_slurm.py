@@ -2,6 +2,7 @@
 a degraded finding on a node running a customer job drains it in Slurm; the node stays in
 production work (drain pending) until the job ends, then leaves, is power-cycled through its
 BMC, re-validated, and returns: Slurm resumes it. A catastrophic finding evicts the job at once."""
+
 from __future__ import annotations
 
 import time
@@ -48,8 +49,16 @@ def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, ea
     job = slurm.submit("gpu-s-01", 4, "customer-train")
     slurm.wait_job_running(job)
     with eager():
-        raise_finding(node.pk, rule="xid", severity="degraded", xid=94, gpu_index=2, subject="xid:94",
-                      summary="XID 94: contained ECC error on GPU 2", recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity="degraded",
+            xid=94,
+            gpu_index=2,
+            subject="xid:94",
+            summary="XID 94: contained ECC error on GPU 2",
+            recommended_action="power_cycle",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     state = SlurmAdapter(node.cluster).drain_state(node)
@@ -74,8 +83,16 @@ def test_a_catastrophic_finding_evicts_the_running_job_at_once(on_slurm, slurm, 
     job = slurm.submit("gpu-s-02", 300, "customer-train")
     slurm.wait_job_running(job)
     with eager():
-        raise_finding(node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", gpu_index=0,
-                      summary="XID 79: GPU has fallen off the bus", recommended_action="power_cycle")
+        raise_finding(
+            node.pk,
+            rule="xid",
+            severity="catastrophic",
+            xid=79,
+            subject="xid:79",
+            gpu_index=0,
+            summary="XID 79: GPU has fallen off the bus",
+            recommended_action="power_cycle",
+        )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert rem.status == Status.SUCCEEDED and node.state == S.PRODUCTION

@@ -1,5 +1,6 @@
 """Fixtures for repairs: nodes in a state, operators as actors, inline Celery, and a real
 HTTP server on 127.0.0.1 that plays the external ticketing system."""
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,13 @@ def eager(django_capture_on_commit_callbacks) -> Iterator[Callable[[], Any]]:
 @pytest.fixture
 def node_in(db) -> Callable[..., Any]:
     """A node put straight into a state (as the factories do), racked at U12 of its site's rack."""
+
     def make(state: str = NodeState.TRIAGE, **kwargs: Any) -> Any:
         node = NodeFactory(state=state, rack_unit=12, **kwargs)
         node.rack = RackFactory(site=node.site, name=f"r{node.pk:03d}")
         node.save(update_fields=["rack"])
         return node
+
     return make
 
 
@@ -48,27 +51,45 @@ def as_operator(operator) -> Actor:
 @pytest.fixture
 def ticket_on(as_operator) -> Callable[..., Any]:
     """Open a ticket through the service (the only road), optionally walked on to a state."""
+
     def make(node: Any, component: str = "GPU 3 (serial 1650123)", *, started: bool = False, **kwargs: Any) -> Any:
-        ticket = services.open_repair_ticket(node.pk, component=component, what="Reseat, then replace if it fails",
-                                             actor=as_operator, reason="XID 79: fell off the bus", **kwargs)
+        ticket = services.open_repair_ticket(
+            node.pk,
+            component=component,
+            what="Reseat, then replace if it fails",
+            actor=as_operator,
+            reason="XID 79: fell off the bus",
+            **kwargs,
+        )
         if started:
             ticket = services.start_repair(ticket.pk, actor=as_operator, reason="on site", assignee="dc-tech-7")
         return ticket
+
     return make
 
 
 @pytest.fixture
 def case_on(as_operator) -> Callable[..., Any]:
     """Open an RMA case through the service, optionally walked on to shipped / returned."""
+
     def make(node: Any, *, to: str = "opened", **kwargs: Any) -> Any:
-        case = services.open_rma_case(node.pk, vendor="NVIDIA", part="H100 80GB SXM5", failed_serial="1650123",
-                                      actor=as_operator, reason="GPU fails dcgm diag level 3", **kwargs)
+        case = services.open_rma_case(
+            node.pk,
+            vendor="NVIDIA",
+            part="H100 80GB SXM5",
+            failed_serial="1650123",
+            actor=as_operator,
+            reason="GPU fails dcgm diag level 3",
+            **kwargs,
+        )
         if to in ("shipped", "returned"):
             case = services.ship_rma(case.pk, actor=as_operator, reason="courier picked up", vendor_case_number="C-42")
         if to == "returned":
-            case = services.receive_rma(case.pk, replacement_serial="1650999", outcome="replaced", actor=as_operator,
-                                        reason="new GPU arrived")
+            case = services.receive_rma(
+                case.pk, replacement_serial="1650999", outcome="replaced", actor=as_operator, reason="new GPU arrived"
+            )
         return case
+
     return make
 
 

@@ -1,5 +1,6 @@
 """Admin: tickets, cases and events are read-only; endpoints are editable with known events only;
 a failed delivery can be retried now."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,20 +35,36 @@ def test_a_ticket_is_shown_with_its_events_and_cannot_be_edited_or_added(client,
 
 def test_an_endpoint_subscribes_to_known_events(client, fleet_admin):
     client.force_login(fleet_admin)
-    response = client.post(reverse("admin:repairs_webhookendpoint_add"), {
-        "name": "itsm", "url": "https://itsm.example/hooks", "secret": "s3cret",
-        "events": [WebhookEvent.TICKET_OPENED, WebhookEvent.RMA_CLOSED], "active": "on"})
+    response = client.post(
+        reverse("admin:repairs_webhookendpoint_add"),
+        {
+            "name": "itsm",
+            "url": "https://itsm.example/hooks",
+            "secret": "s3cret",
+            "events": [WebhookEvent.TICKET_OPENED, WebhookEvent.RMA_CLOSED],
+            "active": "on",
+        },
+    )
     assert response.status_code == 302
     assert WebhookEndpoint.objects.get().events == ["ticket.opened", "rma.closed"]
 
 
 def test_retry_now_requeues_a_failed_delivery(client, fleet_admin):
     endpoint = WebhookEndpoint.objects.create(name="itsm", url="http://127.0.0.1:9/", secret="s", events=[])
-    delivery = WebhookDelivery.objects.create(endpoint=endpoint, event="ticket.opened", payload={}, attempts=8,
-                                              status=DeliveryStatus.FAILED, last_error="HTTP 500")
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint,
+        event="ticket.opened",
+        payload={},
+        attempts=8,
+        status=DeliveryStatus.FAILED,
+        last_error="HTTP 500",
+    )
     client.force_login(fleet_admin)
-    response = client.post(reverse("admin:repairs_webhookdelivery_changelist"),
-                           {"action": "retry_now", ACTION_CHECKBOX_NAME: [delivery.pk]}, follow=True)
+    response = client.post(
+        reverse("admin:repairs_webhookdelivery_changelist"),
+        {"action": "retry_now", ACTION_CHECKBOX_NAME: [delivery.pk]},
+        follow=True,
+    )
     assert b"1 delivery queued again." in response.content
     delivery.refresh_from_db()
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.PENDING, 0)

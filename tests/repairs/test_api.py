@@ -1,5 +1,6 @@
 """The repairs API: open on a node (201), verbs as POSTs with a reason (200), refusals as
 400/403/404/409, tenant scoping, CSV exports, and list costs that do not grow with the rows."""
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,7 @@ from .conftest import api
 
 pytestmark = pytest.mark.django_db
 S = NodeState
-OPEN_TICKET = {"component": "GPU 3 (serial 1650123)", "what": "Replace the GPU", "reason": "XID 79",
-               "finding_id": 11}
+OPEN_TICKET = {"component": "GPU 3 (serial 1650123)", "what": "Replace the GPU", "reason": "XID 79", "finding_id": 11}
 OPEN_CASE = {"vendor": "NVIDIA", "part": "H100 80GB SXM5", "failed_serial": "1650123", "reason": "RMA approved"}
 
 
@@ -38,8 +38,12 @@ def test_an_operator_opens_a_ticket_on_a_node_and_it_goes_to_repair(operator, no
 
 def test_opening_with_move_node_false_keeps_the_node(operator, node_in):
     node = node_in(S.TRIAGE)
-    assert api(operator).post(f"/api/nodes/{node.pk}/repairs/", {**OPEN_TICKET, "move_node": False},
-                              format="json").status_code == 201
+    assert (
+        api(operator)
+        .post(f"/api/nodes/{node.pk}/repairs/", {**OPEN_TICKET, "move_node": False}, format="json")
+        .status_code
+        == 201
+    )
     node.refresh_from_db()
     assert node.state == S.TRIAGE
 
@@ -126,8 +130,9 @@ def test_an_rma_case_is_opened_shipped_received_and_closed_through_the_api(opera
     assert bad.status_code == 400 and "outcome" in bad.json()["fields"]
     no_serial = client.post(f"/api/rma/{pk}/receive/", {"reason": "back", "outcome": "replaced"})
     assert no_serial.status_code == 400 and "replacement_serial" in no_serial.json()["fields"]
-    received = client.post(f"/api/rma/{pk}/receive/", {"reason": "back", "outcome": "replaced",
-                                                       "replacement_serial": "1650999"})
+    received = client.post(
+        f"/api/rma/{pk}/receive/", {"reason": "back", "outcome": "replaced", "replacement_serial": "1650999"}
+    )
     assert received.status_code == 200 and received.json()["outcome"] == "replaced"
     closed = client.post(f"/api/rma/{pk}/close/", {"reason": "installed"})
     assert closed.status_code == 200 and closed.json()["state"] == RmaState.CLOSED
@@ -171,7 +176,11 @@ def test_the_rma_export_is_csv_filtered_by_state(operator, node_in, case_on, cli
     case_on(node_in(S.TRIAGE))
     (row,) = rows(api(operator).get("/api/rma/export.csv", {"state": "returned"}, HTTP_ACCEPT="text/csv"))
     assert (row["id"], row["vendor_case_number"], row["replacement_serial"], row["outcome"]) == (
-        str(returned.pk), "C-42", "1650999", "replaced")
+        str(returned.pk),
+        "C-42",
+        "1650999",
+        "replaced",
+    )
     assert client.get("/api/rma/export.csv").status_code in (401, 403)  # anonymous
 
 

@@ -1,5 +1,6 @@
 """Repair and RMA pages: lists with filters and pages, a record's history and its buttons for
 operators, the node page's partial, and scoping (a customer reads its own nodes' records only)."""
+
 from __future__ import annotations
 
 import pytest
@@ -87,7 +88,8 @@ def test_a_viewer_reads_but_may_not_act(client, viewer, node_in, ticket_on):
 
 
 def test_a_customer_sees_its_own_nodes_tickets_read_only_and_404_for_others(
-        client, customer, tenant, other_tenant, node_in, ticket_on, case_on):
+    client, customer, tenant, other_tenant, node_in, ticket_on, case_on
+):
     mine = ticket_on(node_in(S.TRIAGE, tenant=tenant), "PSU 1")
     theirs = ticket_on(node_in(S.TRIAGE, tenant=other_tenant), "PSU 2")
     my_case, their_case = case_on(node_in(S.TRIAGE, tenant=tenant)), case_on(node_in(S.TRIAGE, tenant=other_tenant))
@@ -95,7 +97,7 @@ def test_a_customer_sees_its_own_nodes_tickets_read_only_and_404_for_others(
     listing = client.get(reverse("repair-list")).content.decode()
     assert "PSU 1" in listing and "PSU 2" not in listing and ">Repairs</a>" not in listing  # no nav link
     html = client.get(reverse("repair-detail", args=[mine.pk])).content.decode()
-    assert "Read-only view." in html and "<form method=\"post\" class=\"actions\"" not in html
+    assert "Read-only view." in html and '<form method="post" class="actions"' not in html
     assert client.get(reverse("repair-detail", args=[theirs.pk])).status_code == 404
     assert client.post(reverse("repair-action", args=[theirs.pk, "start"]), {"reason": "x"}).status_code == 404
     assert client.post(reverse("repair-action", args=[mine.pk, "start"]), {"reason": "x"}).status_code == 403
@@ -121,11 +123,14 @@ def test_an_operator_walks_an_rma_case_from_its_page(client, operator, node_in, 
     client.post(reverse("rma-action", args=[case.pk, "ship"]), {"reason": "courier", "vendor_case_number": "NV-9"})
     page = client.get(reverse("rma-detail", args=[case.pk])).content.decode()
     assert 'name="outcome"' in page and 'name="replacement_serial"' in page and "NV-9" in page
-    refused = client.post(reverse("rma-action", args=[case.pk, "receive"]),
-                          {"reason": "back", "outcome": "replaced"}, follow=True).content.decode()
+    refused = client.post(
+        reverse("rma-action", args=[case.pk, "receive"]), {"reason": "back", "outcome": "replaced"}, follow=True
+    ).content.decode()
     assert "This field is required." in refused
-    client.post(reverse("rma-action", args=[case.pk, "receive"]),
-                {"reason": "back", "outcome": "replaced", "replacement_serial": "1650777"})
+    client.post(
+        reverse("rma-action", args=[case.pk, "receive"]),
+        {"reason": "back", "outcome": "replaced", "replacement_serial": "1650777"},
+    )
     client.post(reverse("rma-action", args=[case.pk, "close"]), {"reason": "installed"})
     case.refresh_from_db()
     node.refresh_from_db()
@@ -144,7 +149,8 @@ def test_the_rma_list_filters_by_state_outcome_and_vendor(client, operator, node
 
 # --- The node page's partial ---------------------------------------------------------
 def test_the_node_partial_lists_tickets_and_cases_and_offers_forms_to_operators(
-        client, operator, node_in, ticket_on, case_on):
+    client, operator, node_in, ticket_on, case_on
+):
     node = node_in(S.REPAIR)
     ticket_on(node, "HCA mlx5_2")
     case_on(node, move_node=False)
@@ -158,24 +164,29 @@ def test_the_node_partial_lists_tickets_and_cases_and_offers_forms_to_operators(
 def test_an_operator_opens_a_ticket_and_a_case_from_the_node_partial(client, operator, node_in):
     node = node_in(S.TRIAGE)
     client.force_login(operator)
-    response = client.post(reverse("node-repair-open", args=[node.pk]),
-                           {"component": "PSU 2", "what": "Replace PSU", "reason": "PSU alarm"})
+    response = client.post(
+        reverse("node-repair-open", args=[node.pk]),
+        {"component": "PSU 2", "what": "Replace PSU", "reason": "PSU alarm"},
+    )
     ticket = RepairTicket.objects.get()
     assert response["Location"] == reverse("repair-detail", args=[ticket.pk])
     node.refresh_from_db()
     assert node.state == S.REPAIR
-    client.post(reverse("node-rma-open", args=[node.pk]), {"vendor": "Delta", "part": "PSU 3kW",
-                                                           "failed_serial": "DPS-1", "reason": "dead",
-                                                           "keep_node": "1"})
+    client.post(
+        reverse("node-rma-open", args=[node.pk]),
+        {"vendor": "Delta", "part": "PSU 3kW", "failed_serial": "DPS-1", "reason": "dead", "keep_node": "1"},
+    )
     node.refresh_from_db()
     assert RmaCase.objects.get().vendor == "Delta" and node.state == S.REPAIR  # kept where it was
-    missing = client.post(reverse("node-repair-open", args=[node.pk]), {"component": "", "what": "", "reason": "x"},
-                          follow=True).content.decode()
+    missing = client.post(
+        reverse("node-repair-open", args=[node.pk]), {"component": "", "what": "", "reason": "x"}, follow=True
+    ).content.decode()
     assert "component: This field is required." in missing and RepairTicket.objects.count() == 1
 
 
-def test_the_node_partial_is_scoped_and_read_only_for_customers(client, customer, tenant, other_tenant, node_in,
-                                                               ticket_on):
+def test_the_node_partial_is_scoped_and_read_only_for_customers(
+    client, customer, tenant, other_tenant, node_in, ticket_on
+):
     mine, theirs = node_in(S.TRIAGE, tenant=tenant), node_in(S.TRIAGE, tenant=other_tenant)
     ticket_on(mine, "PSU 1")
     client.force_login(customer)

@@ -1,5 +1,6 @@
 """Repair tickets and RMA cases change only through their verbs: each moves the record (and,
 where it says so, the node), writes its own history and the node's, and refuses cleanly."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,11 @@ def test_opening_a_ticket_on_a_node_in_triage_sends_it_to_repair_and_copies_its_
     assert ticket.state == TicketState.OPEN and node_state(node) == S.REPAIR
     assert (ticket.site, ticket.rack, ticket.rack_unit) == (node.site.slug, node.rack.name, 12)
     assert (ticket.hostname, ticket.opened_by_name, ticket.finding_id, ticket.remediation_id) == (
-        node.hostname, "operator", 17, 4)
+        node.hostname,
+        "operator",
+        17,
+        4,
+    )
     (event,) = ticket.events.all()
     assert (event.verb, event.from_state, event.to_state, event.actor_name) == ("open", "", "open", "operator")
     action, transition = history(node)
@@ -71,8 +76,9 @@ def test_the_place_is_kept_when_the_node_moves_later(node_in, ticket_on):
 
 def test_a_system_component_may_open_a_ticket(node_in):
     node = node_in(S.TRIAGE)
-    ticket = services.open_repair_ticket(node.pk, component="HCA mlx5_2", what="Replace the HCA",
-                                         actor=Actor.system("health"), reason="link flaps")
+    ticket = services.open_repair_ticket(
+        node.pk, component="HCA mlx5_2", what="Replace the HCA", actor=Actor.system("health"), reason="link flaps"
+    )
     assert ticket.opened_by_name == "system:health" and ticket.opened_by is None
     assert node_state(node) == S.REPAIR
 
@@ -188,13 +194,21 @@ def test_the_case_walks_opened_shipped_returned_closed_and_the_node_revalidates(
     node = node_in(S.TRIAGE)
     case = case_on(node, to="returned")
     assert (case.state, case.vendor_case_number, case.replacement_serial, case.outcome) == (
-        RmaState.RETURNED, "C-42", "1650999", "replaced")
+        RmaState.RETURNED,
+        "C-42",
+        "1650999",
+        "replaced",
+    )
     assert case.shipped_at and case.returned_at
     closed = services.close_rma(case.pk, actor=as_operator, reason="new GPU installed")
     assert closed.state == RmaState.CLOSED and closed.closed_at
     assert node_state(node) == S.FIRMWARE_UPDATE
     assert [(e.from_state, e.to_state) for e in closed.events.all()] == [
-        ("", "opened"), ("opened", "shipped"), ("shipped", "returned"), ("returned", "closed")]
+        ("", "opened"),
+        ("opened", "shipped"),
+        ("shipped", "returned"),
+        ("returned", "closed"),
+    ]
 
 
 def test_receive_needs_a_known_outcome_and_a_serial_when_replaced(node_in, case_on, as_operator):
@@ -204,8 +218,9 @@ def test_receive_needs_a_known_outcome_and_a_serial_when_replaced(node_in, case_
     with pytest.raises(ValidationError) as err:
         services.receive_rma(case.pk, replacement_serial="", outcome="replaced", actor=as_operator, reason="x")
     assert "replacement_serial" in err.value.message_dict
-    repaired = services.receive_rma(case.pk, replacement_serial="", outcome="no_fault_found", actor=as_operator,
-                                    reason="vendor found nothing")
+    repaired = services.receive_rma(
+        case.pk, replacement_serial="", outcome="no_fault_found", actor=as_operator, reason="vendor found nothing"
+    )
     assert repaired.state == RmaState.RETURNED and repaired.outcome == "no_fault_found"
 
 
@@ -241,8 +256,9 @@ def test_a_node_in_rma_waits_for_its_other_case_and_its_open_ticket(node_in, cas
 def test_a_viewer_may_not_open_or_move_a_case(node_in, case_on, viewer):
     node = node_in(S.TRIAGE)
     with pytest.raises(RepairForbidden):
-        services.open_rma_case(node.pk, vendor="NVIDIA", part="GPU", failed_serial="1", actor=Actor(user=viewer),
-                               reason="x")
+        services.open_rma_case(
+            node.pk, vendor="NVIDIA", part="GPU", failed_serial="1", actor=Actor(user=viewer), reason="x"
+        )
     case = case_on(node)
     with pytest.raises(RepairForbidden):
         services.ship_rma(case.pk, actor=Actor(user=viewer), reason="x")
@@ -261,23 +277,37 @@ def test_repair_history_is_append_only(node_in, ticket_on):
 
 
 def test_every_change_writes_a_delivery_for_each_subscribed_active_endpoint(node_in, ticket_on, case_on, as_operator):
-    everything = WebhookEndpoint.objects.create(name="itsm", url="http://127.0.0.1:9/", secret="s",
-                                                events=WebhookEvent.values)
-    WebhookEndpoint.objects.create(name="chat", url="http://127.0.0.1:9/", secret="s",
-                                   events=[WebhookEvent.TICKET_RESOLVED])
-    WebhookEndpoint.objects.create(name="off", url="http://127.0.0.1:9/", secret="s", events=WebhookEvent.values,
-                                   active=False)
+    everything = WebhookEndpoint.objects.create(
+        name="itsm", url="http://127.0.0.1:9/", secret="s", events=WebhookEvent.values
+    )
+    WebhookEndpoint.objects.create(
+        name="chat", url="http://127.0.0.1:9/", secret="s", events=[WebhookEvent.TICKET_RESOLVED]
+    )
+    WebhookEndpoint.objects.create(
+        name="off", url="http://127.0.0.1:9/", secret="s", events=WebhookEvent.values, active=False
+    )
     node = node_in(S.TRIAGE)
     ticket = ticket_on(node, started=True)
     services.resolve_repair(ticket.pk, actor=as_operator, reason="done")
     case_on(node_in(S.TRIAGE), to="returned")
     events = sorted(WebhookDelivery.objects.values_list("endpoint__name", "event"))
-    assert events == [("chat", "ticket.resolved"), ("itsm", "rma.opened"), ("itsm", "rma.updated"),
-                      ("itsm", "rma.updated"), ("itsm", "ticket.opened"), ("itsm", "ticket.resolved"),
-                      ("itsm", "ticket.updated")]
+    assert events == [
+        ("chat", "ticket.resolved"),
+        ("itsm", "rma.opened"),
+        ("itsm", "rma.updated"),
+        ("itsm", "rma.updated"),
+        ("itsm", "ticket.opened"),
+        ("itsm", "ticket.resolved"),
+        ("itsm", "ticket.updated"),
+    ]
     payload = WebhookDelivery.objects.filter(endpoint=everything, event="ticket.resolved").get().payload
     assert payload["ticket"]["state"] == "resolved" and payload["change"] == {
-        "verb": "resolve", "from": "in_progress", "to": "resolved", "actor": "operator", "reason": "done"}
+        "verb": "resolve",
+        "from": "in_progress",
+        "to": "resolved",
+        "actor": "operator",
+        "reason": "done",
+    }
     assert payload["ticket"]["url"].endswith(f"/repairs/{ticket.pk}/")
 
 

@@ -1,5 +1,6 @@
 """Outgoing webhooks against a real HTTP server on 127.0.0.1: signed, sent after commit,
 retried with backoff on errors, given up after NODEWARDEN_WEBHOOK_MAX_ATTEMPTS, retried by hand."""
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,8 @@ def sweep_after(delivery: WebhookDelivery) -> WebhookDelivery:
 
 
 def test_it_is_delivered_on_the_second_attempt_after_a_500_with_a_valid_signature(
-        hook_server, eager, node_in, ticket_on):
+    hook_server, eager, node_in, ticket_on
+):
     hook_server.answers = [500, 200]
     endpoint(hook_server.url)
     node = node_in(S.PRODUCTION)

@@ -11,6 +11,7 @@ The period is the 7 days before ``NOW``. Tenant Acme (cluster c-east) and Globex
 - acme-e: in production, no history at all: 168 h serving.
 - globex-c: drained by an operator at -2 d, back 3 h later: customer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,12 +40,30 @@ def frozen():
         yield NOW
 
 
-def change(node: Node, at: datetime, source: str, target: str, *, actor: str = "system:remediation",
-           details: dict | None = None, reason: str = "test") -> NodeEvent:
+def change(
+    node: Node,
+    at: datetime,
+    source: str,
+    target: str,
+    *,
+    actor: str = "system:remediation",
+    details: dict | None = None,
+    reason: str = "test",
+) -> NodeEvent:
     kind = USER if not actor.startswith("system:") else SYSTEM
-    return NodeEvent.objects.create(node=node, hostname=node.hostname, created=at, kind="transition",
-                                    transition="t", source_state=source, target_state=target, reason=reason,
-                                    actor_kind=kind, actor_name=actor, details=details or {})
+    return NodeEvent.objects.create(
+        node=node,
+        hostname=node.hostname,
+        created=at,
+        kind="transition",
+        transition="t",
+        source_state=source,
+        target_state=target,
+        reason=reason,
+        actor_kind=kind,
+        actor_name=actor,
+        details=details or {},
+    )
 
 
 def node(hostname: str, cluster, tenant, state: str, created: datetime) -> Node:
@@ -54,14 +73,41 @@ def node(hostname: str, cluster, tenant, state: str, created: datetime) -> Node:
     return n
 
 
-def remediation(n: Node, found: datetime, finished: datetime | None, *, status=Status.SUCCEEDED,
-                rung=Rung.REBOOT, summary="XID 79: GPU has fallen off the bus", rule="xid", xid=79) -> Remediation:
-    finding = Finding.objects.create(node=n, hostname=n.hostname, rule=rule, xid=xid, severity="catastrophic",
-                                     summary=summary, subject="xid:79", observed_at=found, created=found)
-    rem = Remediation.objects.create(node=n, finding=finding, status=status, rung=rung, urgency=Urgency.NOW,
-                                     created=found + timedelta(minutes=1), updated=found, finished=finished)
-    RemediationStep.objects.create(remediation=rem, rung=rung, status=StepStatus.PASSED, started=found,
-                                   deadline=found + H)
+def remediation(
+    n: Node,
+    found: datetime,
+    finished: datetime | None,
+    *,
+    status=Status.SUCCEEDED,
+    rung=Rung.REBOOT,
+    summary="XID 79: GPU has fallen off the bus",
+    rule="xid",
+    xid=79,
+) -> Remediation:
+    finding = Finding.objects.create(
+        node=n,
+        hostname=n.hostname,
+        rule=rule,
+        xid=xid,
+        severity="catastrophic",
+        summary=summary,
+        subject="xid:79",
+        observed_at=found,
+        created=found,
+    )
+    rem = Remediation.objects.create(
+        node=n,
+        finding=finding,
+        status=status,
+        rung=rung,
+        urgency=Urgency.NOW,
+        created=found + timedelta(minutes=1),
+        updated=found,
+        finished=finished,
+    )
+    RemediationStep.objects.create(
+        remediation=rem, rung=rung, status=StepStatus.PASSED, started=found, deadline=found + H
+    )
     return rem
 
 
@@ -107,8 +153,15 @@ def week(db) -> Week:
     change(b, NOW - 8 * D, S.PRODUCTION, S.TRIAGE)
     change(b, NOW - 8 * D + 2 * H, S.TRIAGE, S.REMEDIATING)
     change(b, NOW - 7 * D + 10 * H, S.REMEDIATING, S.PRODUCTION)
-    remediation(b, NOW - 8 * D, NOW - 7 * D + 10 * H, rung=Rung.POWER_CYCLE, summary="GPU 3 too hot",
-                rule="gpu_temperature", xid=None)
+    remediation(
+        b,
+        NOW - 8 * D,
+        NOW - 7 * D + 10 * H,
+        rung=Rung.POWER_CYCLE,
+        summary="GPU 3 too hot",
+        rule="gpu_temperature",
+        xid=None,
+    )
 
     change(c, NOW - 30 * D, S.RELIABILITY_ASSESSMENT, S.PRODUCTION, actor="system:validation")
     change(c, NOW - 2 * D, S.PRODUCTION, S.DRAINING, actor="operator", reason="maintenance on request")
@@ -116,8 +169,17 @@ def week(db) -> Week:
     change(c, NOW - 2 * D + 3 * H, S.TRIAGE, S.FIRMWARE_UPDATE, actor="operator")
     change(c, NOW - 2 * D + 3 * H + timedelta(minutes=30), S.FIRMWARE_UPDATE, S.PRODUCTION, actor="system:validation")
 
-    day1 = [S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK,
-            S.RELIABILITY_ASSESSMENT, S.PRODUCTION]
+    day1 = [
+        S.ENROLLED,
+        S.INITIALIZING,
+        S.ONBOARD,
+        S.FIRMWARE_UPDATE,
+        S.INVENTORY_CHECK,
+        S.BURN_IN,
+        S.FABRIC_CHECK,
+        S.RELIABILITY_ASSESSMENT,
+        S.PRODUCTION,
+    ]
     for i, (source, target) in enumerate(zip(day1, day1[1:], strict=False)):
         change(d, NOW - 3 * D + i * 3 * H, source, target, actor="system:validation")
     assert day1[-1] == S.PRODUCTION and NOW - 3 * D + 7 * 3 * H == NOW - 2 * D - 3 * H

@@ -1,5 +1,6 @@
 """The report page in a real browser (headless Chromium): the Sankey diagram draws, and a click on
 one of its bands opens the list of the nodes that made that change."""
+
 from __future__ import annotations
 
 from urllib.parse import urlencode

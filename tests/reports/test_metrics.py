@@ -1,5 +1,6 @@
 """GET /metrics: the Prometheus text format (parsed with prometheus_client's own parser), the
 values on built data, who may scrape, and a query count that does not grow with the fleet."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -54,14 +55,27 @@ def fleet(db):
     triage = NodeFactory(cluster=west, state="triage")
     NodeFactory(cluster=None, site=east.site, state="enrolled")
     now = timezone.now()
-    for node, severity, state in ((prod[0], "catastrophic", "firing"), (prod[1], "warning", "firing"),
-                                  (prod[2], "warning", "resolved"), (triage, "catastrophic", "firing")):
-        alert = Alert.objects.create(node=node, rule="xid", dedupe_key=f"xid|{node.pk}", severity=severity,
-                                     summary="s", state=state)
-        Finding.objects.create(node=node, hostname=node.hostname, rule="xid", severity=severity, summary="s",
-                               alert=alert)
-    Finding.objects.create(node=prod[0], hostname="x", rule="xid", severity="degraded", summary="s", shadow=True,
-                           alert=Alert.objects.filter(node=prod[0]).first())
+    for node, severity, state in (
+        (prod[0], "catastrophic", "firing"),
+        (prod[1], "warning", "firing"),
+        (prod[2], "warning", "resolved"),
+        (triage, "catastrophic", "firing"),
+    ):
+        alert = Alert.objects.create(
+            node=node, rule="xid", dedupe_key=f"xid|{node.pk}", severity=severity, summary="s", state=state
+        )
+        Finding.objects.create(
+            node=node, hostname=node.hostname, rule="xid", severity=severity, summary="s", alert=alert
+        )
+    Finding.objects.create(
+        node=prod[0],
+        hostname="x",
+        rule="xid",
+        severity="degraded",
+        summary="s",
+        shadow=True,
+        alert=Alert.objects.filter(node=prod[0]).first(),
+    )
     rem = Remediation.objects.create(node=triage, status=Status.RUNNING, rung=Rung.POWER_CYCLE, urgency=Urgency.NOW)
     for rung in (Rung.GPU_RESET, Rung.REBOOT, Rung.POWER_CYCLE):
         RemediationStep.objects.create(remediation=rem, rung=rung, status=StepStatus.FAILED, deadline=now)
@@ -85,26 +99,41 @@ def test_it_counts_nodes_by_state_and_by_cluster(client, fleet):
     metrics = scrape(client)
     nodes = metrics["nodewarden_nodes"]
     assert nodes.type == "gauge"
-    assert (one(nodes, state="production"), one(nodes, state="triage"), one(nodes, state="enrolled"),
-            one(nodes, state="rma")) == (3, 1, 1, 0)
+    assert (
+        one(nodes, state="production"),
+        one(nodes, state="triage"),
+        one(nodes, state="enrolled"),
+        one(nodes, state="rma"),
+    ) == (3, 1, 1, 0)
     by_cluster = values(metrics["nodewarden_cluster_nodes"])
-    assert by_cluster == {(("cluster", "east"), ("state", "production")): 3,
-                          (("cluster", "west"), ("state", "triage")): 1,
-                          (("cluster", ""), ("state", "enrolled")): 1}
+    assert by_cluster == {
+        (("cluster", "east"), ("state", "production")): 3,
+        (("cluster", "west"), ("state", "triage")): 1,
+        (("cluster", ""), ("state", "enrolled")): 1,
+    }
 
 
 def test_it_counts_findings_alerts_remediations_and_actions(client, fleet):
     metrics = scrape(client)
     assert values(metrics["nodewarden_findings_open"]) == {
-        (("severity", "catastrophic"),): 2, (("severity", "degraded"),): 0, (("severity", "warning"),): 1,
-        (("severity", "info"),): 0}
+        (("severity", "catastrophic"),): 2,
+        (("severity", "degraded"),): 0,
+        (("severity", "warning"),): 1,
+        (("severity", "info"),): 0,
+    }
     firing = metrics["nodewarden_alerts_firing"]
     assert (one(firing, severity="catastrophic"), one(firing, severity="warning")) == (2, 1)
     assert values(metrics["nodewarden_remediations_open"]) == {(("rung", "power_cycle"), ("status", "running")): 1}
     actions = metrics["nodewarden_remediation_actions"]
     assert actions.type == "counter"
     assert {s.labels["rung"]: s.value for s in actions.samples if s.name.endswith("_total")} == {
-        "gpu_reset": 1, "reboot": 2, "power_cycle": 1, "reimage": 0, "repair": 0, "rma": 0}
+        "gpu_reset": 1,
+        "reboot": 2,
+        "power_cycle": 1,
+        "reimage": 0,
+        "repair": 0,
+        "rma": 0,
+    }
     tickets = metrics["nodewarden_fabric_tickets_open"]
     assert (one(tickets, kind="link_down"), one(tickets, kind="miswired")) == (2, 0)
 
@@ -134,8 +163,12 @@ def test_queue_depths_are_the_length_of_each_celery_queue(client, fleet, setting
         depths = values(scrape(client)["nodewarden_celery_queue_length"])
     finally:
         r.delete("default", "remediation")
-    assert depths == {(("queue", "default"),): 1, (("queue", "provisioning"),): 0, (("queue", "validation"),): 0,
-                      (("queue", "remediation"),): 3}
+    assert depths == {
+        (("queue", "default"),): 1,
+        (("queue", "provisioning"),): 0,
+        (("queue", "validation"),): 0,
+        (("queue", "remediation"),): 3,
+    }
 
 
 def test_a_broker_that_does_not_answer_leaves_the_queue_depths_out(client, fleet, settings):
@@ -223,8 +256,9 @@ def test_a_scrape_costs_the_same_queries_for_10_and_for_200_nodes(client, settin
         for i in range(n):
             node = NodeFactory(cluster=clusters[i % 4], state=states[i % 5])
             alert = Alert.objects.create(node=node, rule="xid", dedupe_key="k", severity="warning", summary="s")
-            Finding.objects.create(node=node, hostname=node.hostname, rule="xid", severity="warning", summary="s",
-                                   alert=alert)
+            Finding.objects.create(
+                node=node, hostname=node.hostname, rule="xid", severity="warning", summary="s", alert=alert
+            )
             Remediation.objects.create(node=node, status=Status.QUEUED, rung=Rung.REBOOT, urgency=Urgency.NOW)
 
     grow(10)

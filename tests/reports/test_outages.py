@@ -1,4 +1,5 @@
 """Outages and their attribution, per node and per scope, on the week of conftest.py (figures by hand)."""
+
 from __future__ import annotations
 
 import pytest
@@ -34,8 +35,13 @@ def test_each_outage_has_its_span_in_the_period_and_its_attribution(week):
         # Began before the period (inside the look-back): only its last 10 hours count.
         (week.b.pk, NOW - 8 * D, NOW - 7 * D + 10 * H, 10.0, PROVIDER),
     ]
-    assert [o.initiated_by for o in found] == ["system:health", "operator", "operator", "system:remediation",
-                                               "system:remediation"]
+    assert [o.initiated_by for o in found] == [
+        "system:health",
+        "operator",
+        "operator",
+        "system:remediation",
+        "system:remediation",
+    ]
 
 
 def test_an_outage_that_went_through_repair_is_the_providers_whoever_took_the_node_out(week):
@@ -68,8 +74,9 @@ def test_a_re_role_asked_for_by_the_customer_is_the_customers(week):
 
 def test_day_0_and_day_1_before_the_first_release_are_no_downtime(week):
     period = week_period()
-    [row] = availability.node_availability(list(availability.with_state_at(
-        type(week.d).objects.filter(pk=week.d.pk), period)), period)
+    [row] = availability.node_availability(
+        list(availability.with_state_at(type(week.d).objects.filter(pk=week.d.pk), period)), period
+    )
     assert (hours(row.serving_s), row.downtime_s, row.incidents, row.availability_pct) == (51.0, 0, 0, 100.0)
 
 
@@ -77,8 +84,17 @@ def test_per_node_availability_counts_production_downtime_and_incidents(week):
     period = week_period()
     nodes = list(availability.with_state_at(type(week.a).objects.order_by("hostname"), period))
     rows = {r.node.hostname: r for r in availability.node_availability(nodes, period)}
-    figures = {name: (hours(r.serving_s), hours(r.downtime_s), hours(r.provider_s), hours(r.customer_s), r.incidents,
-                      r.availability_pct) for name, r in rows.items()}
+    figures = {
+        name: (
+            hours(r.serving_s),
+            hours(r.downtime_s),
+            hours(r.provider_s),
+            hours(r.customer_s),
+            r.incidents,
+            r.availability_pct,
+        )
+        for name, r in rows.items()
+    }
     assert figures == {
         "acme-a": (135.0, 33.0, 28.0, 5.0, 3, round(100 * 135 / 168, 2)),
         "acme-b": (158.0, 10.0, 10.0, 0.0, 1, round(100 * 158 / 168, 2)),
@@ -92,7 +108,9 @@ def test_downtime_per_tenant_sums_its_nodes(week):
     period = week_period()
     rows = outages.downtime_by_attribution(outages.Scope(tenant_id=week.acme.pk), period.since, period.until)
     assert [(r["cluster_id"], r["attribution"], r["outages"], hours(r["seconds"])) for r in rows] == [
-        (week.east.pk, CUSTOMER, 1, 5.0), (week.east.pk, PROVIDER, 3, 38.0)]
+        (week.east.pk, CUSTOMER, 1, 5.0),
+        (week.east.pk, PROVIDER, 3, 38.0),
+    ]
 
 
 def test_an_outage_that_ended_before_the_period_is_not_counted(week):
@@ -104,8 +122,7 @@ def test_an_outage_that_ended_before_the_period_is_not_counted(week):
 
 def test_incidents_name_the_finding_the_remediation_acted_on_or_the_reason(week):
     period = week_period()
-    found = availability.incidents(outages.outages(outages.Scope(tenant_id=week.acme.pk), period.since,
-                                                   period.until))
+    found = availability.incidents(outages.outages(outages.Scope(tenant_id=week.acme.pk), period.since, period.until))
     assert [(i.hostname, i.finding["summary"] if i.finding else None, i.reason) for i in found] == [
         ("acme-a", None, "ECC storm"),
         ("acme-a", None, "customer asked for a reimage"),

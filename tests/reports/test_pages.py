@@ -1,5 +1,6 @@
 """The fleet's report page (staff): its figures on the week of conftest.py, the flow list behind
 each Sankey band, who may see them, and a query count that does not grow with the fleet."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,10 @@ def test_the_sankey_counts_every_state_change_of_the_period_once(client, operato
     html = page(client, operator, days=7).content.decode()
     sankey = figure(html, "flow-sankey-data")["data"][0]
     labels = sankey["node"]["label"]
-    flows = {(labels[s], labels[t]): v for s, t, v in
-             zip(sankey["link"]["source"], sankey["link"]["target"], sankey["link"]["value"], strict=True)}
+    flows = {
+        (labels[s], labels[t]): v
+        for s, t, v in zip(sankey["link"]["source"], sankey["link"]["target"], sankey["link"]["value"], strict=True)
+    }
     assert sum(flows.values()) == 24  # acme-a 11, acme-b 1, globex-c 4, acme-d 8
     assert flows[("Production", "Triage")] == 2
     assert flows[("Firmware update", "Production")] == 3
@@ -57,7 +60,7 @@ def test_every_band_and_table_row_links_to_the_nodes_that_made_that_change(clien
     assert query["since"] == [(NOW - 7 * D).isoformat()] and query["until"] == [NOW.isoformat()]
     listed = client.get(url).content.decode()
     assert re.findall(r'<tr data-node="(\d+)">', listed) == [str(week.a.pk)]
-    assert "<td class=\"num\">2</td>" in listed  # acme-a went production -> triage twice
+    assert '<td class="num">2</td>' in listed  # acme-a went production -> triage twice
 
 
 def test_the_flow_list_is_paged_and_scoped_to_cluster_and_period(client, operator, week, frozen):
@@ -65,8 +68,9 @@ def test_the_flow_list_is_paged_and_scoped_to_cluster_and_period(client, operato
     base = {"since": (NOW - 7 * D).isoformat(), "until": NOW.isoformat()}
     html = client.get(reverse("report-flows"), {**base, "source": "firmware_update", "target": "production"})
     assert set(re.findall(r'<tr data-node="(\d+)">', html.content.decode())) == {str(week.a.pk), str(week.c.pk)}
-    west = client.get(reverse("report-flows"), {**base, "source": "firmware_update", "target": "production",
-                                                "cluster": "c-west"})
+    west = client.get(
+        reverse("report-flows"), {**base, "source": "firmware_update", "target": "production", "cluster": "c-west"}
+    )
     assert re.findall(r'<tr data-node="(\d+)">', west.content.decode()) == [str(week.c.pk)]
     assert client.get(reverse("report-flows"), {**base, "source": "nowhere", "target": "production"}).status_code == 400
 
@@ -74,16 +78,33 @@ def test_the_flow_list_is_paged_and_scoped_to_cluster_and_period(client, operato
 def test_time_to_recover_runs_from_the_finding_to_back_in_production(client, operator, week, frozen):
     html = page(client, operator, days=7).content.decode()
     # acme-a: 4 h 10 min; acme-b: 34 h. Median of the two: 19.1 h.
-    assert re.search(r'<tr data-cluster="\*"><td><strong>All</strong></td><td class="num">2</td>'
-                     r'<td class="num">19.1 h</td>', html)
+    assert re.search(
+        r'<tr data-cluster="\*"><td><strong>All</strong></td><td class="num">2</td>'
+        r'<td class="num">19.1 h</td>',
+        html,
+    )
     assert '<tr data-cluster="c-east"><td>c-east</td><td class="num">2</td>' in html
 
 
 def test_failures_are_counted_by_component_and_cause(client, operator, week, frozen):
-    Finding.objects.create(node=week.c, hostname="globex-c", rule="ib_fabric", severity="degraded", summary="x",
-                           evidence={"kind": "link_down"}, created=NOW - D)
-    Finding.objects.create(node=week.c, hostname="globex-c", rule="gpu_temperature", severity="warning",
-                           summary="hot", shadow=True, created=NOW - D)  # shadow: not counted
+    Finding.objects.create(
+        node=week.c,
+        hostname="globex-c",
+        rule="ib_fabric",
+        severity="degraded",
+        summary="x",
+        evidence={"kind": "link_down"},
+        created=NOW - D,
+    )
+    Finding.objects.create(
+        node=week.c,
+        hostname="globex-c",
+        rule="gpu_temperature",
+        severity="warning",
+        summary="hot",
+        shadow=True,
+        created=NOW - D,
+    )  # shadow: not counted
     html = page(client, operator, days=7).content.decode()
     # XIDs are named from the catalog.
     assert '<tr data-cause="XID 79: ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"><td>GPU</td>' in html
@@ -95,10 +116,16 @@ def test_failures_are_counted_by_component_and_cause(client, operator, week, fro
 
 def test_downtime_is_split_between_provider_and_customer(client, operator, week, frozen):
     html = page(client, operator, days=7).content.decode()
-    assert re.search(r'<tr data-attribution="provider"><td>[^<]+</td><td class="num">3</td>'
-                     r'<td class="num">38.0</td><td class="num">81.7%</td>', html)
-    assert re.search(r'<tr data-attribution="customer"><td>[^<]+</td><td class="num">2</td>'
-                     r'<td class="num">8.5</td><td class="num">18.3%</td>', html)
+    assert re.search(
+        r'<tr data-attribution="provider"><td>[^<]+</td><td class="num">3</td>'
+        r'<td class="num">38.0</td><td class="num">81.7%</td>',
+        html,
+    )
+    assert re.search(
+        r'<tr data-attribution="customer"><td>[^<]+</td><td class="num">2</td>'
+        r'<td class="num">8.5</td><td class="num">18.3%</td>',
+        html,
+    )
     tenant_only = page(client, operator, days=7, tenant="globex").content.decode()
     assert re.search(r'<tr data-attribution="provider"><td>[^<]+</td><td class="num">0</td>', tenant_only)
 
@@ -107,14 +134,10 @@ def test_availability_per_cluster_and_tenant_is_the_share_of_node_hours_in_produ
     day = NOW - 2 * D
     for hour in range(2):
         at = day + hour * H
-        StateCountSnapshot.objects.create(taken_at=at, state="production", cluster=week.east, tenant=week.acme,
-                                          count=3)
-        StateCountSnapshot.objects.create(taken_at=at, state="triage", cluster=week.east, tenant=week.acme,
-                                          count=1)
-        StateCountSnapshot.objects.create(taken_at=at, state="drain_pending", cluster=week.west, tenant=None,
-                                          count=2)
-        StateCountSnapshot.objects.create(taken_at=at, state="decommissioned", cluster=week.west, tenant=None,
-                                          count=9)
+        StateCountSnapshot.objects.create(taken_at=at, state="production", cluster=week.east, tenant=week.acme, count=3)
+        StateCountSnapshot.objects.create(taken_at=at, state="triage", cluster=week.east, tenant=week.acme, count=1)
+        StateCountSnapshot.objects.create(taken_at=at, state="drain_pending", cluster=week.west, tenant=None, count=2)
+        StateCountSnapshot.objects.create(taken_at=at, state="decommissioned", cluster=week.west, tenant=None, count=9)
     week_ = (NOW - 7 * D, NOW)
     by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name"))
     assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
@@ -123,12 +146,13 @@ def test_availability_per_cluster_and_tenant_is_the_share_of_node_hours_in_produ
     # The same from the states summed in the database (what the pages read), and from the daily roll-up
     # once the day is over.
     buckets = charts.AVAILABILITY_BUCKETS
-    assert charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name", buckets=buckets)) \
+    assert (
+        charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name", buckets=buckets))
         == by_cluster
+    )
     statecounts.roll_up(today=NOW.date())
     for summed in (None, buckets):
-        by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name",
-                                                                            buckets=summed))
+        by_cluster = charts.availability_over_time(statecounts.daily_counts(*week_, by="cluster__name", buckets=summed))
         assert {t["name"]: t["y"] for t in by_cluster["data"]} == {"c-east": [75.0], "c-west": [100.0]}
 
 
@@ -153,8 +177,15 @@ def _fleet_of(n):
         change(node, NOW - 3 * D, "production", "triage")
         change(node, NOW - 2 * D, "triage", "remediating")
         change(node, NOW - D, "remediating", "production")
-        Finding.objects.create(node=node, hostname=node.hostname, rule="xid", xid=79, severity="catastrophic",
-                               summary="x", created=NOW - 3 * D)
+        Finding.objects.create(
+            node=node,
+            hostname=node.hostname,
+            rule="xid",
+            xid=79,
+            severity="catastrophic",
+            summary="x",
+            created=NOW - 3 * D,
+        )
 
 
 def _queries(client, url, params):
@@ -165,9 +196,11 @@ def _queries(client, url, params):
 
 def test_the_pages_read_a_fixed_number_of_queries_whatever_the_fleet(client, operator, frozen):
     client.force_login(operator)
-    pages = [(reverse("report-overview"), {"days": 7}),
-             (reverse("report-flows"), {"days": 7, "source": "production", "target": "triage"}),
-             (reverse("report-availability"), {"days": 7, "tenant": "small"})]
+    pages = [
+        (reverse("report-overview"), {"days": 7}),
+        (reverse("report-flows"), {"days": 7, "source": "production", "target": "triage"}),
+        (reverse("report-availability"), {"days": 7, "tenant": "small"}),
+    ]
     from tests.factories import TenantFactory
 
     tenant = TenantFactory(slug="small")

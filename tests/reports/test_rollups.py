@@ -1,6 +1,7 @@
 """What the report page reads from derived figures instead of the raw rows: the fleet's transition
 counts rolled up per day, time to recover computed by PostgreSQL, the Day 1 yield of the whole fleet.
 Each reads the same figures as the straightforward count over the rows."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -24,8 +25,13 @@ from .conftest import NOW, D, H, change, remediation
 
 pytestmark = pytest.mark.django_db
 
-PERIODS = [Period(NOW - 7 * D, NOW), Period(NOW - 30 * D, NOW), Period(NOW - 3 * D - 5 * H, NOW - D + 2 * H),
-           Period(NOW - 8 * D, NOW - 7 * D + 11 * H), Period(NOW - 90 * D, NOW - 20 * D)]
+PERIODS = [
+    Period(NOW - 7 * D, NOW),
+    Period(NOW - 30 * D, NOW),
+    Period(NOW - 3 * D - 5 * H, NOW - D + 2 * H),
+    Period(NOW - 8 * D, NOW - 7 * D + 11 * H),
+    Period(NOW - 90 * D, NOW - 20 * D),
+]
 
 
 def _counted(period):
@@ -47,8 +53,10 @@ def test_the_roll_up_counts_finished_days_only_and_running_it_again_changes_noth
     assert list(DailyTransitionCount.objects.values_list("day", "source_state", "target_state", "count")) == first
     flows.roll_up(today=NOW.date())
     assert DailyTransitionCount.objects.filter(day=(NOW - D).date()).exists()
-    assert sum(DailyTransitionCount.objects.values_list("count", flat=True)) == NodeEvent.objects.filter(
-        created__lt=NOW.replace(hour=0)).count()
+    assert (
+        sum(DailyTransitionCount.objects.values_list("count", flat=True))
+        == NodeEvent.objects.filter(created__lt=NOW.replace(hour=0)).count()
+    )
 
 
 def test_a_change_saved_into_a_rolled_up_day_is_counted_all_the_same(week):
@@ -66,9 +74,12 @@ def test_a_change_saved_into_a_rolled_up_day_is_counted_all_the_same(week):
 
 
 def _python_recovery_stats(period):
-    rows = (Remediation.objects.filter(status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until)
-            .annotate(began=Coalesce("finding__created", "created")).order_by("-finished")
-            .values_list("node__cluster__name", "began", "finished")[:summary.MAX_RECOVERIES])
+    rows = (
+        Remediation.objects.filter(status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until)
+        .annotate(began=Coalesce("finding__created", "created"))
+        .order_by("-finished")
+        .values_list("node__cluster__name", "began", "finished")[: summary.MAX_RECOVERIES]
+    )
     return summary._recovery_stats(rows)
 
 
@@ -84,12 +95,17 @@ def test_time_to_recover_computed_by_postgresql_equals_the_python_figures(week):
     for period in [*PERIODS, Period(NOW - D, NOW - D + H)]:
         expected = _python_recovery_stats(period)
         got = summary._recovery_stats_in_sql(
-            Remediation.objects.filter(status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until)
-            .order_by("-finished"))
+            Remediation.objects.filter(
+                status=Status.SUCCEEDED, finished__gte=period.since, finished__lt=period.until
+            ).order_by("-finished")
+        )
         assert got.keys() == expected.keys()
         for key, stats in expected.items():
-            assert got[key] == {**stats, "median_s": pytest.approx(stats["median_s"]),
-                                "p90_s": pytest.approx(stats["p90_s"])}, key
+            assert got[key] == {
+                **stats,
+                "median_s": pytest.approx(stats["median_s"]),
+                "p90_s": pytest.approx(stats["p90_s"]),
+            }, key
 
 
 def test_time_to_recover_of_an_empty_period_has_no_figures(week):
@@ -102,12 +118,17 @@ def test_the_fleets_day1_yield_reads_every_nodes_runs(week):
     from checks.choices import RunKind, RunStatus
     from checks.models import CheckRun
 
-    for node, kind, status in [(week.a, RunKind.STAGE_RELIABILITY, RunStatus.PASSED),
-                               (week.c, RunKind.STAGE_BURN_IN, RunStatus.FAILED),
-                               (week.d, RunKind.STAGE_RELIABILITY, RunStatus.SKIPPED)]:
+    for node, kind, status in [
+        (week.a, RunKind.STAGE_RELIABILITY, RunStatus.PASSED),
+        (week.c, RunKind.STAGE_BURN_IN, RunStatus.FAILED),
+        (week.d, RunKind.STAGE_RELIABILITY, RunStatus.SKIPPED),
+    ]:
         CheckRun.objects.create(node=node, kind=kind, status=status, finished=NOW - D)
-    assert day1_yield(None, now=NOW) == day1_yield(Node.objects.all(), now=NOW) == {
-        "released": 2, "failed": 1, "yield_pct": 66.7}
+    assert (
+        day1_yield(None, now=NOW)
+        == day1_yield(Node.objects.all(), now=NOW)
+        == {"released": 2, "failed": 1, "yield_pct": 66.7}
+    )
     assert day1_yield(Node.objects.filter(cluster=week.west), now=NOW)["failed"] == 1
 
 

@@ -1,5 +1,6 @@
 """Outage rows: kept in step with every recorded state change, rewritten whole by ``rebuild``, and
 read by the reports with the same figures as deriving the outages from the state changes."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,23 +12,38 @@ from .conftest import NOW, D, H, change
 
 pytestmark = pytest.mark.django_db
 
-PERIODS = [(NOW - 7 * D, NOW), (NOW - 3 * D, NOW), (NOW - 30 * D, NOW), (NOW - 7 * D, NOW - 3 * D + 3 * H),
-           (NOW - 6 * D + 2 * H, NOW - D + H), (NOW - 50 * D, NOW - 7 * D)]
+PERIODS = [
+    (NOW - 7 * D, NOW),
+    (NOW - 3 * D, NOW),
+    (NOW - 30 * D, NOW),
+    (NOW - 7 * D, NOW - 3 * D + 3 * H),
+    (NOW - 6 * D + 2 * H, NOW - D + H),
+    (NOW - 50 * D, NOW - 7 * D),
+]
 
 
 def _rows():
-    return sorted(Outage.objects.values_list("node_id", "started", "ended", "hardware_at", "initiating_event_id",
-                                             "init_kind", "init_name", "cluster_id"))
+    return sorted(
+        Outage.objects.values_list(
+            "node_id", "started", "ended", "hardware_at", "initiating_event_id", "init_kind", "init_name", "cluster_id"
+        )
+    )
 
 
 @pytest.mark.parametrize("since, until", PERIODS)
 def test_stored_outages_read_like_the_state_changes(week, since, until):
-    scopes = [outages.Scope(), outages.Scope(cluster_id=week.east.pk), outages.Scope(tenant_id=week.globex.pk),
-              outages.Scope(node_ids=[week.a.pk, week.b.pk]), outages.Scope(node_ids=[])]
+    scopes = [
+        outages.Scope(),
+        outages.Scope(cluster_id=week.east.pk),
+        outages.Scope(tenant_id=week.globex.pk),
+        outages.Scope(node_ids=[week.a.pk, week.b.pk]),
+        outages.Scope(node_ids=[]),
+    ]
     for scope in scopes:
         assert outages.outages(scope, since, until) == outages.outages(scope, since, until, live=True)
-        assert outages.outages(scope, since, until, limit=2, offset=1) == \
-            outages.outages(scope, since, until, limit=2, offset=1, live=True)
+        assert outages.outages(scope, since, until, limit=2, offset=1) == outages.outages(
+            scope, since, until, limit=2, offset=1, live=True
+        )
 
 
 def test_each_recorded_state_change_rewrites_its_nodes_rows(week):
@@ -73,8 +89,10 @@ def _downtime_by_the_nodes_cluster_now(since, until):
 
 
 def _downtime(since, until):
-    return {(r["cluster_id"], r["attribution"]): (r["outages"], r["seconds"])
-            for r in outages.downtime_by_attribution(outages.Scope(), since, until)}
+    return {
+        (r["cluster_id"], r["attribution"]): (r["outages"], r["seconds"])
+        for r in outages.downtime_by_attribution(outages.Scope(), since, until)
+    }
 
 
 @pytest.mark.parametrize("since, until", PERIODS)

@@ -4,6 +4,7 @@ One cluster per session (with xdist, one per worker, each on its own free ports)
 that uses it gets all jobs cancelled and all nodes idle afterwards. Outside CI the tests skip
 when Slurm is not installed or we are not root; in CI that is a failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,6 +59,8 @@ def adapter(slurm_cluster):
 @pytest.fixture
 def slurm_node(slurm_cluster):
     """A Node row whose short host name is the given Slurm node."""
+
     def make(name: str):
         return NodeFactory(hostname=f"{name}.dc1.example.net", cluster=slurm_cluster)
+
     return make

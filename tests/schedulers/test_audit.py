@@ -1,6 +1,7 @@
 """The fleet auditor's scheduler invariant against a real Slurm 22.05 cluster (schedulers.slurmsim):
 out of production means cordoned (DRAIN) in Slurm; production means not, unless held for an
 active check; an admin's drain on a production node is a "foreign cordon"."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -31,8 +32,11 @@ def test_a_node_out_of_production_that_slurm_still_schedules_is_a_breach(slurm, 
     type(node).objects.filter(pk=node.pk).update(state="triage", state_changed_at=AGO)
     agree, _ = audit()
     [breach] = agree.breaches
-    assert (breach.hostname, breach.believed, breach.world) == (node.hostname, "triage: out of production",
-                                                                "not cordoned")
+    assert (breach.hostname, breach.believed, breach.world) == (
+        node.hostname,
+        "triage: out of production",
+        "not cordoned",
+    )
     assert breach.evidence["scheduler"] == "slurm" and breach.evidence["cordoned"] is False
 
     adapter.drain(node, reason="triage")
@@ -49,8 +53,11 @@ def test_a_production_node_nodewarden_left_cordoned_is_a_breach(slurm, adapter, 
     adapter.cordon(node, reason="re-validation")  # and never lifted: the bug the invariant catches
     agree, foreign = audit()
     [breach] = agree.breaches
-    assert (breach.believed, breach.world, breach.evidence["owner"]) == ("production", "cordoned by Nodewarden",
-                                                                         "nodewarden")
+    assert (breach.believed, breach.world, breach.evidence["owner"]) == (
+        "production",
+        "cordoned by Nodewarden",
+        "nodewarden",
+    )
     assert foreign.breaches == []
 
 

@@ -7,6 +7,7 @@ afterwards. A customer job runs on the node before every move out of production,
 through ``nodes.services`` and its follow-up task, as in production; only the scheduler's
 handlers run (Day 1 stages and remediation have their own tests).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -112,8 +113,11 @@ def test_an_operators_cordon_from_the_api_evicts_the_slurm_job(slurm, slurm_clus
     slurm.wait_job_running(job)
     client.force_login(operator)
     with eager():
-        response = client.post(f"/api/nodes/{node.pk}/transitions/cordon/", {"reason": "smoke from the rack"},
-                               content_type="application/json")
+        response = client.post(
+            f"/api/nodes/{node.pk}/transitions/cordon/",
+            {"reason": "smoke from the rack"},
+            content_type="application/json",
+        )
     assert response.status_code == 201, response.content
     info = SlurmAdapter(slurm_cluster).show_node(node)
     assert info.drain_flag and info.reason.startswith("nodewarden: Triage: smoke from the rack")

@@ -1,4 +1,5 @@
 """SlurmAdapter against a real Slurm 22.05 cluster (munged + slurmctld + one slurmd per node)."""
+
 from __future__ import annotations
 
 import time
@@ -130,15 +131,19 @@ def test_evict_cancels_a_job_that_cannot_be_requeued_and_says_so(slurm, adapter,
     adapter.evict(node, reason="PSU failure")
 
     assert slurm.job_state(job) in ("CG", "")
-    wait_until(lambda: "JobState=CANCELLED" in slurm.run("scontrol", "show", "job", job).stdout,
-               what="the job to be cancelled")  # COMPLETING while its processes are killed
+    wait_until(
+        lambda: "JobState=CANCELLED" in slurm.run("scontrol", "show", "job", job).stdout, what="the job to be cancelled"
+    )  # COMPLETING while its processes are killed
     assert f"(evicted: cancelled {job} (not requeueable))" in adapter.drain_state(node).detail
 
 
 def test_an_unknown_node_is_a_scheduler_error_that_names_the_command(adapter, slurm_cluster):
     node = NodeFactory(hostname="gpu-s-99.dc1.example.net", cluster=slurm_cluster)
-    with pytest.raises(SchedulerError, match=r"^scontrol show node gpu-s-99 \(SLURM_CONF=/\S+\) exited 1: "
-                                             r"Node gpu-s-99 not found$"):
+    with pytest.raises(
+        SchedulerError,
+        match=r"^scontrol show node gpu-s-99 \(SLURM_CONF=/\S+\) exited 1: "
+        r"Node gpu-s-99 not found$",
+    ):
         adapter.drain(node, reason="x")
     with pytest.raises(SchedulerError, match=r"^squeue -h -w gpu-s-99 .* exited 1: .*Invalid node name gpu-s-99"):
         adapter.is_running_work(node)

@@ -1,5 +1,6 @@
 """The Content-Security-Policy: sent on every page, strict (no inline script or style), and the
 portal's templates give it nothing inline to block. The browser tests watch the pages themselves."""
+
 from __future__ import annotations
 
 import re

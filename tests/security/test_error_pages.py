@@ -1,5 +1,6 @@
 """With DEBUG off (as the demo and production run), errors are the portal's own pages: a customer
 who opens another tenant's node gets the styled 404, never Django's debug page listing every URL."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """Sign-in throttling (django-axes): NODEWARDEN_LOGIN_FAILURE_LIMIT wrong passwords for one user
 from one address lock that pair out, with the portal's lockout page and 429."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Guessing credentials is throttled: wrong API, node agent and join tokens are counted per client
 address, and once NODEWARDEN_TOKEN_FAILURE_RATE is spent the client is answered 429 with
 Retry-After, even for a right token, until the window has passed (nodewarden.throttling)."""
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,9 @@ def test_right_api_tokens_are_never_counted(viewer):
 
 
 def _report(token: str, addr: str = "127.0.0.1") -> object:
-    return Client(REMOTE_ADDR=addr).post("/api/agent/reports/", b'{"reports": []}', content_type="application/json",
-                                         HTTP_AUTHORIZATION=f"Bearer {token}")
+    return Client(REMOTE_ADDR=addr).post(
+        "/api/agent/reports/", b'{"reports": []}', content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
 
 
 def test_agent_token_guessing_on_ingest_is_answered_429():
@@ -93,8 +95,9 @@ def test_join_token_guessing_is_answered_429():
     client = Client()
 
     def join(token: str) -> int:
-        return client.post("/api/agent/join/", {"join_token": token, "hostname": "gpu-x"},
-                           content_type="application/json").status_code
+        return client.post(
+            "/api/agent/join/", {"join_token": token, "hostname": "gpu-x"}, content_type="application/json"
+        ).status_code
 
     assert [join(f"nwj_{uuid.uuid4().hex}") for _ in range(LIMIT)] == [401] * LIMIT
     assert join("nwj_whatever") == 429
@@ -119,8 +122,13 @@ def test_the_count_is_shared_through_redis(settings):
     url = require_service("REDIS_URL", "Redis")
     from django.core.cache import caches
 
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
-                                   "KEY_PREFIX": f"nw-test-{uuid.uuid4().hex}"}}
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+            "KEY_PREFIX": f"nw-test-{uuid.uuid4().hex}",
+        }
+    }
     addr = "192.0.2.44"
     assert [_api("guess", addr=addr) for _ in range(LIMIT)] == [401] * LIMIT
     caches["default"].close()  # a fresh connection, as another worker would have

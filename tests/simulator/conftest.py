@@ -1,4 +1,5 @@
 """The simulator's tests that run the whole system need sushy-tools (its Redfish emulators)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -1,4 +1,5 @@
 """manage.py simulate_fleet: each run in a database of its own, reports printed, two policies side by side."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,10 +29,27 @@ def test_two_policies_run_on_the_same_faults_and_print_side_by_side(tmp_path):
             pytest.fail("sushy-tools is required in CI (bin/test installs it)")
         pytest.skip("sushy-tools is not installed")
     out, report = io.StringIO(), tmp_path / "report.json"
-    call_command("simulate_fleet", "--nodes", "16", "--days", "0.5", "--rates", "rsc1", "--rate-scale", "40",
-                 "--seed", "5",
-                 "--compare-policy", "aggressive", "--json", str(report), "--keep-db", str(tmp_path / "db"),
-                 stdout=out, stderr=io.StringIO())
+    call_command(
+        "simulate_fleet",
+        "--nodes",
+        "16",
+        "--days",
+        "0.5",
+        "--rates",
+        "rsc1",
+        "--rate-scale",
+        "40",
+        "--seed",
+        "5",
+        "--compare-policy",
+        "aggressive",
+        "--json",
+        str(report),
+        "--keep-db",
+        str(tmp_path / "db"),
+        stdout=out,
+        stderr=io.StringIO(),
+    )
     text = out.getvalue()
     assert "Two policies on the same fleet and the same faults" in text
     assert "job interruptions (paper, scaled)" in text and "effective training time ratio" in text
@@ -39,8 +57,10 @@ def test_two_policies_run_on_the_same_faults_and_print_side_by_side(tmp_path):
     assert (default["config"]["policy"], aggressive["config"]["policy"]) == ("default", "aggressive")
     assert default["config"]["rate_scale"] == pytest.approx(40 * 6.50 / 3.79)  # Meta RSC-1's rate, sped up
     assert default["faults"]["injected"] > 0
-    assert default["faults"]["by_class"] == aggressive["faults"]["by_class"] or \
-        abs(default["faults"]["injected"] - aggressive["faults"]["injected"]) <= 2  # same draws, same seed
+    assert (
+        default["faults"]["by_class"] == aggressive["faults"]["by_class"]
+        or abs(default["faults"]["injected"] - aggressive["faults"]["injected"]) <= 2
+    )  # same draws, same seed
     for run in (default, aggressive):
         assert run["run"]["agent_errors"] == [] and run["run"]["task_errors"] == []
         assert run["run"]["agent_reports"] >= 16

@@ -1,5 +1,6 @@
 """The simulator in a live fleet (the demo): faults planted at the published rates, sped up,
 shown in the agents' reports, and cured only by what would cure them."""
+
 from __future__ import annotations
 
 import random
@@ -23,9 +24,17 @@ pytestmark = pytest.mark.django_db
 
 def revalidated(node, at: datetime, **details) -> None:
     with time_machine.travel(at, tick=False):
-        NodeEvent.objects.create(node=node, hostname=node.hostname, kind=EventKind.TRANSITION,
-                                 transition="revalidate", source_state="remediating", target_state="burn_in",
-                                 reason="test", details=details, actor_name="system:test")
+        NodeEvent.objects.create(
+            node=node,
+            hostname=node.hostname,
+            kind=EventKind.TRANSITION,
+            transition="revalidate",
+            source_state="remediating",
+            target_state="burn_in",
+            reason="test",
+            details=details,
+            actor_name="system:test",
+        )
 
 
 def passed_step(node, rung: str) -> Remediation:
@@ -64,8 +73,7 @@ def test_a_rung_cures_only_what_it_reaches_and_a_repair_cures_anything():
 
 
 def test_noise_goes_away_by_itself():
-    flap = LiveFault.objects.create(node=NodeFactory(), fault="link_flap", started=NOW,
-                                    ends=NOW + timedelta(minutes=2))
+    flap = LiveFault.objects.create(node=NodeFactory(), fault="link_flap", started=NOW, ends=NOW + timedelta(minutes=2))
     assert cure(NOW + timedelta(minutes=1)) == []
     assert [f.pk for f in cure(NOW + timedelta(minutes=3))] == [flap.pk]
 

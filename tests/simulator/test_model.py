@@ -1,4 +1,5 @@
 """The simulator's pure parts: published rates, what cures what, the synchronous job's ETTR."""
+
 from __future__ import annotations
 
 import random

@@ -1,4 +1,5 @@
 """The simulated scheduler adapter answers Nodewarden's calls from the running simulation."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta

@@ -10,6 +10,7 @@ technician cures; an InfiniBand link that flaps once (nothing wrong: acting on i
 action); a failing SSD, whose warning-level finding the default policy only watches, so the
 job keeps dying on it until an operator steps in.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -31,8 +32,9 @@ def _sushy(sushy):
 
 
 def planted_run(policy: str = "default") -> tuple[Simulation, dict]:
-    config = SimConfig(nodes=12, days=1.25, rate_scale=0, noise_scale=0, repair_hours=(3, 3), policy=policy,
-                       nodes_per_emulator=6)
+    config = SimConfig(
+        nodes=12, days=1.25, rate_scale=0, noise_scale=0, repair_hours=(3, 3), policy=policy, nodes_per_emulator=6
+    )
     sim = Simulation(config)
     sim.plant(timedelta(hours=1), "faulty_gpu", "sim-00001", cure=F.POWER_CYCLE, gpu=3)
     sim.plant(timedelta(hours=2), "hbm", "sim-00002", cure=F.RMA, gpu=5, xid=48)
@@ -50,8 +52,11 @@ def test_planted_faults_take_their_roads_through_the_real_system():
     # XID 79: cordoned at once (the job it crashed is interrupted), rebooted, failed the burn-in
     # (the GPU still falls off the bus), climbed to a BMC power cycle, passed, back in production.
     assert cures[("sim-00001", "faulty_gpu")] == "rung power_cycle"
-    steps = list(RemediationStep.objects.filter(remediation__node__hostname="sim-00001")
-                 .order_by("started").values_list("rung", "status"))
+    steps = list(
+        RemediationStep.objects.filter(remediation__node__hostname="sim-00001")
+        .order_by("started")
+        .values_list("rung", "status")
+    )
     assert ("reboot", "failed") in steps and ("power_cycle", "passed") in steps  # only a cure passes a step
     assert "reimage" not in [rung for rung, _ in steps]
     assert Remediation.objects.get(node__hostname="sim-00001").status == "succeeded"

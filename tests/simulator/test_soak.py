@@ -8,6 +8,7 @@ scheduler is the simulator's own (``schedulers.simulated``): real Slurm cannot f
 simulated clock (its job times and drain states run on the wall clock); the auditor's scheduler
 invariant against real Slurm is tested in tests/schedulers/test_audit.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,16 @@ def every_fault() -> list[tuple[str, str]]:
 
 
 def soak() -> tuple[Simulation, dict]:
-    config = SimConfig(nodes=NODES, days=3.0, rate_scale=0, noise_scale=0, repair_hours=(3, 6), rma_days=(0.5, 1),
-                       nodes_per_emulator=NODES, seed=13)
+    config = SimConfig(
+        nodes=NODES,
+        days=3.0,
+        rate_scale=0,
+        noise_scale=0,
+        repair_hours=(3, 6),
+        rma_days=(0.5, 1),
+        nodes_per_emulator=NODES,
+        seed=13,
+    )
     sim = Simulation(config)
     for i, (key, cure) in enumerate(every_fault()):
         # 1 h 45 min apart, round the fleet: a node meets its next fault a day later, back in production.
@@ -52,4 +61,5 @@ def test_every_fault_class_soaks_with_no_audit_breach():
     audit = report["audit"]
     assert audit["runs"] >= 72  # every simulated hour, and the end
     assert audit["distinct"] == 0 and audit["at_end"] == {}, (
-        breaches_line(report) + "\n" + json.dumps(audit["examples"], indent=1, default=str))
+        breaches_line(report) + "\n" + json.dumps(audit["examples"], indent=1, default=str)
+    )

@@ -1,4 +1,5 @@
 """Fixtures for telemetry tests: a reporting node, its agent token, and a client posting as it."""
+
 from __future__ import annotations
 
 import gzip

@@ -1,5 +1,6 @@
 """An agent report the database could not store is a 400 naming the field, never a 500:
 integers past their column (bigint counters, the smallint/int sums) and invalid UTF-8."""
+
 from __future__ import annotations
 
 import json
@@ -18,12 +19,15 @@ def _batch(node):
     return make_batch(node.hostname, start=T0)
 
 
-@pytest.mark.parametrize(("where", "path"), [
-    (lambda r: r, "seq"),
-    (lambda r: r["gpus"][0], "ecc_aggregate_corrected"),
-    (lambda r: r["gpus"][0], "sm_clock_mhz"),
-    (lambda r: r["gpus"][0], "compute_processes"),
-])
+@pytest.mark.parametrize(
+    ("where", "path"),
+    [
+        (lambda r: r, "seq"),
+        (lambda r: r["gpus"][0], "ecc_aggregate_corrected"),
+        (lambda r: r["gpus"][0], "sm_clock_mhz"),
+        (lambda r: r["gpus"][0], "compute_processes"),
+    ],
+)
 @pytest.mark.parametrize("value", [2**63, 2**70])
 def test_an_integer_past_its_column_is_a_400_naming_the_field(agent, node, where, path, value):
     body = _batch(node)
@@ -49,8 +53,7 @@ def test_compute_processes_summed_over_64_gpus_fit_their_column(agent, node):
 @pytest.mark.parametrize("field", ["pid", "kmsg_seq"])
 def test_an_xid_integer_past_a_bigint_is_a_400(agent, node, field):
     body = _batch(node)
-    body["reports"][0]["xid_events"] = [{"xid": 79, "observed_at": T0.isoformat(), "raw": "NVRM: Xid 79",
-                                         field: 2**63}]
+    body["reports"][0]["xid_events"] = [{"xid": 79, "observed_at": T0.isoformat(), "raw": "NVRM: Xid 79", field: 2**63}]
     response = agent.post(body)
     assert response.status_code == 400, response.content
     assert f"{field}`" in response.json()["detail"]

@@ -1,4 +1,5 @@
 """POST /api/agent/reports/: who may send, what is refused and why, and what is stored."""
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,13 @@ pytestmark = pytest.mark.django_db
 
 
 def stored_rows() -> tuple[int, ...]:
-    return (NodeReport.objects.count(), GpuSample.objects.count(), XidRecord.objects.count(),
-            GpuState.objects.count(), NodeHealth.objects.count())
+    return (
+        NodeReport.objects.count(),
+        GpuSample.objects.count(),
+        XidRecord.objects.count(),
+        GpuState.objects.count(),
+        NodeHealth.objects.count(),
+    )
 
 
 def test_it_is_the_api_route_named_agent_reports():
@@ -59,8 +65,12 @@ def test_it_refuses_a_revoked_token(agent, node):
 
 def test_it_refuses_reports_for_another_node_and_stores_none_of_the_batch(agent, node):
     other = NodeFactory(hostname="gpu-b-002")
-    body = {"reports": [make_report(node.hostname, collected_at=T0),
-                        make_report(other.hostname, collected_at=T0 + timedelta(seconds=30))]}
+    body = {
+        "reports": [
+            make_report(node.hostname, collected_at=T0),
+            make_report(other.hostname, collected_at=T0 + timedelta(seconds=30)),
+        ]
+    }
     response = agent.post(body)
     assert response.status_code == 403
     assert "'gpu-b-002'" in response.json()["detail"]
@@ -75,15 +85,18 @@ def _with(mutate):
     return body
 
 
-@pytest.mark.parametrize(("body", "path"), [
-    (b'{"reports": [', "truncated"),
-    (b"not json at all", "malformed"),
-    (_with(lambda r: r["gpus"][2].__setitem__("temperature_c", "hot")), "$.reports[1].gpus[2].temperature_c"),
-    (_with(lambda r: r["gpus"][0].__setitem__("temprature_c", 40)), "`temprature_c` - at `$.reports[1].gpus[0]`"),
-    (_with(lambda r: r.__setitem__("collected_at", "2026-11-20T12:00:30")), "timezone"),
-    (_with(lambda r: r["gpus"][0].__setitem__("power_w", -5)), "$.reports[1].gpus[0].power_w"),
-    ({"reports": []}, "$.reports"),
-])
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        (b'{"reports": [', "truncated"),
+        (b"not json at all", "malformed"),
+        (_with(lambda r: r["gpus"][2].__setitem__("temperature_c", "hot")), "$.reports[1].gpus[2].temperature_c"),
+        (_with(lambda r: r["gpus"][0].__setitem__("temprature_c", 40)), "`temprature_c` - at `$.reports[1].gpus[0]`"),
+        (_with(lambda r: r.__setitem__("collected_at", "2026-11-20T12:00:30")), "timezone"),
+        (_with(lambda r: r["gpus"][0].__setitem__("power_w", -5)), "$.reports[1].gpus[0].power_w"),
+        ({"reports": []}, "$.reports"),
+    ],
+)
 def test_it_refuses_a_malformed_batch_with_400_naming_the_field_and_stores_nothing(agent, node, body, path):
     before = stored_rows()
     response = agent.post(body)

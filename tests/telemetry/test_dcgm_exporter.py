@@ -1,4 +1,5 @@
 """dcgm-exporter: parsing its exposition, the push endpoint and the scrape task."""
+
 from __future__ import annotations
 
 import http.server
@@ -36,11 +37,13 @@ def test_it_reads_the_host_from_either_label_case(name):
 
 
 def test_it_maps_dcgm_fields_to_the_report_schema():
-    report = to_report(parse_exposition(fixture("dcgm-exporter-Hostname.txt"))[HOST], collected_at=T0,
-                       previous_xids={})
+    report = to_report(parse_exposition(fixture("dcgm-exporter-Hostname.txt"))[HOST], collected_at=T0, previous_xids={})
     gpu0, gpu6 = report.gpus
-    assert (gpu0.index, gpu0.uuid, gpu0.pci_bus_id) == (0, "GPU-22dbdd79-f55a-92a8-aa39-322198e72ed6",
-                                                        "00000000:53:00.0")
+    assert (gpu0.index, gpu0.uuid, gpu0.pci_bus_id) == (
+        0,
+        "GPU-22dbdd79-f55a-92a8-aa39-322198e72ed6",
+        "00000000:53:00.0",
+    )
     assert gpu0.name == "NVIDIA H100 80GB HBM3" and report.driver_version == "580.105.08"
     assert (gpu0.temperature_c, gpu0.power_w, gpu0.sm_clock_mhz) == (26.0, 67.268, 1980)
     assert (gpu6.utilization_pct, gpu6.memory_used_mib, gpu6.pcie_replay_count) == (87.0, 74215, 2)
@@ -49,8 +52,7 @@ def test_it_maps_dcgm_fields_to_the_report_schema():
 
 
 def test_the_not_supported_sentinel_becomes_none_not_a_huge_number():
-    report = to_report(parse_exposition(fixture("dcgm-exporter-Hostname.txt"))[HOST], collected_at=T0,
-                       previous_xids={})
+    report = to_report(parse_exposition(fixture("dcgm-exporter-Hostname.txt"))[HOST], collected_at=T0, previous_xids={})
     assert report.gpus[0].hbm_temperature_c is None
     assert report.gpus[1].hbm_temperature_c == 35.0
 
@@ -67,7 +69,7 @@ def test_the_xid_gauge_becomes_an_event_only_when_it_changes():
 
 def test_it_refuses_text_that_is_not_an_exposition():
     with pytest.raises(ExpositionError, match="Not a Prometheus text exposition"):
-        parse_exposition("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\" 26\n")
+        parse_exposition('DCGM_FI_DEV_GPU_TEMP{gpu="0" 26\n')
 
 
 def test_it_refuses_a_value_the_report_schema_does_not_allow():
@@ -188,7 +190,8 @@ def test_a_target_scraped_recently_is_not_due(exporter, host_node):
 
 def test_a_failing_target_records_its_error(exporter, db):
     target = DcgmExporterTarget.objects.create(
-        url=f"{exporter}/nope", last_scraped_at=timezone.now() - timedelta(minutes=5))
+        url=f"{exporter}/nope", last_scraped_at=timezone.now() - timedelta(minutes=5)
+    )
     assert scrape_dcgm_exporters() == {"scraped": 1, "failed": 1}
     target.refresh_from_db()
     assert "404" in target.last_error

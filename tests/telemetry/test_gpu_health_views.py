@@ -1,4 +1,5 @@
 """The node page's GPU health partial, its charts, and the read API, with tenant scoping."""
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,12 @@ def test_a_week_of_samples_is_downsampled_to_the_figure_budget(node):
     # 7 days every 5 minutes = 2,016 reports x 8 GPUs; undownsampled, 32,256 points per figure.
     start = T0 - timedelta(days=7)
     for day in range(7):
-        send(node, make_batch(node.hostname, start=start + timedelta(days=day), count=288, every_s=300,
-                              seed=day * 1000)["reports"])
+        send(
+            node,
+            make_batch(node.hostname, start=start + timedelta(days=day), count=288, every_s=300, seed=day * 1000)[
+                "reports"
+            ],
+        )
     series = gpu_series(node.pk, since=start, until=T0, gpu_count=8)
     for figure in gpu_figures(series).values():
         assert 0 < figure_points(figure) <= MAX_POINTS_PER_FIGURE
@@ -149,14 +154,17 @@ def test_the_samples_api_returns_bucketed_series_for_one_gpu(api, reporting):
     assert data["bucket_s"] >= 1
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"since": "yesterday"}, "since"),
-    ({"since": "2026-11-20T12:00:00"}, "since"),
-    ({"since": "2026-11-20T13:00:00Z", "until": "2026-11-20T12:00:00Z"}, "since"),
-    ({"since": "2020-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since"),
-    ({"gpu": "first"}, "gpu"),
-    ({"until": "2026-13-01T00:00:00Z"}, "until"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"since": "yesterday"}, "since"),
+        ({"since": "2026-11-20T12:00:00"}, "since"),
+        ({"since": "2026-11-20T13:00:00Z", "until": "2026-11-20T12:00:00Z"}, "since"),
+        ({"since": "2020-01-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "since"),
+        ({"gpu": "first"}, "gpu"),
+        ({"until": "2026-13-01T00:00:00Z"}, "until"),
+    ],
+)
 def test_the_samples_api_refuses_bad_parameters_with_400(api, node, params, field):
     response = api.get(reverse("api:node-gpu-samples", args=[node.pk]), params)
     assert response.status_code == 400

@@ -1,4 +1,5 @@
 """telemetry.ingest.ingest_reports: history vs latest state, order, XIDs, rules, query count."""
+
 from __future__ import annotations
 
 from datetime import timedelta

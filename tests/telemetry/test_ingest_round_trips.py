@@ -1,5 +1,6 @@
 """Round trips of the ingest: a single-report request on PostgreSQL is one read and one write
 (plus the COPY of its GPU rows), and each shortcut behaves exactly as the long way did."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -50,11 +51,14 @@ def test_the_one_statement_read_gives_what_the_orm_gives(node):
     ingest_reports(node.pk, one(node, T0, xid=79))  # fires an alert: there is one to read
     snapshot = store.read_node(node.pk)
 
-    orm_gpus = [dict(zip(store.GPU_READ_COLUMNS, row, strict=True)) for row in
-                GpuState.objects.filter(node=node).order_by("index").values_list(*store.GPU_READ_COLUMNS)]
+    orm_gpus = [
+        dict(zip(store.GPU_READ_COLUMNS, row, strict=True))
+        for row in GpuState.objects.filter(node=node).order_by("index").values_list(*store.GPU_READ_COLUMNS)
+    ]
     assert snapshot.gpus == orm_gpus
-    assert [{k: type(v) for k, v in g.items()} for g in snapshot.gpus] == \
-        [{k: type(v) for k, v in g.items()} for g in orm_gpus]  # 45.0 stays a float, not the JSON 45
+    assert [{k: type(v) for k, v in g.items()} for g in snapshot.gpus] == [
+        {k: type(v) for k, v in g.items()} for g in orm_gpus
+    ]  # 45.0 stays a float, not the JSON 45
     (orm_node,) = type(node).objects.filter(pk=node.pk).values_list(*store.NODE_COLUMNS)
     assert snapshot.node == dict(zip(store.NODE_COLUMNS, orm_node, strict=True))
     assert snapshot.firing == list(Alert.objects.filter(node=node, state="firing").values_list(*OPEN_ALERT_FIELDS))
@@ -90,8 +94,9 @@ def test_a_resent_report_writes_no_latest_rows(node):
     assert NodeHealth.objects.get(node=node).last_received_at == before
 
 
-def test_a_failure_after_a_finding_rolls_the_finding_back_and_keeps_the_telemetry(node, monkeypatch,
-                                                                                   django_capture_on_commit_callbacks):
+def test_a_failure_after_a_finding_rolls_the_finding_back_and_keeps_the_telemetry(
+    node, monkeypatch, django_capture_on_commit_callbacks
+):
     from health import evaluation
 
     def fail(ctx, open_alerts):  # stand-in for a bug after the rules wrote their finding

@@ -3,6 +3,7 @@
 These run the real ingest and the real health rules (XID catalog and rule rows are seeded
 by migrate), on SQLite and, with PG=1, on PostgreSQL.
 """
+
 from __future__ import annotations
 
 import threading
@@ -66,8 +67,13 @@ class TestAResentKernelEventCountsOnce:
         now = timezone.now().replace(microsecond=0)
         line = make_xid(79, gpu=3, observed_at=now - timedelta(seconds=40), kmsg_seq=1201)
         again = dict(line, observed_at=(now - timedelta(seconds=40, milliseconds=-2)).isoformat())
-        ingest_reports(node.pk, [agent_report(node, now - timedelta(seconds=30), events=[line], seq=1),
-                                 agent_report(node, now, events=[again], seq=2)])
+        ingest_reports(
+            node.pk,
+            [
+                agent_report(node, now - timedelta(seconds=30), events=[line], seq=1),
+                agent_report(node, now, events=[again], seq=2),
+            ],
+        )
         assert XidRecord.objects.filter(node=node).count() == 1
         assert Finding.objects.filter(node=node, rule="xid").count() == 1
         assert xid_79_count(node) == 1 and rma_findings(node) == 0
@@ -114,8 +120,9 @@ def test_on_postgresql_two_concurrent_requests_with_the_same_event_count_it_once
     now = timezone.now().replace(microsecond=0)
     line = make_xid(79, gpu=3, observed_at=now - timedelta(seconds=40), kmsg_seq=1201)
     first = [agent_report(node, now - timedelta(seconds=30), events=[line], seq=1)]
-    second = [agent_report(node, now, events=[dict(line, observed_at=(now - timedelta(seconds=39)).isoformat())],
-                           seq=2)]
+    second = [
+        agent_report(node, now, events=[dict(line, observed_at=(now - timedelta(seconds=39)).isoformat())], seq=2)
+    ]
     first_stored, release = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 

@@ -1,4 +1,5 @@
 """manage.py telemetry_partitioning: the DDL that range-partitions the history by month."""
+
 from __future__ import annotations
 
 from datetime import date, timedelta
@@ -25,12 +26,19 @@ def test_it_prints_a_monthly_range_partitioning_of_each_history_table():
     call_command("telemetry_partitioning", "--since", "2026-10-01", stdout=out)
     ddl = out.getvalue()
     assert ddl.startswith("BEGIN;") and ddl.rstrip().endswith("COMMIT;")
-    for table, column in (("telemetry_gpusample", "collected_at"), ("telemetry_nodereport", "collected_at"),
-                          ("telemetry_xidrecord", "observed_at")):
-        assert f"CREATE TABLE {table} (LIKE {table}_unpartitioned INCLUDING DEFAULTS) " \
-               f"PARTITION BY RANGE ({column});" in ddl
-        assert f"CREATE TABLE IF NOT EXISTS {table}_p2026_10 PARTITION OF {table} " \
-               f"FOR VALUES FROM ('2026-10-01') TO ('2026-11-01');" in ddl
+    for table, column in (
+        ("telemetry_gpusample", "collected_at"),
+        ("telemetry_nodereport", "collected_at"),
+        ("telemetry_xidrecord", "observed_at"),
+    ):
+        assert (
+            f"CREATE TABLE {table} (LIKE {table}_unpartitioned INCLUDING DEFAULTS) "
+            f"PARTITION BY RANGE ({column});" in ddl
+        )
+        assert (
+            f"CREATE TABLE IF NOT EXISTS {table}_p2026_10 PARTITION OF {table} "
+            f"FOR VALUES FROM ('2026-10-01') TO ('2026-11-01');" in ddl
+        )
         assert f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT;" in ddl
     assert "ALTER TABLE telemetry_gpusample ADD PRIMARY KEY (node_id, collected_at, gpu_index);" in ddl
 

@@ -1,4 +1,5 @@
 """Retention: raw samples roll up into hours past the window; old history is pruned."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -21,8 +22,10 @@ pytestmark = pytest.mark.django_db
 
 
 def send(node, start, count, seed=0, every_s=30.0):
-    reports = [msgspec.convert(r, AgentReport)
-               for r in make_batch(node.hostname, start=start, count=count, seed=seed, every_s=every_s)["reports"]]
+    reports = [
+        msgspec.convert(r, AgentReport)
+        for r in make_batch(node.hostname, start=start, count=count, seed=seed, every_s=every_s)["reports"]
+    ]
     return ingest_reports(node.pk, reports)
 
 
@@ -30,8 +33,11 @@ def test_it_rolls_samples_older_than_the_window_into_hours_and_deletes_them(node
     send(node, T0, 4, every_s=600)  # 12:00 .. 12:30: one hour
     with time_machine.travel(T0 + timedelta(days=10, minutes=1), tick=False):  # ingest refuses the future
         send(node, T0 + timedelta(days=10), 2, seed=100)  # recent: stays raw
-    temps = list(GpuSample.objects.filter(node=node, gpu_index=2, collected_at__lt=T0 + timedelta(hours=1))
-                 .values_list("temperature_c", flat=True))
+    temps = list(
+        GpuSample.objects.filter(node=node, gpu_index=2, collected_at__lt=T0 + timedelta(hours=1)).values_list(
+            "temperature_c", flat=True
+        )
+    )
     with time_machine.travel(T0 + timedelta(days=15), tick=False):
         result = roll_up_and_prune()
     assert result.rolled_up == 32 and result.finished
@@ -63,8 +69,7 @@ def test_late_rows_for_an_hour_already_rolled_up_merge_into_it(node):
     assert not GpuSample.objects.exists()
 
 
-@override_settings(TELEMETRY_RAW_RETENTION_DAYS=1, TELEMETRY_REPORT_RETENTION_DAYS=30,
-                   TELEMETRY_XID_RETENTION_DAYS=365)
+@override_settings(TELEMETRY_RAW_RETENTION_DAYS=1, TELEMETRY_REPORT_RETENTION_DAYS=30, TELEMETRY_XID_RETENTION_DAYS=365)
 def test_reports_and_xid_records_are_pruned_after_their_own_windows(node):
     ingest_reports(node.pk, [msgspec.convert(make_report(node.hostname, collected_at=T0, xid=79), AgentReport)])
     with time_machine.travel(T0 + timedelta(days=40), tick=False):

@@ -1,4 +1,5 @@
 """trends.analysis: least squares, trends, peers and lemon scores over plain numbers."""
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,9 @@ def test_counters_climbing_past_their_weekly_threshold_are_degrading():
 
 def test_temperature_creeping_at_load_is_degrading():
     rng = random.Random(1)
-    found = analysis.trend(TREND_SPECS["temperature_at_load"],
-                           [(d, 65 + d / 7 + rng.uniform(-0.3, 0.3)) for d in range(42)])
+    found = analysis.trend(
+        TREND_SPECS["temperature_at_load"], [(d, 65 + d / 7 + rng.uniform(-0.3, 0.3)) for d in range(42)]
+    )
     assert found is not None and found.degrading and found.per_week == pytest.approx(1.0, abs=0.1)
 
 
@@ -114,8 +116,9 @@ def test_the_lemon_score_adds_up_its_contributions_and_saturates():
     score = analysis.lemon_score({"incidents": 6, "incident_rate": 6, "xids": 9, "tickets": 2})
     assert score.score == pytest.approx(sum(score.contributions.values()))
     assert score.score >= analysis.LEMON_THRESHOLD
-    assert analysis.lemon_score({name: 1e9 for name in (s.name for s in analysis.LEMON_SIGNALS)}).score \
-        == pytest.approx(100, abs=1e-3)
+    assert analysis.lemon_score(
+        {name: 1e9 for name in (s.name for s in analysis.LEMON_SIGNALS)}
+    ).score == pytest.approx(100, abs=1e-3)
 
 
 def test_xids_alone_do_not_make_a_lemon():
@@ -127,8 +130,11 @@ def test_a_node_with_one_incident_and_one_xid_is_far_from_a_lemon():
 
 
 def test_top_offenders_rank_by_score_and_leave_out_zeros():
-    scores = {1: analysis.lemon_score({"xids": 1}), 2: analysis.lemon_score({"incidents": 5}),
-              3: analysis.lemon_score({})}
+    scores = {
+        1: analysis.lemon_score({"xids": 1}),
+        2: analysis.lemon_score({"incidents": 5}),
+        3: analysis.lemon_score({}),
+    }
     assert [pk for pk, _ in analysis.top_offenders(scores)] == [2, 1]
 
 

@@ -1,5 +1,6 @@
 """The trends API: GET /api/trends/flags/ (filters kind, node, open) and GET /api/trends/lemons/,
 staff only (customers 404), read-only."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,10 @@ def test_it_lists_flags_with_their_evidence(api, evaluated):
     assert row["open"] is True and row["evidence"]["signals"]["incidents"] == 6 and row["finding"]
 
 
-@pytest.mark.parametrize(("query", "count"), [("kind=underperformer", 2), ("kind=degrading", 1), ("kind=lemon", 1),
-                                              ("open=true", 4), ("open=false", 0)])
+@pytest.mark.parametrize(
+    ("query", "count"),
+    [("kind=underperformer", 2), ("kind=degrading", 1), ("kind=lemon", 1), ("open=true", 4), ("open=false", 0)],
+)
 def test_it_filters_flags(api, evaluated, query, count):
     assert api.get(f"/api/trends/flags/?{query}").json()["count"] == count
 
@@ -69,10 +72,14 @@ def test_lemons_are_the_last_runs_top_offenders(api, evaluated):
 
 
 def test_lemons_before_any_evaluation_is_an_empty_report(api, db):
-    assert api.get("/api/trends/lemons/").json() == {"run": None, "evaluated_at": None, "window_days": 30,
-                                                     "threshold": 40.0, "weights": pytest.approx(
-                                                         api.get("/api/trends/lemons/").json()["weights"]),
-                                                     "results": []}
+    assert api.get("/api/trends/lemons/").json() == {
+        "run": None,
+        "evaluated_at": None,
+        "window_days": 30,
+        "threshold": 40.0,
+        "weights": pytest.approx(api.get("/api/trends/lemons/").json()["weights"]),
+        "results": [],
+    }
 
 
 @pytest.mark.parametrize("path", ["/api/trends/flags/", "/api/trends/lemons/"])

@@ -1,5 +1,6 @@
 """trends.services.evaluate on the planted fleet: exactly the planted nodes are flagged, with
 the right evidence; findings are raised once; flags clear when the condition is gone."""
+
 from __future__ import annotations
 
 import random
@@ -66,7 +67,13 @@ def test_the_lemon_scores_its_signals(fleet):
     flag = TrendFlag.objects.get(node=fleet.lemon, kind=FlagKind.LEMON)
     signals = flag.evidence["signals"]
     assert {k: signals[k] for k in ("incidents", "xids", "tickets", "rmas", "out_count", "hours_out")} == {
-        "incidents": 6, "xids": 9, "tickets": 2, "rmas": 0, "out_count": 2, "hours_out": 48}
+        "incidents": 6,
+        "xids": 9,
+        "tickets": 2,
+        "rmas": 0,
+        "out_count": 2,
+        "hours_out": 48,
+    }
     assert flag.score >= 40 and flag.score == pytest.approx(sum(flag.evidence["contributions"].values()), abs=0.05)
     # The run keeps the top offenders: the lemon first, the healthy nodes' noise far below it.
     assert run.top_lemons[0]["hostname"] == fleet.lemon.hostname and run.top_lemons[0]["flagged"]
@@ -82,8 +89,9 @@ def test_application_xids_do_not_count(fleet):
 
 def test_findings_go_the_road_of_every_signal(fleet):
     services.evaluate(now=NOW)
-    findings = {(f.node_id, f.rule, f.severity, f.subject, f.recommended_action, f.source)
-                for f in Finding.objects.all()}
+    findings = {
+        (f.node_id, f.rule, f.severity, f.subject, f.recommended_action, f.source) for f in Finding.objects.all()
+    }
     assert findings == {
         (fleet.degrader.pk, "trend_degrading", "warning", "nccl_busbw_gbps", "none", "trends"),
         (fleet.degrader.pk, "peer_underperformer", "degraded", "nccl_busbw_gbps", "none", "trends"),
@@ -109,8 +117,9 @@ def test_flags_clear_and_alerts_resolve_when_the_condition_is_gone(fleet):
     # underperformer were repaired) and the lemon's incidents are older than the lemon window.
     later = NOW + timedelta(days=60)
     rng = random.Random(11)
-    CheckRun.objects.bulk_create([run for node in fleet.nodes
-                                  for run in nccl_runs(node, healthy_busbw(rng), now=later)])
+    CheckRun.objects.bulk_create(
+        [run for node in fleet.nodes for run in nccl_runs(node, healthy_busbw(rng), now=later)]
+    )
     run = services.evaluate(now=later)
     assert (run.opened, run.cleared) == (0, 4)
     assert open_flags() == set()
@@ -147,7 +156,9 @@ def test_a_lemon_crossing_the_repair_score_later_is_raised_again_for_repair(flee
     flag = TrendFlag.objects.get(kind=FlagKind.LEMON)
     assert flag.finding_id == findings[-1].pk
     assert list(Alert.objects.filter(rule="lemon_node").values_list("state", flat=True).order_by("id")) == [
-        AlertState.RESOLVED, AlertState.FIRING]
+        AlertState.RESOLVED,
+        AlertState.FIRING,
+    ]
     services.evaluate(now=NOW + timedelta(hours=2))
     assert Finding.objects.filter(rule="lemon_node").count() == 2
 
@@ -176,15 +187,18 @@ def test_telemetry_counters_and_temperature_at_load_are_trended(db):
     rng = random.Random(2)
     hourly, raw = [], []
     for node, kwargs in [(climbing, {"ecc": lambda d: 100 + 40 * d}), (creeping, {"temp": lambda d: 62 + d / 7})] + [
-            (n, {}) for n in flat]:
+        (n, {}) for n in flat
+    ]:
         h, r = flat_telemetry(node, rng=rng, **kwargs)
         hourly += h
         raw += r
     GpuSampleHourly.objects.bulk_create(hourly)
     GpuSample.objects.bulk_create(raw)
     services.evaluate(now=NOW)
-    assert open_flags() == {(climbing.hostname, FlagKind.DEGRADING, "ecc_corrected"),
-                            (creeping.hostname, FlagKind.DEGRADING, "temperature_at_load")}
+    assert open_flags() == {
+        (climbing.hostname, FlagKind.DEGRADING, "ecc_corrected"),
+        (creeping.hostname, FlagKind.DEGRADING, "temperature_at_load"),
+    }
     ecc = TrendFlag.objects.get(figure="ecc_corrected").evidence
     # Counters add up over GPUs: GPU 0 climbs 40 a day (280 a week), GPU 1 holds at 3.
     assert ecc["per_week"] == pytest.approx(280, rel=0.02) and ecc["points"][0][1] == 103
@@ -211,13 +225,23 @@ def test_gpu_stress_tflops_are_trended_and_compared_too(db):
         for w, ago in enumerate(RUN_DAYS_AGO):
             value = 700 * (1 - 0.04 * w) if i == 0 else 700 * (1 + rng.uniform(-0.01, 0.01))
             at = NOW - timedelta(days=ago)
-            runs.append(CheckRun(node=node, kind="gpu_stress", status="passed", created=at, finished=at,
-                                 params={"seconds": 60, "matrix_size": 8192, "dtype": "bf16", "min_tflops": 0.0},
-                                 figures={"min_tflops": value, "gpu0_tflops": value}))
+            runs.append(
+                CheckRun(
+                    node=node,
+                    kind="gpu_stress",
+                    status="passed",
+                    created=at,
+                    finished=at,
+                    params={"seconds": 60, "matrix_size": 8192, "dtype": "bf16", "min_tflops": 0.0},
+                    figures={"min_tflops": value, "gpu0_tflops": value},
+                )
+            )
     CheckRun.objects.bulk_create(runs)
     services.evaluate(now=NOW)
-    assert open_flags() == {(nodes[0].hostname, FlagKind.DEGRADING, "gpu_min_tflops"),
-                            (nodes[0].hostname, FlagKind.UNDERPERFORMER, "gpu_min_tflops")}
+    assert open_flags() == {
+        (nodes[0].hostname, FlagKind.DEGRADING, "gpu_min_tflops"),
+        (nodes[0].hostname, FlagKind.UNDERPERFORMER, "gpu_min_tflops"),
+    }
 
 
 def test_a_failed_run_says_why_and_stays_unfinished(fleet, monkeypatch):

@@ -1,5 +1,6 @@
 """Trend pages (staff only): the fleet page, a node's trend page and the node page's partial,
 each flag drawn from its evidence; customers are told they do not exist (404)."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,8 @@ def test_the_fleet_page_lists_lemons_underperformers_per_profile_and_degrading_n
     under = html.split('id="underperformer-table"')[1].split("</table>")[0]
     assert 'data-profile="trend-h100"' in under
     assert {evaluated.underperformer.hostname, evaluated.degrader.hostname} <= {
-        h for h in (n.hostname for n in evaluated.nodes) if h in under}
+        h for h in (n.hostname for n in evaluated.nodes) if h in under
+    }
     assert evaluated.lemon.hostname not in under
     degrading = html.split('id="degrading-table"')[1].split("</table>")[0]
     assert evaluated.degrader.hostname in degrading and evaluated.underperformer.hostname not in degrading
@@ -127,8 +129,13 @@ def test_the_fleet_page_query_count_does_not_grow_with_flags(client, viewer, eva
 
 
 def test_chart_functions_read_the_evidence_alone():
-    fig = charts.trend_figure({"points": [["2026-01-01", 1.0], ["2026-01-08", 2.0]], "unit": "GB/s",
-                               "line": [["2026-01-01", 1.0], ["2026-01-08", 2.0]]})
+    fig = charts.trend_figure(
+        {
+            "points": [["2026-01-01", 1.0], ["2026-01-08", 2.0]],
+            "unit": "GB/s",
+            "line": [["2026-01-01", 1.0], ["2026-01-08", 2.0]],
+        }
+    )
     assert fig["data"][0]["y"] == [1.0, 2.0] and fig["layout"]["yaxis"]["title"]["text"] == "GB/s"
     empty = charts.peers_figure({})
     assert empty["data"][0]["x"] == []

@@ -1,5 +1,6 @@
 """evaluate_trends reads the fleet in batches: its query count does not grow with the number of
 nodes (10 vs 100 nodes with the same planted problems), only with the flags it opens or clears."""
+
 from __future__ import annotations
 
 import pytest

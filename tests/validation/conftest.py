@@ -1,5 +1,6 @@
 """Fixtures for the Day 1 pipeline: Celery runs follow-ups inline, and a node agent
 stand-in that reports and answers checks through the real services."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -59,15 +60,26 @@ def answer_checks(node: Any, outcomes: dict[str, tuple[str, dict[str, float]]] |
     now = timezone.now()
     for run in claim.runs:
         status, figures = healthy[run.kind]
-        record_check_result(run.pk, node.pk, result=CheckResult(
-            status=status, summary=f"{run.kind} {status}", figures=figures, output="",
-            started_at=now - timedelta(seconds=1), finished_at=now))
+        record_check_result(
+            run.pk,
+            node.pk,
+            result=CheckResult(
+                status=status,
+                summary=f"{run.kind} {status}",
+                figures=figures,
+                output="",
+                started_at=now - timedelta(seconds=1),
+                finished_at=now,
+            ),
+        )
     return [run.pk for run in claim.runs]
 
 
 @pytest.fixture
 def node_in(db) -> Callable[..., Any]:
     """A node put straight into a state (set up directly, as the factories do)."""
+
     def make(state: str = NodeState.ONBOARD, **kwargs: Any) -> Any:
         return NodeFactory(state=state, **kwargs)
+
     return make

@@ -1,5 +1,6 @@
 """The Day 1 fabric and cable check where the cabling plan lists the node's HCAs: it waits for
 a discovery run made after it began, and fails on an open fabric ticket on the node's ports."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,8 @@ TESTS = Actor.system("tests")
 def plan_for(hostname: str) -> list[tuple[Port, Port]]:
     cables = [(Port(f"{hostname} mlx5_{k}", 1), Port(f"leaf-r{k}", 1)) for k in range(8)]
     csv = "a_device,a_port,b_device,b_port,width,rate_gbps\n" + "".join(
-        f"{a.device},{a.port},{b.device},{b.port},4X,400\n" for a, b in cables)
+        f"{a.device},{a.port},{b.device},{b.port},4X,400\n" for a, b in cables
+    )
     import_plan(csv, actor=TESTS)
     return cables
 
@@ -73,8 +75,11 @@ def test_a_pulled_cable_on_the_node_fails_the_check_naming_the_ticket_and_ports(
 
 def test_a_ticket_opened_before_the_node_enrolled_still_fails_its_fabric_check(node_in, eager):
     cables = [(Port(f"gpu-late-01 mlx5_{k}", 1), Port(f"leaf-r{k}", 1)) for k in range(8)]
-    import_plan("a_device,a_port,b_device,b_port,width,rate_gbps\n" + "".join(
-        f"{a.device},{a.port},{b.device},{b.port},4X,400\n" for a, b in cables), actor=TESTS)
+    import_plan(
+        "a_device,a_port,b_device,b_port,width,rate_gbps\n"
+        + "".join(f"{a.device},{a.port},{b.device},{b.port},4X,400\n" for a, b in cables),
+        actor=TESTS,
+    )
     record_run(seen(cables, pull=2), {}, actor=TESTS)  # the bay's fabric is checked before the server enrolls
     node = node_in(NodeState.BURN_IN, hostname="gpu-late-01")
     send(node, idle_report(node))

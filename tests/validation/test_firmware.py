@@ -4,6 +4,7 @@ through the BMC, versions read again; what is still behind fails with the exact 
 
 The emulator's SimpleUpdate bumps the BIOS minor version (2.0.7 -> 2.1.7): that stands in
 for flashing the image the profile names. Its manager reports firmware "1.00"."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,11 @@ IMAGE = "http://repo.example/bios-2.1.7.bin"
 
 @pytest.fixture
 def emulator():
-    systems = [{"name": "fw-current", "bios_version": "2.1.7"}, {"name": "fw-behind", "bios_version": "2.0.7"},
-               {"name": "fw-ancient", "bios_version": "1.9.9"}]
+    systems = [
+        {"name": "fw-current", "bios_version": "2.1.7"},
+        {"name": "fw-behind", "bios_version": "2.0.7"},
+        {"name": "fw-ancient", "bios_version": "1.9.9"},
+    ]
     with RedfishEmulator(systems) as bmc:
         yield bmc
 
@@ -34,8 +38,13 @@ def emulator():
 def node_on(emulator, index, node_in, baseline):
     profile = HardwareProfileFactory(name=f"profile-{index}-{len(baseline)}", firmware_baseline=baseline)
     node = node_in(NodeState.ONBOARD, hardware_profile=profile)
-    BmcEndpointFactory(node=node, address=emulator.url, username=emulator.username, password=emulator.password,
-                       system_id=emulator.systems[index]["uuid"])
+    BmcEndpointFactory(
+        node=node,
+        address=emulator.url,
+        username=emulator.username,
+        password=emulator.password,
+        system_id=emulator.systems[index]["uuid"],
+    )
     return node
 
 

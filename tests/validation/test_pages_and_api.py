@@ -1,5 +1,6 @@
 """Day 1 pages and API: the node's stage table, start and skip with a reason, the fleet
 summary, and tenant scoping (another tenant's node answers 404)."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,9 @@ def test_the_node_page_shows_each_stage_and_the_open_one(client, operator, at_in
 def test_an_operator_skips_from_the_page_and_the_reason_is_kept(client, operator, at_inventory, eager):
     client.force_login(operator)
     with eager():
-        response = client.post(reverse("node-stage-action", args=[at_inventory.pk, "skip"]),
-                               {"reason": "vendor-certified tray"})
+        response = client.post(
+            reverse("node-stage-action", args=[at_inventory.pk, "skip"]), {"reason": "vendor-certified tray"}
+        )
     assert response.status_code == 302
     at_inventory.refresh_from_db()
     assert at_inventory.state == S.BURN_IN

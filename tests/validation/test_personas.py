@@ -1,5 +1,6 @@
 """Re-roling a node: drained, given the persona's configuration, re-validated with the
 persona's stages and back in production, each step on the record."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,12 @@ S = NodeState
 
 @pytest.fixture
 def inference(db):
-    return PersonaFactory(name="inference", boot_image="ubuntu-24.04-inference", slurm_partition="infer",
-                          validation_stages=["inventory", "reliability"])
+    return PersonaFactory(
+        name="inference",
+        boot_image="ubuntu-24.04-inference",
+        slurm_partition="infer",
+        validation_stages=["inventory", "reliability"],
+    )
 
 
 def test_a_production_node_is_drained_reconfigured_revalidated_and_returned(node_in, inference, operator, eager):
@@ -36,8 +41,11 @@ def test_a_production_node_is_drained_reconfigured_revalidated_and_returned(node
     change.refresh_from_db()
     assert node.persona == inference and change.status == PersonaChange.Status.VALIDATING
     assert node.state == S.INVENTORY_CHECK  # firmware is not among the persona's stages: skipped
-    transitions = list(NodeEvent.objects.filter(node=node, kind="transition").order_by("created", "id")
-                       .values_list("transition", flat=True))
+    transitions = list(
+        NodeEvent.objects.filter(node=node, kind="transition")
+        .order_by("created", "id")
+        .values_list("transition", flat=True)
+    )
     assert transitions[:5] == ["request_drain", "start_draining", "complete_drain", "revalidate", "pass_firmware"]
     config = NodeEvent.objects.get(node=node, reason="Persona set to inference").details["persona_config"]
     assert config["boot_image"] == "ubuntu-24.04-inference" and config["slurm_partition"] == "infer"
@@ -48,15 +56,21 @@ def test_a_production_node_is_drained_reconfigured_revalidated_and_returned(node
     node.refresh_from_db()
     change.refresh_from_db()
     assert node.state == S.PRODUCTION and change.status == PersonaChange.Status.DONE
-    statuses = list(node.check_runs.filter(kind__startswith="stage_").order_by("created", "id")
-                    .values_list("kind", "status"))
-    assert statuses == [("stage_firmware", RunStatus.SKIPPED), ("stage_inventory", RunStatus.PASSED),
-                        ("stage_burn_in", RunStatus.SKIPPED), ("stage_fabric", RunStatus.SKIPPED),
-                        ("stage_reliability", RunStatus.PASSED)]
+    statuses = list(
+        node.check_runs.filter(kind__startswith="stage_").order_by("created", "id").values_list("kind", "status")
+    )
+    assert statuses == [
+        ("stage_firmware", RunStatus.SKIPPED),
+        ("stage_inventory", RunStatus.PASSED),
+        ("stage_burn_in", RunStatus.SKIPPED),
+        ("stage_fabric", RunStatus.SKIPPED),
+        ("stage_reliability", RunStatus.PASSED),
+    ]
 
 
-def test_a_node_under_a_slurm_job_keeps_its_persona_until_the_drain_completes(node_in, inference, operator, eager,
-                                                                            busy_scheduler):
+def test_a_node_under_a_slurm_job_keeps_its_persona_until_the_drain_completes(
+    node_in, inference, operator, eager, busy_scheduler
+):
     node = node_in(S.PRODUCTION, cluster=ClusterFactory(scheduler_kind=SchedulerKind.SLURM))
     with eager():
         change = request_persona_change(node.pk, inference.pk, actor=Actor(user=operator), reason="re-role")

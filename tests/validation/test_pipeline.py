@@ -4,6 +4,7 @@ The firmware stage needs a BMC: its tests run against the Redfish emulator (test
 Here nodes enter the pipeline at the inventory check, with a real agent-shaped report
 going through the real ingest and checks answered through the real check services.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -43,8 +44,13 @@ def last_event(node):
 def spec(db):
     from tests.factories import HardwareProfileFactory
 
-    return Day1Spec.objects.create(hardware_profile=HardwareProfileFactory(), soak_seconds=0, min_busbw_gbps=300,
-                                   min_tflops_per_gpu=600, burn_in_seconds=30)
+    return Day1Spec.objects.create(
+        hardware_profile=HardwareProfileFactory(),
+        soak_seconds=0,
+        min_busbw_gbps=300,
+        min_tflops_per_gpu=600,
+        burn_in_seconds=30,
+    )
 
 
 @pytest.fixture
@@ -75,8 +81,9 @@ def test_a_node_with_what_its_profile_says_walks_from_inventory_to_production(at
     assert inventory.status == RunStatus.PASSED and "8 x NVIDIA H100 80GB HBM3" in inventory.summary
 
     burn_in = stage_runs(node, RunKind.STAGE_BURN_IN).get()
-    requested = CheckRun.objects.filter(node=node, kind__in=[RunKind.GPU_STRESS, RunKind.DCGM_DIAG,
-                                                             RunKind.NCCL_TEST, RunKind.MEMORY_TEST])
+    requested = CheckRun.objects.filter(
+        node=node, kind__in=[RunKind.GPU_STRESS, RunKind.DCGM_DIAG, RunKind.NCCL_TEST, RunKind.MEMORY_TEST]
+    )
     assert requested.count() == 4 and set(requested.values_list("status", flat=True)) == {RunStatus.QUEUED}
     stress = requested.get(kind=RunKind.GPU_STRESS)
     assert stress.params["seconds"] == 30 and stress.params["min_tflops"] == 600
@@ -138,8 +145,13 @@ def test_a_check_queued_before_the_stage_began_is_asked_again_not_counted(at_inv
     from checks.services import request_check
 
     node = at_inventory
-    earlier = request_check(node.pk, RunKind.GPU_STRESS, params={"seconds": 30}, actor=Actor(user=operator),
-                            reason="asked before the reboot")
+    earlier = request_check(
+        node.pk,
+        RunKind.GPU_STRESS,
+        params={"seconds": 30},
+        actor=Actor(user=operator),
+        reason="asked before the reboot",
+    )
     CheckRun.objects.filter(pk=earlier.pk).update(created=timezone.now() - timedelta(hours=1))
     send(node, idle_report(node))
     advance(eager)  # inventory passes, burn-in begins
@@ -289,8 +301,13 @@ def test_revalidation_walks_only_the_stages_of_its_plan(node_in, spec, eager):
     advance(eager)  # inventory passes; burn-in and fabric are skipped; reliability (soak 0) passes
     node.refresh_from_db()
     assert node.state == S.PRODUCTION
-    assert [r.status for r in stage_runs(node)] == [RunStatus.SKIPPED, RunStatus.PASSED, RunStatus.SKIPPED,
-                                                     RunStatus.SKIPPED, RunStatus.PASSED]
+    assert [r.status for r in stage_runs(node)] == [
+        RunStatus.SKIPPED,
+        RunStatus.PASSED,
+        RunStatus.SKIPPED,
+        RunStatus.SKIPPED,
+        RunStatus.PASSED,
+    ]
 
 
 def test_a_node_that_joins_starts_validation_on_its_own(node_in, eager):

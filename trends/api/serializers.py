@@ -1,4 +1,5 @@
 """Serializers of the trends API: flags (read-only, with their evidence) and the lemon report."""
+
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -16,8 +17,22 @@ class TrendFlagSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TrendFlag
-        fields = ["id", "node", "hostname", "hardware_profile", "kind", "figure", "score", "window_days", "open",
-                  "evidence", "finding", "created", "updated", "cleared_at"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "hardware_profile",
+            "kind",
+            "figure",
+            "score",
+            "window_days",
+            "open",
+            "evidence",
+            "finding",
+            "created",
+            "updated",
+            "cleared_at",
+        ]
         read_only_fields = fields
 
 
@@ -30,8 +45,9 @@ class LemonSerializer(serializers.Serializer):
     score = serializers.FloatField(read_only=True, help_text="0-100; flagged from the threshold up.")
     flagged = serializers.BooleanField(read_only=True)
     signals = serializers.DictField(child=serializers.FloatField(), read_only=True)
-    contributions = serializers.DictField(child=serializers.FloatField(), read_only=True,
-                                          help_text="Points of the score per signal; they add up to it.")
+    contributions = serializers.DictField(
+        child=serializers.FloatField(), read_only=True, help_text="Points of the score per signal; they add up to it."
+    )
 
 
 class LemonReportSerializer(serializers.Serializer):

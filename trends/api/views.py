@@ -1,6 +1,7 @@
 """REST endpoints of trends (staff only: anyone else is told they do not exist): trend flags
 with the list page's filters, and the last evaluation's top lemon nodes. Read-only: flags
 change only through the daily evaluation (``trends.services``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,8 +56,10 @@ class LemonsView(generics.GenericAPIView):
     def get(self, request: Request) -> Response:
         run = TrendRun.objects.filter(finished__isnull=False).first()
         report = {
-            "run": run.pk if run else None, "evaluated_at": run.started if run else None,
-            "window_days": analysis.LEMON_WINDOW_DAYS, "threshold": analysis.LEMON_THRESHOLD,
+            "run": run.pk if run else None,
+            "evaluated_at": run.started if run else None,
+            "window_days": analysis.LEMON_WINDOW_DAYS,
+            "threshold": analysis.LEMON_THRESHOLD,
             "weights": {s.name: s.weight for s in analysis.LEMON_SIGNALS},
             "results": run.top_lemons if run else [],
         }

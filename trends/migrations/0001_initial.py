@@ -6,52 +6,111 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('health', '0003_seed_health_rules'),
-        ('nodes', '0001_initial'),
+        ("health", "0003_seed_health_rules"),
+        ("nodes", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TrendRun',
+            name="TrendRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('nodes', models.PositiveIntegerField(default=0, help_text='Nodes evaluated.')),
-                ('opened', models.PositiveIntegerField(default=0)),
-                ('refreshed', models.PositiveIntegerField(default=0)),
-                ('cleared', models.PositiveIntegerField(default=0)),
-                ('params', models.JSONField(blank=True, default=dict, help_text='Windows and thresholds used.')),
-                ('top_lemons', models.JSONField(blank=True, default=list, help_text='The highest lemon scores: node, hostname, score, signals, contributions.')),
-                ('error', models.TextField(blank=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("started", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                ("nodes", models.PositiveIntegerField(default=0, help_text="Nodes evaluated.")),
+                ("opened", models.PositiveIntegerField(default=0)),
+                ("refreshed", models.PositiveIntegerField(default=0)),
+                ("cleared", models.PositiveIntegerField(default=0)),
+                ("params", models.JSONField(blank=True, default=dict, help_text="Windows and thresholds used.")),
+                (
+                    "top_lemons",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="The highest lemon scores: node, hostname, score, signals, contributions.",
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['-started', '-id'],
+                "ordering": ["-started", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='TrendFlag',
+            name="TrendFlag",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('degrading', 'Degrading'), ('underperformer', 'Underperformer'), ('lemon', 'Lemon node')], max_length=20)),
-                ('figure', models.CharField(help_text='e.g. "nccl_busbw_gbps", "ecc_corrected", "lemon_score".', max_length=60)),
-                ('score', models.FloatField(help_text="degrading: change per week (% for bandwidth and TFLOP/s); underperformer: % below the peers' median; lemon: score 0-100.")),
-                ('evidence', models.JSONField(blank=True, default=dict, help_text='The points, fit, peers or signals behind it.')),
-                ('window_days', models.PositiveSmallIntegerField()),
-                ('created', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated', models.DateTimeField(default=django.utils.timezone.now, help_text='The last evaluation that saw it.')),
-                ('cleared_at', models.DateTimeField(blank=True, null=True)),
-                ('finding', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='health.finding')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='trend_flags', to='nodes.node')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("degrading", "Degrading"),
+                            ("underperformer", "Underperformer"),
+                            ("lemon", "Lemon node"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "figure",
+                    models.CharField(
+                        help_text='e.g. "nccl_busbw_gbps", "ecc_corrected", "lemon_score".', max_length=60
+                    ),
+                ),
+                (
+                    "score",
+                    models.FloatField(
+                        help_text="degrading: change per week (% for bandwidth and TFLOP/s); underperformer: % below the peers' median; lemon: score 0-100."
+                    ),
+                ),
+                (
+                    "evidence",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="The points, fit, peers or signals behind it."
+                    ),
+                ),
+                ("window_days", models.PositiveSmallIntegerField()),
+                ("created", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "updated",
+                    models.DateTimeField(
+                        default=django.utils.timezone.now, help_text="The last evaluation that saw it."
+                    ),
+                ),
+                ("cleared_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "finding",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="health.finding",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="trend_flags", to="nodes.node"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
-                'indexes': [models.Index(fields=['kind', 'cleared_at'], name='trendflag_kind_open'), models.Index(fields=['node', '-created'], name='trendflag_node_created')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('cleared_at__isnull', True)), fields=('node', 'kind', 'figure'), name='one_open_trend_flag')],
+                "ordering": ["-created", "-id"],
+                "indexes": [
+                    models.Index(fields=["kind", "cleared_at"], name="trendflag_kind_open"),
+                    models.Index(fields=["node", "-created"], name="trendflag_node_created"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("cleared_at__isnull", True)),
+                        fields=("node", "kind", "figure"),
+                        name="one_open_trend_flag",
+                    )
+                ],
             },
         ),
     ]

@@ -1,4 +1,5 @@
 """Serializers of the Day 1 API."""
+
 from __future__ import annotations
 
 from rest_framework import serializers

@@ -1,4 +1,5 @@
 """REST routes of Day 1, mounted under /api/."""
+
 from django.urls import path
 
 from . import views

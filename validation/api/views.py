@@ -1,5 +1,6 @@
 """REST endpoints of Day 1: a node's stage runs, the operator's start and skip, and the
 fleet summary. Scoped like every node read (another tenant's node answers 404)."""
+
 from __future__ import annotations
 
 from django.db.models import QuerySet
@@ -35,8 +36,12 @@ class NodeStagesView(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[CheckRun]:
         node = visible_node_or_404(self.request.user, self.kwargs["pk"])
-        return (CheckRun.objects.filter(node=node, kind__in=STAGE_KINDS).select_related("requested_by")
-                .defer("output").order_by("-created", "-id"))
+        return (
+            CheckRun.objects.filter(node=node, kind__in=STAGE_KINDS)
+            .select_related("requested_by")
+            .defer("output")
+            .order_by("-created", "-id")
+        )
 
     @extend_schema(summary="A node's Day 1 stage runs, newest first")
     def get(self, request: Request, *args: object, **kwargs: object) -> Response:
@@ -49,8 +54,7 @@ class NodeStageActionView(generics.GenericAPIView):
     serializer_class = serializers.StageActionSerializer
     action_name = ""
 
-    @extend_schema(request=serializers.StageActionSerializer,
-                   responses={201: serializers.StageRunSerializer, **ERRORS})
+    @extend_schema(request=serializers.StageActionSerializer, responses={201: serializers.StageRunSerializer, **ERRORS})
     def post(self, request: Request, pk: int) -> Response:
         node = visible_node_or_404(request.user, pk)
         body = self.get_serializer(data=request.data)
@@ -68,8 +72,10 @@ class NodeStageActionView(generics.GenericAPIView):
 class StartStageView(NodeStageActionView):
     action_name = "start"
 
-    @extend_schema(summary="Start or retry the node's current Day 1 stage",
-                   responses={201: serializers.StageRunSerializer, **ERRORS})
+    @extend_schema(
+        summary="Start or retry the node's current Day 1 stage",
+        responses={201: serializers.StageRunSerializer, **ERRORS},
+    )
     def post(self, request: Request, pk: int) -> Response:
         return super().post(request, pk)
 
@@ -77,8 +83,10 @@ class StartStageView(NodeStageActionView):
 class SkipStageView(NodeStageActionView):
     action_name = "skip"
 
-    @extend_schema(summary="Skip the node's current Day 1 stage (audited)",
-                   responses={201: serializers.StageRunSerializer, **ERRORS})
+    @extend_schema(
+        summary="Skip the node's current Day 1 stage (audited)",
+        responses={201: serializers.StageRunSerializer, **ERRORS},
+    )
     def post(self, request: Request, pk: int) -> Response:
         return super().post(request, pk)
 
@@ -86,12 +94,18 @@ class SkipStageView(NodeStageActionView):
 class Day1SummaryView(APIView):
     """The fleet's Day 1: nodes per stage, stage durations, commonest failures, yield."""
 
-    @extend_schema(summary="Day 1 summary of the nodes visible to the caller", responses=serializers.Day1SummarySerializer)
+    @extend_schema(
+        summary="Day 1 summary of the nodes visible to the caller", responses=serializers.Day1SummarySerializer
+    )
     def get(self, request: Request) -> Response:
         nodes = visible_nodes(request.user)
-        data = {"window_days": summary.WINDOW.days, "counts": summary.stage_counts(nodes),
-                "durations": summary.stage_durations(nodes), "failures": summary.failure_reasons(nodes),
-                "day1_yield": summary.day1_yield(nodes)}
+        data = {
+            "window_days": summary.WINDOW.days,
+            "counts": summary.stage_counts(nodes),
+            "durations": summary.stage_durations(nodes),
+            "failures": summary.failure_reasons(nodes),
+            "day1_yield": summary.day1_yield(nodes),
+        }
         return Response(serializers.Day1SummarySerializer(data).data)
 
 
@@ -100,8 +114,11 @@ class NodePersonaView(generics.GenericAPIView):
 
     serializer_class = serializers.PersonaChangeRequestSerializer
 
-    @extend_schema(summary="Re-role a node", request=serializers.PersonaChangeRequestSerializer,
-                   responses={201: serializers.PersonaChangeSerializer, **ERRORS})
+    @extend_schema(
+        summary="Re-role a node",
+        request=serializers.PersonaChangeRequestSerializer,
+        responses={201: serializers.PersonaChangeSerializer, **ERRORS},
+    )
     def post(self, request: Request, pk: int) -> Response:
         from fleet.models import Persona
 
@@ -114,8 +131,9 @@ class NodePersonaView(generics.GenericAPIView):
         if persona is None:
             raise exceptions.ValidationError({"persona": [f"No persona {body.validated_data['persona']!r}."]})
         try:
-            change = request_persona_change(node.pk, persona.pk, actor=Actor(user=request.user),
-                                            reason=body.validated_data["reason"])
+            change = request_persona_change(
+                node.pk, persona.pk, actor=Actor(user=request.user), reason=body.validated_data["reason"]
+            )
         except services.StageConflict as exc:
             raise Conflict(str(exc)) from exc
         except services.StageForbidden as exc:

@@ -5,43 +5,100 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0001_initial'),
+        ("fleet", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='RevalidationPlan',
+            name="RevalidationPlan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('reentry', models.CharField(choices=[('first', 'First validation'), ('triage', 'Back from triage'), ('remediating', 'Back from remediation'), ('repair', 'Back from repair'), ('rma', 'Back from RMA')], max_length=20, unique=True)),
-                ('stages', models.JSONField(help_text='Stages to run, any of: firmware, inventory, burn_in, fabric, reliability.')),
-                ('note', models.CharField(blank=True, max_length=300)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "reentry",
+                    models.CharField(
+                        choices=[
+                            ("first", "First validation"),
+                            ("triage", "Back from triage"),
+                            ("remediating", "Back from remediation"),
+                            ("repair", "Back from repair"),
+                            ("rma", "Back from RMA"),
+                        ],
+                        max_length=20,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "stages",
+                    models.JSONField(
+                        help_text="Stages to run, any of: firmware, inventory, burn_in, fabric, reliability."
+                    ),
+                ),
+                ("note", models.CharField(blank=True, max_length=300)),
             ],
             options={
-                'ordering': ['reentry'],
+                "ordering": ["reentry"],
             },
         ),
         migrations.CreateModel(
-            name='Day1Spec',
+            name="Day1Spec",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('burn_in_seconds', models.PositiveIntegerField(default=600, help_text='GPU stress duration per run.')),
-                ('min_tflops_per_gpu', models.FloatField(default=0.0, help_text='GPU stress floor, TFLOP/s on every GPU.')),
-                ('dcgm_level', models.PositiveSmallIntegerField(default=2, help_text='dcgmi diag level (1-4).')),
-                ('min_busbw_gbps', models.FloatField(default=0.0, help_text='NCCL all_reduce_perf bus bandwidth floor, GB/s.')),
-                ('memory_test_fraction', models.FloatField(default=0.9, help_text='Share of GPU memory the memory test covers.')),
-                ('require_all_tools', models.BooleanField(default=False, help_text='Fail burn-in when DCGM or nccl-tests is not installed on the node (otherwise recorded as not available).')),
-                ('soak_seconds', models.PositiveIntegerField(default=14400, help_text='Reliability assessment: how long the node runs with no finding above warning.')),
-                ('stage_timeout_seconds', models.PositiveIntegerField(default=3600, help_text='Most a stage may take beyond its own duration (burn-in, soak) before the node goes to triage as stuck.')),
-                ('memory_tolerance', models.FloatField(default=0.05, help_text='Host memory the OS may hide (firmware, kernel) before the inventory check fails.')),
-                ('hardware_profile', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='day1_spec', to='fleet.hardwareprofile')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("burn_in_seconds", models.PositiveIntegerField(default=600, help_text="GPU stress duration per run.")),
+                (
+                    "min_tflops_per_gpu",
+                    models.FloatField(default=0.0, help_text="GPU stress floor, TFLOP/s on every GPU."),
+                ),
+                ("dcgm_level", models.PositiveSmallIntegerField(default=2, help_text="dcgmi diag level (1-4).")),
+                (
+                    "min_busbw_gbps",
+                    models.FloatField(default=0.0, help_text="NCCL all_reduce_perf bus bandwidth floor, GB/s."),
+                ),
+                (
+                    "memory_test_fraction",
+                    models.FloatField(default=0.9, help_text="Share of GPU memory the memory test covers."),
+                ),
+                (
+                    "require_all_tools",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Fail burn-in when DCGM or nccl-tests is not installed on the node (otherwise recorded as not available).",
+                    ),
+                ),
+                (
+                    "soak_seconds",
+                    models.PositiveIntegerField(
+                        default=14400,
+                        help_text="Reliability assessment: how long the node runs with no finding above warning.",
+                    ),
+                ),
+                (
+                    "stage_timeout_seconds",
+                    models.PositiveIntegerField(
+                        default=3600,
+                        help_text="Most a stage may take beyond its own duration (burn-in, soak) before the node goes to triage as stuck.",
+                    ),
+                ),
+                (
+                    "memory_tolerance",
+                    models.FloatField(
+                        default=0.05,
+                        help_text="Host memory the OS may hide (firmware, kernel) before the inventory check fails.",
+                    ),
+                ),
+                (
+                    "hardware_profile",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="day1_spec",
+                        to="fleet.hardwareprofile",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'Day 1 specification',
+                "verbose_name": "Day 1 specification",
             },
         ),
     ]

@@ -5,31 +5,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0002_persona_configuration'),
-        ('nodes', '0001_initial'),
-        ('validation', '0001_initial'),
+        ("fleet", "0002_persona_configuration"),
+        ("nodes", "0001_initial"),
+        ("validation", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PersonaChange',
+            name="PersonaChange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('draining', 'Waiting for the drain'), ('validating', 'Re-validating'), ('done', 'Back in production'), ('cancelled', 'Cancelled')], default='draining', max_length=20)),
-                ('reason', models.TextField()),
-                ('requested_by', models.CharField(help_text='Username, or system:<component>.', max_length=150)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('applied_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('from_persona', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.persona')),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='persona_changes', to='nodes.node')),
-                ('to_persona', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='fleet.persona')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("draining", "Waiting for the drain"),
+                            ("validating", "Re-validating"),
+                            ("done", "Back in production"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="draining",
+                        max_length=20,
+                    ),
+                ),
+                ("reason", models.TextField()),
+                ("requested_by", models.CharField(help_text="Username, or system:<component>.", max_length=150)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("applied_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "from_persona",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to="fleet.persona",
+                    ),
+                ),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="persona_changes", to="nodes.node"
+                    ),
+                ),
+                (
+                    "to_persona",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="fleet.persona"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('status__in', ['draining', 'validating'])), fields=('node',), name='one_open_persona_change_per_node')],
+                "ordering": ["-created", "-id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("status__in", ["draining", "validating"])),
+                        fields=("node",),
+                        name="one_open_persona_change_per_node",
+                    )
+                ],
             },
         ),
     ]

@@ -5,6 +5,7 @@ Each stage module exposes ``start(ctx) -> Verdict | None`` and ``poll(ctx) -> Ve
 Stages never change a node's state themselves; ``validation.services.conclude`` does,
 from their verdict.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,8 +16,11 @@ from . import burn_in, fabric, firmware, inventory, reliability
 from .base import StageContext, Verdict
 
 RUNNERS: dict[str, ModuleType] = {
-    Stage.FIRMWARE: firmware, Stage.INVENTORY: inventory, Stage.BURN_IN: burn_in,
-    Stage.FABRIC: fabric, Stage.RELIABILITY: reliability,
+    Stage.FIRMWARE: firmware,
+    Stage.INVENTORY: inventory,
+    Stage.BURN_IN: burn_in,
+    Stage.FABRIC: fabric,
+    Stage.RELIABILITY: reliability,
 }
 
 StageStep = Callable[[StageContext], Verdict | None]

@@ -1,4 +1,5 @@
 """What a stage sees and what it answers."""
+
 from __future__ import annotations
 
 import re

@@ -6,6 +6,7 @@ Runs GPU stress (floor ``min_tflops_per_gpu`` on every GPU), DCGM diagnostics at
 memory test. A check whose tool is missing on the node is "not available": recorded,
 and a failure only where the spec says ``require_all_tools``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,15 +41,20 @@ def start(ctx: StageContext) -> Verdict | None:
     for kind, params in _params(ctx).items():
         # A check still queued from before this stage began (before the reboot or repair being
         # verified) would judge the node as it was: withdrawn, and asked for again.
-        for stale in CheckRun.objects.filter(node_id=ctx.node.pk, kind=kind, status=RunStatus.QUEUED,
-                                             created__lt=started).values_list("pk", flat=True):
+        for stale in CheckRun.objects.filter(
+            node_id=ctx.node.pk, kind=kind, status=RunStatus.QUEUED, created__lt=started
+        ).values_list("pk", flat=True):
             cancel_check(stale, actor=actor, reason=f"{REASON}: asked before this stage began; asked again")
         try:
             run_ids[kind] = request_check(ctx.node.pk, kind, params=params, actor=actor, reason=REASON).pk
         except CheckConflict:  # an operator's run of this kind, asked for since, is open: its result counts
-            run_ids[kind] = CheckRun.objects.filter(node_id=ctx.node.pk, kind=kind,
-                                                    status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).values_list(
-                "pk", flat=True).first()
+            run_ids[kind] = (
+                CheckRun.objects.filter(
+                    node_id=ctx.node.pk, kind=kind, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+                )
+                .values_list("pk", flat=True)
+                .first()
+            )
     ctx.run.details = {**ctx.run.details, "checks": run_ids}
     return None
 
@@ -79,17 +85,27 @@ def judge(ctx: StageContext, runs: list[CheckRun]) -> Verdict:
     if problems:
         return Verdict(False, "Burn-in failed: " + "; ".join(problems), figures=figures, evidence=evidence)
     note = f" ({'; '.join(notes)})" if notes else ""
-    return Verdict(True, f"Burn-in passed: {len(runs) - len(notes)} check(s) met the thresholds{note}.",
-                   figures=figures, evidence=evidence)
+    return Verdict(
+        True,
+        f"Burn-in passed: {len(runs) - len(notes)} check(s) met the thresholds{note}.",
+        figures=figures,
+        evidence=evidence,
+    )
 
 
 def poll(ctx: StageContext) -> Verdict | None:
     started = ctx.run.started or ctx.run.created
-    catastrophic = Finding.objects.filter(node_id=ctx.node.pk, shadow=False, created__gte=started,
-                                          severity=Severity.CATASTROPHIC).order_by("created").first()
+    catastrophic = (
+        Finding.objects.filter(node_id=ctx.node.pk, shadow=False, created__gte=started, severity=Severity.CATASTROPHIC)
+        .order_by("created")
+        .first()
+    )
     if catastrophic is not None:
-        return Verdict.fail(f"Catastrophic finding during burn-in: {catastrophic.summary}",
-                            finding=catastrophic.pk, rule=catastrophic.rule)
+        return Verdict.fail(
+            f"Catastrophic finding during burn-in: {catastrophic.summary}",
+            finding=catastrophic.pk,
+            rule=catastrophic.rule,
+        )
     ids = [pk for pk in (ctx.run.details.get("checks") or {}).values() if pk]
     runs = list(CheckRun.objects.filter(pk__in=ids).order_by("kind"))
     if not runs or any(r.status not in FINISHED for r in runs):

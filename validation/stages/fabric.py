@@ -6,6 +6,7 @@ node's HCAs, the fabric's view: a discovery run made after the stage began (the 
 asks the collector for one) must show no open fabric ticket on the node's ports
 (missing, down, miswired, swapped, degraded or flapping): each names the exact ports.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -45,11 +46,15 @@ def _fabric_view(ctx: StageContext, agent: Verdict) -> Verdict | None:
         return None  # waiting for a discovery run made after the stage began
     tickets = node_fabric_problems(ctx.node.pk)
     if tickets:
-        return Verdict(False, "Cabling differs from the plan: " + "; ".join(
-            f"ticket #{t.pk} {t.title} ({t.detail})" for t in tickets),
-            agent.figures, evidence={"tickets": [t.pk for t in tickets], "run": run.pk})
-    return Verdict(True, f"{agent.summary} Cabled as planned (discovery run {run.pk}).", agent.figures,
-                   evidence={"run": run.pk})
+        return Verdict(
+            False,
+            "Cabling differs from the plan: " + "; ".join(f"ticket #{t.pk} {t.title} ({t.detail})" for t in tickets),
+            agent.figures,
+            evidence={"tickets": [t.pk for t in tickets], "run": run.pk},
+        )
+    return Verdict(
+        True, f"{agent.summary} Cabled as planned (discovery run {run.pk}).", agent.figures, evidence={"run": run.pk}
+    )
 
 
 def _agent_view(ctx: StageContext) -> Verdict | None:
@@ -73,7 +78,10 @@ def _agent_view(ctx: StageContext) -> Verdict | None:
     up = sum(1 for p in ports if p.get("state") == "ACTIVE")
     figures = {"ports_active": float(up), "ports": float(len(ports))}
     if problems:
-        return Verdict(False, "InfiniBand ports not ready: " + "; ".join(problems), figures=figures,
-                       evidence={"ports": ports, "problems": problems})
-    return Verdict(True, f"{up} InfiniBand port(s) active at {profile.hca_rate_gbps or 'any'} Gb/s.",
-                   figures=figures)
+        return Verdict(
+            False,
+            "InfiniBand ports not ready: " + "; ".join(problems),
+            figures=figures,
+            evidence={"ports": ports, "problems": problems},
+        )
+    return Verdict(True, f"{up} InfiniBand port(s) active at {profile.hca_rate_gbps or 'any'} Gb/s.", figures=figures)

@@ -8,6 +8,7 @@ Baseline format (``HardwareProfile.firmware_baseline``), per component: a minimu
 whatever the BMC's firmware inventory names (``bios``, ``bmc``, ...), plus ``gpu_vbios``
 and ``driver`` (the GPU driver) from the node agent's latest report.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -87,8 +88,13 @@ def start(ctx: StageContext) -> Verdict | None:
     except BmcError as exc:
         return Verdict.fail(f"BMC error while reading or updating firmware: {exc}", error=str(exc))
     remaining = drift(baseline, after)
-    evidence = {"before": before, "after": after, "drift_before": behind, "updated": sorted(updatable),
-                "drift": remaining}
+    evidence = {
+        "before": before,
+        "after": after,
+        "drift_before": behind,
+        "updated": sorted(updatable),
+        "drift": remaining,
+    }
     ctx.run.details = {**ctx.run.details, "firmware": evidence}
     missing = {c: d for c, d in remaining.items() if d["current"] == "not reported"}
     still_behind = {c: d for c, d in remaining.items() if c not in missing}
@@ -100,10 +106,12 @@ def start(ctx: StageContext) -> Verdict | None:
     updated = f"Updated {', '.join(sorted(updatable))}; " if updatable else ""
     unknown = f"; not reported: {', '.join(sorted(missing))}" if missing else ""
     if not baseline:
-        return Verdict(True, f"No firmware baseline on profile {ctx.node.hardware_profile}; versions recorded.",
-                       evidence=evidence)
-    return Verdict(True, f"{updated}{len(baseline) - len(missing)} component(s) at or above baseline{unknown}.",
-                   evidence=evidence)
+        return Verdict(
+            True, f"No firmware baseline on profile {ctx.node.hardware_profile}; versions recorded.", evidence=evidence
+        )
+    return Verdict(
+        True, f"{updated}{len(baseline) - len(missing)} component(s) at or above baseline{unknown}.", evidence=evidence
+    )
 
 
 def poll(ctx: StageContext) -> Verdict | None:

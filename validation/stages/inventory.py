@@ -7,6 +7,7 @@ mismatch fails the stage with the exact difference: GPU model and count, InfiniB
 count and link rate, host memory, and every GPU's PCIe link (width and generation) at
 its maximum.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -24,8 +25,9 @@ def _fresh_health(ctx: StageContext) -> NodeHealth | None:
     stage started (less a clock-skew allowance): a report the agent buffered before a reboot and
     flushed afterwards describes the node as it was, not as it is."""
     started = ctx.run.started or ctx.run.created
-    return NodeHealth.objects.filter(node_id=ctx.node.pk, last_received_at__gte=started,
-                                     last_report_at__gte=started - CLOCK_SKEW).first()
+    return NodeHealth.objects.filter(
+        node_id=ctx.node.pk, last_received_at__gte=started, last_report_at__gte=started - CLOCK_SKEW
+    ).first()
 
 
 def _reported_gpus(ctx: StageContext, health: NodeHealth) -> list[GpuState]:
@@ -42,14 +44,17 @@ def _ib_devices(ports: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return devices
 
 
-def compare(ctx: StageContext, health: NodeHealth, gpus: list[GpuState],
-            bmc_memory_gib: float | None) -> tuple[list[str], dict[str, Any]]:
+def compare(
+    ctx: StageContext, health: NodeHealth, gpus: list[GpuState], bmc_memory_gib: float | None
+) -> tuple[list[str], dict[str, Any]]:
     """The differences (operator-readable, one per problem) and the observed facts."""
     profile, spec = ctx.node.hardware_profile, ctx.spec
     problems: list[str] = []
     if len(gpus) != profile.gpu_count:
         problems.append(f"GPU count {len(gpus)}, profile {profile.name} expects {profile.gpu_count}")
-    wrong_model = [f"GPU {g.index} is {g.name!r}" for g in gpus if g.name and profile.gpu_model.lower() not in g.name.lower()]
+    wrong_model = [
+        f"GPU {g.index} is {g.name!r}" for g in gpus if g.name and profile.gpu_model.lower() not in g.name.lower()
+    ]
     if wrong_model:
         problems.append(f"{'; '.join(wrong_model)}, expected {profile.gpu_model!r}")
     for g in gpus:
@@ -61,8 +66,12 @@ def compare(ctx: StageContext, health: NodeHealth, gpus: list[GpuState],
     if profile.hca_count and len(devices) != profile.hca_count:
         problems.append(f"InfiniBand HCA count {len(devices)}, expected {profile.hca_count}")
     if profile.hca_rate_gbps:
-        slow = [f"{d}/{p['port']} {p.get('rate_gbps') or 0:g} Gb/s" for d, ports in sorted(devices.items())
-                for p in ports if (p.get("rate_gbps") or 0) < profile.hca_rate_gbps]
+        slow = [
+            f"{d}/{p['port']} {p.get('rate_gbps') or 0:g} Gb/s"
+            for d, ports in sorted(devices.items())
+            for p in ports
+            if (p.get("rate_gbps") or 0) < profile.hca_rate_gbps
+        ]
         if slow:
             problems.append(f"HCA link rate below {profile.hca_rate_gbps} Gb/s: {', '.join(slow)}")
     memory_mib = (health.host or {}).get("memory_total_mib")
@@ -71,8 +80,13 @@ def compare(ctx: StageContext, health: NodeHealth, gpus: list[GpuState],
         problems.append("Host memory not reported by the agent or the BMC")
     elif memory_gib < profile.memory_gb * (1 - spec.memory_tolerance):
         problems.append(f"Host memory {memory_gib:.0f} GiB, profile expects {profile.memory_gb} GiB")
-    facts = {"gpu_count": len(gpus), "gpu_models": sorted({g.name for g in gpus}), "hca_count": len(devices),
-             "memory_gib": round(memory_gib, 1) if memory_gib else None, "bmc_memory_gib": bmc_memory_gib}
+    facts = {
+        "gpu_count": len(gpus),
+        "gpu_models": sorted({g.name for g in gpus}),
+        "hca_count": len(devices),
+        "memory_gib": round(memory_gib, 1) if memory_gib else None,
+        "bmc_memory_gib": bmc_memory_gib,
+    }
     return problems, facts
 
 
@@ -86,8 +100,14 @@ def _bmc_memory(ctx: StageContext) -> tuple[float | None, dict[str, Any]]:
         inventory = client.read_inventory(ctx.node.bmc)
     except BmcError as exc:  # the agent's view still decides; the BMC's failure is on record
         return None, {"bmc_error": str(exc)}
-    return inventory.memory_gib, {"bmc": {"model": inventory.model, "serial": inventory.serial,
-                                          "processors": inventory.processor_count, "memory_gib": inventory.memory_gib}}
+    return inventory.memory_gib, {
+        "bmc": {
+            "model": inventory.model,
+            "serial": inventory.serial,
+            "processors": inventory.processor_count,
+            "memory_gib": inventory.memory_gib,
+        }
+    }
 
 
 def start(ctx: StageContext) -> Verdict | None:
@@ -104,8 +124,16 @@ def poll(ctx: StageContext) -> Verdict | None:
     evidence = {**facts, **bmc_facts, "report_at": health.last_report_at.isoformat()}
     figures = {"gpu_count": float(facts["gpu_count"]), "hca_count": float(facts["hca_count"])}
     if problems:
-        return Verdict(False, "Inventory mismatch: " + "; ".join(problems), figures=figures,
-                       evidence={**evidence, "problems": problems})
-    return Verdict(True, f"{facts['gpu_count']} x {ctx.node.hardware_profile.gpu_model}, "
-                         f"{facts['hca_count']} HCA(s), {facts['memory_gib']} GiB as profiled.",
-                   figures=figures, evidence=evidence)
+        return Verdict(
+            False,
+            "Inventory mismatch: " + "; ".join(problems),
+            figures=figures,
+            evidence={**evidence, "problems": problems},
+        )
+    return Verdict(
+        True,
+        f"{facts['gpu_count']} x {ctx.node.hardware_profile.gpu_model}, "
+        f"{facts['hca_count']} HCA(s), {facts['memory_gib']} GiB as profiled.",
+        figures=figures,
+        evidence=evidence,
+    )

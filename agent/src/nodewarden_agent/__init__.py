@@ -1,2 +1,3 @@
 """Nodewarden node agent."""
+
 __version__ = "0.1.0"

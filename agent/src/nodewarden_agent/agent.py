@@ -3,6 +3,7 @@
 Nothing leaves the spool until the portal has accepted it, so a restart at any point
 resends instead of losing; ``report_id`` lets the portal drop the duplicates.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,14 @@ log = logging.getLogger(__name__)
 class Agent:
     """One node's agent: owns the state folder, the spool and the portal connection."""
 
-    def __init__(self, config: Config, collectors: Sequence[Collector], client: PortalClient | None = None,
-                 check_env: CheckEnv | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        config: Config,
+        collectors: Sequence[Collector],
+        client: PortalClient | None = None,
+        check_env: CheckEnv | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.config, self.collectors = config, list(collectors)
         state = Path(config.state_dir)
         self.spool = Spool(state / "spool", config.spool_max_reports, config.spool_max_bytes)
@@ -43,8 +50,9 @@ class Agent:
     def collect(self) -> dict[str, Any]:
         """Take one report and put it in the spool; collector cursors move only after."""
         notice, drops = self.spool.drop_notice()
-        report = build_report(self.config.hostname, self.seq.next(), self.collectors,
-                              extra_errors={"spool": notice} if notice else None)
+        report = build_report(
+            self.config.hostname, self.seq.next(), self.collectors, extra_errors={"spool": notice} if notice else None
+        )
         self.spool.append(report)
         if drops:
             self.spool.forget_drops(drops)
@@ -72,8 +80,14 @@ class Agent:
             except (PortalUnavailable, PortalAuthError) as exc:
                 delay = self.backoff.failed()
                 level = logging.ERROR if isinstance(exc, PortalAuthError) else logging.WARNING
-                log.log(level, "portal did not take %d reports (%s); %d waiting, retry in %.0f s",
-                        len(batch), exc, len(self.spool), delay)
+                log.log(
+                    level,
+                    "portal did not take %d reports (%s); %d waiting, retry in %.0f s",
+                    len(batch),
+                    exc,
+                    len(self.spool),
+                    delay,
+                )
                 return sent
             self.backoff.succeeded()
 
@@ -91,8 +105,9 @@ class Agent:
         return len(batch)
 
     def _reject(self, path: Path, exc: PortalError) -> None:
-        log.error("PORTAL REJECTED report %s, moved to %s and never retried: %s",
-                  path.name, self.spool.rejected_dir, exc)
+        log.error(
+            "PORTAL REJECTED report %s, moved to %s and never retried: %s", path.name, self.spool.rejected_dir, exc
+        )
         self.spool.reject([path], str(exc))
 
     # --- active checks ----------------------------------------------------------------
@@ -147,8 +162,12 @@ class Agent:
 
     def run_forever(self, stop: threading.Event) -> None:
         """Cycle every ``interval_s`` until ``stop`` is set (SIGTERM in the CLI)."""
-        log.info("nodewarden-agent reporting to %s every %.0f s as %s", self.config.url,
-                 self.config.interval_s, self.config.hostname)
+        log.info(
+            "nodewarden-agent reporting to %s every %.0f s as %s",
+            self.config.url,
+            self.config.interval_s,
+            self.config.hostname,
+        )
         while not stop.is_set():
             started = time.monotonic()
             try:

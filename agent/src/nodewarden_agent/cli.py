@@ -1,11 +1,12 @@
 """``nodewarden-agent``: run the loop, take one report, or run one check locally.
 
-    nodewarden-agent run                  # the service (systemd unit in agent/README.md)
-    nodewarden-agent once --print         # collect one report, print it, send nothing
-    nodewarden-agent once                 # collect one report, spool it and flush
-    nodewarden-agent check gpu_stress --params '{"seconds": 30}'
-    nodewarden-agent join --url URL --join-token nwj_...   # first boot: get this node's token
+nodewarden-agent run                  # the service (systemd unit in agent/README.md)
+nodewarden-agent once --print         # collect one report, print it, send nothing
+nodewarden-agent once                 # collect one report, spool it and flush
+nodewarden-agent check gpu_stress --params '{"seconds": 30}'
+nodewarden-agent join --url URL --join-token nwj_...   # first boot: get this node's token
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,7 @@ log = logging.getLogger("nodewarden_agent")
 
 def default_collectors(config: Config, kmsg_state: Path | None = None) -> list[Any]:
     """The production collectors; the kernel log one only when a source can be opened."""
-    collectors: list[Any] = [NvmlCollector(expected_gpus=config.expected_gpus), InfinibandCollector(),
-                             HostCollector()]
+    collectors: list[Any] = [NvmlCollector(expected_gpus=config.expected_gpus), InfinibandCollector(), HostCollector()]
     state = kmsg_state or Path(config.state_dir)
     try:
         collectors.insert(1, KmsgCollector(default_source(state), state))
@@ -73,14 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     joiner.add_argument("--join-token", required=True, help="the nwj_... token from the node's user-data")
     joiner.add_argument("--state-dir", help="the token goes to <state dir>/token unless a token file is set")
     joiner.add_argument("--token-file", help="where to write the agent token (default: NODEWARDEN_TOKEN_FILE)")
-    joiner.add_argument("--wait", type=float, default=300.0,
-                        help="seconds to keep retrying while the portal cannot be reached (default 300)")
+    joiner.add_argument(
+        "--wait",
+        type=float,
+        default=300.0,
+        help="seconds to keep retrying while the portal cannot be reached (default 300)",
+    )
     return parser
 
 
 def _run(config: Config) -> int:
-    agent = Agent(config, default_collectors(config), PortalClient(config.url, config.token,
-                                                                    config.request_timeout_s))
+    agent = Agent(config, default_collectors(config), PortalClient(config.url, config.token, config.request_timeout_s))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -109,8 +112,11 @@ def _once(config: Config, print_only: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.command == "join":  # before load_config: the token file it reads does not exist yet
         return join.run(args, sys.stdout, sys.stderr)
     try:

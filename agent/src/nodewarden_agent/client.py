@@ -5,6 +5,7 @@ Outcomes are exceptions the agent loop can act on without reading status codes:
 ``PortalAuthError`` (401/403: token problem, keep the data and back off) and
 ``PortalUnavailable`` (5xx, 429, other statuses, timeouts, refused connections).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,12 +57,17 @@ class PortalClient:
 
     def _request(self, method: str, path: str, payload: Any = None) -> Any:
         data = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self._token}",
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "User-Agent": f"nodewarden-agent/{__version__}",
-        })
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self._token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "User-Agent": f"nodewarden-agent/{__version__}",
+            },
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return _body(response.read())
@@ -97,8 +103,13 @@ class Backoff:
     Jitter spreads a fleet's retries after a portal outage so thousands of agents do
     not come back in the same second."""
 
-    def __init__(self, minimum: float = 5.0, maximum: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic, rand: Callable[[], float] = random.random):
+    def __init__(
+        self,
+        minimum: float = 5.0,
+        maximum: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ):
         self.minimum, self.maximum = minimum, maximum
         self.clock = clock
         self.rand = rand

@@ -5,6 +5,7 @@ file named by ``NODEWARDEN_CONFIG`` (or ``--config``); the environment wins. A m
 value stops the agent at start with a message naming the setting: an agent that runs
 with a silently defaulted interval or state folder is worse than one that refuses.
 """
+
 from __future__ import annotations
 
 import json
@@ -77,8 +78,12 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "backoff_max": _positive(float),
 }
 # setting name -> Config field where they differ (units live in the field name).
-_FIELDS = {"interval": "interval_s", "request_timeout": "request_timeout_s",
-           "backoff_min": "backoff_min_s", "backoff_max": "backoff_max_s"}
+_FIELDS = {
+    "interval": "interval_s",
+    "request_timeout": "request_timeout_s",
+    "backoff_min": "backoff_min_s",
+    "backoff_max": "backoff_max_s",
+}
 
 
 def _read_file(path: str) -> dict[str, str]:
@@ -115,8 +120,9 @@ def _token(raw: dict[str, str]) -> str:
     return ""
 
 
-def load_config(env: Mapping[str, str] | None = None, config_file: str | None = None,
-                require_portal: bool = True) -> Config:
+def load_config(
+    env: Mapping[str, str] | None = None, config_file: str | None = None, require_portal: bool = True
+) -> Config:
     """Read the configuration; ``require_portal`` demands a URL and a token."""
     env = os.environ if env is None else env
     raw = _raw_settings(env, config_file)

@@ -14,6 +14,7 @@ seconds, so trying again may help; 2 usage or configuration error, or the token 
 cannot be written; 3 the portal refused the join (unknown, used, expired or revoked
 token, wrong host): trying again cannot help, the node must be provisioned again.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,18 +72,28 @@ def join_settings(args: Any, env: Optional[Mapping[str, str]] = None) -> JoinSet
         raise ConfigError("--join-token is empty")
     state_dir = Path(args.state_dir or raw.get("state_dir") or DEFAULT_STATE_DIR)
     token_file = Path(args.token_file or raw.get("token_file") or state_dir / "token")
-    return JoinSettings(url=url, join_token=args.join_token.strip(),
-                        hostname=raw.get("hostname") or socket.gethostname(),
-                        token_file=token_file, timeout_s=timeout, wait_s=max(0.0, args.wait))
+    return JoinSettings(
+        url=url,
+        join_token=args.join_token.strip(),
+        hostname=raw.get("hostname") or socket.gethostname(),
+        token_file=token_file,
+        timeout_s=timeout,
+        wait_s=max(0.0, args.wait),
+    )
 
 
 def post_join(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One POST; raises JoinRefused (4xx) or PortalUnavailable (anything else that is not 2xx)."""
-    request = urllib.request.Request(url + JOIN_PATH, data=json.dumps(payload).encode(), method="POST", headers={
-        "Content-Type": "application/json",
-        "Accept": "application/json",
-        "User-Agent": f"nodewarden-agent/{__version__}",
-    })
+    request = urllib.request.Request(
+        url + JOIN_PATH,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": f"nodewarden-agent/{__version__}",
+        },
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             body = _body(response.read())
@@ -103,9 +114,13 @@ def _describe(status: int, body: Any) -> str:
     return f"HTTP {status}: {body}"
 
 
-def join_with_retries(settings: JoinSettings, facts: dict[str, Any], *,
-                      sleep: Callable[[float], None] = time.sleep,
-                      clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def join_with_retries(
+    settings: JoinSettings,
+    facts: dict[str, Any],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
     """Post the join, retrying an unreachable portal until ``wait_s`` has passed (boot races the network)."""
     payload = {"join_token": settings.join_token, "hostname": settings.hostname, "facts": facts}
     backoff = Backoff(minimum=2.0, maximum=30.0)
@@ -142,14 +157,24 @@ def _check_writable(path: Path) -> None:
         pass
 
 
-def collect_facts(sys_net: Path = Path("/sys/class/net"), os_release: Path = Path("/etc/os-release"),
-                  boot_id: Path = Path("/proc/sys/kernel/random/boot_id")) -> dict[str, Any]:
+def collect_facts(
+    sys_net: Path = Path("/sys/class/net"),
+    os_release: Path = Path("/etc/os-release"),
+    boot_id: Path = Path("/proc/sys/kernel/random/boot_id"),
+) -> dict[str, Any]:
     """What the portal records about the node at join; whatever cannot be read is left out."""
-    facts: dict[str, Any] = {"agent_version": __version__, "kernel": platform.release(),
-                             "machine": platform.machine(), "python": platform.python_version()}
+    facts: dict[str, Any] = {
+        "agent_version": __version__,
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
     try:
-        pretty = [line.split("=", 1)[1].strip().strip('"') for line in os_release.read_text().splitlines()
-                  if line.startswith("PRETTY_NAME=")]
+        pretty = [
+            line.split("=", 1)[1].strip().strip('"')
+            for line in os_release.read_text().splitlines()
+            if line.startswith("PRETTY_NAME=")
+        ]
         if pretty:
             facts["os"] = pretty[0]
     except OSError:
@@ -195,9 +220,15 @@ def run(args: Any, out: Any, err: Any) -> int:
     try:
         write_token(settings.token_file, answer["node_token"])
     except OSError as exc:
-        print(f"nodewarden-agent: join: joined, but cannot write the token to {settings.token_file}: {exc}; "
-              "an operator must issue a new agent token (manage.py issue_agent_token)", file=err)
+        print(
+            f"nodewarden-agent: join: joined, but cannot write the token to {settings.token_file}: {exc}; "
+            "an operator must issue a new agent token (manage.py issue_agent_token)",
+            file=err,
+        )
         return EXIT_USAGE
-    print(f"joined as {answer.get('hostname')} (node {answer.get('node_id')}); "
-          f"agent token written to {settings.token_file}", file=out)
+    print(
+        f"joined as {answer.get('hostname')} (node {answer.get('node_id')}); "
+        f"agent token written to {settings.token_file}",
+        file=out,
+    )
     return EXIT_JOINED

@@ -4,6 +4,7 @@ The agent does not import the portal's schema (it must install without Django); 
 test in tests/agent/ decodes a full agent-built report with the portal's decoder so
 the two cannot drift apart unnoticed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,9 +49,13 @@ def run_collector(collector: Collector) -> Contribution:
         return Contribution(notes={collector.name: text})
 
 
-def build_report(hostname: str, seq: int, collectors: Iterable[Collector],
-                 extra_errors: dict[str, str] | None = None,
-                 boot_id: Callable[[], str] = read_boot_id) -> dict[str, Any]:
+def build_report(
+    hostname: str,
+    seq: int,
+    collectors: Iterable[Collector],
+    extra_errors: dict[str, str] | None = None,
+    boot_id: Callable[[], str] = read_boot_id,
+) -> dict[str, Any]:
     """Run every collector and assemble the report dict.
 
     ``boot_id`` (the kernel's, empty where unknown) goes with the report: with each event's

@@ -7,6 +7,7 @@ portal refused them as malformed. When the spool is over its bound the oldest
 reports are dropped; the drop is logged and kept in ``spool-drops.json`` until a
 report says so in ``collector_errors["spool"]``, so a loss is never silent.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,14 @@ class Spool:
             victim.unlink(missing_ok=True)
             dropped.append(int(victim.stem))
         if dropped:
-            log.error("spool over its bound (%d reports / %d bytes): dropped %d oldest reports, seq %d..%d",
-                      self.max_reports, self.max_bytes, len(dropped), dropped[0], dropped[-1])
+            log.error(
+                "spool over its bound (%d reports / %d bytes): dropped %d oldest reports, seq %d..%d",
+                self.max_reports,
+                self.max_bytes,
+                len(dropped),
+                dropped[0],
+                dropped[-1],
+            )
             self._record_drops(dropped)
 
     def _record_drops(self, seqs: list[int]) -> None:
@@ -72,8 +79,10 @@ class Spool:
         seqs = (read_json(self.drops_path, {}) or {}).get("seqs", [])
         if not seqs:
             return None, 0
-        return (f"{len(seqs)} reports dropped unsent (seq {seqs[0]}..{seqs[-1]}): "
-                f"spool over its bound of {self.max_reports} reports / {self.max_bytes} bytes"), len(seqs)
+        return (
+            f"{len(seqs)} reports dropped unsent (seq {seqs[0]}..{seqs[-1]}): "
+            f"spool over its bound of {self.max_reports} reports / {self.max_bytes} bytes"
+        ), len(seqs)
 
     def forget_drops(self, count: int) -> None:
         """``count`` drops were announced in a spooled report; keep any that came after."""

@@ -1,4 +1,5 @@
 """Small helpers shared by the agent's modules: UTC timestamps and crash-safe files."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@
 
 The same run as the beat task (``audit.services.run_audit``), recorded as an AuditRun.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,21 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         run = run_audit(source="command", findings=not opts["dry_run"])
         if opts["json"]:
-            self.stdout.write(json.dumps({
-                "run": run.pk, "started": run.started.isoformat(), "breach_total": run.breach_total,
-                "counts": run.counts, "breaches": run.breaches, "raised": run.raised, "cleared": run.cleared,
-                "error": run.error}, indent=1))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "run": run.pk,
+                        "started": run.started.isoformat(),
+                        "breach_total": run.breach_total,
+                        "counts": run.counts,
+                        "breaches": run.breaches,
+                        "raised": run.raised,
+                        "cleared": run.cleared,
+                        "error": run.error,
+                    },
+                    indent=1,
+                )
+            )
         else:
             self._print(run)
         if run.breach_total or run.error:
@@ -39,14 +51,20 @@ class Command(BaseCommand):
 
     def _print(self, run: Any) -> None:
         labels = dict(Invariant.choices)
-        self.stdout.write(f"Audit run {run.pk} at {run.started:%Y-%m-%d %H:%M:%S} UTC: "
-                          f"{run.breach_total} breach{'es' if run.breach_total != 1 else ''}")
+        self.stdout.write(
+            f"Audit run {run.pk} at {run.started:%Y-%m-%d %H:%M:%S} UTC: "
+            f"{run.breach_total} breach{'es' if run.breach_total != 1 else ''}"
+        )
         for name, c in run.counts.items():
-            self.stdout.write(f"  {labels.get(name, name):<55} checked {c['checked']:>6}  breaches {c['breaches']:>4}"
-                              f"  unknown {c['unknown']:>4}  excused {c['excused']:>4}  not reached {c['not_reached']:>5}")
+            self.stdout.write(
+                f"  {labels.get(name, name):<55} checked {c['checked']:>6}  breaches {c['breaches']:>4}"
+                f"  unknown {c['unknown']:>4}  excused {c['excused']:>4}  not reached {c['not_reached']:>5}"
+            )
         for b in run.breaches:
-            self.stdout.write(f"BREACH {b['invariant']} {b['hostname']}: Nodewarden believes {b['believed']}; "
-                              f"the world says {b['world']}  {json.dumps(b['evidence'], default=str)}")
+            self.stdout.write(
+                f"BREACH {b['invariant']} {b['hostname']}: Nodewarden believes {b['believed']}; "
+                f"the world says {b['world']}  {json.dumps(b['evidence'], default=str)}"
+            )
         if run.breach_total > len(run.breaches):
             self.stdout.write(f"... and {run.breach_total - len(run.breaches)} more (counted, not kept)")
         if run.error:

@@ -1,4 +1,5 @@
 """manage.py bmc_rotate_credentials: re-encrypt BMC passwords under the newest key."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Regenerate health/data/xid_catalog.csv from the shared reference catalog."""
+
 from __future__ import annotations
 
 from pathlib import Path

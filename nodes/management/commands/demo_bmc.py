@@ -6,6 +6,7 @@ password), points every demo node's BMC endpoint at it (password encrypted at re
 the demo's Day 1 specs, then keeps the emulator running until it is stopped (Ctrl-C or
 SIGTERM, as bin/demo does). ``--ready-file`` is written once the endpoints point at it.
 """
+
 from __future__ import annotations
 
 import signal
@@ -20,8 +21,12 @@ class Command(BaseCommand):
     help = "Run the demo fleet's Redfish BMC emulator and attach the demo nodes to it (until stopped)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--power-delay", type=float, default=2.0,
-                            help="Seconds a power change takes to show (real BMCs: seconds to minutes).")
+        parser.add_argument(
+            "--power-delay",
+            type=float,
+            default=2.0,
+            help="Seconds a power change takes to show (real BMCs: seconds to minutes).",
+        )
         parser.add_argument("--ready-file", type=Path, help="Written once the demo nodes point at the emulator.")
 
     def handle(self, *args: Any, power_delay: float, ready_file: Path | None, **options: Any) -> None:
@@ -38,8 +43,10 @@ class Command(BaseCommand):
         with RedfishEmulator(systems, power_delay=power_delay) as emulator:
             created = attach_demo_bmcs(emulator.url, emulator.username, emulator.password)
             configure_demo_day1()
-            self.stdout.write(f"Redfish emulator on {emulator.url}: {len(systems)} systems; "
-                              f"{created} BMC endpoint(s) created, every demo node points at it.")
+            self.stdout.write(
+                f"Redfish emulator on {emulator.url}: {len(systems)} systems; "
+                f"{created} BMC endpoint(s) created, every demo node points at it."
+            )
             if ready_file is not None:
                 ready_file.write_text(emulator.url + "\n")
             while not stop.wait(1.0):

@@ -8,6 +8,7 @@ The worker then sweeps it with the real infiniband-diags every few minutes (the 
 for that is written to --ready-file as shell exports, which bin/demo sources) and whenever
 a bay server's Day 1 fabric check asks. Runs until stopped (SIGTERM, Ctrl-C).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,12 @@ def start_demo_fabric() -> Any:
         raise CommandError(f"No simulated fabric: {', '.join(missing)} missing (bin/test installs them).")
     names = [server["name"] for server in bay_servers()]
     fabric = generate_fat_tree(hosts=len(names), hcas_per_host=8, host_names=names)
-    import_plan(fabric.plan_csv(), actor=Actor.system("demo-fabric"), source="demo bay fat tree",
-                note="The bring-up bay's rail-optimized fat tree (demo)")
+    import_plan(
+        fabric.plan_csv(),
+        actor=Actor.system("demo-fabric"),
+        source="demo bay fat tree",
+        note="The bring-up bay's rail-optimized fat tree (demo)",
+    )
     sim = SimulatedFabric(fabric, sweep_interval=2)
     sim.start()
     for hca in PULLED:
@@ -85,13 +90,22 @@ class Command(BaseCommand):
         sim = start_demo_fabric()
         try:
             run = record_look(sim)
-            self.stdout.write(f"Simulated fabric up: {len(sim.topology().devices)} devices; run {run.pk} found "
-                              f"{run.summary['discrepancies']} discrepancies, opened {run.summary['tickets_opened']} tickets.")
+            self.stdout.write(
+                f"Simulated fabric up: {len(sim.topology().devices)} devices; run {run.pk} found "
+                f"{run.summary['discrepancies']} discrepancies, opened {run.summary['tickets_opened']} tickets."
+            )
             if ready_file is not None:
                 env = json.dumps({k: v for k, v in sim.env().items() if k in ("IBSIM_SOCKNAME", "LD_PRELOAD")})
-                ready_file.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in {
-                    "NODEWARDEN_FABRIC_COLLECT": "1", "NODEWARDEN_FABRIC_COLLECT_HOURS": str(sweep_minutes / 60),
-                    "NODEWARDEN_FABRIC_TOOL_ENV": env}.items()))
+                ready_file.write_text(
+                    "".join(
+                        f"export {k}={shlex.quote(v)}\n"
+                        for k, v in {
+                            "NODEWARDEN_FABRIC_COLLECT": "1",
+                            "NODEWARDEN_FABRIC_COLLECT_HOURS": str(sweep_minutes / 60),
+                            "NODEWARDEN_FABRIC_TOOL_ENV": env,
+                        }.items()
+                    )
+                )
             while not stop.wait(1.0):
                 pass
         finally:

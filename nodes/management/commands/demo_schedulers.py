@@ -14,6 +14,7 @@ a Node object per node of the demo Kubernetes cluster over HTTP on 127.0.0.1, an
 environment the worker and beat need (``NODEWARDEN_KUBERNETES_TOKENS``), which bin/demo sources.
 Runs until Ctrl-C or SIGTERM (as bin/demo stops it), then stops every daemon it started.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,23 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
-    help = ("Run the demo's workload schedulers (a real Slurm cluster, a Kubernetes stand-in) and point the "
-            "demo clusters at them (until stopped).")
+    help = (
+        "Run the demo's workload schedulers (a real Slurm cluster, a Kubernetes stand-in) and point the "
+        "demo clusters at them (until stopped)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--slurmd-per-cluster", type=int, default=3,
-                            help="Demo Slurm nodes per cluster with a real slurmd that runs jobs (default 3).")
-        parser.add_argument("--ready-file", type=Path,
-                            help="Written once the clusters point at the schedulers: export lines for the worker.")
+        parser.add_argument(
+            "--slurmd-per-cluster",
+            type=int,
+            default=3,
+            help="Demo Slurm nodes per cluster with a real slurmd that runs jobs (default 3).",
+        )
+        parser.add_argument(
+            "--ready-file",
+            type=Path,
+            help="Written once the clusters point at the schedulers: export lines for the worker.",
+        )
 
     def handle(self, *args: Any, slurmd_per_cluster: int, ready_file: Path | None, **options: Any) -> None:
         from nodes.demo import demo_fleet_exists
@@ -47,8 +57,10 @@ class Command(BaseCommand):
         with running_demo_schedulers(slurmd_per_cluster=slurmd_per_cluster) as demo:
             self.stdout.write(demo.describe())
             if demo.kube is None:
-                self.stderr.write("kmock is not installed: no Kubernetes stand-in; the demo's Kubernetes "
-                                  "cluster's drains will fail (pip install kmock).")
+                self.stderr.write(
+                    "kmock is not installed: no Kubernetes stand-in; the demo's Kubernetes "
+                    "cluster's drains will fail (pip install kmock)."
+                )
             if ready_file is not None:
                 # Written whole, then renamed: bin/demo sources it as soon as it is not empty.
                 partial = ready_file.with_name(ready_file.name + ".partial")

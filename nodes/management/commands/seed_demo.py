@@ -1,4 +1,5 @@
 """``manage.py seed_demo``: a plausible GPU fleet with months of history, for demos and screenshots."""
+
 from __future__ import annotations
 
 import time
@@ -26,8 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--reset", action="store_true", help="Delete the demo fleet first and seed it again.")
         parser.add_argument("--logins", action="store_true", help="Only print the demo logins.")
 
-    def handle(self, *args: Any, nodes: int, days: int, seed: int, reset: bool, logins: bool,
-               **options: Any) -> None:
+    def handle(self, *args: Any, nodes: int, days: int, seed: int, reset: bool, logins: bool, **options: Any) -> None:
         if logins:
             self._print_logins()
             return
@@ -38,8 +38,9 @@ class Command(BaseCommand):
         if demo.demo_fleet_exists():
             if not reset:
                 count = demo.demo_nodes().count()
-                self.stdout.write(f"The demo fleet already exists ({count} nodes); nothing to do. "
-                                  "Use --reset to seed it again.")
+                self.stdout.write(
+                    f"The demo fleet already exists ({count} nodes); nothing to do. Use --reset to seed it again."
+                )
                 return
             self.stdout.write("Deleting the demo fleet and its history...")
             demo.reset_demo_fleet()
@@ -48,11 +49,13 @@ class Command(BaseCommand):
         started = time.monotonic()
         counts = demo.build_demo_fleet(nodes=nodes, days=days, seed=seed)
         elapsed = time.monotonic() - started
-        self.stdout.write(self.style.SUCCESS(
-            "Seeded {sites} sites, {clusters} clusters, {racks} racks, {tenants} tenants, {nodes} nodes "
-            "({gpus} GPUs), {events} history rows and {snapshots} state-count snapshots".format(**counts)
-            + f" in {elapsed:.1f} s."
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                "Seeded {sites} sites, {clusters} clusters, {racks} racks, {tenants} tenants, {nodes} nodes "
+                "({gpus} GPUs), {events} history rows and {snapshots} state-count snapshots".format(**counts)
+                + f" in {elapsed:.1f} s."
+            )
+        )
         self._print_states()
         self._print_logins()
 

@@ -11,6 +11,7 @@ duplicates in the file or in the fleet), each problem reported with its line num
 any row is bad, nothing is enrolled. Then each row is enrolled on its own: a BMC that
 cannot be read refuses that row only, and the command says which and exits non-zero.
 """
+
 from __future__ import annotations
 
 import csv
@@ -137,8 +138,12 @@ class Command(BaseCommand):
         actor, failed = Actor.system("import"), 0
         for line, req in requests:
             try:
-                node = enroll(req, actor=actor, reason=f"{options['reason']} ({path.name}, line {line})",
-                              start=not options["no_start"])
+                node = enroll(
+                    req,
+                    actor=actor,
+                    reason=f"{options['reason']} ({path.name}, line {line})",
+                    start=not options["no_start"],
+                )
             except EnrollmentError as exc:
                 failed += 1
                 self.stderr.write(f"line {line}: {req.hostname}: {exc}")
@@ -171,8 +176,11 @@ class Command(BaseCommand):
     def _repeats(req: EnrollmentRequest, line: int, seen: dict[tuple[str, str], int]) -> list[str]:
         """Values an earlier row of the file already claims. One BMC serves every bay of a
         multi-node chassis: the BMC repeats only with the same system id too."""
-        keys = {"serial": req.serial, "hostname": req.hostname.lower(),
-                "bmc_address": f"{req.bmc_address} {req.bmc_system_id}"}
+        keys = {
+            "serial": req.serial,
+            "hostname": req.hostname.lower(),
+            "bmc_address": f"{req.bmc_address} {req.bmc_system_id}",
+        }
         found = []
         for key, value in keys.items():
             if (key, value) in seen:

@@ -10,6 +10,7 @@ child process runs the simulation (``simulator.engine``) and writes its report a
 command prints it, or both side by side. ``--keep-db DIR`` keeps the databases: browse one with
 ``NODEWARDEN_VAR_DIR=DIR/1-<policy> manage.py runserver``.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,33 +36,66 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--nodes", type=int, default=256, help="Servers (8 GPUs each). Default 256.")
         parser.add_argument("--days", type=float, default=7.0, help="Simulated days. Default 7.")
-        parser.add_argument("--profile", choices=["h100-sxm-8"], default="h100-sxm-8",
-                            help="Hardware profile (the one the virtual agents know: HGX H100 8-GPU).")
+        parser.add_argument(
+            "--profile",
+            choices=["h100-sxm-8"],
+            default="h100-sxm-8",
+            help="Hardware profile (the one the virtual agents know: HGX H100 8-GPU).",
+        )
         parser.add_argument("--seed", type=int, default=1)
-        parser.add_argument("--policy", default="default",
-                            help=f"Policy setting: {', '.join(policies.PRESETS)}, or a .json file of policies.")
-        parser.add_argument("--compare-policy", default="", help="A second policy setting, run on the same fleet "
-                                                                 "and faults; both reports side by side.")
-        parser.add_argument("--rates", choices=sorted(PUBLISHED_RATES), default="llama3",
-                            help="Whose all-cause failure rate (per 1000 node-days): " + ", ".join(
-                                f"{k} {v:g}" for k, v in PUBLISHED_RATES.items()) + "; the mix of causes is "
-                                 "always the Llama 3 table's.")
+        parser.add_argument(
+            "--policy",
+            default="default",
+            help=f"Policy setting: {', '.join(policies.PRESETS)}, or a .json file of policies.",
+        )
+        parser.add_argument(
+            "--compare-policy",
+            default="",
+            help="A second policy setting, run on the same fleet and faults; both reports side by side.",
+        )
+        parser.add_argument(
+            "--rates",
+            choices=sorted(PUBLISHED_RATES),
+            default="llama3",
+            help="Whose all-cause failure rate (per 1000 node-days): "
+            + ", ".join(f"{k} {v:g}" for k, v in PUBLISHED_RATES.items())
+            + "; the mix of causes is "
+            "always the Llama 3 table's.",
+        )
         parser.add_argument("--rate-scale", type=float, default=1.0, help="And x this on top.")
         parser.add_argument("--noise-scale", type=float, default=1.0, help="x the rate of signals with no defect.")
         parser.add_argument("--checkpoint-minutes", type=float, default=20.0)
         parser.add_argument("--restart-minutes", type=float, default=10.0)
-        parser.add_argument("--job-nodes", type=int, default=None, help="Nodes of the synchronous job "
-                                                                         "(default: all but 3%% hot spares).")
-        parser.add_argument("--report-hours", type=float, default=168.0,
-                            help="Full routine report cycle of each agent (news is sent at once).")
+        parser.add_argument(
+            "--job-nodes",
+            type=int,
+            default=None,
+            help="Nodes of the synchronous job (default: all but 3%% hot spares).",
+        )
+        parser.add_argument(
+            "--report-hours",
+            type=float,
+            default=168.0,
+            help="Full routine report cycle of each agent (news is sent at once).",
+        )
         parser.add_argument("--tick-minutes", type=float, default=5.0)
-        parser.add_argument("--speedup", type=float, default=0.0,
-                            help="At most this many simulated seconds per wall second (0: as fast as it goes).")
-        parser.add_argument("--audit-hours", type=float, default=1.0,
-                            help="Run the fleet auditor this often (simulated hours; 0: never) and at the end.")
+        parser.add_argument(
+            "--speedup",
+            type=float,
+            default=0.0,
+            help="At most this many simulated seconds per wall second (0: as fast as it goes).",
+        )
+        parser.add_argument(
+            "--audit-hours",
+            type=float,
+            default=1.0,
+            help="Run the fleet auditor this often (simulated hours; 0: never) and at the end.",
+        )
         parser.add_argument("--json", default="", help="Write the report(s) here as JSON.")
         parser.add_argument("--keep-db", default="", help="Keep each run's SQLite database in this folder.")
-        parser.add_argument("--child", default="", help="(internal) run one simulation here and write its report to this JSON file")
+        parser.add_argument(
+            "--child", default="", help="(internal) run one simulation here and write its report to this JSON file"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         if opts["child"]:
@@ -102,16 +136,36 @@ class Command(BaseCommand):
         out = rundir / "report.json"
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
         env.update(CELERY_TASK_ALWAYS_EAGER="true", NODEWARDEN_VAR_DIR=str(rundir))
-        argv = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "simulate_fleet", "--child", str(out),
-                "--policy", policy]
+        argv = [
+            sys.executable,
+            str(Path(settings.BASE_DIR) / "manage.py"),
+            "simulate_fleet",
+            "--child",
+            str(out),
+            "--policy",
+            policy,
+        ]
         opts = {**opts, "rate_scale": opts["rate_scale"] * PUBLISHED_RATES[opts["rates"]] / PUBLISHED_RATES["llama3"]}
-        for name in ("nodes", "days", "seed", "rate_scale", "noise_scale", "checkpoint_minutes", "restart_minutes",
-                     "report_hours", "tick_minutes", "speedup", "audit_hours"):
+        for name in (
+            "nodes",
+            "days",
+            "seed",
+            "rate_scale",
+            "noise_scale",
+            "checkpoint_minutes",
+            "restart_minutes",
+            "report_hours",
+            "tick_minutes",
+            "speedup",
+            "audit_hours",
+        ):
             argv += [f"--{name.replace('_', '-')}", str(opts[name])]
         if opts["job_nodes"] is not None:
             argv += ["--job-nodes", str(opts["job_nodes"])]
-        self.stderr.write(f"Simulating {opts['nodes']} nodes for {opts['days']:g} days with policy {policy!r} "
-                          f"(database {database})...")
+        self.stderr.write(
+            f"Simulating {opts['nodes']} nodes for {opts['days']:g} days with policy {policy!r} "
+            f"(database {database})..."
+        )
         done = subprocess.run(argv, env=env, check=False)
         if done.returncode != 0 or not out.exists():
             raise CommandError(f"The simulation with policy {policy!r} failed (exit {done.returncode}).")
@@ -125,27 +179,45 @@ class Command(BaseCommand):
         from simulator.engine import SimConfig, Simulation
         from simulator.report import build
 
-        for noisy in ("celery", "bmc", "nodes", "remediation", "validation", "health", "telemetry", "schedulers",
-                      "audit"):
+        for noisy in (
+            "celery",
+            "bmc",
+            "nodes",
+            "remediation",
+            "validation",
+            "health",
+            "telemetry",
+            "schedulers",
+            "audit",
+        ):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         from django.db import connection
 
         # A throwaway database in one process: one connection kept open, no fsync per commit.
         connection.close()
         connection.settings_dict["CONN_MAX_AGE"] = None
-        connection.settings_dict.setdefault("OPTIONS", {})["init_command"] = \
+        connection.settings_dict.setdefault("OPTIONS", {})["init_command"] = (
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;"
+        )
         call_command("migrate", verbosity=0)
         name, about, _ = policies.load(opts["policy"])
-        config = SimConfig(nodes=opts["nodes"], days=opts["days"], seed=opts["seed"], policy=opts["policy"],
-                           rate_scale=opts["rate_scale"], noise_scale=opts["noise_scale"],
-                           checkpoint_minutes=opts["checkpoint_minutes"], restart_minutes=opts["restart_minutes"],
-                           job_nodes=opts["job_nodes"], report_hours=opts["report_hours"],
-                           tick_minutes=opts["tick_minutes"], speedup=opts["speedup"],
-                           audit_hours=opts["audit_hours"])
+        config = SimConfig(
+            nodes=opts["nodes"],
+            days=opts["days"],
+            seed=opts["seed"],
+            policy=opts["policy"],
+            rate_scale=opts["rate_scale"],
+            noise_scale=opts["noise_scale"],
+            checkpoint_minutes=opts["checkpoint_minutes"],
+            restart_minutes=opts["restart_minutes"],
+            job_nodes=opts["job_nodes"],
+            report_hours=opts["report_hours"],
+            tick_minutes=opts["tick_minutes"],
+            speedup=opts["speedup"],
+            audit_hours=opts["audit_hours"],
+        )
         started = time.perf_counter()
-        simulation = Simulation(config, progress=lambda line: print(f"  {name}: {line}", file=sys.stderr,
-                                                                    flush=True))
+        simulation = Simulation(config, progress=lambda line: print(f"  {name}: {line}", file=sys.stderr, flush=True))
         simulation.run()
         report = build(simulation, wall_seconds=time.perf_counter() - started, policy_about=about)
         report["config"]["policy"] = name

@@ -1,4 +1,5 @@
 """Issue a node agent token: ``manage.py issue_agent_token <hostname>`` prints it once."""
+
 from __future__ import annotations
 
 from typing import Any

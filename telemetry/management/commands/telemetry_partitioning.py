@@ -1,4 +1,5 @@
 """Print (or, with --apply, run) the DDL that partitions the telemetry history by month."""
+
 from __future__ import annotations
 
 from datetime import date
@@ -14,13 +15,19 @@ from telemetry.partitioning import apply_partitioning, partition_ddl
 
 
 class Command(BaseCommand):
-    help = ("Print the SQL that turns telemetry_nodereport, telemetry_gpusample and telemetry_xidrecord into "
-            "tables range-partitioned by month (PostgreSQL). --apply runs it in one transaction.")
+    help = (
+        "Print the SQL that turns telemetry_nodereport, telemetry_gpusample and telemetry_xidrecord into "
+        "tables range-partitioned by month (PostgreSQL). --apply runs it in one transaction."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--apply", action="store_true", help="Execute the DDL (PostgreSQL only).")
-        parser.add_argument("--since", type=date.fromisoformat, default=None,
-                            help="First month to create (YYYY-MM-DD); default: the oldest report's month.")
+        parser.add_argument(
+            "--since",
+            type=date.fromisoformat,
+            default=None,
+            help="First month to create (YYYY-MM-DD); default: the oldest report's month.",
+        )
 
     def handle(self, *args: Any, apply: bool, since: date | None, **options: Any) -> None:
         if since is None:

@@ -6,6 +6,7 @@ a one-line summary, numeric figures, the tail of the tool's output and the times
 A missing tool (no PyTorch/CuPy, no dcgmi, no all_reduce_perf) is "not_available",
 never an agent failure; bad params are "error" with the reason.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,8 +45,9 @@ def outcome(status: str, summary: str, figures: dict[str, float] | None = None, 
     return {"status": status, "summary": summary[:300], "figures": figures or {}, "output": output}
 
 
-def param(params: dict[str, Any], name: str, kind: type, default: Any,
-          low: float | None = None, high: float | None = None) -> Any:
+def param(
+    params: dict[str, Any], name: str, kind: type, default: Any, low: float | None = None, high: float | None = None
+) -> Any:
     """One validated parameter: right type, within [low, high], else CheckParamError."""
     value = params.get(name, default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -3,6 +3,7 @@
 Both checks are written against the small set of operations below, so the loop logic
 (timing, verification, figures) is the same whichever library a node has.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -59,7 +60,11 @@ class TorchBackend:
 
 class CupyBackend(TorchBackend):
     name = "cupy"
-    dtypes: ClassVar[dict[str, str | None]] = {"bf16": None, "fp16": "float16", "fp32": "float32"}  # CuPy has no bfloat16
+    dtypes: ClassVar[dict[str, str | None]] = {
+        "bf16": None,
+        "fp16": "float16",
+        "fp32": "float32",
+    }  # CuPy has no bfloat16
 
     def __init__(self, cupy: Any):
         self.cp = cupy
@@ -72,8 +77,10 @@ class CupyBackend(TorchBackend):
             raise ValueError("CuPy cannot multiply bf16 matrices; ask for fp16 or fp32")
         with self.cp.cuda.Device(device):
             rng = self.cp.random.default_rng(1234 + device)
-            return (rng.standard_normal((n, n), dtype="float32").astype(self.dtypes[dtype]),
-                    rng.standard_normal((n, n), dtype="float32").astype(self.dtypes[dtype]))
+            return (
+                rng.standard_normal((n, n), dtype="float32").astype(self.dtypes[dtype]),
+                rng.standard_normal((n, n), dtype="float32").astype(self.dtypes[dtype]),
+            )
 
     def matmul(self, a: Any, b: Any) -> Any:
         with a.device:

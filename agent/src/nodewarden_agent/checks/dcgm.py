@@ -5,6 +5,7 @@ Two JSON shapes exist: DCGM 1.x-3.x nest tests under "DCGM GPU Diagnostic" ->
 lists "tests" at the top with lowercase statuses and per-entity results. The parser
 walks any object that has a "name" and a "results" list, so both read the same.
 """
+
 from __future__ import annotations
 
 import json
@@ -81,15 +82,22 @@ def run(params: dict[str, Any], env: CheckEnv) -> dict[str, Any]:
     try:
         counts, failed, messages = parse_diag_json(done.stdout)
     except ValueError as exc:
-        return outcome("error", f"dcgmi diag -r {level} exited {done.returncode} without readable JSON: {exc}",
-                       output=output)
+        return outcome(
+            "error", f"dcgmi diag -r {level} exited {done.returncode} without readable JSON: {exc}", output=output
+        )
     figures = {f"tests_{key}": float(value) for key, value in counts.items()}
     figures["level"] = float(level)
     if failed:
         detail = "; ".join(messages[:3])
-        return outcome("failed", f"DCGM diag level {level}: {counts['failed']} failed: {', '.join(failed)}"
-                       + (f" - {detail}" if detail else ""), figures, output)
+        return outcome(
+            "failed",
+            f"DCGM diag level {level}: {counts['failed']} failed: {', '.join(failed)}"
+            + (f" - {detail}" if detail else ""),
+            figures,
+            output,
+        )
     if not sum(counts.values()):
         return outcome("error", f"dcgmi diag -r {level} reported no test results", figures, output)
-    return outcome("passed", f"DCGM diag level {level}: {counts['passed']} passed, {counts['skipped']} skipped",
-                   figures, output)
+    return outcome(
+        "passed", f"DCGM diag level {level}: {counts['passed']} passed, {counts['skipped']} skipped", figures, output
+    )

@@ -3,6 +3,7 @@
 Patterns: all zeros, all ones, 0xAA and 0x55 (every bit flips both ways between them),
 then each 8-byte word's own index, which catches addressing faults a constant cannot.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,8 +53,11 @@ def run(params: dict[str, Any], env: CheckEnv) -> dict[str, Any]:
         figures["mismatches"] += result["mismatches"]
         if result["mismatches"]:
             bad.append(device)
-    gib = figures["bytes_tested"] / 2 ** 30
+    gib = figures["bytes_tested"] / 2**30
     if bad:
-        return outcome("failed", f"memory mismatches on GPU {', '.join(map(str, bad))} "
-                       f"({int(figures['mismatches'])} in {gib:.1f} GiB)", figures)
+        return outcome(
+            "failed",
+            f"memory mismatches on GPU {', '.join(map(str, bad))} ({int(figures['mismatches'])} in {gib:.1f} GiB)",
+            figures,
+        )
     return outcome("passed", f"{gib:.1f} GiB tested on {backend.device_count()} GPUs, no mismatches", figures)

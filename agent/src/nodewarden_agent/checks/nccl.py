@@ -6,6 +6,7 @@ and "# Avg bus bandwidth    : 448.212" (GB/s). Rows are
 (out-of-place then in-place; releases before 2.10 have no root column); under mpirun
 every line carries a "[1,0]<stdout>:" prefix.
 """
+
 from __future__ import annotations
 
 import os
@@ -77,8 +78,9 @@ def run(params: dict[str, Any], env: CheckEnv) -> dict[str, Any]:
     output = done.stdout + (("\n" + done.stderr) if done.stderr else "")
     figures = parse_all_reduce(done.stdout)
     if "busbw_gbps" not in figures:
-        return outcome("error", f"all_reduce_perf exited {done.returncode} without an 'Avg bus bandwidth' line",
-                       figures, output)
+        return outcome(
+            "error", f"all_reduce_perf exited {done.returncode} without an 'Avg bus bandwidth' line", figures, output
+        )
     # "Out of bounds values" is nccl-tests' total of the per-row #wrong counts: not added twice.
     bad = max(figures.get("out_of_bounds", 0), figures.get("wrong", 0))
     summary = f"all_reduce_perf on {gpus} GPUs: avg bus bandwidth {figures['busbw_gbps']:.1f} GB/s"

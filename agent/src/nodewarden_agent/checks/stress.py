@@ -5,6 +5,7 @@ product with the first one. cuBLAS gives bit-identical results for the same inpu
 the same GPU and stream (cuBLAS docs, "Results reproducibility"), so any difference
 is a silent data corruption, counted in ``errors``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,9 @@ from . import CheckEnv, outcome, param
 from .backends import load_backend
 
 
-def stress_gpu(backend: Any, device: int, n: int, dtype: str, seconds: float,
-               clock: Callable[[], float] = time.monotonic) -> dict[str, float]:
+def stress_gpu(
+    backend: Any, device: int, n: int, dtype: str, seconds: float, clock: Callable[[], float] = time.monotonic
+) -> dict[str, float]:
     """Multiply for ``seconds`` on one GPU: iterations, elapsed seconds, TFLOP/s, errors."""
     a, b = backend.operands(device, n, dtype)
     reference = backend.matmul(a, b)
@@ -30,8 +32,12 @@ def stress_gpu(backend: Any, device: int, n: int, dtype: str, seconds: float,
         iterations += 1
     backend.synchronize(device)
     elapsed = max(clock() - start, 1e-9)
-    return {"iterations": iterations, "seconds": elapsed, "errors": errors,
-            "tflops": 2.0 * n ** 3 * iterations / elapsed / 1e12}
+    return {
+        "iterations": iterations,
+        "seconds": elapsed,
+        "errors": errors,
+        "tflops": 2.0 * n**3 * iterations / elapsed / 1e12,
+    }
 
 
 def _run_all(backend: Any, devices: list[int], n: int, dtype: str, seconds: float) -> dict[int, Any]:

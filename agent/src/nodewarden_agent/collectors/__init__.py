@@ -7,6 +7,7 @@ so the portal sees "not measured" rather than zeros. ``notes`` are partial probl
 A collector that keeps a cursor (the kernel log) moves it in ``commit()``, which the
 agent calls only once the report is safely in the on-disk spool.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -2,6 +2,7 @@
 disk health where smartctl exists, and whether the workload scheduler's node daemon
 (slurmd or kubelet) answers. Every source is injectable and every part optional: a
 missing tool gives ``None`` ("not reported"), never a failed report."""
+
 from __future__ import annotations
 
 import json
@@ -75,9 +76,14 @@ class HostCollector:
 
     name = "host"
 
-    def __init__(self, edac_root: Path = EDAC_ROOT, proc_root: Path = PROC_ROOT, runner: Runner = run_command,
-                 which: Callable[[str], str | None] = shutil.which,
-                 http_get: Callable[[str, float], str] | None = None):
+    def __init__(
+        self,
+        edac_root: Path = EDAC_ROOT,
+        proc_root: Path = PROC_ROOT,
+        runner: Runner = run_command,
+        which: Callable[[str], str | None] = shutil.which,
+        http_get: Callable[[str, float], str] | None = None,
+    ):
         self.edac_root, self.proc_root = Path(edac_root), Path(proc_root)
         self.runner, self.which = runner, which
         self.http_get = http_get or _http_get
@@ -132,8 +138,12 @@ class HostCollector:
         if done is None:
             return {"kind": "slurm", "daemon": "slurmd", "responsive": False, "detail": f"{argv[0]} timed out"}
         detail = (done.stdout if done.returncode == 0 else done.stderr or done.stdout).strip()
-        return {"kind": "slurm", "daemon": "slurmd", "responsive": done.returncode == 0,
-                "detail": detail.splitlines()[0][:200] if detail else ""}
+        return {
+            "kind": "slurm",
+            "daemon": "slurmd",
+            "responsive": done.returncode == 0,
+            "detail": detail.splitlines()[0][:200] if detail else "",
+        }
 
     def _kubelet(self) -> dict[str, Any]:
         try:

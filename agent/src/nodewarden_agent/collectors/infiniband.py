@@ -5,6 +5,7 @@ File formats (drivers/infiniband/core/sysfs.c): ``state`` "4: ACTIVE", ``phys_st
 hw_counters/ hold one decimal number per file. The root is injectable so tests walk a
 fake tree written in the real formats.
 """
+
 from __future__ import annotations
 
 import re

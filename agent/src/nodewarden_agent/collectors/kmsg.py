@@ -20,6 +20,7 @@ start of the message; everything else is ignored.
 The cursor moves in :meth:`KmsgCollector.commit`, after the report holding the events
 is on disk, so a crash can repeat events (each carries ``kmsg_seq``) but never loses them.
 """
+
 from __future__ import annotations
 
 import errno
@@ -50,14 +51,19 @@ LOG_KERN = 0  # syslog facility of the kernel's own messages
 #   "NVRM: Xid (PCI:0000:9a:00 GPU-I:05 GPU-CI:02): 43, pid=1234, name=python3, Ch 00000008" (MIG)
 #   "NVRM: Xid (PCI:0000:01:00): 94, pid=7062, Contained: ..."  (pid without name)
 # Drivers before R470 print no pid/name; very old ones omit "PCI:". The domain can be non-zero.
-_XID = re.compile(r"^NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): "
-                  r"(?P<xid>\d+)(?:,\s*(?P<rest>.*))?$")
+_XID = re.compile(
+    r"^NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f:.]+)(?: GPU-I:\d+)?(?: GPU-CI:\d+)?\): "
+    r"(?P<xid>\d+)(?:,\s*(?P<rest>.*))?$"
+)
 _PID_NAME = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+)(?:, name=(?P<name>.*?))?,\s*(?P<msg>.*)$")
 # "nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 46 egress ... (First)".
 # The driver follows each SXid with detail lines ("12028, Severity 0 Engine ...",
 # "12028, Data {...}") that carry no Fatal/Non-fatal word: they are not new events.
-_SXID = re.compile(r"^nvidia-nvswitch\d*: SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+), "
-                   r"(?P<msg>(?:Fatal|Non-fatal)\b.*)$", re.IGNORECASE)
+_SXID = re.compile(
+    r"^nvidia-nvswitch\d*: SXid \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<xid>\d+), "
+    r"(?P<msg>(?:Fatal|Non-fatal)\b.*)$",
+    re.IGNORECASE,
+)
 # XID 154: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)". The
 # number is nvmlGpuRecoveryAction_t (1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and
 # reset, ...) and the bracketed text its name for people; the number is what the portal acts on.
@@ -85,8 +91,7 @@ def parse_nvidia_event(message: str) -> dict[str, Any] | None:
         return event
     match = _SXID.match(message)
     if match:
-        return {"kind": "sxid", "xid": int(match["xid"]), "pci_bus_id": match["pci"],
-                "message": match["msg"].strip()}
+        return {"kind": "sxid", "xid": int(match["xid"]), "pci_bus_id": match["pci"], "message": match["msg"].strip()}
     return None
 
 
@@ -114,8 +119,13 @@ def parse_kmsg_record(record: str, boot_time: float) -> KernelLine | None:
     except (IndexError, ValueError):
         return None
     message = rest.split("\n", 1)[0]
-    return KernelLine(message=message, observed_at=boot_time + usec / 1e6, position=seq, seq=seq,
-                      from_kernel=priority >> 3 == LOG_KERN)
+    return KernelLine(
+        message=message,
+        observed_at=boot_time + usec / 1e6,
+        position=seq,
+        seq=seq,
+        from_kernel=priority >> 3 == LOG_KERN,
+    )
 
 
 def default_boot_time() -> float:
@@ -212,9 +222,12 @@ class JournalSource:
                 entry = json.loads(text)
             except ValueError:
                 continue
-            yield KernelLine(message=_journal_message(entry), position=entry.get("__CURSOR"),
-                             observed_at=int(entry.get("__REALTIME_TIMESTAMP", 0)) / 1e6,
-                             from_kernel=journal_entry_from_kernel(entry))
+            yield KernelLine(
+                message=_journal_message(entry),
+                position=entry.get("__CURSOR"),
+                observed_at=int(entry.get("__REALTIME_TIMESTAMP", 0)) / 1e6,
+                from_kernel=journal_entry_from_kernel(entry),
+            )
 
     def close(self) -> None:
         """Nothing held open."""
@@ -232,8 +245,13 @@ class KmsgCollector:
 
     name = "kmsg"
 
-    def __init__(self, source: Any, state_dir: Path, boot_id: Callable[[], str] = read_boot_id,
-                 max_events: int = MAX_EVENTS_PER_REPORT):
+    def __init__(
+        self,
+        source: Any,
+        state_dir: Path,
+        boot_id: Callable[[], str] = read_boot_id,
+        max_events: int = MAX_EVENTS_PER_REPORT,
+    ):
         self.source, self.boot_id, self.max_events = source, boot_id, max_events
         self.cursor_path = Path(state_dir) / f"{source.kind}-cursor.json"
         self._pending: list[dict[str, Any]] = []  # read, not yet put into a report
@@ -266,7 +284,7 @@ class KmsgCollector:
             raise CollectorError(f"{self.source.kind}: {exc}") from exc
         if not_kernel:
             log.warning("ignored %d NVIDIA event lines that user space wrote to the kernel log", not_kernel)
-        events, self._pending = self._pending[: self.max_events], self._pending[self.max_events:]
+        events, self._pending = self._pending[: self.max_events], self._pending[self.max_events :]
         self._to_commit = (boot, events[-1]["_position"] if self._pending else self._read_position)
         self._note_overwrites(notes)
         if self._pending:
@@ -293,8 +311,13 @@ class KmsgCollector:
 
 
 def _event(parsed: dict[str, Any], line: KernelLine) -> dict[str, Any]:
-    event = dict(parsed, observed_at=utc_iso(line.observed_at), raw=clip(line.message, 2000),
-                 kmsg_seq=line.seq, _position=line.position)
+    event = dict(
+        parsed,
+        observed_at=utc_iso(line.observed_at),
+        raw=clip(line.message, 2000),
+        kmsg_seq=line.seq,
+        _position=line.position,
+    )
     event["message"] = clip(event.get("message", ""), 2000)
     if event.get("process"):
         event["process"] = clip(event["process"], 200)

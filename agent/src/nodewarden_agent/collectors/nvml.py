@@ -6,6 +6,7 @@ constants, built from a real H100's answers. Every call is guarded on its own:
 quietly; any other error for one field becomes ``None`` plus a note, so one flaky
 counter never hides the other forty.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,11 +19,18 @@ log = logging.getLogger(__name__)
 
 # Schema ranges (telemetry/schema.py): a value outside them would get the whole report
 # refused, so it is dropped to None with a note instead (NVML answers 0xFFFF on some faults).
-_RANGES = {"temperature_c": (-50, 200), "hbm_temperature_c": (-50, 200),
-           "max_operating_temp_c": (-50, 200), "hbm_max_operating_temp_c": (-50, 200),
-           "slowdown_temp_c": (-50, 200), "shutdown_temp_c": (-50, 200),
-           "power_w": (0, 10_000), "power_limit_w": (0, 10_000), "utilization_pct": (0, 100),
-           "recovery_action": (0, 4)}
+_RANGES = {
+    "temperature_c": (-50, 200),
+    "hbm_temperature_c": (-50, 200),
+    "max_operating_temp_c": (-50, 200),
+    "hbm_max_operating_temp_c": (-50, 200),
+    "slowdown_temp_c": (-50, 200),
+    "shutdown_temp_c": (-50, 200),
+    "power_w": (0, 10_000),
+    "power_limit_w": (0, 10_000),
+    "utilization_pct": (0, 100),
+    "recovery_action": (0, 4),
+}
 
 
 def _text(value: Any) -> Any:
@@ -148,8 +156,9 @@ def _thermals(r: _Reader, h: Any) -> dict[str, Any]:
     return {
         "temperature_c": r.call("temperature_c", "nvmlDeviceGetTemperature", h, nv.NVML_TEMPERATURE_GPU),
         "max_operating_temp_c": r.call("max_operating_temp_c", threshold, h, nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
-        "hbm_max_operating_temp_c": r.call("hbm_max_operating_temp_c", threshold, h,
-                                           nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
+        "hbm_max_operating_temp_c": r.call(
+            "hbm_max_operating_temp_c", threshold, h, nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX
+        ),
         "slowdown_temp_c": r.call("slowdown_temp_c", threshold, h, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
         "shutdown_temp_c": r.call("shutdown_temp_c", threshold, h, nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
     }
@@ -162,9 +171,11 @@ def _watts(milliwatts: int | None) -> float | None:
 def _power_clocks(r: _Reader, h: Any) -> dict[str, Any]:
     nv = r.nvml
     # Renamed in R535 (throttle -> clocks event); older bindings only have the old name.
-    reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons"
-                  if hasattr(nv, "nvmlDeviceGetCurrentClocksEventReasons")
-                  else "nvmlDeviceGetCurrentClocksThrottleReasons")
+    reasons_fn = (
+        "nvmlDeviceGetCurrentClocksEventReasons"
+        if hasattr(nv, "nvmlDeviceGetCurrentClocksEventReasons")
+        else "nvmlDeviceGetCurrentClocksThrottleReasons"
+    )
     util = r.call("utilization_pct", "nvmlDeviceGetUtilizationRates", h)
     processes = r.call("compute_processes", "nvmlDeviceGetComputeRunningProcesses", h)
     return {
@@ -183,10 +194,15 @@ def _memory_ecc(r: _Reader, h: Any) -> dict[str, Any]:
     mem = r.call("memory", "nvmlDeviceGetMemoryInfo", h)
     ecc = "nvmlDeviceGetTotalEccErrors"
     corrected, uncorrected = nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    sbe = r.call("retired_pages_sbe", "nvmlDeviceGetRetiredPages", h,
-                 nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    dbe = r.call("retired_pages_dbe", "nvmlDeviceGetRetiredPages", h,
-                 nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    sbe = r.call(
+        "retired_pages_sbe",
+        "nvmlDeviceGetRetiredPages",
+        h,
+        nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    )
+    dbe = r.call(
+        "retired_pages_dbe", "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    )
     pending = r.call("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", h)
     return {
         "memory_used_mib": None if mem is None else mem.used // (1024 * 1024),
@@ -194,8 +210,7 @@ def _memory_ecc(r: _Reader, h: Any) -> dict[str, Any]:
         "ecc_volatile_corrected": r.call("ecc_volatile_corrected", ecc, h, corrected, nv.NVML_VOLATILE_ECC),
         "ecc_volatile_uncorrected": r.call("ecc_volatile_uncorrected", ecc, h, uncorrected, nv.NVML_VOLATILE_ECC),
         "ecc_aggregate_corrected": r.call("ecc_aggregate_corrected", ecc, h, corrected, nv.NVML_AGGREGATE_ECC),
-        "ecc_aggregate_uncorrected": r.call("ecc_aggregate_uncorrected", ecc, h, uncorrected,
-                                            nv.NVML_AGGREGATE_ECC),
+        "ecc_aggregate_uncorrected": r.call("ecc_aggregate_uncorrected", ecc, h, uncorrected, nv.NVML_AGGREGATE_ECC),
         "retired_pages_sbe": None if sbe is None else len(sbe),
         "retired_pages_dbe": None if dbe is None else len(dbe),
         "retired_pages_pending": None if pending is None else pending == nv.NVML_FEATURE_ENABLED,
@@ -207,8 +222,12 @@ def _row_remap(r: _Reader, h: Any) -> dict[str, Any]:
     if rows is None:
         return {}
     correctable, uncorrectable, pending, failure = rows
-    return {"remapped_rows_correctable": correctable, "remapped_rows_uncorrectable": uncorrectable,
-            "remapped_rows_pending": bool(pending), "remapped_rows_failure": bool(failure)}
+    return {
+        "remapped_rows_correctable": correctable,
+        "remapped_rows_uncorrectable": uncorrectable,
+        "remapped_rows_pending": bool(pending),
+        "remapped_rows_failure": bool(failure),
+    }
 
 
 def _pcie(r: _Reader, h: Any) -> dict[str, Any]:
@@ -274,8 +293,10 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 def _nvlink_counter_sum(r: _Reader, h: Any, links: int) -> Callable[[int], int | None]:
     def total(counter: int) -> int | None:
-        values = [r.call(f"nvlink{link}.counter{counter}", "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
-                  for link in range(links)]
+        values = [
+            r.call(f"nvlink{link}.counter{counter}", "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
+            for link in range(links)
+        ]
         known = [v for v in values if v is not None]
         return sum(known) if known else None
 
