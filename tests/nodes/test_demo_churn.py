@@ -37,8 +37,8 @@ def churn(runs: int = 1) -> list[str]:
 
 
 @pytest.fixture
-def enabled(monkeypatch):
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+def enabled(settings):
+    settings.NODEWARDEN_DEMO_CHURN = True
 
 
 def test_it_does_nothing_unless_enabled(monkeypatch):
