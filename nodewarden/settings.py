@@ -3,10 +3,10 @@
 Everything that differs between a laptop demo, CI and production comes from the
 environment (see README "Configuration"), read here and only here, each variable with
 its type and default (nodewarden/env.py: django-environ, failing on malformed values).
-App code reads ``django.conf.settings``; tests/test_settings.py checks that every
-documented variable reaches its setting and every variable read here is documented. With nothing set, an embedded default
-serves: SQLite under ./var and a filesystem Celery broker, so the demo runs
-anywhere Python runs.
+App code reads ``django.conf.settings``; tests/infra/test_settings_environment.py checks
+that every documented variable reaches its setting and every variable read here is
+documented. With nothing set, an embedded default serves: SQLite under ./var and a
+filesystem Celery broker, so the demo runs anywhere Python runs.
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ def _positive(name: str, value: float) -> None:
     """Durations, sizes and intervals: zero or less is a typo, not a wish (it would disable the rule)."""
     if value <= 0:
         raise ImproperlyConfigured(f"{name} must be positive, got {value}")
+
+
+def _json_object(name: str, value: object) -> None:
+    """Per-cluster (or per-variable) maps: a JSON list or string there is a mistake, said at start-up."""
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f'{name} must be a JSON object, e.g. {{"name": "value"}}')
 
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -277,7 +283,7 @@ PORTAL_URL = env.str("PORTAL_URL", "http://127.0.0.1:8000")
 # first encrypts, all decrypt (rotate: prepend a key, run bmc_rotate_credentials, drop
 # the old one). NODEWARDEN_BMC_KEYS_FILE works too. Empty: bmc/fields.py derives one
 # key from SECRET_KEY, so a development checkout needs no set-up.
-NODEWARDEN_BMC_KEYS = [key.strip() for key in env.str("NODEWARDEN_BMC_KEYS", "").split(",") if key.strip()]
+NODEWARDEN_BMC_KEYS = env.list("NODEWARDEN_BMC_KEYS", default=[])
 NODEWARDEN_BMC_TIMEOUT = env.int("NODEWARDEN_BMC_TIMEOUT", 10)  # seconds per request to a BMC
 NODEWARDEN_BMC_RETRIES = env.int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries after no answer or a 5xx
 NODEWARDEN_BMC_RETRY_BACKOFF_MS = env.int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
@@ -309,12 +315,13 @@ NODEWARDEN_DAY0_TIMEOUT = env.int("NODEWARDEN_DAY0_TIMEOUT", 2 * 3600)  # second
 _positive("NODEWARDEN_JOIN_TOKEN_TTL", NODEWARDEN_JOIN_TOKEN_TTL)
 _positive("NODEWARDEN_DAY0_TIMEOUT", NODEWARDEN_DAY0_TIMEOUT)
 _positive("NODEWARDEN_FABRIC_COLLECT_HOURS", NODEWARDEN_FABRIC_COLLECT_HOURS)
-if not isinstance(NODEWARDEN_KUBERNETES_CA_CERT_HASHES, dict):
-    raise ImproperlyConfigured('NODEWARDEN_KUBERNETES_CA_CERT_HASHES must be a JSON object {"cluster": "sha256:..."}')
+_json_object("NODEWARDEN_FABRIC_TOOL_ENV", NODEWARDEN_FABRIC_TOOL_ENV)
+_json_object("NODEWARDEN_KUBERNETES_CA_CERT_HASHES", NODEWARDEN_KUBERNETES_CA_CERT_HASHES)
 
 # --- Workload schedulers and remediation ---------------------------------------------------------
 # Kubernetes API bearer tokens by cluster name, e.g. {"iad1-infer": "<token>"} (or a _FILE).
 NODEWARDEN_KUBERNETES_TOKENS = env.json("NODEWARDEN_KUBERNETES_TOKENS", default={})
+_json_object("NODEWARDEN_KUBERNETES_TOKENS", NODEWARDEN_KUBERNETES_TOKENS)
 NODEWARDEN_ESCALATION_WINDOW_HOURS = env.int("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72)
 NODEWARDEN_REPEAT_INCIDENTS = env.int("NODEWARDEN_REPEAT_INCIDENTS", 5)
 NODEWARDEN_REPEAT_DAYS = env.int("NODEWARDEN_REPEAT_DAYS", 7)
