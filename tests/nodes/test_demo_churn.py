@@ -41,9 +41,9 @@ def enabled(settings):
     settings.NODEWARDEN_DEMO_CHURN = True
 
 
-def test_it_does_nothing_unless_enabled(monkeypatch):
+def test_it_does_nothing_unless_enabled(settings):
     seed()
-    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN", raising=False)
+    settings.NODEWARDEN_DEMO_CHURN = False
     events = NodeEvent.objects.count()
     assert churn() == ["disabled"]
     assert NodeEvent.objects.count() == events

@@ -36,8 +36,8 @@ def tick(at: datetime = NOW) -> str:
         return report_demo_telemetry()
 
 
-def test_it_does_nothing_unless_the_demo_is_on(fleet, monkeypatch):
-    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN")
+def test_it_does_nothing_unless_the_demo_is_on(fleet, settings):
+    settings.NODEWARDEN_DEMO_CHURN = False
     assert tick() == "disabled"
     assert not NodeHealth.objects.exists()
 
