@@ -45,7 +45,9 @@ WIRED: dict[str, Wired] = {
     "DB_CONN_MAX_AGE": Wired(
         'DATABASES["default"]["CONN_MAX_AGE"]', "0", 0, "soon", {"DATABASE_URL": "postgresql://u@db.example/fleet"}
     ),
-    "REDIS_URL": Wired('CACHES["default"].get("LOCATION")', "redis://cache.example:6379/0", "redis://cache.example:6379/0"),
+    "REDIS_URL": Wired(
+        'CACHES["default"].get("LOCATION")', "redis://cache.example:6379/0", "redis://cache.example:6379/0"
+    ),
     "CELERY_BROKER_URL": Wired("CELERY_BROKER_URL", "redis://broker.example/1", "redis://broker.example/1"),
     "CELERY_TASK_ALWAYS_EAGER": Wired("CELERY_TASK_ALWAYS_EAGER", "true", True, "sometimes"),
     "SECRET_KEY": Wired("SECRET_KEY", "k" * 50, "k" * 50),
