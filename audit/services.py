@@ -37,23 +37,19 @@ ACTOR = Actor.system("audit")
 KEEP_BREACHES = 500  # breaches kept in full on the run (all are counted)
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
-
-
 def context(now: datetime | None = None, cursors: dict[str, int] | None = None) -> C.AuditContext:
     """The checks' context from the settings (README "Fleet auditor" lists them)."""
-    severity = Severity(_setting("NODEWARDEN_AUDIT_SEVERITY", Severity.DEGRADED))
+    severity = Severity(settings.NODEWARDEN_AUDIT_SEVERITY)
     return C.AuditContext(
         now=now or timezone.now(),
-        grace=timedelta(seconds=_setting("NODEWARDEN_AUDIT_GRACE_SECONDS", 600)),
+        grace=timedelta(seconds=settings.NODEWARDEN_AUDIT_GRACE_SECONDS),
         severity=severity,
-        draining_timeout=timedelta(hours=_setting("NODEWARDEN_AUDIT_DRAINING_HOURS", 24)),
-        scheduler_nodes=_setting("NODEWARDEN_AUDIT_SCHEDULER_NODES", 500),
-        scheduler_seconds=_setting("NODEWARDEN_AUDIT_SCHEDULER_SECONDS", 60.0),
-        bmc_reads=_setting("NODEWARDEN_AUDIT_BMC_READS", 50),
-        bmc_seconds=_setting("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0),
-        bmc_timeout=_setting("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0),
+        draining_timeout=timedelta(hours=settings.NODEWARDEN_AUDIT_DRAINING_HOURS),
+        scheduler_nodes=settings.NODEWARDEN_AUDIT_SCHEDULER_NODES,
+        scheduler_seconds=settings.NODEWARDEN_AUDIT_SCHEDULER_SECONDS,
+        bmc_reads=settings.NODEWARDEN_AUDIT_BMC_READS,
+        bmc_seconds=settings.NODEWARDEN_AUDIT_BMC_SECONDS,
+        bmc_timeout=settings.NODEWARDEN_AUDIT_BMC_TIMEOUT,
         cursors=dict(cursors or {}),
         # time_machine moves time.monotonic in the simulator; the bounds are in real seconds.
         clock=time.perf_counter,

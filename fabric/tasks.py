@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 def collection_enabled() -> bool:
     """NODEWARDEN_FABRIC_COLLECT: this portal host can run infiniband-diags against the fabric."""
-    return bool(getattr(settings, "NODEWARDEN_FABRIC_COLLECT", False))
+    return settings.NODEWARDEN_FABRIC_COLLECT
 
 
 def request_collection() -> None:
@@ -34,8 +34,8 @@ def collect_fabric() -> str:
     from .services import record_run
 
     outputs = collect(
-        timeout=getattr(settings, "NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300),
-        env=getattr(settings, "NODEWARDEN_FABRIC_TOOL_ENV", None) or None,
+        timeout=settings.NODEWARDEN_FABRIC_TOOL_TIMEOUT,
+        env=settings.NODEWARDEN_FABRIC_TOOL_ENV or None,
     )
     topology, counters = outputs.parse()
     seen, by_port, guids = seen_from_topology(topology, counters)

@@ -28,8 +28,7 @@ from .tasks import QUIET_RULES  # events whose alerts resolve by going quiet
 
 
 def threshold_rank() -> int:
-    severity = getattr(settings, "NODEWARDEN_RELEASE_BLOCKING_SEVERITY", Severity.DEGRADED)
-    return SEVERITY_RANK[Severity(severity)]
+    return SEVERITY_RANK[Severity(settings.NODEWARDEN_RELEASE_BLOCKING_SEVERITY)]
 
 
 def is_report_condition(rule: str) -> bool:

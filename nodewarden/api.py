@@ -34,7 +34,6 @@ ERROR_SHAPE = ("detail", "code", "fields")
 
 MAX_PAGE_SIZE = 1000  # a larger ?limit= is clamped to this
 MAX_OFFSET = BIGINT_MAX  # a larger ?offset= cannot reach the database: refused
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024  # NODEWARDEN_API_MAX_BODY_BYTES
 MAX_JSON_DEPTH = 64  # no request body of this API nests deeper than a few levels
 
 
@@ -45,7 +44,7 @@ class BodyTooLarge(exceptions.APIException):
 
 
 def max_body_bytes() -> int:
-    return int(getattr(settings, "NODEWARDEN_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+    return int(settings.NODEWARDEN_API_MAX_BODY_BYTES)
 
 
 def read_bounded(stream: BinaryIO | None) -> bytes:

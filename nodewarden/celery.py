@@ -22,6 +22,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
 
 app = Celery("nodewarden")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# The beat intervals and the demo switch come from the settings like everything else (settings.py).
+from django.conf import settings  # noqa: E402  (after DJANGO_SETTINGS_MODULE is set)
 
 QUEUE_NAMES = ("default", "provisioning", "validation", "remediation")
 # Each queue has its own routing key, so a message routed by key lands in one queue only.
@@ -51,7 +53,7 @@ app.conf.beat_schedule = {
     # NODEWARDEN_FABRIC_COLLECT), and the agents' HCA counters every 15 minutes.
     "collect-fabric": {
         "task": "fabric.tasks.collect_fabric",
-        "schedule": 3600.0 * float(os.environ.get("NODEWARDEN_FABRIC_COLLECT_HOURS", "4")),
+        "schedule": 3600.0 * settings.NODEWARDEN_FABRIC_COLLECT_HOURS,
     },
     "record-agent-ib-counters": {"task": "fabric.tasks.record_agent_counters", "schedule": 900.0},
     # Remediation: re-drive stalled steps, finished drains and queued plans.
@@ -75,10 +77,10 @@ app.conf.beat_schedule = {
     # The fleet auditor: what Nodewarden believes against schedulers, BMCs and the clock.
     "audit-fleet": {
         "task": "audit.tasks.audit_fleet",
-        "schedule": 60.0 * float(os.environ.get("NODEWARDEN_AUDIT_MINUTES", "5")),
+        "schedule": 60.0 * settings.NODEWARDEN_AUDIT_MINUTES,
     },
 }
-if os.environ.get("NODEWARDEN_DEMO_CHURN"):
+if settings.NODEWARDEN_DEMO_CHURN:
     # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.
     app.conf.beat_schedule["churn-demo-fleet"] = {"task": "nodes.demo.churn_demo_fleet", "schedule": 60.0}
     # ...and its nodes' agents report every 30 s through the real ingest service.

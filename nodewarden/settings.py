@@ -1,9 +1,12 @@
 """Django settings for Nodewarden.
 
 Everything that differs between a laptop demo, CI and production comes from the
-environment (see README "Configuration"). With nothing set, an embedded default
-serves: SQLite under ./var and a filesystem Celery broker, so the demo runs
-anywhere Python runs.
+environment (see README "Configuration"), read here and only here, each variable with
+its type and default (nodewarden/env.py: django-environ, failing on malformed values).
+App code reads ``django.conf.settings``; tests/infra/test_settings_environment.py checks
+that every documented variable reaches its setting and every variable read here is
+documented. With nothing set, an embedded default serves: SQLite under ./var and a
+filesystem Celery broker, so the demo runs anywhere Python runs.
 """
 
 from __future__ import annotations
@@ -17,21 +20,34 @@ import dj_database_url
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
-from .env import env_bool, env_float, env_int, env_list, env_str
+from .env import env
+
+
+def _positive(name: str, value: float) -> None:
+    """Durations, sizes and intervals: zero or less is a typo, not a wish (it would disable the rule)."""
+    if value <= 0:
+        raise ImproperlyConfigured(f"{name} must be positive, got {value}")
+
+
+def _json_object(name: str, value: object) -> None:
+    """Per-cluster (or per-variable) maps: a JSON list or string there is a mistake, said at start-up."""
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f'{name} must be a JSON object, e.g. {{"name": "value"}}')
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(env.str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY")
+DEBUG = env.bool("DEBUG", False)
+SECRET_KEY = env.str("SECRET_KEY", "")
 if not SECRET_KEY:
-    if not DEBUG and env_bool("NODEWARDEN_REQUIRE_SECRET_KEY", False):
+    if not DEBUG and env.bool("NODEWARDEN_REQUIRE_SECRET_KEY", False):
         raise ImproperlyConfigured("SECRET_KEY must be set")
     # Development-only fallback; production deployments set SECRET_KEY (or SECRET_KEY_FILE).
     SECRET_KEY = "nodewarden-insecure-development-key"  # noqa: S105
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -102,9 +118,9 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------
-_database_url = env_str("DATABASE_URL")
+_database_url = env.str("DATABASE_URL", "")
 if _database_url:
-    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60))}
+    DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=env.int("DB_CONN_MAX_AGE", 60))}
 else:
     DATABASES = {
         "default": {
@@ -123,8 +139,8 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery ---------------------------------------------------------------
-REDIS_URL = env_str("REDIS_URL")
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL) or "filesystem://"
+REDIS_URL = env.str("REDIS_URL", "")
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", REDIS_URL) or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     # Embedded broker: messages are files in a folder shared by web, worker and beat.
     _broker_dir = VAR_DIR / "broker"
@@ -136,7 +152,7 @@ if CELERY_BROKER_URL == "filesystem://":
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -145,13 +161,25 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
 
 # --- Telemetry ------------------------------------------------------------
-# Read here so a malformed value stops start-up; telemetry/conf.py says what each one is for.
-TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 14)
-TELEMETRY_REPORT_RETENTION_DAYS = env_int("TELEMETRY_REPORT_RETENTION_DAYS", 90)
-TELEMETRY_XID_RETENTION_DAYS = env_int("TELEMETRY_XID_RETENTION_DAYS", 365)
-TELEMETRY_HOURLY_RETENTION_DAYS = env_int("TELEMETRY_HOURLY_RETENTION_DAYS", 730)
-TELEMETRY_MAX_BODY_BYTES = env_int("TELEMETRY_MAX_BODY_BYTES", 8 * 1024 * 1024)
-NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env_int("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS", 300)
+# Raw GpuSample rows older than TELEMETRY_RAW_RETENTION_DAYS become GpuSampleHourly; NodeReport
+# history (heartbeat evidence) and XID records (evidence for RMA cases) are kept for their own days.
+# A report or event dated more than NODEWARDEN_REPORT_MAX_FUTURE_SECONDS after the portal's clock is
+# refused (400): it would otherwise hold the node's latest state until that date.
+TELEMETRY_RAW_RETENTION_DAYS = env.int("TELEMETRY_RAW_RETENTION_DAYS", 14)
+TELEMETRY_REPORT_RETENTION_DAYS = env.int("TELEMETRY_REPORT_RETENTION_DAYS", 90)
+TELEMETRY_XID_RETENTION_DAYS = env.int("TELEMETRY_XID_RETENTION_DAYS", 365)
+TELEMETRY_HOURLY_RETENTION_DAYS = env.int("TELEMETRY_HOURLY_RETENTION_DAYS", 730)
+TELEMETRY_MAX_BODY_BYTES = env.int("TELEMETRY_MAX_BODY_BYTES", 8 * 1024 * 1024)
+NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env.int("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS", 300)
+for _name in (
+    "TELEMETRY_RAW_RETENTION_DAYS",
+    "TELEMETRY_REPORT_RETENTION_DAYS",
+    "TELEMETRY_XID_RETENTION_DAYS",
+    "TELEMETRY_HOURLY_RETENTION_DAYS",
+    "TELEMETRY_MAX_BODY_BYTES",
+    "NODEWARDEN_REPORT_MAX_FUTURE_SECONDS",
+):
+    _positive(_name, globals()[_name])
 
 # --- Auth, i18n, static ---------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -172,7 +200,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+STATIC_ROOT = Path(env.str("STATIC_ROOT", str(VAR_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns when it is missing
 # plotly.js comes from the plotly package itself: no CDN (no internet), no vendored copy to keep in step.
 STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
@@ -186,7 +214,7 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- REST API -------------------------------------------------------------
 # The largest request body a REST endpoint reads (413 beyond); agent reports have their own.
-NODEWARDEN_API_MAX_BODY_BYTES = env_int("NODEWARDEN_API_MAX_BODY_BYTES", 8 * 1024 * 1024)
+NODEWARDEN_API_MAX_BODY_BYTES = env.int("NODEWARDEN_API_MAX_BODY_BYTES", 8 * 1024 * 1024)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -243,77 +271,98 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
 
 # The portal's own URL, used in links it hands out (later: cloud-init data).
-PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")
+PORTAL_URL = env.str("PORTAL_URL", "http://127.0.0.1:8000")
 
 # --- BMC (out-of-band control) ---------------------------------------------------
 # Fernet keys that encrypt BMC credentials at rest, comma-separated, newest first: the
 # first encrypts, all decrypt (rotate: prepend a key, run bmc_rotate_credentials, drop
 # the old one). NODEWARDEN_BMC_KEYS_FILE works too. Empty: bmc/fields.py derives one
 # key from SECRET_KEY, so a development checkout needs no set-up.
-NODEWARDEN_BMC_KEYS = [key.strip() for key in env_str("NODEWARDEN_BMC_KEYS").split(",") if key.strip()]
-NODEWARDEN_BMC_TIMEOUT = env_int("NODEWARDEN_BMC_TIMEOUT", 10)  # seconds per request to a BMC
-NODEWARDEN_BMC_RETRIES = env_int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries after no answer or a 5xx
-NODEWARDEN_BMC_RETRY_BACKOFF_MS = env_int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
-NODEWARDEN_BMC_POWER_TIMEOUT = env_int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
-NODEWARDEN_BMC_POLL_INTERVAL = env_int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
+NODEWARDEN_BMC_KEYS = env.list("NODEWARDEN_BMC_KEYS", default=[])
+NODEWARDEN_BMC_TIMEOUT = env.int("NODEWARDEN_BMC_TIMEOUT", 10)  # seconds per request to a BMC
+NODEWARDEN_BMC_RETRIES = env.int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries after no answer or a 5xx
+NODEWARDEN_BMC_RETRY_BACKOFF_MS = env.int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
+NODEWARDEN_BMC_POWER_TIMEOUT = env.int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
+NODEWARDEN_BMC_POLL_INTERVAL = env.int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
 
 # --- InfiniBand fabric -------------------------------------------------------------------
-# Run infiniband-diags from this host on a schedule (NODEWARDEN_FABRIC_COLLECT_HOURS, read by
-# nodewarden/celery.py, default 4) and compare with the cabling plan; off where the portal
-# host is not on the fabric (then upload the tools' output to /api/fabric/discoveries/).
-NODEWARDEN_FABRIC_COLLECT = env_bool("NODEWARDEN_FABRIC_COLLECT", False)
-NODEWARDEN_FABRIC_TOOL_TIMEOUT = env_int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300)  # seconds per diag tool
+# Run infiniband-diags from this host every NODEWARDEN_FABRIC_COLLECT_HOURS and compare with the
+# cabling plan; off where the portal host is not on the fabric (then upload the tools' output to
+# /api/fabric/discoveries/).
+NODEWARDEN_FABRIC_COLLECT = env.bool("NODEWARDEN_FABRIC_COLLECT", False)
+NODEWARDEN_FABRIC_COLLECT_HOURS = env.float("NODEWARDEN_FABRIC_COLLECT_HOURS", 4.0)  # the beat's interval
+NODEWARDEN_FABRIC_TOOL_TIMEOUT = env.int("NODEWARDEN_FABRIC_TOOL_TIMEOUT", 300)  # seconds per diag tool
 # Extra environment for the diag tools, as JSON (e.g. the demo's simulated fabric: LD_PRELOAD of
 # libumad2sim and IBSIM_SOCKNAME, so the real tools talk to ibsim instead of an HCA).
+NODEWARDEN_FABRIC_TOOL_ENV = env.json("NODEWARDEN_FABRIC_TOOL_ENV", default={})
 
+# --- Day 0 (docs/day0.md) ------------------------------------------------------------------------
+# The URL nodes reach the portal at (cloud-init seed, agent join); "" means PORTAL_URL.
+NODEWARDEN_PORTAL_URL = env.str("NODEWARDEN_PORTAL_URL", "")
+NODEWARDEN_JOIN_TOKEN_TTL = env.int("NODEWARDEN_JOIN_TOKEN_TTL", 24 * 3600)  # seconds a join token lives
+NODEWARDEN_AGENT_PACKAGE = env.str("NODEWARDEN_AGENT_PACKAGE", "nodewarden-agent")  # pip requirement in user-data
+# Kubernetes CA public-key hash per cluster name, JSON {"iad1-infer": "sha256:<hex>"}: without one
+# cloud-init cannot pin the CA, so it never runs kubeadm join for that cluster's nodes.
+NODEWARDEN_KUBERNETES_CA_CERT_HASHES = env.json("NODEWARDEN_KUBERNETES_CA_CERT_HASHES", default={})
+# Where a Slurm node finds its munge key: a reference (path or vault:...), never the key itself.
+NODEWARDEN_SLURM_MUNGE_KEY_REF = env.str("NODEWARDEN_SLURM_MUNGE_KEY_REF", "/etc/munge/munge.key")
+NODEWARDEN_DAY0_TIMEOUT = env.int("NODEWARDEN_DAY0_TIMEOUT", 2 * 3600)  # seconds an Initializing node may take
+_positive("NODEWARDEN_JOIN_TOKEN_TTL", NODEWARDEN_JOIN_TOKEN_TTL)
+_positive("NODEWARDEN_DAY0_TIMEOUT", NODEWARDEN_DAY0_TIMEOUT)
+_positive("NODEWARDEN_FABRIC_COLLECT_HOURS", NODEWARDEN_FABRIC_COLLECT_HOURS)
+_json_object("NODEWARDEN_FABRIC_TOOL_ENV", NODEWARDEN_FABRIC_TOOL_ENV)
+_json_object("NODEWARDEN_KUBERNETES_CA_CERT_HASHES", NODEWARDEN_KUBERNETES_CA_CERT_HASHES)
 
 # --- Workload schedulers and remediation ---------------------------------------------------------
-def _json_setting(name: str, default: str) -> object:
-    import json
-
-    raw = env_str(name, default) or default
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be JSON: {exc}") from exc
-
-
 # Kubernetes API bearer tokens by cluster name, e.g. {"iad1-infer": "<token>"} (or a _FILE).
-NODEWARDEN_KUBERNETES_TOKENS = _json_setting("NODEWARDEN_KUBERNETES_TOKENS", "{}")
-NODEWARDEN_ESCALATION_WINDOW_HOURS = env_int("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72)
-NODEWARDEN_REPEAT_INCIDENTS = env_int("NODEWARDEN_REPEAT_INCIDENTS", 5)
-NODEWARDEN_REPEAT_DAYS = env_int("NODEWARDEN_REPEAT_DAYS", 7)
+NODEWARDEN_KUBERNETES_TOKENS = env.json("NODEWARDEN_KUBERNETES_TOKENS", default={})
+_json_object("NODEWARDEN_KUBERNETES_TOKENS", NODEWARDEN_KUBERNETES_TOKENS)
+NODEWARDEN_ESCALATION_WINDOW_HOURS = env.int("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72)
+NODEWARDEN_REPEAT_INCIDENTS = env.int("NODEWARDEN_REPEAT_INCIDENTS", 5)
+NODEWARDEN_REPEAT_DAYS = env.int("NODEWARDEN_REPEAT_DAYS", 7)
 # A step no worker has touched for this long is queued again: longer than a power action may
 # take (off and on, each up to NODEWARDEN_BMC_POWER_TIMEOUT), so a slow BMC is never doubled.
-NODEWARDEN_REMEDIATION_STALL_SECONDS = env_int(
+NODEWARDEN_REMEDIATION_STALL_SECONDS = env.int(
     "NODEWARDEN_REMEDIATION_STALL_SECONDS", 2 * NODEWARDEN_BMC_POWER_TIMEOUT + 60
 )
-NODEWARDEN_FABRIC_TOOL_ENV = _json_setting("NODEWARDEN_FABRIC_TOOL_ENV", "{}")
+# The circuit breaker: at least this share of a cluster's nodes (and this many) with a degraded or
+# catastrophic finding within the window trips the cluster's breaker (remediation/safety.py).
+NODEWARDEN_BREAKER_SHARE = env.float("NODEWARDEN_BREAKER_SHARE", 0.3)
+NODEWARDEN_BREAKER_MIN_NODES = env.int("NODEWARDEN_BREAKER_MIN_NODES", 5)
+NODEWARDEN_BREAKER_WINDOW_SECONDS = env.int("NODEWARDEN_BREAKER_WINDOW_SECONDS", 600)
+if not 0 < NODEWARDEN_BREAKER_SHARE <= 1:
+    raise ImproperlyConfigured("NODEWARDEN_BREAKER_SHARE must be a share of the cluster, above 0 and at most 1")
+# Outgoing repair/RMA webhook tries before a delivery is given up (repairs/webhooks.py).
+NODEWARDEN_WEBHOOK_MAX_ATTEMPTS = env.int("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", 8)
+# The lemon score from which the trends' lemon finding recommends a repair; None: never.
+NODEWARDEN_LEMON_REPAIR_SCORE: float | None = env.float("NODEWARDEN_LEMON_REPAIR_SCORE", None)
 
 # --- Fleet auditor (README "Fleet auditor") ---------------------------------------------------
 # The lowest severity a firing alert on a production node must have to need an open remediation.
 # The release gate (health.gates): an alert at or above this still firing keeps a node from production.
-NODEWARDEN_RELEASE_BLOCKING_SEVERITY = env_str("NODEWARDEN_RELEASE_BLOCKING_SEVERITY", "degraded")
+NODEWARDEN_RELEASE_BLOCKING_SEVERITY = env.str("NODEWARDEN_RELEASE_BLOCKING_SEVERITY", "degraded")
 if NODEWARDEN_RELEASE_BLOCKING_SEVERITY not in ("catastrophic", "degraded", "warning", "info"):
     raise ImproperlyConfigured("NODEWARDEN_RELEASE_BLOCKING_SEVERITY must be catastrophic, degraded, warning or info")
-NODEWARDEN_AUDIT_SEVERITY = env_str("NODEWARDEN_AUDIT_SEVERITY", "degraded")
+NODEWARDEN_AUDIT_SEVERITY = env.str("NODEWARDEN_AUDIT_SEVERITY", "degraded")
 if NODEWARDEN_AUDIT_SEVERITY not in ("catastrophic", "degraded", "warning", "info"):
     raise ImproperlyConfigured("NODEWARDEN_AUDIT_SEVERITY must be catastrophic, degraded, warning or info")
 # How long after a state change (or a remediation's update) a disagreement is not yet a breach:
 # longer than the periodic tasks' own cadence (reconciler 1 min, Day 0 timeouts 5 min).
-NODEWARDEN_AUDIT_GRACE_SECONDS = env_int("NODEWARDEN_AUDIT_GRACE_SECONDS", 600)
-NODEWARDEN_AUDIT_DRAINING_HOURS = env_float("NODEWARDEN_AUDIT_DRAINING_HOURS", 24.0)
+NODEWARDEN_AUDIT_MINUTES = env.float("NODEWARDEN_AUDIT_MINUTES", 5.0)  # the auditor's beat interval
+_positive("NODEWARDEN_AUDIT_MINUTES", NODEWARDEN_AUDIT_MINUTES)
+NODEWARDEN_AUDIT_GRACE_SECONDS = env.int("NODEWARDEN_AUDIT_GRACE_SECONDS", 600)
+NODEWARDEN_AUDIT_DRAINING_HOURS = env.float("NODEWARDEN_AUDIT_DRAINING_HOURS", 24.0)
 # Per run: nodes whose scheduler is asked, BMCs read, and the time each may take (round robin).
-NODEWARDEN_AUDIT_SCHEDULER_NODES = env_int("NODEWARDEN_AUDIT_SCHEDULER_NODES", 500)
-NODEWARDEN_AUDIT_SCHEDULER_SECONDS = env_float("NODEWARDEN_AUDIT_SCHEDULER_SECONDS", 60.0)
-NODEWARDEN_AUDIT_BMC_READS = env_int("NODEWARDEN_AUDIT_BMC_READS", 50)
-NODEWARDEN_AUDIT_BMC_SECONDS = env_float("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0)
-NODEWARDEN_AUDIT_BMC_TIMEOUT = env_float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  # one try per read
+NODEWARDEN_AUDIT_SCHEDULER_NODES = env.int("NODEWARDEN_AUDIT_SCHEDULER_NODES", 500)
+NODEWARDEN_AUDIT_SCHEDULER_SECONDS = env.float("NODEWARDEN_AUDIT_SCHEDULER_SECONDS", 60.0)
+NODEWARDEN_AUDIT_BMC_READS = env.int("NODEWARDEN_AUDIT_BMC_READS", 50)
+NODEWARDEN_AUDIT_BMC_SECONDS = env.float("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0)
+NODEWARDEN_AUDIT_BMC_TIMEOUT = env.float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  # one try per read
 
 
 # --- Security (README "Security") ------------------------------------------------------------
@@ -321,16 +370,16 @@ NODEWARDEN_AUDIT_BMC_TIMEOUT = env_float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  #
 # is clean with the production environment README "Production" lists (tests/security holds it).
 # NODEWARDEN_HTTPS=1 says the portal is reached over HTTPS only: secure cookies, the redirect
 # and HSTS follow it unless set one by one.
-NODEWARDEN_HTTPS = env_bool("NODEWARDEN_HTTPS", False)
+NODEWARDEN_HTTPS = env.bool("NODEWARDEN_HTTPS", False)
 # Behind a TLS-terminating reverse proxy that sets X-Forwarded-Proto (and strips it from clients).
-if env_bool("NODEWARDEN_SECURE_PROXY", False):
+if env.bool("NODEWARDEN_SECURE_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", NODEWARDEN_HTTPS)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", NODEWARDEN_HTTPS)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", NODEWARDEN_HTTPS)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if NODEWARDEN_HTTPS else 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", NODEWARDEN_HTTPS)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", NODEWARDEN_HTTPS)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", NODEWARDEN_HTTPS)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", NODEWARDEN_HTTPS)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", NODEWARDEN_HTTPS)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", 31_536_000 if NODEWARDEN_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", NODEWARDEN_HTTPS)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", NODEWARDEN_HTTPS)
 if SECURE_HSTS_SECONDS < 0:
     raise ImproperlyConfigured("SECURE_HSTS_SECONDS must be 0 (off) or more")
 SESSION_COOKIE_HTTPONLY = True
@@ -342,7 +391,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 # How many reverse proxies in front of the portal append to X-Forwarded-For: the client address
 # for throttles, lockouts and the /metrics networks is the one the outermost of them saw.
 # 0 (default): REMOTE_ADDR, and X-Forwarded-For is ignored (a client could write anything there).
-NODEWARDEN_TRUSTED_PROXIES = env_int("NODEWARDEN_TRUSTED_PROXIES", 0)
+NODEWARDEN_TRUSTED_PROXIES = env.int("NODEWARDEN_TRUSTED_PROXIES", 0)
 if NODEWARDEN_TRUSTED_PROXIES < 0:
     raise ImproperlyConfigured("NODEWARDEN_TRUSTED_PROXIES must be 0 or more")
 
@@ -368,10 +417,10 @@ CONTENT_SECURITY_POLICY = {
 # username from one address, that pair is locked out for NODEWARDEN_LOGIN_LOCKOUT_MINUTES (429 and
 # the lockout page); a successful sign-in before then resets the count. Attempts live in the
 # database (shared by every worker), listed in admin -> Axes.
-AXES_FAILURE_LIMIT = env_int("NODEWARDEN_LOGIN_FAILURE_LIMIT", 5)
+AXES_FAILURE_LIMIT = env.int("NODEWARDEN_LOGIN_FAILURE_LIMIT", 5)
 if AXES_FAILURE_LIMIT < 1:
     raise ImproperlyConfigured("NODEWARDEN_LOGIN_FAILURE_LIMIT must be 1 or more")
-AXES_COOLOFF_TIME = timedelta(minutes=env_float("NODEWARDEN_LOGIN_LOCKOUT_MINUTES", 15.0))
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("NODEWARDEN_LOGIN_LOCKOUT_MINUTES", 15.0))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
@@ -396,16 +445,18 @@ else:
 # None by default, the loopback included (README "Prometheus metrics").
 def _networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     try:
-        return [ipaddress.ip_network(item, strict=False) for item in env_list(name, [])]
+        return [ipaddress.ip_network(item, strict=False) for item in env.list(name, default=[])]
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}: {exc}") from exc
 
 
 NODEWARDEN_METRICS_NETWORKS = _networks("NODEWARDEN_METRICS_NETWORKS")
+# The scrapers' bearer token for /metrics (or NODEWARDEN_METRICS_TOKEN_FILE); "": none accepted.
+NODEWARDEN_METRICS_TOKEN = env.str("NODEWARDEN_METRICS_TOKEN", "").strip()
 
 # The OpenAPI schema and Swagger UI: "public", "authenticated" (default: any signed-in user or
 # API token) or "off" (not served).
-NODEWARDEN_API_DOCS = env_str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
+NODEWARDEN_API_DOCS = env.str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
 if NODEWARDEN_API_DOCS not in ("public", "authenticated", "off"):
     raise ImproperlyConfigured("NODEWARDEN_API_DOCS must be public, authenticated or off")
 SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = [
@@ -417,7 +468,7 @@ SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = [
 # --- REST API throttles (issue 14; kept apart from the REST_FRAMEWORK dict above) -------------
 # Wrong credentials (API tokens, node agent tokens, join tokens, the /metrics token) per client
 # address: once this many in the period, 429 with Retry-After until the oldest leaves the window.
-_AUTH_FAILURE_RATE = env_str("NODEWARDEN_TOKEN_FAILURE_RATE", "30/min").strip()
+_AUTH_FAILURE_RATE = env.str("NODEWARDEN_TOKEN_FAILURE_RATE", "30/min").strip()
 if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _AUTH_FAILURE_RATE):
     raise ImproperlyConfigured("NODEWARDEN_TOKEN_FAILURE_RATE must look like 30/min (count/s, min, hour or day)")
 REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] = {"auth_failure": _AUTH_FAILURE_RATE}
@@ -427,3 +478,9 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
     "rest_framework.authentication.SessionAuthentication",
 ]
 # --- end of REST API throttles ----------------------------------------------------------------
+
+# --- The demo (bin/demo) ------------------------------------------------------------------------
+# Keeps the seeded demo fleet moving (beat entries in nodewarden/celery.py); never in production.
+NODEWARDEN_DEMO_CHURN = env.bool("NODEWARDEN_DEMO_CHURN", False)
+# x the published failure rates for the live simulator's faults.
+NODEWARDEN_DEMO_FAULT_SCALE = env.float("NODEWARDEN_DEMO_FAULT_SCALE", 300.0)

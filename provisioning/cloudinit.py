@@ -32,7 +32,6 @@ from fleet.choices import SchedulerKind
 
 from .models import BootConfig, JoinToken
 
-DEFAULT_PORTAL_URL = "http://127.0.0.1:8000"
 AGENT_VENV = "/opt/nodewarden-agent"
 AGENT_CONFIG = "/etc/nodewarden-agent/config.json"
 AGENT_TOKEN_FILE = "/etc/nodewarden-agent/token"
@@ -55,7 +54,7 @@ _SECRET_REF = re.compile(r"^[A-Za-z0-9_./:@+-]{1,255}$")
 
 def portal_url() -> str:
     """NODEWARDEN_PORTAL_URL, else the project's PORTAL_URL, without a trailing slash."""
-    url = getattr(settings, "NODEWARDEN_PORTAL_URL", "") or getattr(settings, "PORTAL_URL", DEFAULT_PORTAL_URL)
+    url = settings.NODEWARDEN_PORTAL_URL or settings.PORTAL_URL
     return url.rstrip("/")
 
 
@@ -173,7 +172,7 @@ def user_data_dict(boot: BootConfig, token: JoinToken, comments: list[str]) -> d
 
 def agent_package() -> str:
     """NODEWARDEN_AGENT_PACKAGE: a pip requirement (name, pinned version, or wheel URL on a mirror)."""
-    return getattr(settings, "NODEWARDEN_AGENT_PACKAGE", "") or "nodewarden-agent"
+    return settings.NODEWARDEN_AGENT_PACKAGE
 
 
 def _join_command(token: JoinToken) -> list[str]:
@@ -235,9 +234,9 @@ def _endpoint(raw: str, default_port: int) -> str:
 def kubernetes_ca_cert_hash(cluster: Any) -> str:
     """The cluster CA's public-key hash (``sha256:<hex>``): a cluster field if there is one, else
     NODEWARDEN_KUBERNETES_CA_CERT_HASHES[cluster name]; "" when unknown or malformed."""
-    value = getattr(cluster, "kubernetes_ca_cert_hash", "") or dict(
-        getattr(settings, "NODEWARDEN_KUBERNETES_CA_CERT_HASHES", {})
-    ).get(cluster.name, "")
+    value = getattr(cluster, "kubernetes_ca_cert_hash", "") or settings.NODEWARDEN_KUBERNETES_CA_CERT_HASHES.get(
+        cluster.name, ""
+    )
     value = (value or "").strip().lower()
     return value if _CA_HASH.match(value) else ""
 
@@ -290,7 +289,7 @@ def _kubernetes(
 def munge_key_ref() -> str:
     """NODEWARDEN_SLURM_MUNGE_KEY_REF: where the munge key comes from (a path or a secret's name).
     Never the key: the key is placed by the image or a secret store, not by user-data."""
-    return getattr(settings, "NODEWARDEN_SLURM_MUNGE_KEY_REF", "") or "/etc/munge/munge.key"
+    return settings.NODEWARDEN_SLURM_MUNGE_KEY_REF
 
 
 def _slurm(cluster: Any, files: list[dict[str, str]], comments: list[str]) -> None:

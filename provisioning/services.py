@@ -39,7 +39,6 @@ from .models import BootConfig, JoinToken
 from .tokens import JOIN_TOKEN_PREFIX, hash_token, join_token_for, new_kubeadm_token_id, new_salt
 
 ACTOR = Actor.system("provisioning")
-DEFAULT_JOIN_TOKEN_TTL = timedelta(hours=24)
 PROVISIONABLE = (NodeState.ENROLLED, NodeState.INITIALIZING)
 # BootConfig fields an operator may set through prepare_boot (the API's optional body).
 BOOT_FIELDS = (
@@ -59,9 +58,9 @@ MAX_FACTS_BYTES = 8192
 
 
 def join_token_ttl() -> timedelta:
-    """NODEWARDEN_JOIN_TOKEN_TTL: a timedelta or seconds; 24 h by default."""
-    value = getattr(settings, "NODEWARDEN_JOIN_TOKEN_TTL", DEFAULT_JOIN_TOKEN_TTL)
-    ttl = value if isinstance(value, timedelta) else timedelta(seconds=float(value))
+    """NODEWARDEN_JOIN_TOKEN_TTL seconds (settings.py checks it is positive)."""
+    value = settings.NODEWARDEN_JOIN_TOKEN_TTL
+    ttl = timedelta(seconds=float(value))
     if ttl <= timedelta(0):
         raise ValueError(f"NODEWARDEN_JOIN_TOKEN_TTL must be positive, not {value!r}")
     return ttl

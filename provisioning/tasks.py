@@ -19,7 +19,7 @@ BATCH = 200
 
 
 def day0_timeout() -> timedelta:
-    return timedelta(seconds=getattr(settings, "NODEWARDEN_DAY0_TIMEOUT", 2 * 3600))
+    return timedelta(seconds=settings.NODEWARDEN_DAY0_TIMEOUT)
 
 
 def fail_stuck_initializing(now: datetime | None = None) -> int:

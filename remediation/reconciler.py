@@ -28,7 +28,6 @@ from . import services
 from .choices import OPEN, Status, StepStatus
 from .models import Remediation, RemediationStep
 
-STALL = timedelta(minutes=2)  # NODEWARDEN_REMEDIATION_STALL_SECONDS overrides it
 BATCH = 200
 log = logging.getLogger(__name__)
 
@@ -36,8 +35,7 @@ log = logging.getLogger(__name__)
 def stall() -> timedelta:
     from django.conf import settings
 
-    seconds = getattr(settings, "NODEWARDEN_REMEDIATION_STALL_SECONDS", None)
-    return timedelta(seconds=seconds) if seconds is not None else STALL
+    return timedelta(seconds=settings.NODEWARDEN_REMEDIATION_STALL_SECONDS)
 
 
 S = NodeState

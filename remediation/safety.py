@@ -25,17 +25,16 @@ OUT = (S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
 DEFAULT_LIMIT = BlastRadiusLimit(domain=Domain.CLUSTER, max_share=0.1, max_count=50, max_drains_per_hour=20)
 # Findings spike: at least this share of a cluster's nodes (and this many) with a degraded or
 # catastrophic finding within the window trips the cluster's breaker.
-# (Settings NODEWARDEN_BREAKER_SHARE, _MIN_NODES, _WINDOW_SECONDS override them.)
-BREAKER_SHARE, BREAKER_MIN_NODES, BREAKER_WINDOW = 0.3, 5, timedelta(minutes=10)
+# (Settings NODEWARDEN_BREAKER_SHARE, _MIN_NODES, _WINDOW_SECONDS: 0.3, 5, 600 s by default.)
 
 
 def breaker_thresholds() -> tuple[float, int, timedelta]:
     from django.conf import settings
 
     return (
-        float(getattr(settings, "NODEWARDEN_BREAKER_SHARE", BREAKER_SHARE)),
-        int(getattr(settings, "NODEWARDEN_BREAKER_MIN_NODES", BREAKER_MIN_NODES)),
-        timedelta(seconds=getattr(settings, "NODEWARDEN_BREAKER_WINDOW_SECONDS", BREAKER_WINDOW.total_seconds())),
+        float(settings.NODEWARDEN_BREAKER_SHARE),
+        int(settings.NODEWARDEN_BREAKER_MIN_NODES),
+        timedelta(seconds=settings.NODEWARDEN_BREAKER_WINDOW_SECONDS),
     )
 
 

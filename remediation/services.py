@@ -66,10 +66,6 @@ VALIDATION_RULES = ("day1_stage", "day0_timeout")
 RUNG_TIMEOUT = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
-
-
 class RemediationConflict(Exception):
     """The remediation's state does not allow this (the API answers 409)."""
 
@@ -125,17 +121,16 @@ def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
         + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})"),
     ]
     recent = Remediation.objects.filter(
-        node=node, created__gte=now - timedelta(days=_setting("NODEWARDEN_REPEAT_DAYS", 7))
+        node=node, created__gte=now - timedelta(days=settings.NODEWARDEN_REPEAT_DAYS)
     ).exclude(status=Status.STOPPED)
     incidents = recent.count() + 1
-    if incidents >= _setting("NODEWARDEN_REPEAT_INCIDENTS", 5) and LADDER.index(rung) < LADDER.index(Rung.REPAIR):
+    if incidents >= settings.NODEWARDEN_REPEAT_INCIDENTS and LADDER.index(rung) < LADDER.index(Rung.REPAIR):
         rung = Rung.REPAIR
         reasons.append(
-            f"repeat offender: {incidents} incidents in {_setting('NODEWARDEN_REPEAT_DAYS', 7)} days, "
-            "straight to repair"
+            f"repeat offender: {incidents} incidents in {settings.NODEWARDEN_REPEAT_DAYS} days, straight to repair"
         )
     last = recent.filter(
-        status=Status.SUCCEEDED, finished__gte=now - timedelta(hours=_setting("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72))
+        status=Status.SUCCEEDED, finished__gte=now - timedelta(hours=settings.NODEWARDEN_ESCALATION_WINDOW_HOURS)
     ).first()
     if last is not None and LADDER.index(rung) <= LADDER.index(last.rung):
         rung = next_rung(last.rung)

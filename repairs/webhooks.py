@@ -27,7 +27,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from nodewarden.env import env_int
 
 from .choices import DeliveryStatus
 from .models import WebhookDelivery, WebhookEndpoint
@@ -45,9 +44,8 @@ SWEEP_BATCH = 200
 
 
 def max_attempts() -> int:
-    """NODEWARDEN_WEBHOOK_MAX_ATTEMPTS (a setting, else the environment), 8 by default."""
-    value = getattr(settings, "NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", None)
-    return int(value) if value is not None else env_int("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", 8)
+    """NODEWARDEN_WEBHOOK_MAX_ATTEMPTS, 8 by default."""
+    return int(settings.NODEWARDEN_WEBHOOK_MAX_ATTEMPTS)
 
 
 def backoff(attempts: int) -> timedelta:

@@ -37,7 +37,6 @@ from health.models import Alert, Finding
 from nodes.choices import NodeState
 from nodes.models import Node
 from nodes.scoping import is_operator_view
-from nodewarden.env import env_str
 from nodewarden.throttling import AuthFailureThrottle, client_ip
 from remediation.choices import LADDER, OPEN
 from remediation.models import Remediation, RemediationStep
@@ -53,16 +52,13 @@ REDIS_TIMEOUT = 1.0  # seconds: a scrape must not hang on a broker that is down
 
 
 def metrics_token() -> str:
-    """The scrapers' bearer token: the setting when there is one, else the environment; "" for none."""
-    token = getattr(settings, "NODEWARDEN_METRICS_TOKEN", None)
-    if token is None:
-        token = env_str("NODEWARDEN_METRICS_TOKEN")
-    return str(token or "").strip()
+    """The scrapers' bearer token (NODEWARDEN_METRICS_TOKEN); "" for none."""
+    return str(settings.NODEWARDEN_METRICS_TOKEN).strip()
 
 
 def in_scrape_network(request: HttpRequest) -> bool:
     """The client's address is in one of ``NODEWARDEN_METRICS_NETWORKS``."""
-    networks = getattr(settings, "NODEWARDEN_METRICS_NETWORKS", [])
+    networks = settings.NODEWARDEN_METRICS_NETWORKS
     if not networks:
         return False
     try:
@@ -170,7 +166,7 @@ class FleetCollector(Collector):
         after it); None otherwise, or when Redis does not answer (logged)."""
         from nodewarden.celery import QUEUE_NAMES
 
-        url = str(getattr(settings, "CELERY_BROKER_URL", "") or "")
+        url = str(settings.CELERY_BROKER_URL)
         if not url.startswith(("redis://", "rediss://", "unix://")):
             return None
         import redis

@@ -295,7 +295,7 @@ class KubernetesAdapter(SchedulerAdapter):
         endpoint = (self.cluster.scheduler_endpoint or "").strip().rstrip("/")
         if not endpoint:
             raise SchedulerError(f"Kubernetes cluster {cluster} has no API server URL (scheduler_endpoint)")
-        token = getattr(settings, "NODEWARDEN_KUBERNETES_TOKENS", {}).get(cluster)
+        token = settings.NODEWARDEN_KUBERNETES_TOKENS.get(cluster)
         if not token:
             raise SchedulerError(f"no bearer token for Kubernetes cluster {cluster} in NODEWARDEN_KUBERNETES_TOKENS")
         configuration = client.Configuration(

@@ -182,11 +182,11 @@ class Simulation:
         self.traveller = travel.start()
         eager = (settings.CELERY_TASK_ALWAYS_EAGER, settings.CELERY_TASK_EAGER_PROPAGATES)
         self._eager(True, False)
-        poll = getattr(settings, "NODEWARDEN_BMC_POLL_INTERVAL", 2.0)
+        poll = settings.NODEWARDEN_BMC_POLL_INTERVAL
         settings.NODEWARDEN_BMC_POLL_INTERVAL = 0.02  # the emulators apply power at once: no need to wait 2 s
         # The auditor asks the scheduler about NODEWARDEN_AUDIT_SCHEDULER_NODES nodes a run (500: all
         # of a small fleet, 2,048 nodes every 4 h) and reads a few BMCs a run, round the fleet.
-        audit = {"NODEWARDEN_AUDIT_BMC_READS": getattr(settings, "NODEWARDEN_AUDIT_BMC_READS", None)}
+        audit = {"NODEWARDEN_AUDIT_BMC_READS": settings.NODEWARDEN_AUDIT_BMC_READS}
         settings.NODEWARDEN_AUDIT_BMC_READS = self.config.audit_bmc_reads
 
         def failed(sender: Any = None, exception: Any = None, **kwargs: Any) -> None:

@@ -21,17 +21,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from nodewarden.env import env_bool, env_float
 
 from . import agents as A
 from . import faults as F
 from .models import LiveFault
 
 NOISE_LASTS = {"link_flap": timedelta(minutes=2), "heat_wave": timedelta(minutes=40)}
-DEFAULT_SCALE = 300.0
 
 
 def _poisson(rng: random.Random, mean: float) -> int:
@@ -153,7 +152,7 @@ def show(
 @shared_task(name="simulator.live.keep_failing")
 def keep_failing(seed: int | None = None) -> str:
     """One minute of the demo fleet's faults (a no-op unless NODEWARDEN_DEMO_CHURN is set)."""
-    if not env_bool("NODEWARDEN_DEMO_CHURN", False):
+    if not settings.NODEWARDEN_DEMO_CHURN:
         return "disabled"
     from nodes.choices import NodeState
     from nodes.demo.seed import demo_fleet_exists, demo_nodes
@@ -164,7 +163,7 @@ def keep_failing(seed: int | None = None) -> str:
     with transaction.atomic():
         cured = cure()
         ids = list(demo_nodes().filter(state=NodeState.PRODUCTION).values_list("id", flat=True))
-        planted = inject(ids, minutes=1.0, scale=env_float("NODEWARDEN_DEMO_FAULT_SCALE", DEFAULT_SCALE), rng=rng)
+        planted = inject(ids, minutes=1.0, scale=settings.NODEWARDEN_DEMO_FAULT_SCALE, rng=rng)
     return (
         f"{len(planted)} planted"
         + (": " + ", ".join(f"{f.fault} on {f.node_id}" for f in planted) if planted else "")

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, exceptions
 
 from nodewarden.throttling import AuthFailureThrottle
 
@@ -56,6 +56,7 @@ class AgentIdentity:
     hostname: str
     token_id: int
     is_authenticated: bool = True
+    is_node_agent: bool = True  # nodes.permissions.IsNodeAgent lets it (and only it) in
     is_staff: bool = False
     is_superuser: bool = False
     is_active: bool = True
@@ -138,15 +139,6 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return "Bearer"
-
-
-class IsNodeAgent(permissions.BasePermission):
-    """Only an authenticated node agent (not a portal user) may call agent endpoints."""
-
-    message = "This endpoint is for node agents: authenticate with 'Authorization: Bearer nwa_...'."
-
-    def has_permission(self, request: Any, view: Any) -> bool:
-        return isinstance(request.user, AgentIdentity)
 
 
 class AgentTokenScheme(OpenApiAuthenticationExtension):

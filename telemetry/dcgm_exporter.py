@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import msgspec
+from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -30,7 +31,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodes.models import Node
 
-from .conf import setting
 from .ingest import IngestRefused, ingest_reports
 from .models import DcgmExporterTarget, GpuState, IngestRejection
 from .schema import AgentReport, GpuReading, XidEvent
@@ -264,7 +264,7 @@ def _record_unknown(hosts: list[str], text: str, source: str, remote_addr: str) 
 def scrape_target(target: DcgmExporterTarget) -> Outcome | None:
     """Fetch one exporter's /metrics and ingest it; the error, if any, lands on the target
     (``last_error``) and in an IngestRejection. Returns None on failure."""
-    limit = setting("TELEMETRY_MAX_BODY_BYTES")
+    limit = settings.TELEMETRY_MAX_BODY_BYTES
     try:
         # The URL is an operator's DcgmExporterTarget (URLField: http(s)/ftp(s), never file:).
         with urllib.request.urlopen(target.url, timeout=target.timeout_s) as response:

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -34,7 +35,6 @@ from nodes.models import Node
 from nodewarden.bounds import timestamp_problem
 
 from . import store
-from .conf import setting
 from .models import GpuSample, GpuState, IngestRejection
 from .schema import AgentReport, XidEvent
 
@@ -84,7 +84,7 @@ def check_reports(reports: list[AgentReport], *, now: datetime | None = None) ->
     """What msgspec cannot say: a GPU index appears once per report; every time has a UTC
     offset a clock can have and lies at most NODEWARDEN_REPORT_MAX_FUTURE_SECONDS after
     ``now`` (the portal's clock)."""
-    allowance = setting("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS")
+    allowance = settings.NODEWARDEN_REPORT_MAX_FUTURE_SECONDS
     now = now or timezone.now()
     limit = now + timedelta(seconds=allowance)
     for r, report in enumerate(reports):
@@ -170,7 +170,7 @@ def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
     existed, or before the portal's clock stepped back) would win every comparison and
     freeze the node's state: pull it back to when the portal last heard from the node.
     Nearly never true: no statement on the normal path."""
-    bound = received_at + timedelta(seconds=setting("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS"))
+    bound = received_at + timedelta(seconds=settings.NODEWARDEN_REPORT_MAX_FUTURE_SECONDS)
     if latest.at is None or latest.at <= bound:
         return
     latest.at = store.unpin_latest(node_id, bound)

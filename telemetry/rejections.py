@@ -5,11 +5,11 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
 from nodewarden.api import error_body
 
-from .conf import setting
 from .models import IngestRejection
 
 EXCERPT_BYTES = 2048
@@ -30,7 +30,7 @@ def read_body(request: HttpRequest) -> bytes:
     Read from the stream rather than ``request.body``: Django's own cap
     (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB) is below a full 500-report batch.
     """
-    limit = setting("TELEMETRY_MAX_BODY_BYTES")
+    limit = settings.TELEMETRY_MAX_BODY_BYTES
     declared = int(request.META.get("CONTENT_LENGTH") or 0)
     if declared > limit:
         raise BodyTooLarge(declared, limit)

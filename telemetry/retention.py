@@ -16,11 +16,11 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max, Min, Model
 from django.utils import timezone
 
-from .conf import setting
 from .models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
     now = now or timezone.now()
     result = RetentionResult()
     budget = [max_batches]
-    raw_cutoff = (now - timedelta(days=setting("TELEMETRY_RAW_RETENTION_DAYS"))).replace(
+    raw_cutoff = (now - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS)).replace(
         minute=0, second=0, microsecond=0
     )  # whole hours only: an hour is never half raw, half rolled
     while budget[0] > 0 and (hour := _oldest_hour(raw_cutoff)) is not None:
@@ -85,7 +85,7 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
         (XidIdentity, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
         (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS"),
     ):
-        cutoff = now - timedelta(days=setting(name))
+        cutoff = now - timedelta(days=getattr(settings, name))
         result.deleted[model._meta.model_name] = _prune(model, column, cutoff, budget)
     result.finished = budget[0] > 0
     log.info("telemetry retention: %s", result)

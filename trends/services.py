@@ -29,7 +29,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -79,14 +78,9 @@ class Context:
 
 
 def lemon_repair_score() -> float | None:
-    """NODEWARDEN_LEMON_REPAIR_SCORE: the lemon score from which the finding asks for a repair."""
-    raw = getattr(settings, "NODEWARDEN_LEMON_REPAIR_SCORE", None)
-    if raw is None or raw == "":
-        return None
-    try:
-        return float(raw)
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"NODEWARDEN_LEMON_REPAIR_SCORE={raw!r} is not a number") from exc
+    """NODEWARDEN_LEMON_REPAIR_SCORE: the lemon score from which the finding asks for a repair (None: never)."""
+    score: float | None = settings.NODEWARDEN_LEMON_REPAIR_SCORE
+    return score
 
 
 def current_params(repair_score: float | None) -> dict[str, Any]:

@@ -23,9 +23,10 @@ from checks import services
 from checks.models import CheckRun
 from nodes.api.serializers import DetailSerializer
 from nodes.models import OPERATE
+from nodes.permissions import IsNodeAgent
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
-from telemetry.auth import AgentTokenAuthentication, IsNodeAgent
+from telemetry.auth import AgentTokenAuthentication
 
 from . import serializers
 

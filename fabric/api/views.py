@@ -19,8 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodes.api.serializers import DetailSerializer
-from nodes.models import OPERATE
-from nodes.scoping import is_operator_view
+from nodes.permissions import StaffOnly
 from nodes.services import Actor
 from nodewarden.api import JSONParser, error_body, read_bounded
 
@@ -32,21 +31,6 @@ from ..plan import PlanImportError, import_plan
 from . import serializers
 
 FORBIDDEN = OpenApiResponse(DetailSerializer, description="The user may not operate nodes.")
-
-
-class StaffOnly(permissions.BasePermission):
-    """The fabric is staff business: anyone else is told it does not exist; writes need the operate permission."""
-
-    message = "Changing the fabric's records needs the permission to operate nodes."
-
-    customer_view = "absent"  # nodewarden/openapi.py marks these operations so in the schema
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if not (request.user and request.user.is_authenticated):
-            return False
-        if not is_operator_view(request.user):
-            raise exceptions.NotFound()
-        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
 
 
 class CSVTextParser(BaseParser):
@@ -64,6 +48,7 @@ class CSVTextParser(BaseParser):
 
 class FabricViewSet(viewsets.GenericViewSet):
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
+    permission_denied_message = "Changing the fabric's records needs the permission to operate nodes."
 
 
 @extend_schema_view(list=extend_schema(summary="List cabling plan versions, newest (in force) first"))
@@ -124,6 +109,7 @@ class DiscoveryUploadView(APIView):
     """Tool output collected on a host of the fabric: parsed, compared with the plan, recorded as a run."""
 
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
+    permission_denied_message = "Changing the fabric's records needs the permission to operate nodes."
 
     @extend_schema(
         summary="Upload infiniband-diags output as a discovery run",

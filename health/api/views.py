@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodes.models import OPERATE
+from nodes.permissions import CanOperate, CanOperateObject
 from nodes.services import Actor
 from nodewarden.api import error_body, read_bounded
 
@@ -30,15 +30,6 @@ from ..filters import AlertFilterSet, FindingFilterSet
 from ..models import Alert, Finding, HealthRule, XidDefinition
 from ..scoping import visible_alerts, visible_findings
 from . import serializers
-
-
-class CanOperate(permissions.BasePermission):
-    """Writes need the operate permission, checked after the lookup (404 before 403)."""
-
-    message = "You may not act on alerts."
-
-    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
 
 
 @extend_schema_view(list=extend_schema(summary="List findings"), retrieve=extend_schema(summary="One finding"))
@@ -62,7 +53,8 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = serializers.AlertSerializer
     filterset_class = AlertFilterSet
-    permission_classes = [permissions.IsAuthenticated, CanOperate]
+    permission_classes = [permissions.IsAuthenticated, CanOperateObject]
+    permission_denied_message = "You may not act on alerts."
     ordering_fields = ["last_seen", "first_seen", "severity_rank"]
 
     def get_queryset(self) -> QuerySet[Alert]:
@@ -135,18 +127,12 @@ class RawJSONParser(BaseParser):
         return read_bounded(stream)
 
 
-class CanOperatePermission(permissions.BasePermission):
-    message = "Posting alerts needs the permission to operate nodes."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.has_perm(OPERATE))
-
-
 class AlertmanagerWebhookView(APIView):
     """Prometheus Alertmanager webhook receiver (webhook JSON version 4)."""
 
     parser_classes = [RawJSONParser]
-    permission_classes = [permissions.IsAuthenticated, CanOperatePermission]
+    permission_classes = [permissions.IsAuthenticated, CanOperate]
+    permission_denied_message = "Posting alerts needs the permission to operate nodes."
 
     @extend_schema(
         summary="Receive an Alertmanager webhook",

@@ -6,8 +6,6 @@ Every queryset starts from ``nodes.scoping``, so another tenant's node answers
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -19,7 +17,8 @@ from rest_framework.response import Response
 
 from nodes import services
 from nodes.filters import NodeFilterSet
-from nodes.models import OPERATE, Node, NodeEvent
+from nodes.models import Node, NodeEvent
+from nodes.permissions import CanOperateObject
 from nodes.scoping import visible_events, visible_nodes
 from nodewarden.filters import FilterBackend
 
@@ -29,19 +28,6 @@ from . import serializers
 NODE_RELATIONS = ("site", "cluster", "rack", "tenant", "hardware_profile", "persona")
 REQUEST_ID_HEADER = "X-Request-ID"
 CORRELATION_ID_MAX = 100  # NodeEvent.correlation_id's max_length
-
-
-class CanOperateNode(permissions.BasePermission):
-    """Writes need the operate permission.
-
-    Checked per object, i.e. after the lookup, so a node the user cannot see
-    answers 404 before a node the user cannot change answers 403.
-    """
-
-    message = "You may not run lifecycle transitions on nodes."
-
-    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
 
 
 @extend_schema_view(
@@ -59,7 +45,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = NodeFilterSet
     # Sorting is NodeFilterSet's own ``ordering`` (as on the page); DRF's OrderingFilter would fight it.
     filter_backends = [FilterBackend]
-    permission_classes = [permissions.IsAuthenticated, CanOperateNode]
+    permission_classes = [permissions.IsAuthenticated, CanOperateObject]
+    permission_denied_message = "You may not run lifecycle transitions on nodes."
 
     def get_queryset(self) -> QuerySet[Node]:
         nodes = visible_nodes(self.request.user)

@@ -26,12 +26,12 @@ from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
 from nodes.choices import DAY1_STAGES, NodeState
 from nodes.services import Actor
-from nodewarden.env import env_bool
 
 from .catalog import CLUSTERS, PROFILES
 from .seed import demo_fleet_exists, demo_nodes
@@ -316,7 +316,7 @@ def _open_missing_stages() -> list[str]:
 @shared_task(name="nodes.demo.bring_up_demo_nodes")
 def bring_up_demo_nodes(seed: int | None = None) -> str:
     """One round of the demo's Day 0 and Day 1 (see the module docstring)."""
-    if not env_bool("NODEWARDEN_DEMO_CHURN", False) or not demo_fleet_exists():
+    if not settings.NODEWARDEN_DEMO_CHURN or not demo_fleet_exists():
         return "disabled"
     if not demo_nodes().filter(bmc__isnull=False).exists():
         return "no demo BMCs (bin/demo starts the emulator: manage.py demo_bmc)"

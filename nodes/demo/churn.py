@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import Q
@@ -30,7 +31,6 @@ from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes.models import Node
 from nodes.services import Actor
-from nodewarden.env import env_bool
 from remediation import services as remediation
 from remediation.choices import OPEN as OPEN_REMEDIATION
 from remediation.choices import Status
@@ -201,7 +201,7 @@ def churn_demo_fleet(seed: int | None = None) -> str:
     Runs every minute from Celery beat when NODEWARDEN_DEMO_CHURN is set; a no-op
     otherwise, and a no-op on a database without the demo fleet.
     """
-    if not env_bool("NODEWARDEN_DEMO_CHURN", False):
+    if not settings.NODEWARDEN_DEMO_CHURN:
         return "disabled"
     if not demo_fleet_exists():
         return "no demo fleet"

@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster
 from nodes.choices import NodeState
-from nodewarden.env import env_bool
 from schedulers.base import SchedulerAdapter, adapter_for
 from schedulers.slurmsim import SlurmCluster
 
@@ -219,9 +219,7 @@ class DemoSchedulers:
 
 
 def _configured_tokens() -> dict[str, str]:
-    from django.conf import settings
-
-    return dict(getattr(settings, "NODEWARDEN_KUBERNETES_TOKENS", {}) or {})
+    return dict(settings.NODEWARDEN_KUBERNETES_TOKENS)
 
 
 @contextlib.contextmanager
@@ -308,7 +306,7 @@ def submit_demo_jobs(seed: int | None = None) -> str:
     Runs every minute from Celery beat when NODEWARDEN_DEMO_CHURN is set; a no-op otherwise,
     and without the demo fleet or a demo Slurm cluster started by ``manage.py demo_schedulers``.
     """
-    if not env_bool("NODEWARDEN_DEMO_CHURN", False):
+    if not settings.NODEWARDEN_DEMO_CHURN:
         return "disabled"
     if not demo_fleet_exists():
         return "no demo fleet"

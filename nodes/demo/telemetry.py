@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from nodes.choices import NodeState
-from nodewarden.env import env_bool
 
 from .seed import demo_fleet_exists, demo_nodes
 
@@ -87,7 +87,7 @@ def demo_report(
 @shared_task(name="nodes.demo.report_demo_telemetry")
 def report_demo_telemetry() -> str:
     """Ingest one report per reporting demo node (every 30 s from beat in the demo)."""
-    if not env_bool("NODEWARDEN_DEMO_CHURN", False):
+    if not settings.NODEWARDEN_DEMO_CHURN:
         return "disabled"
     if not demo_fleet_exists():
         return "no demo fleet"

@@ -18,8 +18,8 @@ from rest_framework.response import Response
 
 from checks.api.views import Conflict
 from nodes.api.serializers import DetailSerializer
-from nodes.models import OPERATE
-from nodes.scoping import is_operator_view, visible_node_or_404
+from nodes.permissions import CanOperateObject, StaffOnly
+from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
 
 from .. import services, summary
@@ -35,31 +35,6 @@ ERRORS = {
     404: NOT_FOUND,
     409: OpenApiResponse(DetailSerializer, description="Its state does not allow this."),
 }
-
-
-class CanOperate(permissions.BasePermission):
-    """Writes need the operate permission, checked after the lookup (404 before 403)."""
-
-    message = "You may not operate remediations."
-
-    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
-        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
-
-
-class StaffOnly(permissions.BasePermission):
-    """Holds and breakers are staff business: anyone else is told they do not exist;
-    writes need the operate permission."""
-
-    message = "You may not operate remediations."
-
-    customer_view = "absent"  # nodewarden/openapi.py marks these operations so in the schema
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if not (request.user and request.user.is_authenticated):
-            return False
-        if not is_operator_view(request.user):
-            raise exceptions.NotFound()
-        return request.method in permissions.SAFE_METHODS or request.user.has_perm(OPERATE)
 
 
 def _run(verb: Callable[[], Any]) -> Any:
@@ -98,7 +73,8 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
     """Remediations: one incident on one node each, up the ladder, with every decision."""
 
     filterset_class = RemediationFilterSet
-    permission_classes = [permissions.IsAuthenticated, CanOperate]
+    permission_classes = [permissions.IsAuthenticated, CanOperateObject]
+    permission_denied_message = "You may not operate remediations."
     ordering_fields = ["created", "updated", "finished"]
 
     serializer_class = serializers.RemediationSerializer
@@ -165,6 +141,7 @@ class HoldViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     serializer_class = serializers.HoldSerializer
     filterset_class = HoldFilterSet
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
+    permission_denied_message = "You may not operate remediations."
 
     @extend_schema(
         summary="Place a hold",
@@ -210,6 +187,7 @@ class CircuitBreakerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     serializer_class = serializers.CircuitBreakerSerializer
     filterset_class = CircuitBreakerFilterSet
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
+    permission_denied_message = "You may not operate remediations."
 
     @extend_schema(
         summary="Reset a tripped breaker: automated actions resume in its cluster",

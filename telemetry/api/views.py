@@ -17,13 +17,13 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import permissions
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodes.models import OPERATE, Node
+from nodes.models import Node
+from nodes.permissions import IsStaffOperator
 from nodes.scoping import visible_node_or_404
 from nodewarden.api import error_body
 from nodewarden.bounds import timestamp_problem
@@ -96,20 +96,11 @@ def _refuser(request: HttpRequest, source: str, node_id: int | None, hostname: s
     return refuse
 
 
-class CanPushTelemetry(permissions.BasePermission):
-    """Operators (staff with the operate permission) and service accounts acting for them."""
-
-    message = "Pushing telemetry needs a staff account with the operate permission."
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(user and user.is_authenticated and user.is_staff and user.has_perm(OPERATE))
-
-
 class DcgmExporterPushView(APIView):
     """POST /api/ingest/dcgm-exporter/: dcgm-exporter's /metrics text, pushed by an operator's job."""
 
-    permission_classes = [CanPushTelemetry]
+    permission_classes = [IsStaffOperator]
+    permission_denied_message = "Pushing telemetry needs a staff account with the operate permission."
 
     @extend_schema(
         summary="Push dcgm-exporter metrics",

@@ -93,7 +93,7 @@ def test_services_wait_for_healthy_dependencies_that_exist(services):
 
 def test_the_app_services_set_the_settings_the_app_reads(services):
     settings_source = (ROOT / "nodewarden" / "settings.py").read_text()
-    read_by_settings = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', settings_source))
+    read_by_settings = set(re.findall(r'\benv(?:\.\w+)?\(\s*"([A-Z0-9_]+)"', settings_source))
     postgres_env = env_of(services["postgres"])
     for name in APP_SERVICES:
         env = env_of(services[name])

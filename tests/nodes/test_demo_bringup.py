@@ -24,8 +24,8 @@ S = NodeState
 
 
 @pytest.fixture
-def demo(monkeypatch, django_capture_on_commit_callbacks):
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+def demo(settings, django_capture_on_commit_callbacks):
+    settings.NODEWARDEN_DEMO_CHURN = True
     call_command("seed_demo", "--nodes", "40", "--days", "30", "--seed", "7", stdout=io.StringIO())
     celery_app.conf.task_always_eager = True
     with RedfishEmulator(demo_bmc_systems()) as emulator:

@@ -37,13 +37,13 @@ def churn(runs: int = 1) -> list[str]:
 
 
 @pytest.fixture
-def enabled(monkeypatch):
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+def enabled(settings):
+    settings.NODEWARDEN_DEMO_CHURN = True
 
 
-def test_it_does_nothing_unless_enabled(monkeypatch):
+def test_it_does_nothing_unless_enabled(settings):
     seed()
-    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN", raising=False)
+    settings.NODEWARDEN_DEMO_CHURN = False
     events = NodeEvent.objects.count()
     assert churn() == ["disabled"]
     assert NodeEvent.objects.count() == events

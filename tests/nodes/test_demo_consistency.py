@@ -122,8 +122,8 @@ def test_every_release_after_a_rung_is_a_recovery_in_the_reports():
 
 
 @pytest.fixture
-def enabled(monkeypatch):
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+def enabled(settings):
+    settings.NODEWARDEN_DEMO_CHURN = True
 
 
 # What the engine writes on the rows of a node verb it did not run itself: each names its record.

@@ -27,10 +27,10 @@ S = NodeState
 
 
 @pytest.fixture
-def seeded(monkeypatch):
+def seeded(settings):
     """A small seeded demo fleet (its clusters still point at made-up scheduler addresses)."""
     require_slurm()
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+    settings.NODEWARDEN_DEMO_CHURN = True
     call_command("seed_demo", "--nodes", "40", "--days", "30", "--seed", "7", stdout=io.StringIO())
 
 

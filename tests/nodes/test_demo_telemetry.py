@@ -24,8 +24,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def fleet(monkeypatch):
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+def fleet(settings):
+    settings.NODEWARDEN_DEMO_CHURN = True
     with time_machine.travel(SEEDED_AT, tick=False):
         call_command("seed_demo", "--nodes", "24", "--days", "30", "--seed", "7", stdout=io.StringIO())
     return list(demo.demo_nodes().filter(state__in=REPORTING_STATES).order_by("id"))
@@ -36,8 +36,8 @@ def tick(at: datetime = NOW) -> str:
         return report_demo_telemetry()
 
 
-def test_it_does_nothing_unless_the_demo_is_on(fleet, monkeypatch):
-    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN")
+def test_it_does_nothing_unless_the_demo_is_on(fleet, settings):
+    settings.NODEWARDEN_DEMO_CHURN = False
     assert tick() == "disabled"
     assert not NodeHealth.objects.exists()
 

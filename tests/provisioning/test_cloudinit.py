@@ -181,7 +181,7 @@ def test_the_kernel_command_line_points_nocloud_at_the_seed(node):
 
 
 def test_without_the_setting_the_portal_url_is_the_projects_own(node, settings):
-    del settings.NODEWARDEN_PORTAL_URL
+    settings.NODEWARDEN_PORTAL_URL = ""  # the default: PORTAL_URL
     settings.PORTAL_URL = "http://portal.internal:8000/"
     config, _ = provision(node)
     assert cloudinit.seed_url(config).startswith("http://portal.internal:8000/cloud-init/")

@@ -136,11 +136,8 @@ def test_backoff_doubles_and_is_capped():
     assert webhooks.backoff(30) == timedelta(hours=6)
 
 
-def test_max_attempts_defaults_to_8(settings, monkeypatch):
-    del settings.NODEWARDEN_WEBHOOK_MAX_ATTEMPTS
-    monkeypatch.delenv("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", raising=False)
-    assert webhooks.max_attempts() == 8
-    monkeypatch.setenv("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", "5")
+def test_max_attempts_follows_the_setting(settings):
+    settings.NODEWARDEN_WEBHOOK_MAX_ATTEMPTS = 5
     assert webhooks.max_attempts() == 5
 
 

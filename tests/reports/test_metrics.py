@@ -220,13 +220,6 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_judged(client, fleet, s
     assert client.get("/metrics", HTTP_X_FORWARDED_FOR="10.9.3.4", REMOTE_ADDR="127.0.0.1").status_code == 403
 
 
-def test_the_token_may_come_from_the_environment(client, fleet, settings, monkeypatch):
-    del settings.NODEWARDEN_METRICS_TOKEN
-    monkeypatch.setenv("NODEWARDEN_METRICS_TOKEN", TOKEN)
-    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 401
-    assert client.get("/metrics", REMOTE_ADDR="10.1.2.3", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
-
-
 def test_metrics_token_guessing_is_throttled(client, fleet, settings):
     settings.NODEWARDEN_METRICS_TOKEN = TOKEN
     settings.NODEWARDEN_METRICS_NETWORKS = []

@@ -58,6 +58,10 @@ def test_check_deploy_is_clean_with_the_documented_production_environment(tmp_pa
     secret = tmp_path / "secret_key"
     secret.write_text("x7Jq2-" + "".join(chr(65 + (i * 7) % 26) + str(i % 10) for i in range(40)))
     env["SECRET_KEY_FILE"] = str(secret)
+    # Secrets files are read at start-up (a missing one stops it): the example's paths are /etc's.
+    token = tmp_path / "metrics_token"
+    token.write_text("scrape-token\n")
+    env["NODEWARDEN_METRICS_TOKEN_FILE"] = str(token)
     env["NODEWARDEN_VAR_DIR"], env["STATIC_ROOT"] = str(tmp_path / "var"), str(tmp_path / "static")  # not /var/lib
     result = run_manage("check", "--deploy", "--fail-level", "WARNING", extra=env, tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -93,8 +93,8 @@ def test_reports_carry_the_signature_and_a_dead_host_none():
     assert show(make_report(node.hostname, collected_at=NOW), signals_by_node([node.pk], NOW)[node.pk], NOW) is None
 
 
-def test_the_task_is_off_unless_the_demo_is_on(monkeypatch):
-    monkeypatch.delenv("NODEWARDEN_DEMO_CHURN", raising=False)
+def test_the_task_is_off_unless_the_demo_is_on(settings):
+    settings.NODEWARDEN_DEMO_CHURN = False
     assert keep_failing() == "disabled"
-    monkeypatch.setenv("NODEWARDEN_DEMO_CHURN", "1")
+    settings.NODEWARDEN_DEMO_CHURN = True
     assert keep_failing() == "no demo fleet"

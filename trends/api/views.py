@@ -7,29 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import exceptions, generics, mixins, permissions, viewsets
+from rest_framework import generics, mixins, permissions, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nodes.scoping import is_operator_view
+from nodes.permissions import StaffOnly
 
 from .. import analysis
 from ..filters import TrendFlagFilterSet
 from ..models import TrendFlag, TrendRun
 from . import serializers
-
-
-class StaffOnly(permissions.BasePermission):
-    """Fleet-wide comparisons are staff business: customers get 404, as for another tenant's node."""
-
-    customer_view = "absent"  # nodewarden/openapi.py marks these operations so in the schema
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if not (request.user and request.user.is_authenticated):
-            return False
-        if not is_operator_view(request.user):
-            raise exceptions.NotFound()
-        return True
 
 
 @extend_schema_view(list=extend_schema(summary="List trend flags, newest first"))
