@@ -151,6 +151,10 @@ NOT_PORTAL_SETTINGS = {
     "NODEWARDEN_BATCH_SIZE": "the node agent's, read by agent/src/nodewarden_agent/config.py",
     "REMOTE_ADDR": "the WSGI request's address, not configuration",
     "SECURE_PROXY_SSL_HEADER": "Django's setting that NODEWARDEN_SECURE_PROXY sets",
+    "NODEWARDEN_URL": "the node agent's (agent/README.md), the portal URL it reports to",
+    "NODEWARDEN_TOKEN": "the node agent's (agent/README.md), its bearer token",
+    "BIN_TEST_WORKERS": "bin/test's own (docs/development.md): pytest-xdist workers",
+    "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")
 
