@@ -14,10 +14,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from .env import env_bool, env_float, env_int, env_list, env_str
+
+# Lets the code write the generic types mypy checks (admin.ModelAdmin[Node], forms.ModelForm[Hold])
+# at run time too: Django's own classes are not subscriptable.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
