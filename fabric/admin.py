@@ -114,8 +114,8 @@ class TicketAdmin(ReadOnlyAdmin):
             intro="Your name and your reason are kept with each ticket and on its nodes' histories. "
             "A problem that persists is reopened by the next run.",
         )
-        if page is not None:
-            return page
+        if reason is None:
+            return page  # the page asking for a reason
         closed = 0
         for pk in queryset.filter(status="open").values_list("pk", flat=True):
             try:

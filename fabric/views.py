@@ -90,8 +90,8 @@ def _page(request: HttpRequest, queryset: QuerySet[Any]) -> tuple[Any, str]:
 
 def port_urls(endpoints: Iterable[str]) -> dict[str, str]:
     """Each "device/port" endpoint's page, found with one query for all of them."""
-    ports = {e: e.rsplit("/", 1) for e in endpoints if e and "/" in e}
-    ports = {e: (name, port) for e, (name, port) in ports.items() if port.isdigit() and 0 < int(port) < 256}
+    split = {e: e.rsplit("/", 1) for e in endpoints if e and "/" in e}
+    ports = {e: (name, port) for e, (name, port) in split.items() if port.isdigit() and 0 < int(port) < 256}
     ids = dict(FabricDevice.objects.filter(name__in={n for n, _ in ports.values()}).values_list("name", "pk"))
     return {e: reverse("fabric-link", args=(ids[n], int(p))) for e, (n, p) in ports.items() if n in ids}
 
@@ -278,7 +278,7 @@ def _peer(link: PlannedLink | DiscoveredLink | None, device: FabricDevice, port:
     if link is None:
         return ""
     if link.a_device_id == device.pk and link.a_port == port:
-        return f"{link.b_device.name}/{link.b_port}" if link.b_device_id else ""
+        return f"{link.b_device.name}/{link.b_port}" if link.b_device else ""  # no query when b_device_id is None
     return f"{link.a_device.name}/{link.a_port}"
 
 

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from nodes.models import Node
 
 from ..choices import ValidationResult
-from ..models import CablingPlan, DiscoveredLink, DiscoveryRun, Discrepancy, ManualValidation, Ticket
+from ..models import CablingPlan, DiscoveredLink, DiscoveryRun, Discrepancy, FabricDevice, ManualValidation, Ticket
 
 
 class CablingPlanSerializer(serializers.ModelSerializer):
@@ -35,7 +35,9 @@ class LineErrorSerializer(serializers.Serializer):
 class PlanErrorsSerializer(serializers.Serializer):
     """Every bad line of a refused plan; nothing was stored."""
 
-    errors = LineErrorSerializer(many=True)
+    # The response's "errors" key: DRF's metaclass takes declared fields out of the class, so
+    # Serializer.errors stays as it is (the stubs see it overridden).
+    errors = LineErrorSerializer(many=True)  # type: ignore[assignment]
 
 
 class ToolErrorSerializer(LineErrorSerializer):
@@ -45,7 +47,7 @@ class ToolErrorSerializer(LineErrorSerializer):
 class DiscoveryErrorsSerializer(serializers.Serializer):
     """Tool output that could not be read; nothing was stored."""
 
-    errors = ToolErrorSerializer(many=True)
+    errors = ToolErrorSerializer(many=True)  # type: ignore[assignment]  # as in PlanErrorsSerializer
 
 
 class DiscoveryUploadSerializer(serializers.Serializer):
@@ -101,8 +103,12 @@ class DiscrepancySerializer(serializers.ModelSerializer):
 class DiscoveredLinkSerializer(serializers.ModelSerializer):
     """A cable the run saw, or a port found down with no peer (b_device null)."""
 
-    a_device = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    b_device = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    a_device: serializers.SlugRelatedField[FabricDevice] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    b_device: serializers.SlugRelatedField[FabricDevice] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = DiscoveredLink
