@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import Day1Spec, PersonaChange, RevalidationPlan
 
@@ -35,8 +38,8 @@ class PersonaChangeAdmin(admin.ModelAdmin):
     list_select_related = ("node", "from_persona", "to_persona")
     raw_id_fields = ("node",)
 
-    def has_add_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):  # type: ignore[no-untyped-def]
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
