@@ -89,7 +89,8 @@ class NodeAvailabilitySerializer(serializers.Serializer):
 
     @extend_schema_field(IncidentSerializer(many=True))
     def get_incidents(self, row: Any) -> list[dict[str, Any]]:
-        return IncidentSerializer(self.context["incidents"].get(row.node.pk, []), many=True).data
+        # many=True gives a ReturnList; the stubs type .data as a ReturnDict.
+        return IncidentSerializer(self.context["incidents"].get(row.node.pk, []), many=True).data  # type: ignore[return-value]
 
 
 class AvailabilityReportSerializer(serializers.Serializer):
@@ -105,7 +106,9 @@ class AvailabilityReportSerializer(serializers.Serializer):
 
 
 class FlowSerializer(serializers.Serializer):
-    source = serializers.ChoiceField(choices=NodeState.choices)
+    # The response's "source" key: DRF's metaclass takes declared fields out of the class, so
+    # Field.source stays as it is (the stubs see it overridden).
+    source = serializers.ChoiceField(choices=NodeState.choices)  # type: ignore[assignment]
     target = serializers.ChoiceField(choices=NodeState.choices)
     count = serializers.IntegerField()
 
