@@ -8,6 +8,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms.models import model_to_dict
 from django.http import HttpRequest, HttpResponse
@@ -33,11 +36,18 @@ def _changes(obj: Any, form: forms.ModelForm) -> dict[str, list[Any]]:
     return {name: [before.get(name), after.get(name)] for name in form.changed_data if name != "change_reason"}
 
 
+def _staff(request: HttpRequest) -> User:
+    """Who edits: the admin site lets signed-in staff in only."""
+    if isinstance(request.user, AnonymousUser):
+        raise PermissionDenied
+    return request.user
+
+
 class ChangeLogInline(admin.TabularInline):
     model = HealthRuleChange
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["created", "actor_name", "reason", "changes"]
+    fields = readonly_fields = ("created", "actor_name", "reason", "changes")
     ordering = ["-created"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -53,7 +63,7 @@ class AuditedAdmin(admin.ModelAdmin):
 
     def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm, **target: Any) -> None:
         HealthRuleChange.objects.create(
-            actor=request.user,
+            actor=_staff(request),
             actor_name=request.user.get_username(),
             reason=form.cleaned_data["change_reason"],
             changes=_changes(obj, form),
@@ -84,7 +94,7 @@ class HealthRuleAdmin(AuditedAdmin):
     readonly_fields = ["updated", "updated_by"]
 
     def save_model(self, request: HttpRequest, obj: HealthRule, form: forms.ModelForm, change: bool) -> None:
-        obj.updated, obj.updated_by = timezone.now(), request.user
+        obj.updated, obj.updated_by = timezone.now(), _staff(request)
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, rule=obj, target=str(obj)[:150])
 
@@ -98,7 +108,7 @@ class XidDefinitionAdmin(AuditedAdmin):
     readonly_fields = ["edited_by", "edited_reason", "edited_at"]
 
     def save_model(self, request: HttpRequest, obj: XidDefinition, form: forms.ModelForm, change: bool) -> None:
-        obj.edited_by, obj.edited_at = request.user, timezone.now()
+        obj.edited_by, obj.edited_at = _staff(request), timezone.now()
         obj.edited_reason = form.cleaned_data["change_reason"]
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, xid=obj, target=f"XID {obj.xid}")
@@ -175,7 +185,7 @@ class AlertAdmin(ReadOnlyAdmin):
                     "alerts": queryset,
                     "action": f"{name}_action",
                     "opts": self.model._meta,
-                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 },
             )
         done = 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
+
+from fleet.models import HardwareProfile
 
 from ..models import Alert, Finding, HealthRule, XidDefinition
 
@@ -38,8 +41,12 @@ class AlertSerializer(serializers.ModelSerializer):
     """A deduplicated condition on a node; silenced alerts are flagged for the remediation policy."""
 
     hostname = serializers.CharField(source="node.hostname", read_only=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    silenced_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    acknowledged_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    silenced_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     silenced = serializers.SerializerMethodField()
 
     class Meta:
@@ -100,7 +107,9 @@ class SilenceSerializer(serializers.Serializer):
 
 
 class HealthRuleSerializer(serializers.ModelSerializer):
-    hardware_profile = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    hardware_profile: serializers.SlugRelatedField[HardwareProfile] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = HealthRule

@@ -131,7 +131,10 @@ class RawJSONParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+    # DRF hands on whatever parse returns as request.data; the stubs allow mappings only.
+    def parse(  # type: ignore[override]
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> bytes:
         return read_bounded(stream)
 
 
@@ -155,7 +158,8 @@ class AlertmanagerWebhookView(APIView):
     )
     def post(self, request: Request) -> Response:
         try:
-            hook = alertmanager.decode(request.data or b"")
+            # The body's bytes (RawJSONParser); with no body at all DRF gives an empty QueryDict.
+            hook = alertmanager.decode(request.data if isinstance(request.data, bytes) else b"")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return Response(
                 error_body(f"Malformed Alertmanager webhook: {exc}", "parse_error"), status=status.HTTP_400_BAD_REQUEST
