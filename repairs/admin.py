@@ -23,7 +23,7 @@ class EventInline(admin.TabularInline):
     model = RepairEvent
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["created", "verb", "from_state", "to_state", "actor_name", "reason"]
+    fields = readonly_fields = ("created", "verb", "from_state", "to_state", "actor_name", "reason")
     ordering = ["created", "id"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
