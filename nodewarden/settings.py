@@ -114,7 +114,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "nodewarden.sqlite3",
+            "NAME": str(VAR_DIR / "nodewarden.sqlite3"),
             "OPTIONS": {
                 # The web process, worker and beat share one file: WAL lets readers
                 # run beside the writer, IMMEDIATE takes the write lock up front so
