@@ -44,7 +44,7 @@ def _make_fake_driver() -> type:
     from sushy_tools import error
     from sushy_tools.emulator.resources.systems.fakedriver import FakeDriver
 
-    class NodewardenFakeDriver(FakeDriver):  # type: ignore[misc, valid-type]
+    class NodewardenFakeDriver(FakeDriver):  # type: ignore[misc]  # sushy-tools has no type information
         """sushy-tools' FakeDriver, plus what a GPU server's BMC reports and a fixed power delay.
 
         Each system's entry may carry ``bios_version`` (kept in the driver's state like

@@ -52,7 +52,7 @@ _BOOT_SOURCES = {
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")]+")
 
 
-class _SingleShotConnector(Connector):
+class _SingleShotConnector(Connector):  # type: ignore[misc]  # sushy has no type information
     """sushy's connector with its own retries off: ``bmc.client`` owns the retry policy.
 
     Left alone, sushy retries a refused connection 3 times, 2 s apart, and a 5xx
