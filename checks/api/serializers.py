@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from checks.choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
@@ -54,7 +55,9 @@ class CheckRunSerializer(serializers.ModelSerializer):
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     figures_text = serializers.CharField(read_only=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = CheckRun

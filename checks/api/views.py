@@ -25,7 +25,7 @@ from nodes.api.serializers import DetailSerializer
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
-from telemetry.auth import AgentTokenAuthentication, IsNodeAgent
+from telemetry.auth import AgentIdentity, AgentTokenAuthentication, IsNodeAgent
 
 from . import serializers
 
@@ -138,6 +138,14 @@ class CancelCheckView(generics.GenericAPIView):
         return Response(serializers.CheckRunSerializer(run).data)
 
 
+def _agent_node_id(request: Request) -> int:
+    """The node of the agent that called (IsNodeAgent lets agents in only)."""
+    agent = request.user
+    if not isinstance(agent, AgentIdentity):
+        raise exceptions.NotAuthenticated()
+    return agent.node_id
+
+
 class AgentChecksView(APIView):
     """The node agent's poll for work: queued checks become its own while the node is idle."""
 
@@ -149,7 +157,7 @@ class AgentChecksView(APIView):
     )
     def get(self, request: Request) -> Response:
         with refusals_as_http():
-            claim = services.claim_checks_for_agent(request.user.node_id)
+            claim = services.claim_checks_for_agent(_agent_node_id(request))
         data = {"idle": claim.idle, "reason": claim.reason, "checks": claim.runs}
         return Response(serializers.AgentClaimSerializer(data).data)
 
@@ -175,5 +183,5 @@ class AgentCheckResultView(APIView):
         body.is_valid(raise_exception=True)
         result = services.CheckResult(**body.validated_data)
         with refusals_as_http():
-            run, _ = services.record_check_result(pk, request.user.node_id, result=result)
+            run, _ = services.record_check_result(pk, _agent_node_id(request), result=result)
         return Response({"id": run.pk, "status": run.status})
