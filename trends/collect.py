@@ -173,7 +173,8 @@ def _check_figures(
         .values_list("node_id", "kind", "finished", "figures", "params")
     )
     for node_id, kind, finished, figures, params in runs:
-        if node_id not in gpu_counts or not comparable(kind, params, gpu_counts[node_id]):
+        # finished is never None here (finished__lte above); the check narrows it for mypy.
+        if finished is None or node_id not in gpu_counts or not comparable(kind, params, gpu_counts[node_id]):
             continue
         figure, key = by_kind[kind]
         value = (figures or {}).get(key)
