@@ -61,7 +61,7 @@ ERRORS = {
 }
 
 
-class NodeChecksView(generics.GenericAPIView):
+class NodeChecksView(generics.GenericAPIView[CheckRun]):
     """A node's recorded runs (active checks and transition follow-ups), and requests for new checks."""
 
     serializer_class = serializers.CheckRunSerializer
@@ -103,7 +103,7 @@ class NodeChecksView(generics.GenericAPIView):
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class CheckRunView(generics.RetrieveAPIView):
+class CheckRunView(generics.RetrieveAPIView[CheckRun]):
     """One recorded run, with the tool's output."""
 
     serializer_class = serializers.CheckRunDetailSerializer
@@ -116,7 +116,7 @@ class CheckRunView(generics.RetrieveAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class CancelCheckView(generics.GenericAPIView):
+class CancelCheckView(generics.GenericAPIView[CheckRun]):
     """Withdraw a queued check."""
 
     serializer_class = serializers.CancelSerializer
