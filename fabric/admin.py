@@ -29,7 +29,7 @@ from .models import (
 
 
 @admin.register(FabricDevice)
-class FabricDeviceAdmin(admin.ModelAdmin):
+class FabricDeviceAdmin(admin.ModelAdmin[FabricDevice]):
     """Where a device is and whose it is; what the fabric says of it (name, GUID, seen) is read-only."""
 
     list_display = ["name", "kind", "role", "rack", "node", "in_plan", "guid", "last_seen"]

@@ -144,7 +144,8 @@ def _read_plan(upload: Any) -> str:
     if upload.size > PLAN_MAX_BYTES:
         raise PlanImportError([(1, f"the file is larger than {PLAN_MAX_BYTES // (1024 * 1024)} MB")])
     try:
-        return upload.read().decode("utf-8-sig")
+        text: str = upload.read().decode("utf-8-sig")  # an UploadedFile (Any to its caller)
+        return text
     except UnicodeDecodeError as exc:
         raise PlanImportError([(1, f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
 

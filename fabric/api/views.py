@@ -62,7 +62,7 @@ class CSVTextParser(BaseParser):
             raise exceptions.ParseError(f"The CSV is not UTF-8 text ({exc.reason} at byte {exc.start}).") from exc
 
 
-class FabricViewSet(viewsets.GenericViewSet):
+class FabricViewSet(viewsets.GenericViewSet[Any]):
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
 
 
