@@ -24,13 +24,13 @@ from . import alerts as verbs
 from .models import Alert, Finding, HealthRule, HealthRuleChange, UnroutedAlert, XidDefinition
 
 
-class ReasonForm(forms.ModelForm):
+class ReasonForm(forms.ModelForm[Any]):
     """Every edit of a rule or an XID definition needs a reason; it goes in the change log."""
 
     change_reason = forms.CharField(max_length=300, help_text="Why this change? Kept in the change log.")
 
 
-def _changes(obj: Any, form: forms.ModelForm) -> dict[str, list[Any]]:
+def _changes(obj: Any, form: forms.ModelForm[Any]) -> dict[str, list[Any]]:
     before = form.initial
     after = model_to_dict(obj, fields=form.changed_data)
     return {name: [before.get(name), after.get(name)] for name in form.changed_data if name != "change_reason"}
@@ -43,7 +43,7 @@ def _staff(request: HttpRequest) -> User:
     return request.user
 
 
-class ChangeLogInline(admin.TabularInline):
+class ChangeLogInline(admin.TabularInline[HealthRuleChange, Any]):
     model = HealthRuleChange
     extra = 0
     can_delete = False
@@ -57,11 +57,11 @@ class ChangeLogInline(admin.TabularInline):
         return False
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedAdmin(admin.ModelAdmin[Any]):
     form = ReasonForm
     inlines = [ChangeLogInline]
 
-    def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm, **target: Any) -> None:
+    def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm[Any], **target: Any) -> None:
         HealthRuleChange.objects.create(
             actor=_staff(request),
             actor_name=request.user.get_username(),
@@ -93,7 +93,7 @@ class HealthRuleAdmin(AuditedAdmin):
     search_fields = ["key", "description"]
     readonly_fields = ["updated", "updated_by"]
 
-    def save_model(self, request: HttpRequest, obj: HealthRule, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: HealthRule, form: forms.ModelForm[Any], change: bool) -> None:
         obj.updated, obj.updated_by = timezone.now(), _staff(request)
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, rule=obj, target=str(obj)[:150])
@@ -107,7 +107,7 @@ class XidDefinitionAdmin(AuditedAdmin):
     search_fields = ["xid", "name", "meaning"]
     readonly_fields = ["edited_by", "edited_reason", "edited_at"]
 
-    def save_model(self, request: HttpRequest, obj: XidDefinition, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: XidDefinition, form: forms.ModelForm[Any], change: bool) -> None:
         obj.edited_by, obj.edited_at = _staff(request), timezone.now()
         obj.edited_reason = form.cleaned_data["change_reason"]
         super().save_model(request, obj, form, change)
@@ -172,7 +172,9 @@ class AlertAdmin(ReadOnlyAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and request.user.has_perm("nodes.operate_node")  # the changelist, for actions
 
-    def _with_reason(self, request: HttpRequest, queryset: QuerySet[Alert], verb: Any, name: str) -> Any:
+    def _with_reason(
+        self, request: HttpRequest, queryset: QuerySet[Alert], verb: Any, name: str
+    ) -> HttpResponse | None:
         form = AlertReasonForm(request.POST if "apply" in request.POST else None)
         if not form.is_valid():
             return TemplateResponse(

@@ -42,7 +42,7 @@ class CanOperate(permissions.BasePermission):
 
 
 @extend_schema_view(list=extend_schema(summary="List findings"), retrieve=extend_schema(summary="One finding"))
-class FindingViewSet(viewsets.ReadOnlyModelViewSet):
+class FindingViewSet(viewsets.ReadOnlyModelViewSet[Finding]):
     """Findings: every rule firing, with evidence (append-only)."""
 
     serializer_class = serializers.FindingSerializer
@@ -57,7 +57,7 @@ class FindingViewSet(viewsets.ReadOnlyModelViewSet):
     list=extend_schema(summary="List alerts (firing and unsilenced unless filtered)"),
     retrieve=extend_schema(summary="One alert"),
 )
-class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+class AlertViewSet(viewsets.ReadOnlyModelViewSet[Alert]):
     """Alerts: deduplicated conditions per node, with acknowledge, silence, unsilence and resolve."""
 
     serializer_class = serializers.AlertSerializer
@@ -109,7 +109,7 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
         return self._act(request, serializers.ReasonSerializer, verbs.resolve)
 
 
-class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet):
+class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet[HealthRule]):
     """Health rules and their thresholds (edited in the admin, with a reason)."""
 
     serializer_class = serializers.HealthRuleSerializer
@@ -118,7 +118,7 @@ class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = HealthRule.objects.select_related("hardware_profile").order_by("key", "id")
 
 
-class XidDefinitionViewSet(viewsets.ReadOnlyModelViewSet):
+class XidDefinitionViewSet(viewsets.ReadOnlyModelViewSet[XidDefinition]):
     """The XID catalog: GET /api/xid-catalog/79/."""
 
     serializer_class = serializers.XidDefinitionSerializer
