@@ -87,7 +87,7 @@ class EnrollNodeForm(forms.Form):
 
 
 @admin.register(BootConfig)
-class BootConfigAdmin(admin.ModelAdmin):
+class BootConfigAdmin(admin.ModelAdmin[BootConfig]):
     """Boot configs are created by provisioning (services.prepare_boot); here only edited.
 
     Their list offers "Enroll node" (``enroll/``), where Day 0 begins and the boot config comes from.
