@@ -52,7 +52,8 @@ def max_attempts() -> int:
 
 def backoff(attempts: int) -> timedelta:
     """Wait before attempt ``attempts + 1``: 30 s, 1 min, 2 min, ... at most 6 h."""
-    return min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_CAP)
+    factor: int = 2 ** max(attempts - 1, 0)  # int ** int is Any to typeshed (it may be a float)
+    return min(BACKOFF_BASE * factor, BACKOFF_CAP)
 
 
 def body_of(payload: dict[str, Any]) -> bytes:

@@ -63,7 +63,7 @@ class _VerbMixin:
     list=extend_schema(summary="List repair tickets, newest first"),
     retrieve=extend_schema(summary="One repair ticket with its history"),
 )
-class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
+class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet[RepairTicket]):
     """Technicians' tickets: start, resolve (the node re-validates) and cancel, each with a reason."""
 
     serializer_class = serializers.RepairTicketSerializer
@@ -106,7 +106,7 @@ class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     list=extend_schema(summary="List RMA cases, newest first"),
     retrieve=extend_schema(summary="One RMA case with its history"),
 )
-class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
+class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet[RmaCase]):
     """Returns to vendors: ship, receive (outcome, replacement serial), close (the node re-validates), cancel."""
 
     serializer_class = serializers.RmaCaseSerializer
@@ -154,7 +154,7 @@ class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
         return self._act(request, serializers.RepairReasonSerializer, services.cancel_rma)
 
 
-class _NodeRecordsView(generics.ListCreateAPIView):
+class _NodeRecordsView(generics.ListCreateAPIView[Any]):
     """A node's tickets or cases (GET), or a new one (POST); another tenant's node answers 404."""
 
     filter_backends: list[type] = []
@@ -266,7 +266,8 @@ def _filtered(filterset_class: type, request: Request, queryset: QuerySet[Any]) 
     filterset = filterset_class(request.query_params, queryset=queryset, request=request)
     if not filterset.is_valid():
         raise exceptions.ValidationError(filterset.errors)
-    return filterset.qs
+    filtered: QuerySet[Any] = filterset.qs  # django-filter has no type information
+    return filtered
 
 
 def _iso(value: Any) -> str:
