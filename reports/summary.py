@@ -142,7 +142,8 @@ def _cause(row: Mapping[str, Any], xid_names: dict[int, str], kinds: dict[str, s
         return f"XID {row['xid']}" + (f": {name}" if name else "")
     if row["rule"] == FABRIC_RULE:
         return f"Fabric: {kinds.get(row['fabric_kind'] or '', row['fabric_kind'] or 'unknown')}"
-    return row["rule"]
+    rule: str = row["rule"]
+    return rule
 
 
 def failures_by_component(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -104,7 +104,10 @@ class FleetScope:
 
     def of_nodes(self, model: type[Any]) -> QuerySet[Any]:
         """Rows of a model with a ``node``, of the scope's nodes (all rows, unfiltered, for the fleet)."""
-        return model.objects.filter(node__in=self.nodes()) if (self.cluster or self.tenant) else model.objects.all()
+        rows: QuerySet[Any] = (
+            model.objects.filter(node__in=self.nodes()) if (self.cluster or self.tenant) else model.objects.all()
+        )
+        return rows
 
     def daily_counts(self, by: str) -> list[statecounts.DayCount]:
         """Node-hours per day, availability bucket and ``by`` of the scope in the period (daily roll-ups)."""
