@@ -11,7 +11,7 @@ from .models import Day1Spec, PersonaChange, RevalidationPlan
 
 
 @admin.register(Day1Spec)
-class Day1SpecAdmin(admin.ModelAdmin):
+class Day1SpecAdmin(admin.ModelAdmin[Day1Spec]):
     list_display = (
         "hardware_profile",
         "burn_in_seconds",
@@ -25,12 +25,12 @@ class Day1SpecAdmin(admin.ModelAdmin):
 
 
 @admin.register(RevalidationPlan)
-class RevalidationPlanAdmin(admin.ModelAdmin):
+class RevalidationPlanAdmin(admin.ModelAdmin[RevalidationPlan]):
     list_display = ("reentry", "stages", "note")
 
 
 @admin.register(PersonaChange)
-class PersonaChangeAdmin(admin.ModelAdmin):
+class PersonaChangeAdmin(admin.ModelAdmin[PersonaChange]):
     """Read-only: re-roles go through the API (validation.personas), which keeps the history."""
 
     list_display = ("node", "from_persona", "to_persona", "status", "requested_by", "created", "finished_at")
