@@ -17,7 +17,7 @@ class ReasonForm(forms.Form):
 
 
 def reason_or_page(
-    modeladmin: admin.ModelAdmin,
+    modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,
     queryset: QuerySet[Any],
     *,
