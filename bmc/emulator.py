@@ -258,7 +258,8 @@ class RedfishEmulator(_EmulatorProcess):
 
         response = requests.get(f"{self.url}{self.system_path(index)}", auth=(self.username, self.password), timeout=5)
         response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        system: dict[str, Any] = response.json()
+        return system
 
     def start(self) -> None:
         import bcrypt
