@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, QuerySet
 from django.http import StreamingHttpResponse
@@ -47,16 +47,22 @@ def _with_events(queryset: QuerySet[Any]) -> QuerySet[Any]:
     return queryset.prefetch_related(Prefetch("events", queryset=RepairEvent.objects.order_by("created", "id")))
 
 
-class _VerbMixin:
+if TYPE_CHECKING:
+    _VerbBase = generics.GenericAPIView[Any]  # the views it is mixed into
+else:
+    _VerbBase = object
+
+
+class _VerbMixin(_VerbBase):
     """POST a verb on the looked-up record: validate the body, call the service, answer with the record."""
 
     def _act(self, request: Request, body_class: type, verb: Callable[..., Any]) -> Response:
-        record = self.get_object()  # type: ignore[attr-defined]
+        record = self.get_object()
         body = body_class(data=request.data)
         body.is_valid(raise_exception=True)
         verb(record.pk, actor=Actor(user=request.user), **body.validated_data)
-        fresh = self.get_queryset().get(pk=record.pk)  # type: ignore[attr-defined]
-        return Response(self.get_serializer(fresh).data, status=status.HTTP_200_OK)  # type: ignore[attr-defined]
+        fresh = self.get_queryset().get(pk=record.pk)
+        return Response(self.get_serializer(fresh).data, status=status.HTTP_200_OK)
 
 
 @extend_schema_view(
