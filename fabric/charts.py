@@ -145,7 +145,7 @@ def topology_figure(
             pair.down += 1
 
     for a, ap, b, bp in cables:
-        note(a, ap, b, bp, True)  # type: ignore[arg-type]
+        note(a, ap, b, bp, True)  # type: ignore[arg-type]  # a cable seen at both ends has both ports
     for a, ap, b, bp in planned:
         if (a, ap) not in up or (b, bp) not in up:
             note(a, ap, b, bp, False)  # not seen as planned: a down port or a missing (or moved) cable

@@ -99,6 +99,7 @@ def port_urls(endpoints: Iterable[str]) -> dict[str, str]:
 def _link_discrepancies(rows: list[Discrepancy]) -> list[Discrepancy]:
     urls = port_urls(e for d in rows for e in (d.a_endpoint, d.b_endpoint))
     for d in rows:
+        # Display attributes for the template only, not fields of the model.
         d.a_url, d.b_url = urls.get(d.a_endpoint), urls.get(d.b_endpoint)  # type: ignore[attr-defined]
         d.colour = KIND_COLOURS.get(d.kind, "#888")  # type: ignore[attr-defined]
     return rows
