@@ -10,7 +10,7 @@ from .models import AuditRun
 
 
 @admin.register(AuditRun)
-class AuditRunAdmin(admin.ModelAdmin):
+class AuditRunAdmin(admin.ModelAdmin[AuditRun]):
     list_display = ("started", "source", "breach_total", "raised", "cleared", "finished")
     list_filter = ("source",)
     date_hierarchy = "started"

@@ -314,7 +314,7 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
         if policy is not None and policy.urgency == Urgency.WATCH:
             outcome.excused += 1
             continue
-        rem = last.get(alert.node_id)
+        previous = last.get(alert.node_id)
         evidence = {
             "alert": alert.pk,
             "rule": alert.rule,
@@ -326,13 +326,13 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
             "occurrences": alert.occurrences,
             "node_in_production_since": _ts(alert.node.state_changed_at),
             "last_remediation": {
-                "id": rem.pk,
-                "status": rem.status,
-                "rung": rem.rung,
-                "created": _ts(rem.created),
-                "finished": _ts(rem.finished),
+                "id": previous.pk,
+                "status": previous.status,
+                "rung": previous.rung,
+                "created": _ts(previous.created),
+                "finished": _ts(previous.finished),
             }
-            if rem is not None
+            if previous is not None
             else None,
         }
         outcome.breaches.append(
@@ -363,8 +363,8 @@ def live_remediations(ctx: AuditContext, stall: timedelta | None = None) -> list
     if len(rems) > LIST_LIMIT:
         rems, outcome.complete = rems[:LIST_LIMIT], False
     steps: dict[int, RemediationStep] = {}
-    for step in RemediationStep.objects.filter(remediation_id__in=[r.pk for r in rems], status=StepStatus.RUNNING):
-        steps[step.remediation_id] = step
+    for running in RemediationStep.objects.filter(remediation_id__in=[r.pk for r in rems], status=StepStatus.RUNNING):
+        steps[running.remediation_id] = running
     for rem in rems:
         outcome.checked += 1
         node, step = rem.node, steps.get(rem.pk)

@@ -8,7 +8,7 @@ from django.contrib import admin
 from .models import BmcEndpoint
 
 
-class BmcEndpointForm(forms.ModelForm):
+class BmcEndpointForm(forms.ModelForm[BmcEndpoint]):
     """The model form with a password field that is never filled in from the stored value."""
 
     password = forms.CharField(
@@ -30,7 +30,7 @@ class BmcEndpointForm(forms.ModelForm):
 
 
 @admin.register(BmcEndpoint)
-class BmcEndpointAdmin(admin.ModelAdmin):
+class BmcEndpointAdmin(admin.ModelAdmin[BmcEndpoint]):
     """Endpoints by node; contact times and errors are written by bmc.client, not edited here."""
 
     form = BmcEndpointForm

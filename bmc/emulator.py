@@ -44,7 +44,7 @@ def _make_fake_driver() -> type:
     from sushy_tools import error
     from sushy_tools.emulator.resources.systems.fakedriver import FakeDriver
 
-    class NodewardenFakeDriver(FakeDriver):  # type: ignore[misc, valid-type]
+    class NodewardenFakeDriver(FakeDriver):  # type: ignore[misc]  # sushy-tools has no type information
         """sushy-tools' FakeDriver, plus what a GPU server's BMC reports and a fixed power delay.
 
         Each system's entry may carry ``bios_version`` (kept in the driver's state like
@@ -258,7 +258,8 @@ class RedfishEmulator(_EmulatorProcess):
 
         response = requests.get(f"{self.url}{self.system_path(index)}", auth=(self.username, self.password), timeout=5)
         response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        system: dict[str, Any] = response.json()
+        return system
 
     def start(self) -> None:
         import bcrypt

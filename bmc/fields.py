@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
+from django.db.models.expressions import Combinable
 
 HKDF_INFO = b"nodewarden-bmc-credentials"
 # Every Fernet token starts with the version byte 0x80, which base64 writes as "gAAAAA".
@@ -68,7 +69,7 @@ def decrypt(token: str) -> str:
         ) from exc
 
 
-class EncryptedTextField(models.TextField):
+class EncryptedTextField(models.TextField[str | Combinable, str]):
     """Plain text in Python, a Fernet token in the database column. Empty stays empty.
 
     Lookups on the value are meaningless (every save encrypts with a fresh IV).

@@ -9,7 +9,7 @@ from .models import CheckRun
 
 
 @admin.register(CheckRun)
-class CheckRunAdmin(admin.ModelAdmin):
+class CheckRunAdmin(admin.ModelAdmin[CheckRun]):
     list_display = ["created", "node", "kind", "status", "figures_text", "summary", "started", "finished"]
     list_filter = ["kind", "status"]
     list_select_related = ["node"]

@@ -393,7 +393,7 @@ def expire_stale_checks(now: datetime | None = None) -> int:
                 status=RunStatus.ERROR,
                 finished=now,
                 details={**run.details, "expired": True},
-                error=f"No result from the node agent by the deadline ({run.deadline.isoformat()}).",
+                error=f"No result from the node agent by the deadline ({run.deadline and run.deadline.isoformat()}).",
             ):
                 continue
             record_event(

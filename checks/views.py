@@ -31,7 +31,7 @@ def node_checks(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-created", "-id")[:RECENT_RUNS]
     )
     for run in runs:
-        run.colour = STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]
+        run.colour = STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]  # for the template only
     can_request = request.user.has_perm(OPERATE) and node.state not in services.NO_CHECK_STATES
     context = {
         "node": node,

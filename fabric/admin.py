@@ -29,7 +29,7 @@ from .models import (
 
 
 @admin.register(FabricDevice)
-class FabricDeviceAdmin(admin.ModelAdmin):
+class FabricDeviceAdmin(admin.ModelAdmin[FabricDevice]):
     """Where a device is and whose it is; what the fabric says of it (name, GUID, seen) is read-only."""
 
     list_display = ["name", "kind", "role", "rack", "node", "in_plan", "guid", "last_seen"]
@@ -114,8 +114,8 @@ class TicketAdmin(ReadOnlyAdmin):
             intro="Your name and your reason are kept with each ticket and on its nodes' histories. "
             "A problem that persists is reopened by the next run.",
         )
-        if page is not None:
-            return page
+        if reason is None:
+            return page  # the page asking for a reason
         closed = 0
         for pk in queryset.filter(status="open").values_list("pk", flat=True):
             try:

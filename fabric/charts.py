@@ -114,12 +114,12 @@ def topology_figure(
     """The drawing itself, from plain rows (see ``topology``)."""
     if not devices:
         return _empty("No fabric yet: import a cabling plan or upload a discovery.", height=200)
-    cables = [c for c in seen if c[2] is not None]
+    cables = [(a, ap, b, bp) for a, ap, b, bp in seen if b is not None]
     up = {(a, ap) for a, ap, _, _ in cables} | {(b, bp) for _, _, b, bp in cables}
     neighbours: dict[int, set[int]] = defaultdict(set)
     for a, _, b, _ in [*cables, *planned]:
-        neighbours[a].add(b)  # type: ignore[index]
-        neighbours[b].add(a)  # type: ignore[index]
+        neighbours[a].add(b)
+        neighbours[b].add(a)
     layer = _layers(devices, neighbours)
     # Each host hangs under the switch it is cabled to (the first one, for a dual-homed HCA).
     leaf_of = {
@@ -145,7 +145,7 @@ def topology_figure(
             pair.down += 1
 
     for a, ap, b, bp in cables:
-        note(a, ap, b, bp, True)  # type: ignore[arg-type]
+        note(a, ap, b, bp, True)  # type: ignore[arg-type]  # a cable seen at both ends has both ports
     for a, ap, b, bp in planned:
         if (a, ap) not in up or (b, bp) not in up:
             note(a, ap, b, bp, False)  # not seen as planned: a down port or a missing (or moved) cable
@@ -245,7 +245,9 @@ def _positions(
 def _link_traces(pairs: Mapping[tuple[int, int], _Pair], positions: Mapping[int, tuple[float, float]]) -> list[Figure]:
     """One line trace per colour, and hover points naming the tickets on the red ones."""
     lines: dict[str, tuple[list[float | None], list[float | None]]] = {c: ([], []) for c in (OK, DOWN, TICKET)}
-    mid_x, mid_y, mid_text = [], [], []
+    mid_x: list[float] = []
+    mid_y: list[float] = []
+    mid_text: list[str] = []
     for (a, b), pair in sorted(pairs.items()):
         if a not in positions or b not in positions:
             continue

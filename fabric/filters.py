@@ -31,7 +31,7 @@ class DiscrepancyFilterSet(FilterSet):
     @property
     def qs(self) -> QuerySet[Discrepancy]:
         # The default view is what the last run found: one run, not the whole history.
-        queryset = super().qs
+        queryset: QuerySet[Discrepancy] = super().qs  # django-filter has no type information
         data = self.form.cleaned_data
         if data.get("run") is None and data.get("ticket") is None:
             run = last_run()

@@ -20,7 +20,7 @@ import functools
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 # Per-lane rate in Gb/s, as iblinkinfo prints it (libibmad's mad_dump_linkspeed[ext]);
 # ibnetdiscover prints the IBTA name instead. FDR10 is printed "10.0 Gbps (FDR10)".
@@ -264,7 +264,7 @@ class _Links:
         self.tool = tool
         self.peer: dict[tuple[str, int], tuple[str, int]] = {}
         # (a, b) -> [times seen, line no, line, width, speed, state, phys] of the first sighting
-        self.seen: dict[tuple[tuple[str, int], tuple[str, int]], list] = {}  # type: ignore[type-arg]
+        self.seen: dict[tuple[tuple[str, int], tuple[str, int]], list[Any]] = {}
 
     def add(
         self,
@@ -684,9 +684,9 @@ def merge(discovered: IbTopology, linkinfo: IbTopology) -> IbTopology:
     different peers in the two outputs raises ``IbMergeError`` (take both from one scan:
     the collector loads iblinkinfo from ibnetdiscover's cache)."""
     to_node: dict[str, str] = {}
-    for port_guid, (dev, _port) in linkinfo.port_guids.items():
+    for port_guid, (node_guid, _port) in linkinfo.port_guids.items():
         if port_guid in discovered.port_guids:
-            to_node[dev] = discovered.port_guids[port_guid][0]
+            to_node[node_guid] = discovered.port_guids[port_guid][0]
     for guid in linkinfo.devices:
         to_node.setdefault(guid, guid)
 
@@ -743,8 +743,8 @@ def merge(discovered: IbTopology, linkinfo: IbTopology) -> IbTopology:
                 link.phys_state,
             )
     port_guids = dict(discovered.port_guids)
-    for port_guid, (dev, port) in linkinfo.port_guids.items():
-        port_guids.setdefault(port_guid, (to_node[dev], port))
+    for port_guid, (node_guid, port) in linkinfo.port_guids.items():
+        port_guids.setdefault(port_guid, (to_node[node_guid], port))
     return IbTopology(devices=devices, links=[links[k] for k in sorted(links)], ports=ports, port_guids=port_guids)
 
 

@@ -202,13 +202,14 @@ def _port_of(endpoint: str) -> Port | None:
 def _devices_touched(problem: Problem, peers: Mapping[Port, Port]) -> set[str]:
     """The devices a problem names, and those planned at the far end of its ports (errors
     counted on a leaf port hurt the host cabled to it)."""
-    far = {peers[port].device for port in map(_port_of, problem.endpoints) if port in peers}
+    far = {peers[port].device for port in map(_port_of, problem.endpoints) if port is not None and port in peers}
     return set(problem.devices) | far
 
 
 def _nodes_of(problem: Problem, devices: Mapping[str, FabricDevice], peers: Mapping[Port, Port]) -> set[int]:
     names = _devices_touched(problem, peers)
-    return {devices[name].node_id for name in names if name in devices and devices[name].node_id}
+    node_ids = (devices[name].node_id for name in names if name in devices)
+    return {node_id for node_id in node_ids if node_id}
 
 
 TOPOLOGY_KINDS = {
@@ -305,11 +306,12 @@ def _open_ticket(run: DiscoveryRun, problem: Problem, node_ids: set[int], now: d
     return ticket
 
 
-def _close_ticket(ticket: Ticket, run: DiscoveryRun, now: datetime, reason: str = "") -> None:
+def _close_ticket(ticket: Ticket, run: DiscoveryRun | None, now: datetime, reason: str = "") -> None:
     from health.services import clear_condition
 
     ticket.status, ticket.closed_at, ticket.last_run = TicketStatus.CLOSED, now, run
-    ticket.closed_reason = (reason or f"Fixed: not found by run {run.pk}")[:300]
+    # A run closes with no reason, a person (whose ticket may have lost its last run) with one.
+    ticket.closed_reason = (reason or f"Fixed: not found by run {run.pk if run else '?'}")[:300]
     ticket.save(update_fields=["status", "closed_at", "last_run", "closed_reason"])
     for node_id in ticket.nodes.values_list("pk", flat=True):
         clear_condition(

@@ -113,7 +113,7 @@ class SimulatedFabric:
     ) -> None:
         self.net_text = fabric.net_file() if isinstance(fabric, GeneratedFabric) else fabric
         self.names, self.port_counts, self.cables = read_net(self.net_text)
-        self.ids = {}
+        self.ids: dict[str, str] = {}  # description -> the first sim id with it
         for sim_id, name in self.names.items():
             self.ids.setdefault(name, sim_id)
         self.sweep_interval, self.start_timeout = sweep_interval, start_timeout
@@ -230,9 +230,8 @@ class SimulatedFabric:
             if proc.poll() is not None:
                 break
             time.sleep(0.02)
-        raise SimulatorError(
-            f"{proc.args[0]} did not print {text!r} (exit code {proc.poll()}); {name}: {self._tail(name)}"
-        )
+        program: object = proc.args[0] if isinstance(proc.args, list) else proc.args  # started with a list
+        raise SimulatorError(f"{program} did not print {text!r} (exit code {proc.poll()}); {name}: {self._tail(name)}")
 
     def _tail(self, name: str, size: int = 1500) -> str:
         path = self.dir / name if self.dir else None

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 def collection_enabled() -> bool:
     """NODEWARDEN_FABRIC_COLLECT: this portal host can run infiniband-diags against the fabric."""
-    return settings.NODEWARDEN_FABRIC_COLLECT
+    return bool(settings.NODEWARDEN_FABRIC_COLLECT)
 
 
 def request_collection() -> None:

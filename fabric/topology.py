@@ -393,7 +393,7 @@ class GeneratedFabric:
                 uplinks[a] = uplinks.get(a, 0) + 1
         candidates = rows[:]
         rng.shuffle(candidates)
-        result = []
+        result: list[PlantedFault] = []
         for row in candidates:
             if len(result) == n:
                 break
@@ -491,8 +491,8 @@ def generate_fat_tree(
     plan: list[PlanRow] = []
     cas = [n for n in nodes.values() if n.kind == "ca"]
     for index, ca in enumerate(cas):
-        host, k = divmod(index, hcas_per_host)
-        rail, slot = (k, host) if rail_optimized else (0, index)
+        host_no, k = divmod(index, hcas_per_host)
+        rail, slot = (k, host_no) if rail_optimized else (0, index)
         leaf = leaf_names[rail * leaves_per_rail + slot // per_leaf]
         plan.append(PlanRow(ca.name, 1, leaf, slot % per_leaf + 1, width, cable_rate))
     next_port = dict.fromkeys(spine_names, 1)

@@ -161,14 +161,15 @@ def _miswires(wrong: list[PlanLink], peer: Mapping[Port, tuple[Port, SeenLink]])
         if p in paired:
             continue
         got = peer.get(p.a)
-        other = by_end.get(got[0]) if got else None
+        far = got[0] if got else None  # where p's A end is cabled
+        other = by_end.get(far) if far is not None else None
         # Swap: A planned to B, C planned to D; seen A-D and C-B (or A-C and B-D).
-        if other is not None and other is not p and other not in paired:
+        if far is not None and other is not None and other is not p and other not in paired:
             crossed = {peer.get(other.a, (None,))[0], peer.get(other.b, (None,))[0]}
             if {p.a, p.b} & crossed:
                 paired |= {p, other}
-                found = f"{p.a} <-> {got[0]}, " + ", ".join(
-                    f"{end} <-> {peer[end][0]}" for end in (p.b, other.a, other.b) if end in peer and end != got[0]
+                found = f"{p.a} <-> {far}, " + ", ".join(
+                    f"{end} <-> {peer[end][0]}" for end in (p.b, other.a, other.b) if end in peer and end != far
                 )
                 problems.append(
                     Problem(

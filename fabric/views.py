@@ -90,8 +90,8 @@ def _page(request: HttpRequest, queryset: QuerySet[Any]) -> tuple[Any, str]:
 
 def port_urls(endpoints: Iterable[str]) -> dict[str, str]:
     """Each "device/port" endpoint's page, found with one query for all of them."""
-    ports = {e: e.rsplit("/", 1) for e in endpoints if e and "/" in e}
-    ports = {e: (name, port) for e, (name, port) in ports.items() if port.isdigit() and 0 < int(port) < 256}
+    split = {e: e.rsplit("/", 1) for e in endpoints if e and "/" in e}
+    ports = {e: (name, port) for e, (name, port) in split.items() if port.isdigit() and 0 < int(port) < 256}
     ids = dict(FabricDevice.objects.filter(name__in={n for n, _ in ports.values()}).values_list("name", "pk"))
     return {e: reverse("fabric-link", args=(ids[n], int(p))) for e, (n, p) in ports.items() if n in ids}
 
@@ -99,6 +99,7 @@ def port_urls(endpoints: Iterable[str]) -> dict[str, str]:
 def _link_discrepancies(rows: list[Discrepancy]) -> list[Discrepancy]:
     urls = port_urls(e for d in rows for e in (d.a_endpoint, d.b_endpoint))
     for d in rows:
+        # Display attributes for the template only, not fields of the model.
         d.a_url, d.b_url = urls.get(d.a_endpoint), urls.get(d.b_endpoint)  # type: ignore[attr-defined]
         d.colour = KIND_COLOURS.get(d.kind, "#888")  # type: ignore[attr-defined]
     return rows
@@ -144,7 +145,8 @@ def _read_plan(upload: Any) -> str:
     if upload.size > PLAN_MAX_BYTES:
         raise PlanImportError([(1, f"the file is larger than {PLAN_MAX_BYTES // (1024 * 1024)} MB")])
     try:
-        return upload.read().decode("utf-8-sig")
+        text: str = upload.read().decode("utf-8-sig")  # an UploadedFile (Any to its caller)
+        return text
     except UnicodeDecodeError as exc:
         raise PlanImportError([(1, f"the file is not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
 
@@ -278,7 +280,7 @@ def _peer(link: PlannedLink | DiscoveredLink | None, device: FabricDevice, port:
     if link is None:
         return ""
     if link.a_device_id == device.pk and link.a_port == port:
-        return f"{link.b_device.name}/{link.b_port}" if link.b_device_id else ""
+        return f"{link.b_device.name}/{link.b_port}" if link.b_device else ""  # no query when b_device_id is None
     return f"{link.a_device.name}/{link.a_port}"
 
 

@@ -8,6 +8,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.forms.models import model_to_dict
 from django.http import HttpRequest, HttpResponse
@@ -21,23 +24,30 @@ from . import alerts as verbs
 from .models import Alert, Finding, HealthRule, HealthRuleChange, UnroutedAlert, XidDefinition
 
 
-class ReasonForm(forms.ModelForm):
+class ReasonForm(forms.ModelForm[Any]):
     """Every edit of a rule or an XID definition needs a reason; it goes in the change log."""
 
     change_reason = forms.CharField(max_length=300, help_text="Why this change? Kept in the change log.")
 
 
-def _changes(obj: Any, form: forms.ModelForm) -> dict[str, list[Any]]:
+def _changes(obj: Any, form: forms.ModelForm[Any]) -> dict[str, list[Any]]:
     before = form.initial
     after = model_to_dict(obj, fields=form.changed_data)
     return {name: [before.get(name), after.get(name)] for name in form.changed_data if name != "change_reason"}
 
 
-class ChangeLogInline(admin.TabularInline):
+def _staff(request: HttpRequest) -> User:
+    """Who edits: the admin site lets signed-in staff in only."""
+    if isinstance(request.user, AnonymousUser):
+        raise PermissionDenied
+    return request.user
+
+
+class ChangeLogInline(admin.TabularInline[HealthRuleChange, Any]):
     model = HealthRuleChange
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["created", "actor_name", "reason", "changes"]
+    fields = readonly_fields = ("created", "actor_name", "reason", "changes")
     ordering = ["-created"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -47,13 +57,13 @@ class ChangeLogInline(admin.TabularInline):
         return False
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedAdmin(admin.ModelAdmin[Any]):
     form = ReasonForm
     inlines = [ChangeLogInline]
 
-    def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm, **target: Any) -> None:
+    def _log(self, request: HttpRequest, obj: Any, form: forms.ModelForm[Any], **target: Any) -> None:
         HealthRuleChange.objects.create(
-            actor=request.user,
+            actor=_staff(request),
             actor_name=request.user.get_username(),
             reason=form.cleaned_data["change_reason"],
             changes=_changes(obj, form),
@@ -83,8 +93,8 @@ class HealthRuleAdmin(AuditedAdmin):
     search_fields = ["key", "description"]
     readonly_fields = ["updated", "updated_by"]
 
-    def save_model(self, request: HttpRequest, obj: HealthRule, form: forms.ModelForm, change: bool) -> None:
-        obj.updated, obj.updated_by = timezone.now(), request.user
+    def save_model(self, request: HttpRequest, obj: HealthRule, form: forms.ModelForm[Any], change: bool) -> None:
+        obj.updated, obj.updated_by = timezone.now(), _staff(request)
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, rule=obj, target=str(obj)[:150])
 
@@ -97,8 +107,8 @@ class XidDefinitionAdmin(AuditedAdmin):
     search_fields = ["xid", "name", "meaning"]
     readonly_fields = ["edited_by", "edited_reason", "edited_at"]
 
-    def save_model(self, request: HttpRequest, obj: XidDefinition, form: forms.ModelForm, change: bool) -> None:
-        obj.edited_by, obj.edited_at = request.user, timezone.now()
+    def save_model(self, request: HttpRequest, obj: XidDefinition, form: forms.ModelForm[Any], change: bool) -> None:
+        obj.edited_by, obj.edited_at = _staff(request), timezone.now()
         obj.edited_reason = form.cleaned_data["change_reason"]
         super().save_model(request, obj, form, change)
         self._log(request, obj, form, xid=obj, target=f"XID {obj.xid}")
@@ -162,7 +172,9 @@ class AlertAdmin(ReadOnlyAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return obj is None and request.user.has_perm("nodes.operate_node")  # the changelist, for actions
 
-    def _with_reason(self, request: HttpRequest, queryset: QuerySet[Alert], verb: Any, name: str) -> Any:
+    def _with_reason(
+        self, request: HttpRequest, queryset: QuerySet[Alert], verb: Any, name: str
+    ) -> HttpResponse | None:
         form = AlertReasonForm(request.POST if "apply" in request.POST else None)
         if not form.is_valid():
             return TemplateResponse(
@@ -175,7 +187,7 @@ class AlertAdmin(ReadOnlyAdmin):
                     "alerts": queryset,
                     "action": f"{name}_action",
                     "opts": self.model._meta,
-                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                    "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 },
             )
         done = 0

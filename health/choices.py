@@ -17,7 +17,7 @@ class Severity(models.TextChoices):
     INFO = "info", "Info"
 
 
-SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.DEGRADED: 2, Severity.CATASTROPHIC: 3}
+SEVERITY_RANK: dict[str, int] = {Severity.INFO: 0, Severity.WARNING: 1, Severity.DEGRADED: 2, Severity.CATASTROPHIC: 3}
 SEVERITY_COLOURS = {
     Severity.CATASTROPHIC: "#c0392b",
     Severity.DEGRADED: "#e67e22",

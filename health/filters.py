@@ -70,7 +70,7 @@ class AlertFilterSet(FilterSet):
     @property
     def qs(self) -> QuerySet[Alert]:
         # Silenced alerts are hidden by default, i.e. also when show_silenced is absent.
-        queryset = super().qs
+        queryset: QuerySet[Alert] = super().qs  # django-filter has no type information
         if self.form.cleaned_data.get("show_silenced") is None:
             queryset = self.filter_silenced(queryset, "show_silenced", False)
         return queryset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
 from django.db.models import F
@@ -16,6 +16,9 @@ from .choices import AlertState
 from .models import Alert
 from .ruleconfig import RuleBook
 from .services import HEALTH, clear_condition, raise_finding
+
+if TYPE_CHECKING:
+    from telemetry.models import NodeHealth
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def _grace(book: RuleBook, profile_id: int | None) -> float:
     return book.config("heartbeat_missing", profile_id).threshold or 180
 
 
-def _silent_since(health: Any) -> datetime:
+def _silent_since(health: NodeHealth) -> datetime:
     """Since when the node's agent owes a report: its newest report, or the node's last change of
     state if later (a node back from RMA or repair enters a reporting state with a report weeks old:
     its grace starts now, not then)."""

@@ -76,6 +76,7 @@ def distil_row(row: dict[str, str]) -> dict[str, Any]:
     bucket = (row.get("recommended_action") or "").split(":", 1)[0].strip()
     catalog_severity = (row.get("severity") or "N/A").split()[0]
     severity = SEVERITY_MAP.get(catalog_severity, Severity.WARNING)
+    action: str
     if bucket == "NONE_LISTED":  # 162-172: no NVIDIA bucket; inspect what is inferred critical
         action = A.INSPECT if severity == Severity.CATASTROPHIC else A.NONE
     elif catalog_severity == "N/A":

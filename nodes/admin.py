@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -31,16 +32,16 @@ class ForceStateForm(forms.Form):
     )
 
 
-class GPUInline(admin.TabularInline):
+class GPUInline(admin.TabularInline[GPU, Node]):
     model = GPU
     extra = 0
 
 
-class HistoryInline(admin.TabularInline):
+class HistoryInline(admin.TabularInline[NodeEvent, Node]):
     """The newest history rows, read-only (the full history is on the node page)."""
 
     model = NodeEvent
-    fields = ["created", "kind", "transition", "source_state", "target_state", "actor_name", "reason"]
+    fields = ("created", "kind", "transition", "source_state", "target_state", "actor_name", "reason")
     readonly_fields = fields
     ordering = ["-created", "-id"]
     extra = 0
@@ -66,7 +67,7 @@ class HistoryInline(admin.TabularInline):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(admin.ModelAdmin[Node]):
     list_display = ["hostname", "state", "state_changed_at", "site", "cluster", "tenant", "hardware_profile", "serial"]
     list_filter = ["state", "site", "cluster", "tenant", "hardware_profile", "persona", "is_revalidation"]
     list_select_related = ["site", "cluster", "tenant", "hardware_profile"]
@@ -102,7 +103,7 @@ class NodeAdmin(admin.ModelAdmin):
                 "form": form,
                 "nodes": queryset.select_related(None).only("hostname", "state"),
                 "opts": self.model._meta,
-                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             },
         )
 
@@ -119,7 +120,7 @@ class NodeEventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(StateCountSnapshot)
-class StateCountSnapshotAdmin(admin.ModelAdmin):
+class StateCountSnapshotAdmin(admin.ModelAdmin[StateCountSnapshot]):
     list_display = ["taken_at", "state", "cluster", "tenant", "count"]
     list_filter = ["state", "cluster", "tenant"]
     list_select_related = ["cluster", "tenant"]

@@ -108,7 +108,7 @@ def lifecycle_edges() -> list[tuple[str, str, str]]:
     for t in field.get_all_transitions(Node):
         if t.custom.get("admin_only") or t.source in ("*", "+"):
             continue
-        edges.append((t.source, t.target, t.name))
+        edges.append((str(t.source), str(t.target), t.name))  # the states' values
     return sorted(set(edges))
 
 

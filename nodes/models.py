@@ -7,13 +7,14 @@ and set fields: locking, saving, history and follow-up work belong to
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
-from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, transition
+from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, Transition, transition
 
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodewarden.records import AppendOnlyQuerySet
@@ -34,6 +35,14 @@ def _meta(label: str, queue: str, *, style: str = "primary", admin_only: bool = 
 
 class Node(ConcurrentTransitionMixin, models.Model):
     """A GPU server, from enrollment to decommission."""
+
+    if TYPE_CHECKING:
+        # django-fsm-2 imports typing.override in a try block that fails on Python 3.11, so to mypy
+        # the mixin's __init__ is Any, and Node(...) and Node.objects with it. Typed here again.
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        # FSMField adds this method for the "state" field when the class is created.
+        def get_available_user_state_transitions(self, user: Any) -> Iterator[Transition]: ...
 
     hostname = models.CharField(max_length=253, unique=True)
     serial = models.CharField(max_length=100, unique=True)

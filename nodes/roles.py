@@ -25,7 +25,7 @@ def ensure_roles(**kwargs: Any) -> None:
 
     for group_name, perms in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=group_name)
-        wanted = []
+        wanted: list[Permission] = []
         for perm in perms:
             app_label, codename = perm.split(".")
             wanted.extend(Permission.objects.filter(content_type__app_label=app_label, codename=codename))

@@ -117,7 +117,7 @@ def _queue_followup(event: NodeEvent, transition_name: str) -> None:
     from .tasks import run_transition_followup
 
     queue = transition_meta(transition_name).get("queue", "default")
-    run_transition_followup.apply_async(args=[event.pk], queue=queue)
+    run_transition_followup.apply_async(args=(event.pk,), queue=queue)
 
 
 def transition_meta(name: str) -> dict[str, Any]:

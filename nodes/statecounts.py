@@ -127,12 +127,16 @@ def daily_counts(
 def _bucketed(rows: QuerySet[Any], buckets: Mapping[str, Sequence[str]] | None) -> QuerySet[Any]:
     """The rows annotated with ``bucket``: their state, or the name of the bucket that holds it."""
     if buckets is None:
-        return rows.annotate(bucket=F("state"))
-    return rows.filter(state__in=[state for states in buckets.values() for state in states]).annotate(
+        by_state: QuerySet[Any] = rows.annotate(bucket=F("state"))
+        return by_state
+    by_bucket: QuerySet[Any] = rows.filter(
+        state__in=[state for states in buckets.values() for state in states]
+    ).annotate(
         bucket=Case(
             *(When(state__in=states, then=Value(name)) for name, states in buckets.items()), output_field=CharField()
         )
     )
+    return by_bucket
 
 
 def _live(snapshots: QuerySet[Any], fields: Sequence[str]) -> list[DayCount]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(bind=True, acks_late=True)
-def run_transition_followup(self, event_id: int) -> str:  # type: ignore[no-untyped-def]
+def run_transition_followup(self: Task[Any, Any], event_id: int) -> str:
     """Carry out what a committed transition asks for next, and record the run.
 
     Idempotent: a second delivery finds the finished run and returns; a node that

@@ -7,18 +7,28 @@ every change goes through ``nodes.services``.
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden, StreamingHttpResponse
+from django.db.models import Count, QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseForbidden,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
+from django_htmx.middleware import HtmxDetails
 
 from nodewarden.bounds import timestamp_problem
 
@@ -34,8 +44,14 @@ CHART_DAYS = 90
 STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A request as django-htmx's middleware leaves it (``request.htmx``)."""
+
+    htmx: HtmxDetails
+
+
 @login_required
-def fleet_overview(request: HttpRequest) -> HttpResponse:
+def fleet_overview(request: HtmxHttpRequest) -> HttpResponse:
     """Counts by state, by site and cluster, recent changes, and counts over time."""
     nodes = visible_nodes(request.user)
     counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
@@ -69,14 +85,14 @@ def fleet_overview(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     # Per day, not per hour: 90 days of hourly snapshots are 3,000 points a state (and rows to read).
     scope = {} if is_operator_view(request.user) else {"tenant_id": user_tenant_id(request.user)}
-    counts = statecounts.daily_counts(now - timedelta(days=CHART_DAYS), now, scope=scope)
-    context["counts_chart"] = charts.state_counts_over_time(counts)
+    days = statecounts.daily_counts(now - timedelta(days=CHART_DAYS), now, scope=scope)
+    context["counts_chart"] = charts.state_counts_over_time(days)
     return render(request, "nodes/overview.html", context)
 
 
-def _counts_by_cluster(nodes) -> list[dict]:  # type: ignore[no-untyped-def]
+def _counts_by_cluster(nodes: QuerySet[Node]) -> list[dict[str, Any]]:
     """One row per (site, cluster) with node counts per phase."""
-    rows: dict[tuple[str, str], dict] = {}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in nodes.values("site__name", "site__slug", "cluster__name", "state").annotate(n=Count("id")).order_by():
         key = (r["site__name"], r["cluster__name"] or "")
         row = rows.setdefault(
@@ -136,7 +152,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def node_export_csv(request: HttpRequest) -> HttpResponse:
+def node_export_csv(request: HttpRequest) -> HttpResponseBase:
     """The current view of the node list as CSV (same filters, no pagination)."""
     filterset = _filtered(request)
     if filterset.is_bound and not filterset.is_valid():
@@ -160,7 +176,7 @@ def node_export_csv(request: HttpRequest) -> HttpResponse:
         "bmc_address",
     ]
 
-    def rows():  # type: ignore[no-untyped-def]
+    def rows() -> Iterator[str]:
         yield writer.writerow(header)
         for n in queryset.iterator(chunk_size=500):
             yield writer.writerow(

@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -16,7 +17,7 @@ class ReasonForm(forms.Form):
 
 
 def reason_or_page(
-    modeladmin: admin.ModelAdmin,
+    modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,
     queryset: QuerySet[Any],
     *,
@@ -40,6 +41,6 @@ def reason_or_page(
             "objects": queryset,
             "action": request.POST.get("action", ""),
             "opts": modeladmin.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         },
     )

@@ -123,6 +123,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     from nodes.services import ReasonRequired, TransitionForbidden  # the domain's own refusals
 
+    response: Response | None
     if isinstance(exc, TransitionNotAllowed | ConcurrentTransition):
         response = Response(error_body(str(exc), "conflict"), status=status.HTTP_409_CONFLICT)
     elif isinstance(exc, TransitionForbidden):

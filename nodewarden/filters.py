@@ -40,7 +40,7 @@ class BoundedIsoDateTimeField(IsoDateTimeField):
     """An ISO 8601 date-time the database can compare: an offset of at most ±15:59, a year in UTC."""
 
     def to_python(self, value: Any) -> datetime | None:
-        parsed = super().to_python(value)
+        parsed: datetime | None = super().to_python(value)  # django-filter has no type information
         if parsed is not None:
             problem = timestamp_problem(parsed)
             if problem is not None:
@@ -52,7 +52,7 @@ class IsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = BoundedIsoDateTimeField
 
 
-def _column_range(field: models.Field) -> dict[str, int]:
+def _column_range(field: models.Field[Any, Any]) -> dict[str, int]:
     low, high = connection.ops.integer_field_range(field.get_internal_type())
     return {"min_value": 0 if low is None else low, "max_value": BIGINT_MAX if high is None else high}
 

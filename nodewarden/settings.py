@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import django_stubs_ext
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
@@ -34,6 +35,10 @@ def _json_object(name: str, value: object) -> None:
     if not isinstance(value, dict):
         raise ImproperlyConfigured(f'{name} must be a JSON object, e.g. {{"name": "value"}}')
 
+
+# Lets the code write the generic types mypy checks (admin.ModelAdmin[Node], forms.ModelForm[Hold])
+# at run time too: Django's own classes are not subscriptable.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env.str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
@@ -125,7 +130,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "nodewarden.sqlite3",
+            "NAME": str(VAR_DIR / "nodewarden.sqlite3"),
             "OPTIONS": {
                 # The web process, worker and beat share one file: WAL lets readers
                 # run beside the writer, IMMEDIATE takes the write lock up front so

@@ -50,10 +50,15 @@ class AuthFailureThrottle(SimpleRateThrottle):
     """
 
     scope = SCOPE
+    # Set by SimpleRateThrottle.__init__ from the rate (None without one, and every use checks
+    # the rate first); the stubs leave them out.
+    num_requests: int
+    duration: int
 
     def get_rate(self) -> str | None:
         # Read now, not at import (SimpleRateThrottle.THROTTLE_RATES is bound when DRF loads).
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        # Rates are "10/min" strings; the stubs type DEFAULT_THROTTLE_RATES as numbers.
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)  # type: ignore[return-value]
 
     def get_ident(self, request: Any) -> str:
         return client_ip(request)

@@ -80,13 +80,14 @@ class EnrollNodeForm(forms.Form):
         for f in fields(EnrollmentRequest):
             value, field = self.cleaned_data[f.name], self.fields[f.name]
             if isinstance(field, forms.ModelChoiceField):
-                value = getattr(value, field.to_field_name) if value is not None else ""
+                # Each choice field here names its to_field_name; None would mean the pk, as in Django.
+                value = getattr(value, field.to_field_name or "pk") if value is not None else ""
             values[f.name] = value
         return EnrollmentRequest(**values)
 
 
 @admin.register(BootConfig)
-class BootConfigAdmin(admin.ModelAdmin):
+class BootConfigAdmin(admin.ModelAdmin[BootConfig]):
     """Boot configs are created by provisioning (services.prepare_boot); here only edited.
 
     Their list offers "Enroll node" (``enroll/``), where Day 0 begins and the boot config comes from.
@@ -188,8 +189,8 @@ class JoinTokenAdmin(ReadOnlyAdmin):
             intro="A revoked join token can no longer be used to join. Your name and your reason are "
             "recorded in each node's history.",
         )
-        if page is not None:
-            return page
+        if reason is None:
+            return page  # the page asking for a reason
         revoked = 0
         for pk in queryset.values_list("pk", flat=True):
             try:

@@ -54,7 +54,7 @@ _SECRET_REF = re.compile(r"^[A-Za-z0-9_./:@+-]{1,255}$")
 
 def portal_url() -> str:
     """NODEWARDEN_PORTAL_URL, else the project's PORTAL_URL, without a trailing slash."""
-    url = settings.NODEWARDEN_PORTAL_URL or settings.PORTAL_URL
+    url: str = settings.NODEWARDEN_PORTAL_URL or settings.PORTAL_URL
     return url.rstrip("/")
 
 
@@ -172,7 +172,7 @@ def user_data_dict(boot: BootConfig, token: JoinToken, comments: list[str]) -> d
 
 def agent_package() -> str:
     """NODEWARDEN_AGENT_PACKAGE: a pip requirement (name, pinned version, or wheel URL on a mirror)."""
-    return settings.NODEWARDEN_AGENT_PACKAGE
+    return str(settings.NODEWARDEN_AGENT_PACKAGE)
 
 
 def _join_command(token: JoinToken) -> list[str]:
@@ -289,7 +289,7 @@ def _kubernetes(
 def munge_key_ref() -> str:
     """NODEWARDEN_SLURM_MUNGE_KEY_REF: where the munge key comes from (a path or a secret's name).
     Never the key: the key is placed by the image or a secret store, not by user-data."""
-    return settings.NODEWARDEN_SLURM_MUNGE_KEY_REF
+    return str(settings.NODEWARDEN_SLURM_MUNGE_KEY_REF)
 
 
 def _slurm(cluster: Any, files: list[dict[str, str]], comments: list[str]) -> None:

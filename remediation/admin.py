@@ -33,7 +33,7 @@ TARGETS = ("node", "cluster", "rack", "tenant")
 
 
 def _with_reason(
-    modeladmin: admin.ModelAdmin,
+    modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,
     queryset: QuerySet[Any],
     *,
@@ -43,8 +43,8 @@ def _with_reason(
 ) -> HttpResponse | None:
     """Ask for a reason (an intermediate page), then run ``verb`` on each selected row."""
     reason, page = reason_or_page(modeladmin, request, queryset, title=title, button=button)
-    if page is not None:
-        return page
+    if reason is None:
+        return page  # the page asking for a reason
     done = 0
     for pk in queryset.values_list("pk", flat=True):
         try:
@@ -57,7 +57,7 @@ def _with_reason(
 
 
 @admin.register(RemediationPolicy)
-class RemediationPolicyAdmin(admin.ModelAdmin):
+class RemediationPolicyAdmin(admin.ModelAdmin[RemediationPolicy]):
     """Which findings lead to which plan, first match by priority (lowest first)."""
 
     list_display = [
@@ -83,17 +83,17 @@ class RemediationPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(MaintenanceWindow)
-class MaintenanceWindowAdmin(admin.ModelAdmin):
+class MaintenanceWindowAdmin(admin.ModelAdmin[MaintenanceWindow]):
     list_display = ["id", "cluster", "weekdays", "start_hour", "end_hour"]
     list_select_related = ["cluster"]
 
 
 @admin.register(BlastRadiusLimit)
-class BlastRadiusLimitAdmin(admin.ModelAdmin):
+class BlastRadiusLimitAdmin(admin.ModelAdmin[BlastRadiusLimit]):
     list_display = ["domain", "max_share", "max_count", "max_drains_per_hour"]
 
 
-class HoldForm(forms.ModelForm):
+class HoldForm(forms.ModelForm[Hold]):
     class Meta:
         model = Hold
         fields = [*TARGETS, "reason", "until"]
@@ -107,7 +107,7 @@ class HoldForm(forms.ModelForm):
 
 
 @admin.register(Hold)
-class HoldAdmin(admin.ModelAdmin):
+class HoldAdmin(admin.ModelAdmin[Hold]):
     """Holds are placed through ``place_hold`` (kept on the node's history) and released with a reason."""
 
     form = HoldForm
@@ -136,10 +136,10 @@ class HoldAdmin(admin.ModelAdmin):
         frozen = [*TARGETS, "reason", "actor_name", "created", "released_at", "released_reason"]
         return frozen + (["until"] if obj.released_at else [])
 
-    def get_fields(self, request: HttpRequest, obj: Hold | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: Hold | None = None) -> tuple[str, ...]:
         if obj is None:
-            return [*TARGETS, "reason", "until"]
-        return [*TARGETS, "reason", "actor_name", "created", "until", "released_at", "released_reason"]
+            return (*TARGETS, "reason", "until")
+        return (*TARGETS, "reason", "actor_name", "created", "until", "released_at", "released_reason")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return super().has_add_permission(request) and request.user.has_perm(OPERATE)
@@ -147,7 +147,7 @@ class HoldAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # released, never deleted: the hold explains why nothing happened
 
-    def save_model(self, request: HttpRequest, obj: Hold, form: forms.ModelForm, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Hold, form: forms.ModelForm[Hold], change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
@@ -195,9 +195,9 @@ class CircuitBreakerAdmin(ReadOnlyAdmin):
         )
 
 
-class StepInline(admin.TabularInline):
+class StepInline(admin.TabularInline[RemediationStep, Remediation]):
     model = RemediationStep
-    fields = ["rung", "status", "started", "finished", "deadline", "attempts", "detail"]
+    fields = ("rung", "status", "started", "finished", "deadline", "attempts", "detail")
     readonly_fields = fields
     extra = 0
     max_num = 0

@@ -3,6 +3,8 @@ through drain, re-validation and back to production moves its remediation on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
@@ -18,12 +20,12 @@ from .models import Remediation
 
 
 @receiver(post_save, sender=Finding, dispatch_uid="remediation.consider_finding")
-def queue_consideration(sender, instance: Finding, created: bool, **kwargs) -> None:  # type: ignore[no-untyped-def]
+def queue_consideration(sender: type[Finding], instance: Finding, created: bool, **kwargs: Any) -> None:
     """Every new finding is considered once its transaction commits (the remediation queue)."""
     if created and not instance.shadow and instance.node_id is not None:
         from .tasks import consider_finding
 
-        transaction.on_commit(lambda: consider_finding.apply_async(args=[instance.pk], queue="remediation"))
+        transaction.on_commit(lambda: consider_finding.apply_async(args=(instance.pk,), queue="remediation"))
 
 
 @followup("complete_drain")

@@ -18,12 +18,17 @@ the step, and the ladder climbs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db.models import F
 from django.utils import timezone
 
 from .choices import Rung, Status, StepStatus
 from .models import RemediationStep
 from .services import ACTOR, action_done, step_failed
+
+if TYPE_CHECKING:
+    from bmc.models import BmcEndpoint
 
 
 def run(step_id: int) -> str:
@@ -45,7 +50,7 @@ def run(step_id: int) -> str:
     if step.rung == Rung.GPU_RESET:
         step_failed(step, "GPU reset needs the node agent's command channel, which this version does not have")
         return "not available"
-    endpoint = getattr(node, "bmc", None)
+    endpoint: BmcEndpoint | None = getattr(node, "bmc", None)  # None: the node has no BMC row
     if endpoint is None:
         step_failed(step, "no BMC configured for this node")
         return "no BMC"
@@ -65,7 +70,7 @@ def run(step_id: int) -> str:
     return "passed"
 
 
-def _reimage(step: RemediationStep, endpoint: object) -> str:
+def _reimage(step: RemediationStep, endpoint: BmcEndpoint) -> str:
     """Re-install through provisioning, PXE once, power cycle; then wait for the node's join."""
     from bmc import client
     from bmc.drivers.base import BmcError, PowerAction

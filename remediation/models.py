@@ -3,7 +3,7 @@ safety rails (holds, maintenance windows, blast-radius limits, circuit breakers)
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models
@@ -98,8 +98,8 @@ class Remediation(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         # The finding's time is copied once: time to recover counts from it, and the reports read
         # thousands of recoveries without a lookup of their findings. A finding never changes its time.
-        if self.finding_id is not None and self.finding_created is None:
-            self.finding_created = self.finding.created
+        if self.finding_created is None and (finding := self.finding) is not None:
+            self.finding_created = finding.created
             if kwargs.get("update_fields") is not None:
                 kwargs["update_fields"] = {*kwargs["update_fields"], "finding_created"}
         super().save(*args, **kwargs)
@@ -109,7 +109,7 @@ class Remediation(models.Model):
         return self.status in OPEN
 
     @property
-    def time_to_recover(self):  # type: ignore[no-untyped-def]
+    def time_to_recover(self) -> timedelta | None:
         if self.status == Status.SUCCEEDED and self.finished:
             return self.finished - self.created
         return None

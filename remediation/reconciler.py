@@ -18,7 +18,9 @@ Every minute it re-drives:
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TypeVar
 
 from django.utils import timezone
 
@@ -39,9 +41,10 @@ def stall() -> timedelta:
 
 
 S = NodeState
+_Item = TypeVar("_Item")  # what one of the reconciler's passes walks over
 
 
-def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def reconcile(now: datetime | None = None) -> dict[str, int]:
     """One pass over everything that may have stalled. An item that fails (a bug, a service that
     refuses) is logged and counted under "errors"; it never stops the pass for the others."""
     now = now or timezone.now()
@@ -57,7 +60,7 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     }
     stalled_after = stall()
 
-    def each(items, act) -> None:  # type: ignore[no-untyped-def]
+    def each(items: Iterable[_Item], act: Callable[[_Item], str]) -> None:
         for item in items:
             try:
                 outcome = act(item)
@@ -130,7 +133,7 @@ def reconcile(now=None) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return counts
 
 
-def _claim(step: RemediationStep, now) -> bool:  # type: ignore[no-untyped-def]
+def _claim(step: RemediationStep, now: datetime) -> bool:
     """Compare-and-swap on last_activity: of two reconcilers (or a worker taking the step up
     meanwhile), only one re-queues it, and not again until it has stalled once more."""
     return bool(

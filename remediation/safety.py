@@ -110,19 +110,22 @@ def _limit(domain: str) -> BlastRadiusLimit | None:
     return found or (DEFAULT_LIMIT if domain == Domain.CLUSTER else None)
 
 
-def _domain_filter(node: Node, domain: str) -> Q | None:
-    field = {Domain.CLUSTER: "cluster_id", Domain.RACK: "rack_id", Domain.TENANT: "tenant_id"}[domain]
-    value = getattr(node, field)
-    return Q(**{field: value}) if value else None
+def _domain_lookup(node: Node, domain: str) -> tuple[str, int] | None:
+    """The node's failure domain of this kind as a (field, id) lookup; None if it is in none."""
+    fields: dict[str, str] = {Domain.CLUSTER: "cluster_id", Domain.RACK: "rack_id", Domain.TENANT: "tenant_id"}
+    field = fields[domain]
+    value: int | None = getattr(node, field)
+    return (field, value) if value else None
 
 
 def blast_radius_block(node: Node, now: datetime) -> str | None:
     """Why taking this serving node out now would exceed a domain's limit, or None."""
     for domain in Domain.values:
-        limit, scope = _limit(domain), _domain_filter(node, domain)
-        if limit is None or scope is None:
+        limit, lookup = _limit(domain), _domain_lookup(node, domain)
+        if limit is None or lookup is None:
             continue
-        nodes = Node.objects.filter(scope).exclude(pk=node.pk)
+        field, value = lookup
+        nodes = Node.objects.filter(**{field: value}).exclude(pk=node.pk)
         counts = {state: n for state, n in nodes.values_list("state").annotate(n=Count("id")).order_by()}
         out = sum(counts.get(s, 0) for s in OUT)
         total = out + sum(counts.get(s, 0) for s in SERVING) + 1
@@ -133,7 +136,7 @@ def blast_radius_block(node: Node, now: datetime) -> str | None:
                 f"(limit {limit.max_share:.0%} and {limit.max_count} nodes)"
             )
         drains = NodeEvent.objects.filter(
-            scope_on_events(scope),
+            **{f"node__{field}": value},  # the same domain, through the history row's node
             transition__in=TAKE_OUT_TRANSITIONS,
             actor_name__startswith="system:remediation",
             created__gte=now - timedelta(hours=1),
@@ -141,11 +144,6 @@ def blast_radius_block(node: Node, now: datetime) -> str | None:
         if drains >= limit.max_drains_per_hour:
             return f"drain-rate limit of the {label}: {drains} automated drains in the last hour (limit {limit.max_drains_per_hour})"
     return None
-
-
-def scope_on_events(scope: Q) -> Q:
-    """A node filter, applied to history rows through their node."""
-    return Q(*[(f"node__{k}", v) for k, v in scope.children])
 
 
 def window_block(node: Node, rung: str, now: datetime) -> str | None:

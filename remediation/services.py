@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -53,6 +53,9 @@ from .choices import (
 )
 from .models import Remediation, RemediationPolicy, RemediationStep
 
+if TYPE_CHECKING:
+    from health.models import Finding
+
 log = logging.getLogger(__name__)
 ACTOR = Actor.system("remediation")
 S = NodeState
@@ -63,7 +66,7 @@ OUT_OF_HANDS = (S.REPAIR, S.RMA, S.DECOMMISSIONED)
 # re-validation after a rung climbs through ``on_validation_failed`` instead). A policy that
 # names one of these rules explicitly opts in.
 VALIDATION_RULES = ("day1_stage", "day0_timeout")
-RUNG_TIMEOUT = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
+RUNG_TIMEOUT: dict[str, int] = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
 
 
 class RemediationConflict(Exception):
@@ -132,7 +135,7 @@ def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
     last = recent.filter(
         status=Status.SUCCEEDED, finished__gte=now - timedelta(hours=settings.NODEWARDEN_ESCALATION_WINDOW_HOURS)
     ).first()
-    if last is not None and LADDER.index(rung) <= LADDER.index(last.rung):
+    if last is not None and last.finished is not None and LADDER.index(rung) <= LADDER.index(last.rung):
         rung = next_rung(last.rung)
         reasons.append(
             f"failed again {_ago(now - last.finished)} after a {Rung(last.rung).label.lower()}: "
@@ -218,7 +221,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
     return admit(rem.pk, now=now)
 
 
-URGENCY_RANK = {Urgency.WATCH: 0, Urgency.WHEN_IDLE: 1, Urgency.NOW: 2}
+URGENCY_RANK: dict[str, int] = {Urgency.WATCH: 0, Urgency.WHEN_IDLE: 1, Urgency.NOW: 2}
 
 
 def hasten(remediation_id: int, finding: Any, *, now: datetime | None = None) -> Remediation:
@@ -368,7 +371,7 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
 def queue_step(step_id: int) -> None:
     from .tasks import run_step
 
-    run_step.apply_async(args=[step_id], queue="remediation")
+    run_step.apply_async(args=(step_id,), queue="remediation")
 
 
 def _hand_off(rem: Remediation) -> Remediation:
@@ -522,31 +525,32 @@ def confirm_window(finding: Any) -> timedelta:
     return timedelta(seconds=float(seconds or 0))
 
 
-def _may_stand_down(rem: Remediation) -> bool:
-    """Its finding is a condition with an alert that resolves when the rule sees it clear (not an
-    XID, whose alert resolves by going quiet), and its policy lets a remediation stand down."""
+def _stand_down_finding(rem: Remediation) -> Finding | None:
+    """The remediation's finding, if it may stand down (else None): a condition with an alert that
+    resolves when the rule sees it clear (not an XID, whose alert resolves by going quiet), and a
+    policy that lets a remediation stand down."""
     from health.tasks import QUIET_RULES
 
     finding = rem.finding
     if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
-        return False
-    return rem.policy is None or rem.policy.stand_down_if_cleared
+        return None
+    return finding if rem.policy is None or rem.policy.stand_down_if_cleared else None
 
 
 def confirming(rem: Remediation, now: datetime | None = None) -> str:
     """Why the remediation does not act yet on a condition that may clear by itself ('' if it may act):
     its confirmation window has not run, or its condition is clearing or has cleared (then the
     reconciler stands it down). Idle node or busy, the same rule."""
-    if not _may_stand_down(rem):
+    finding = _stand_down_finding(rem)
+    if finding is None:
         return ""
-    finding = rem.finding
     window = confirm_window(finding)
     if not window:
         return ""
     alert = finding.alert
     if cleared_by_itself(rem):
         return f"{finding.summary} cleared by itself"
-    if alert.clearing_since is not None:
+    if alert is not None and alert.clearing_since is not None:
         return f"{finding.summary} is clearing (seen clear since {alert.clearing_since:%H:%M:%S} UTC)"
     until = finding.created + window
     if (now or timezone.now()) < until:
@@ -556,10 +560,11 @@ def confirming(rem: Remediation, now: datetime | None = None) -> str:
 
 def cleared_by_itself(rem: Remediation) -> bool:
     """The finding's condition is gone before anything disruptive was done: its alert resolved because
-    the rule saw the condition clear, and the remediation may stand down (``_may_stand_down``)."""
+    the rule saw the condition clear, and the remediation may stand down (``_stand_down_finding``)."""
     from health.choices import AlertState
 
-    return _may_stand_down(rem) and rem.finding.alert.state == AlertState.RESOLVED
+    finding = _stand_down_finding(rem)
+    return finding is not None and finding.alert is not None and finding.alert.state == AlertState.RESOLVED
 
 
 def stand_down(remediation_id: int) -> Remediation:

@@ -19,11 +19,11 @@ from .choices import WebhookEvent
 from .models import RepairEvent, RepairTicket, RmaCase, WebhookDelivery, WebhookEndpoint
 
 
-class EventInline(admin.TabularInline):
+class EventInline(admin.TabularInline[RepairEvent, Any]):
     model = RepairEvent
     extra = 0
     can_delete = False
-    fields = readonly_fields = ["created", "verb", "from_state", "to_state", "actor_name", "reason"]
+    fields = readonly_fields = ("created", "verb", "from_state", "to_state", "actor_name", "reason")
     ordering = ["created", "id"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -101,7 +101,7 @@ class RepairEventAdmin(ReadOnlyAdmin):
     search_fields = ["hostname", "actor_name", "reason"]
 
 
-class WebhookEndpointForm(forms.ModelForm):
+class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
     url = forms.URLField(max_length=500, assume_scheme="https")
     events = forms.MultipleChoiceField(
         choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple, required=False
@@ -114,7 +114,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(admin.ModelAdmin[WebhookEndpoint]):
     form = WebhookEndpointForm
     list_display = ["name", "url", "active", "created"]
     list_filter = ["active"]

@@ -7,13 +7,14 @@ Locking, saving, history, the node's own state and webhooks belong to
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
-from django_fsm import ConcurrentTransitionMixin, FSMField, transition
+from django_fsm import ConcurrentTransitionMixin, FSMField, Transition, transition
 
 from nodes.models import OPERATE, Node
 from nodewarden.records import AppendOnlyQuerySet
@@ -33,6 +34,12 @@ class RepairTicket(ConcurrentTransitionMixin, models.Model):
     The place (site, rack, unit) and hostname are copied when the ticket opens, so the
     ticket still says where the technician went after the node moves or is renamed.
     """
+
+    if TYPE_CHECKING:  # as on nodes.models.Node: django-fsm-2's mixin __init__ is Any to mypy on 3.11
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def get_available_user_state_transitions(self, user: Any) -> Iterator[Transition]: ...
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="repair_tickets")
     hostname = models.CharField(max_length=253)
@@ -90,6 +97,12 @@ class RepairTicket(ConcurrentTransitionMixin, models.Model):
 
 class RmaCase(ConcurrentTransitionMixin, models.Model):
     """A part returned to its vendor: serials in and out, the vendor's case, the outcome."""
+
+    if TYPE_CHECKING:  # as on nodes.models.Node: django-fsm-2's mixin __init__ is Any to mypy on 3.11
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def get_available_user_state_transitions(self, user: Any) -> Iterator[Transition]: ...
 
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="rma_cases")
     hostname = models.CharField(max_length=253)

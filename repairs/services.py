@@ -248,7 +248,7 @@ def _change(
         if not can_proceed(method):
             raise RepairConflict(f"Cannot {name} {_noun(model)} #{pk}: it is {STATE_LABELS[source].lower()}.")
         method(*args)
-        fields = prepare(obj) if prepare else []
+        fields: list[str] = prepare(obj) if prepare else []
         obj.save(update_fields=["state", "updated", *fields])
         _record(obj, name, source, actor, reason)
     return obj
@@ -256,10 +256,17 @@ def _change(
 
 def _record(obj: RepairTicket | RmaCase, verb: str, source: str, actor: Actor, reason: str) -> RepairEvent:
     """The change's own row, the node's history row and the webhook deliveries, in the caller's transaction."""
-    is_ticket = isinstance(obj, RepairTicket)
+    ticket: RepairTicket | None
+    rma_case: RmaCase | None
+    if isinstance(obj, RepairTicket):
+        ticket, rma_case = obj, None
+        subject, key = f"Repair ticket #{obj.pk} ({obj.component})", "repair_ticket"
+    else:
+        ticket, rma_case = None, obj
+        subject, key = f"RMA #{obj.pk} ({obj.vendor} {obj.part}, serial {obj.failed_serial})", "rma_case"
     event = RepairEvent.objects.create(
-        ticket=obj if is_ticket else None,
-        rma_case=None if is_ticket else obj,
+        ticket=ticket,
+        rma_case=rma_case,
         node_id=obj.node_id,
         hostname=obj.hostname,
         verb=verb,
@@ -269,10 +276,6 @@ def _record(obj: RepairTicket | RmaCase, verb: str, source: str, actor: Actor, r
         actor_name=actor.name,
         reason=reason,
     )
-    if is_ticket:
-        subject, key = f"Repair ticket #{obj.pk} ({obj.component})", "repair_ticket"
-    else:
-        subject, key = f"RMA #{obj.pk} ({obj.vendor} {obj.part}, serial {obj.failed_serial})", "rma_case"
     record_event(
         obj.node_id,
         EventKind.ACTION,
@@ -280,7 +283,7 @@ def _record(obj: RepairTicket | RmaCase, verb: str, source: str, actor: Actor, r
         reason=f"{subject} {PAST[verb]}: {reason}",
         details={key: obj.pk, "from": source, "to": obj.state},
     )
-    name = (TICKET_VERB_EVENTS if is_ticket else RMA_VERB_EVENTS)[verb]
+    name = (TICKET_VERB_EVENTS if ticket is not None else RMA_VERB_EVENTS)[verb]
     webhooks.queue_event(name, webhooks.payload(name, obj, event))
     return event
 

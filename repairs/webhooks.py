@@ -50,7 +50,8 @@ def max_attempts() -> int:
 
 def backoff(attempts: int) -> timedelta:
     """Wait before attempt ``attempts + 1``: 30 s, 1 min, 2 min, ... at most 6 h."""
-    return min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_CAP)
+    factor: int = 2 ** max(attempts - 1, 0)  # int ** int is Any to typeshed (it may be a float)
+    return min(BACKOFF_BASE * factor, BACKOFF_CAP)
 
 
 def body_of(payload: dict[str, Any]) -> bytes:
@@ -175,7 +176,7 @@ def _iso(value: Any) -> str | None:
 def _url(name: str, pk: int) -> str:
     from django.urls import reverse
 
-    return settings.PORTAL_URL.rstrip("/") + reverse(name, args=[pk])
+    return str(settings.PORTAL_URL).rstrip("/") + reverse(name, args=[pk])
 
 
 def ticket_data(ticket: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ Reads a page at a time: a fixed number of queries per page of nodes or incidents
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -190,15 +190,15 @@ def incidents(rows: Sequence[outages.Outage]) -> list[Incident]:
         }
     result = []
     for outage in rows:
-        event = started.get(outage.initiating_event_id, {})
-        rem = remediation_of.get(outage.initiating_event_id)
+        event: Mapping[str, Any] = started.get(outage.initiating_event_id, {})
+        rem_id = remediation_of.get(outage.initiating_event_id)
         result.append(
             Incident(
                 outage,
                 hostname=event.get("hostname", ""),
                 node_id=outage.node_id,
                 reason=event.get("reason", ""),
-                finding=findings.get(rem) if rem else None,
+                finding=findings.get(rem_id) if rem_id else None,
             )
         )
     return result

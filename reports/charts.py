@@ -43,9 +43,9 @@ def availability_over_time(counts: Sequence[DayCount]) -> Figure:
     totals: dict[tuple[str, date], list[int]] = defaultdict(lambda: [0, 0])
     for c in counts:
         if c.state != NodeState.DECOMMISSIONED:
-            total = totals[(c.group or NONE_LABEL, c.day)]
-            total[0] += c.node_hours
-            total[1] += c.node_hours if c.state in SERVING or c.state == SERVING_BUCKET else 0
+            day_total = totals[(c.group or NONE_LABEL, c.day)]
+            day_total[0] += c.node_hours
+            day_total[1] += c.node_hours if c.state in SERVING or c.state == SERVING_BUCKET else 0
     lines: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for (name, day), (total, serving) in sorted(totals.items()):
         if total:

@@ -11,6 +11,7 @@ changes, by the node's cluster and tenant now (which a roll-up would have to fre
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
@@ -146,7 +147,7 @@ def transition_counts(events: QuerySet[NodeEvent]) -> list[dict[str, Any]]:
     return _listed(_counted(events))
 
 
-def flow_nodes(events: QuerySet[NodeEvent], source: str, target: str) -> QuerySet[NodeEvent]:
+def flow_nodes(events: QuerySet[NodeEvent], source: str, target: str) -> QuerySet[NodeEvent, Mapping[str, Any]]:
     """The nodes that went from ``source`` to ``target`` among the given changes: one row per node
     with how often and when last, most recent first (a queryset: the caller pages it)."""
     return (

@@ -20,9 +20,10 @@ import ipaddress
 import logging
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -131,7 +132,7 @@ class FleetCollector(Collector):
         yield by_cluster
 
     @staticmethod
-    def _by_severity(name: str, documentation: str, queryset) -> Metric:  # type: ignore[no-untyped-def]
+    def _by_severity(name: str, documentation: str, queryset: QuerySet[Any]) -> Metric:
         family = GaugeMetricFamily(name, documentation, labels=["severity"])
         counts = dict(queryset.values_list("severity").annotate(n=Count("id")).order_by())
         for severity in Severity.values:
@@ -240,7 +241,7 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily(
             "nodewarden_audit_last_run_timestamp_seconds",
             "When the last fleet audit finished (Unix time; 0: never).",
-            value=run.finished.timestamp() if run is not None else 0,
+            value=run.finished.timestamp() if run is not None and run.finished is not None else 0,
         )
 
 

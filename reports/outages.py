@@ -232,7 +232,8 @@ def rebuild(node_ids: Sequence[int] | None = None) -> int:
             cursor.execute("SELECT set_config('work_mem', %s, true)", ["256MB"])
         cursor.execute(delete)
         cursor.execute(insert, params)
-        return cursor.rowcount
+        written: int = cursor.rowcount  # the DB-API cursor is Any to mypy
+        return written
 
 
 def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -243,7 +244,8 @@ def _fetch(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT set_config('work_mem', %s, true), set_config('jit', 'off', true)", [WORK_MEM])
         cursor.execute(sql, params)
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()  # the DB-API cursor is Any to mypy
+        return rows
 
 
 @dataclass(frozen=True)

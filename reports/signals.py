@@ -36,6 +36,7 @@ def follow_node_cluster(sender: type[Node], instance: Node, created: bool, **kwa
     fields = kwargs.get("update_fields")
     if created or kwargs.get("raw") or (fields is not None and "cluster" not in fields and "cluster_id" not in fields):
         return
-    Outage.objects.filter(node_id=instance.pk).exclude(cluster_id=instance.cluster_id).update(
+    # cluster_id=None is Django's IS NULL: the stubs leave None out of the lookup's type.
+    Outage.objects.filter(node_id=instance.pk).exclude(cluster_id=instance.cluster_id).update(  # type: ignore[misc]
         cluster_id=instance.cluster_id
     )

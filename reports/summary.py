@@ -9,7 +9,7 @@ where rows come back to Python.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -71,11 +71,15 @@ def mttr(remediations: QuerySet[Remediation], period: Period) -> dict[str, Any]:
     }
 
 
-def _recovery_stats(rows: Iterable[tuple[str | None, datetime, datetime]]) -> dict[str | None, dict[str, Any]]:
+def _recovery_stats(
+    rows: Iterable[tuple[str | None, datetime, datetime | None]],
+) -> dict[str | None, dict[str, Any]]:
     """``_stats`` per cluster name ("" for none) and over all (key None) of (cluster, began, finished) rows."""
     overall: list[float] = []
     per_cluster: dict[str, list[float]] = defaultdict(list)
     for cluster, began, finished in rows:
+        if finished is None:  # not a recovery; the callers read succeeded ones, which have finished
+            continue
         seconds = max((finished - began).total_seconds(), 0.0)
         overall.append(seconds)
         per_cluster[cluster or ""].append(seconds)
@@ -132,13 +136,14 @@ def failure_causes(findings: QuerySet[Finding], period: Period) -> list[dict[str
     return [{"component": component, "cause": cause, "count": n} for (component, cause), n in ordered[:TOP_CAUSES]]
 
 
-def _cause(row: dict[str, Any], xid_names: dict[int, str], kinds: dict[str, str]) -> str:
+def _cause(row: Mapping[str, Any], xid_names: dict[int, str], kinds: dict[str, str]) -> str:
     if row["xid"] is not None:
         name = xid_names.get(row["xid"])
         return f"XID {row['xid']}" + (f": {name}" if name else "")
     if row["rule"] == FABRIC_RULE:
         return f"Fabric: {kinds.get(row['fabric_kind'] or '', row['fabric_kind'] or 'unknown')}"
-    return row["rule"]
+    rule: str = row["rule"]
+    return rule
 
 
 def failures_by_component(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -103,7 +103,7 @@ class KubernetesAdapter(SchedulerAdapter):
         name = self.node_name(node)
         refused = []
         for pod in self._work_pods(name):
-            if pod.metadata.deletion_timestamp is not None:
+            if _meta(pod).deletion_timestamp is not None:
                 continue  # already terminating: another eviction changes nothing
             refusal = self._evict_pod(name, pod)
             if refusal:
@@ -121,7 +121,7 @@ class KubernetesAdapter(SchedulerAdapter):
         pods = self._work_pods(name)
         if not pods:
             return ""
-        named = ", ".join(f"{pod.metadata.namespace}/{pod.metadata.name}" for pod in pods[:PODS_NAMED_MAX])
+        named = ", ".join(f"{_meta(pod).namespace}/{_meta(pod).name}" for pod in pods[:PODS_NAMED_MAX])
         more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
         return f"{len(pods)} work pod(s) on {name}: {named}{more}"
 
@@ -171,7 +171,7 @@ class KubernetesAdapter(SchedulerAdapter):
             name,
             {
                 "metadata": {
-                    "resourceVersion": current.metadata.resource_version,
+                    "resourceVersion": _meta(current).resource_version,
                     "annotations": {OWNER_ANNOTATION: OWNER, REASON_ANNOTATION: reason},
                 },
                 "spec": {"unschedulable": True, "taints": others + [ours]},
@@ -210,7 +210,7 @@ class KubernetesAdapter(SchedulerAdapter):
             name,
             {
                 "metadata": {
-                    "resourceVersion": current.metadata.resource_version,
+                    "resourceVersion": _meta(current).resource_version,
                     "annotations": {OWNER_ANNOTATION: None, REASON_ANNOTATION: None},
                 },
                 "spec": {"unschedulable": False, "taints": others or None},
@@ -229,7 +229,9 @@ class KubernetesAdapter(SchedulerAdapter):
 
     def _evict_pod(self, name: str, pod: client.V1Pod) -> str | None:
         """Ask for one pod's eviction; a PDB's refusal comes back as a line for drain_state."""
-        pod_name, namespace = pod.metadata.name, pod.metadata.namespace
+        pod_name, namespace = _meta(pod).name, _meta(pod).namespace
+        if pod_name is None or namespace is None:
+            raise SchedulerError(f"{name}: the API server listed a pod without a name or namespace")
         eviction = client.V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
@@ -272,7 +274,7 @@ class KubernetesAdapter(SchedulerAdapter):
         else:
             parts = [f"cordoned by {owner}"]
         if pods:
-            named = ", ".join(f"{pod.metadata.namespace}/{pod.metadata.name}" for pod in pods[:PODS_NAMED_MAX])
+            named = ", ".join(f"{_meta(pod).namespace}/{_meta(pod).name}" for pod in pods[:PODS_NAMED_MAX])
             more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
             parts.append(f"{len(pods)} pod(s) left: {named}{more}")
         else:
@@ -326,6 +328,13 @@ class KubernetesAdapter(SchedulerAdapter):
         return KubernetesApiError(message, status=status, answer=answer)
 
 
+def _meta(obj: client.V1Pod | client.V1Node) -> client.V1ObjectMeta:
+    """An object's metadata: the API server always sends it (the client's models call it optional)."""
+    if obj.metadata is None:
+        raise SchedulerError(f"the API server sent a {type(obj).__name__} without metadata")
+    return obj.metadata
+
+
 def _annotations(node: client.V1Node) -> dict[str, str]:
     return dict(node.metadata.annotations or {}) if node.metadata else {}
 
@@ -347,9 +356,9 @@ def _is_work(pod: client.V1Pod, name: str) -> bool:
         return False
     if pod.status is not None and pod.status.phase in FINISHED_PHASES:
         return False
-    if MIRROR_ANNOTATION in (pod.metadata.annotations or {}):
+    if MIRROR_ANNOTATION in (_meta(pod).annotations or {}):
         return False
-    return not any(ref.kind == "DaemonSet" for ref in pod.metadata.owner_references or [])
+    return not any(ref.kind == "DaemonSet" for ref in _meta(pod).owner_references or [])
 
 
 def _taint_value(reason: str) -> str:

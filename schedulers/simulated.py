@@ -43,7 +43,8 @@ class SimulatedScheduler(SchedulerAdapter):
 
     @property
     def world(self) -> World:
-        world = _WORLDS.get(getattr(self.cluster, "pk", None))
+        cluster_id: int | None = getattr(self.cluster, "pk", None)
+        world = _WORLDS.get(cluster_id) if cluster_id is not None else None
         if world is None:
             raise SchedulerError(f"No fleet simulation is running for cluster {self.cluster} in this process.")
         return world

@@ -64,7 +64,7 @@ class IngestRejectionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DcgmExporterTarget)
-class DcgmExporterTargetAdmin(admin.ModelAdmin):
+class DcgmExporterTargetAdmin(admin.ModelAdmin[DcgmExporterTarget]):
     list_display = ["url", "site", "cluster", "enabled", "interval_s", "last_scraped_at", "last_error"]
     list_filter = ["enabled", "site"]
     search_fields = ["url"]

@@ -315,7 +315,8 @@ def _gpu_state_rows(node_id: int, newest: AgentReport, latest: _Latest) -> list[
 def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
     processes = [g.compute_processes for g in report.gpus]
     # Unknown for one GPU means "idle" cannot be proven: None, not a partial sum.
-    busy = sum(processes) if processes and None not in processes else None  # type: ignore[arg-type]
+    known = [n for n in processes if n is not None]
+    busy = sum(known) if processes and len(known) == len(processes) else None
     return {
         "node_id": node_id,
         "last_report_at": report.collected_at,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.expressions import Combinable
 from django.utils import timezone
 
 from nodes.models import Node
@@ -56,20 +57,20 @@ class NodeHealth(models.Model):
         return f"health of node {self.node_id}"
 
 
-def _float() -> models.FloatField:
+def _float() -> models.FloatField[float | str | Combinable | None, float | None]:
     return models.FloatField(null=True, blank=True)
 
 
-def _count() -> models.BigIntegerField:
+def _count() -> models.BigIntegerField[float | str | Combinable | None, int | None]:
     # Cumulative hardware counters outgrow 32 bits on long-lived GPUs: always 64-bit.
     return models.BigIntegerField(null=True, blank=True)
 
 
-def _flag() -> models.BooleanField:
+def _flag() -> models.BooleanField[bool | Combinable | None, bool | None]:
     return models.BooleanField(null=True, blank=True)
 
 
-def _text() -> models.CharField:
+def _text() -> models.CharField[str | int | Combinable | None, str | None]:
     return models.CharField(max_length=200, blank=True, null=True)
 
 
@@ -141,7 +142,7 @@ class GpuState(models.Model):
 # no foreign key points into them, and their own node columns carry no database
 # constraint, so COPY does not check 8 rows of Node per report and retention can drop
 # whole partitions. Every index leads with (node, time).
-def _history_node() -> models.ForeignKey:
+def _history_node() -> models.ForeignKey[Node | Combinable, Node]:
     # No index of its own either: each primary key already leads with the node.
     return models.ForeignKey(Node, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+")
 

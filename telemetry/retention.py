@@ -86,7 +86,8 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
         (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS"),
     ):
         cutoff = now - timedelta(days=getattr(settings, name))
-        result.deleted[model._meta.model_name] = _prune(model, column, cutoff, budget)
+        # The model_name (the stubs call _meta.model_name Optional; it is the lowered class name).
+        result.deleted[model.__name__.lower()] = _prune(model, column, cutoff, budget)
     result.finished = budget[0] > 0
     log.info("telemetry retention: %s", result)
     return result

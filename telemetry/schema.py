@@ -17,13 +17,13 @@ document shows this very definition (msgspec's JSON Schema, see nodewarden/opena
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
 
 from nodewarden.bounds import BIGINT_MAX, BIGINT_MIN, INT_MAX
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 MAX_REPORTS_PER_REQUEST = 500
 MAX_GPUS = 64
 MAX_XID_EVENTS = 1000

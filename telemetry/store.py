@@ -60,7 +60,7 @@ class CompiledRead:
 
     _PLACEHOLDER = -987_654_321  # an id no row has; each argument gets its own
 
-    def __init__(self, build: Callable[..., QuerySet]) -> None:
+    def __init__(self, build: Callable[..., QuerySet[Any]]) -> None:
         self._build = build
         self._compiled: dict[str, tuple[Any, str, list[tuple[int, Any]], dict[int, Any]]] = {}
 
@@ -83,11 +83,19 @@ class CompiledRead:
         compiler, sql, slots, converters = compiled
         with connection.cursor() as cursor:
             cursor.execute(sql, [args[n] if n >= 0 else value for n, value in slots])
-            rows = cursor.fetchall()
+            rows: list[Any] = cursor.fetchall()
         if not rows or not converters:
             return rows
         # The compiler's own converters: the ORM would have applied the same.
         return [tuple(row) for row in compiler.apply_converters(rows, converters)]
+
+
+def _column(model: type[models.Model], name: str) -> models.Field[Any, Any]:
+    """The model's field that has the column ``name`` (get_field knows attnames too)."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field):  # a reverse relation: no column of this table
+        raise LookupError(f"{model.__name__} has no column {name!r}")
+    return field
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ class _Table:
 
     def prepared(self, rows: Sequence[Row]) -> list[list[Any]]:
         """Rows as the ORM would send them (the non-PostgreSQL path)."""
-        fields = [self.model._meta.get_field(c) for c in self.columns]  # get_field knows attnames too
+        fields = [_column(self.model, c) for c in self.columns]
         return [
             [f.get_db_prep_save(row[c], connection) for f, c in zip(fields, self.columns, strict=True)] for row in rows
         ]
@@ -343,7 +351,7 @@ _FIELD_TYPES: dict[str, Any] = {
 
 def _column_type(model: type[models.Model], attname: str) -> Any:
     field = next(f for f in model._meta.concrete_fields if f.attname == attname)
-    kind = (field.target_field if field.is_relation else field).get_internal_type()
+    kind = (field.target_field if isinstance(field, models.ForeignKey) else field).get_internal_type()
     python_type = _FIELD_TYPES[kind]
     return python_type | None if field.null and python_type is not Any else python_type
 
@@ -354,22 +362,25 @@ def _row_type(name: str, model: type[models.Model], columns: Sequence[str]) -> t
     return msgspec.defstruct(name, [(c, _column_type(model, c)) for c in columns])
 
 
-_GpuRow = _row_type("_GpuRow", GpuState, GPU_READ_COLUMNS)
-_AlertRow = _row_type("_AlertRow", Alert, OPEN_ALERT_FIELDS)
-_NodeRow = msgspec.defstruct(
-    "_NodeRow",
-    [
-        ("id", int),
-        ("hostname", str),
-        ("hardware_profile_id", int | None),
-        ("hardware_profile__gpu_count", int | None),
-        ("health__last_report_at", datetime | None),
-        ("health__host", Any),
-        ("health__ib_ports", Any),
-        ("gpus", list[_GpuRow] | None),
-        ("alerts", list[_AlertRow] | None),  # type: ignore[valid-type]
-    ],
-)
+# Built at run time from the models' fields: to mypy their rows are Any.
+_GpuRow: Any = _row_type("_GpuRow", GpuState, GPU_READ_COLUMNS)
+_AlertRow: Any = _row_type("_AlertRow", Alert, OPEN_ALERT_FIELDS)
+
+
+class _NodeRow(msgspec.Struct):
+    """The JSON row ``_node_read_sql`` selects: the node, its GPU rows and its firing alerts."""
+
+    id: int
+    hostname: str
+    hardware_profile_id: int | None
+    hardware_profile__gpu_count: int | None
+    health__last_report_at: datetime | None
+    health__host: Any
+    health__ib_ports: Any
+    gpus: list[_GpuRow] | None
+    alerts: list[_AlertRow] | None
+
+
 _decode_node = msgspec.json.Decoder(_NodeRow).decode
 _pg_statements: dict[str, str] = {}  # built on first use, as _sql() builds the others
 
@@ -485,10 +496,12 @@ def savepoint_on_first_statement() -> Iterator[None]:
         if not opened:
             opened = True  # first: the SAVEPOINT statement comes through here too
             sid = connection.savepoint()
-            connection.savepoint_ids.insert(depth, sid)
+            # sid is None where savepoints are off, and Atomic itself appends None then; the stubs say str.
+            connection.savepoint_ids.insert(depth, sid)  # type: ignore[arg-type]
             connection.atomic_blocks.insert(blocks, block)
-            for sids, _func, _robust in connection.run_on_commit[callbacks:]:
-                sids.add(sid)  # registered in this block: dropped if it rolls back
+            # (savepoint ids, callback, robust) since Django 4.2; the stubs still say a pair.
+            for sids, *_callback in connection.run_on_commit[callbacks:]:
+                sids.add(sid)  # type: ignore[arg-type]  # registered in this block: dropped if it rolls back
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(open_first):

@@ -46,11 +46,15 @@ STRESS_DTYPE, STRESS_MATRIX = "bf16", 8192
 def comparable(kind: str, params: dict[str, Any] | None, gpu_count: int) -> bool:
     """Was the run made with the parameters every node's runs are compared at?"""
     params = params or {}
+    same: bool  # the parameters are JSON values: Any to mypy
     if kind == RunKind.NCCL_TEST:
-        return params.get("max_bytes", NCCL_MAX_BYTES) == NCCL_MAX_BYTES and params.get("gpus", gpu_count) == gpu_count
-    return (
-        params.get("dtype", STRESS_DTYPE) == STRESS_DTYPE and params.get("matrix_size", STRESS_MATRIX) == STRESS_MATRIX
-    )
+        same = params.get("max_bytes", NCCL_MAX_BYTES) == NCCL_MAX_BYTES and params.get("gpus", gpu_count) == gpu_count
+    else:
+        same = (
+            params.get("dtype", STRESS_DTYPE) == STRESS_DTYPE
+            and params.get("matrix_size", STRESS_MATRIX) == STRESS_MATRIX
+        )
+    return same
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,8 @@ def _check_figures(
         .values_list("node_id", "kind", "finished", "figures", "params")
     )
     for node_id, kind, finished, figures, params in runs:
-        if node_id not in gpu_counts or not comparable(kind, params, gpu_counts[node_id]):
+        # finished is never None here (finished__lte above); the check narrows it for mypy.
+        if finished is None or node_id not in gpu_counts or not comparable(kind, params, gpu_counts[node_id]):
             continue
         figure, key = by_kind[kind]
         value = (figures or {}).get(key)
@@ -249,7 +254,8 @@ def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: 
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(sql, [lo, hi, adapt(since), adapt(until)])
-        return cursor.fetchall()
+        per_day: list[tuple[Any, ...]] = cursor.fetchall()  # the DB-API cursor is Any to mypy
+        return per_day
 
 
 # --- State changes -> time out of production --------------------------------------------------------

@@ -65,7 +65,8 @@ class Day1Spec(models.Model):
 
     def timeout(self, stage: str) -> timedelta:
         """How long a run of ``stage`` may stay open before it fails as stuck."""
-        own = {Stage.BURN_IN: self.burn_in_seconds * 2, Stage.RELIABILITY: self.soak_seconds}.get(stage, 0)
+        budgets: dict[str, int] = {Stage.BURN_IN: self.burn_in_seconds * 2, Stage.RELIABILITY: self.soak_seconds}
+        own = budgets.get(stage, 0)
         return timedelta(seconds=own + self.stage_timeout_seconds)
 
 

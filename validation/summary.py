@@ -92,6 +92,8 @@ def stage_durations(nodes: QuerySet[Node], now: datetime | None = None) -> list[
     )
     by_kind: dict[str, list[float]] = {}
     for kind, started, finished in rows:
+        if started is None or finished is None:  # neither is: the filters above
+            continue
         by_kind.setdefault(kind, []).append((finished - started).total_seconds())
     result = []
     for info in STAGES:

@@ -45,7 +45,7 @@ def node_day1(request: HttpRequest, pk: int) -> HttpResponse:
     progress = summary.node_progress(node)
     for step in progress["steps"]:
         if step.run is not None:
-            step.run.colour = STATUS_COLOURS.get(step.run.status, "#888")  # type: ignore[attr-defined]
+            step.run.colour = STATUS_COLOURS.get(step.run.status, "#888")
     info = BY_STATE.get(node.state)
     can_act = info is not None and request.user.has_perm(OPERATE)
     open_run = services.open_stage_run(node.pk, info) if can_act and info else None

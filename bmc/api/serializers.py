@@ -9,7 +9,7 @@ from rest_framework import serializers
 from ..models import BmcEndpoint
 
 
-class BmcEndpointSerializer(serializers.ModelSerializer):
+class BmcEndpointSerializer(serializers.ModelSerializer[BmcEndpoint]):
     """Endpoint fields for the API. A blank or missing password on update keeps the stored one."""
 
     password = serializers.CharField(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from checks.choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
@@ -20,7 +21,7 @@ MAX_FIGURES = 64
 FIGURE_NAME_MAX = 64
 
 
-class CheckRequestSerializer(serializers.Serializer):
+class CheckRequestSerializer(serializers.Serializer[Any]):
     """An operator's request for an active check; the params are checked per kind by the service."""
 
     kind = serializers.CharField(help_text=KINDS_HELP)
@@ -39,13 +40,13 @@ class CheckRequestSerializer(serializers.Serializer):
         return value
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(serializers.Serializer[Any]):
     """Why a queued check is withdrawn."""
 
     reason = serializers.CharField(allow_blank=False)
 
 
-class CheckRunSerializer(serializers.ModelSerializer):
+class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
     """A recorded run on a node: an active check or a transition follow-up."""
 
     kind = serializers.CharField(read_only=True, help_text=", ".join(RunKind.values))
@@ -54,7 +55,9 @@ class CheckRunSerializer(serializers.ModelSerializer):
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     figures_text = serializers.CharField(read_only=True)
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = CheckRun
@@ -91,7 +94,7 @@ class CheckRunDetailSerializer(CheckRunSerializer):
         read_only_fields = fields
 
 
-class AgentCheckSerializer(serializers.Serializer):
+class AgentCheckSerializer(serializers.Serializer[Any]):
     """A check handed to the agent: run ``kind`` with ``params``, then post the result to
     /api/agent/checks/{id}/result/."""
 
@@ -100,7 +103,7 @@ class AgentCheckSerializer(serializers.Serializer):
     params = serializers.JSONField()
 
 
-class AgentClaimSerializer(serializers.Serializer):
+class AgentClaimSerializer(serializers.Serializer[Any]):
     """The agent's poll: whether the portal counts the node as idle, why, and the checks it now owns."""
 
     idle = serializers.BooleanField()
@@ -108,7 +111,7 @@ class AgentClaimSerializer(serializers.Serializer):
     checks = AgentCheckSerializer(many=True)
 
 
-class CheckResultSerializer(serializers.Serializer):
+class CheckResultSerializer(serializers.Serializer[Any]):
     """The outcome of one check, as the agent reports it."""
 
     status = serializers.ChoiceField(
@@ -158,7 +161,7 @@ class CheckResultSerializer(serializers.Serializer):
         return attrs
 
 
-class CheckResultAnswerSerializer(serializers.Serializer):
+class CheckResultAnswerSerializer(serializers.Serializer[Any]):
     """The run as recorded."""
 
     id = serializers.IntegerField()

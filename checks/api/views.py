@@ -26,7 +26,7 @@ from nodes.models import OPERATE
 from nodes.permissions import IsNodeAgent
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
-from telemetry.auth import AgentTokenAuthentication
+from telemetry.auth import AgentIdentity, AgentTokenAuthentication
 
 from . import serializers
 
@@ -62,7 +62,7 @@ ERRORS = {
 }
 
 
-class NodeChecksView(generics.GenericAPIView):
+class NodeChecksView(generics.GenericAPIView[CheckRun]):
     """A node's recorded runs (active checks and transition follow-ups), and requests for new checks."""
 
     serializer_class = serializers.CheckRunSerializer
@@ -104,7 +104,7 @@ class NodeChecksView(generics.GenericAPIView):
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class CheckRunView(generics.RetrieveAPIView):
+class CheckRunView(generics.RetrieveAPIView[CheckRun]):
     """One recorded run, with the tool's output."""
 
     serializer_class = serializers.CheckRunDetailSerializer
@@ -117,7 +117,7 @@ class CheckRunView(generics.RetrieveAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class CancelCheckView(generics.GenericAPIView):
+class CancelCheckView(generics.GenericAPIView[CheckRun]):
     """Withdraw a queued check."""
 
     serializer_class = serializers.CancelSerializer
@@ -139,6 +139,14 @@ class CancelCheckView(generics.GenericAPIView):
         return Response(serializers.CheckRunSerializer(run).data)
 
 
+def _agent_node_id(request: Request) -> int:
+    """The node of the agent that called (IsNodeAgent lets agents in only)."""
+    agent = request.user
+    if not isinstance(agent, AgentIdentity):
+        raise exceptions.NotAuthenticated()
+    return agent.node_id
+
+
 class AgentChecksView(APIView):
     """The node agent's poll for work: queued checks become its own while the node is idle."""
 
@@ -150,7 +158,7 @@ class AgentChecksView(APIView):
     )
     def get(self, request: Request) -> Response:
         with refusals_as_http():
-            claim = services.claim_checks_for_agent(request.user.node_id)
+            claim = services.claim_checks_for_agent(_agent_node_id(request))
         data = {"idle": claim.idle, "reason": claim.reason, "checks": claim.runs}
         return Response(serializers.AgentClaimSerializer(data).data)
 
@@ -176,5 +184,5 @@ class AgentCheckResultView(APIView):
         body.is_valid(raise_exception=True)
         result = services.CheckResult(**body.validated_data)
         with refusals_as_http():
-            run, _ = services.record_check_result(pk, request.user.node_id, result=result)
+            run, _ = services.record_check_result(pk, _agent_node_id(request), result=result)
         return Response({"id": run.pk, "status": run.status})

@@ -46,7 +46,7 @@ class CSVTextParser(BaseParser):
             raise exceptions.ParseError(f"The CSV is not UTF-8 text ({exc.reason} at byte {exc.start}).") from exc
 
 
-class FabricViewSet(viewsets.GenericViewSet):
+class FabricViewSet(viewsets.GenericViewSet[Any]):
     permission_classes = [permissions.IsAuthenticated, StaffOnly]
     permission_denied_message = "Changing the fabric's records needs the permission to operate nodes."
 

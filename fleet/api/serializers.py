@@ -9,7 +9,7 @@ from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 
 
 # --- Brief: enough to name and link a related object from a node ---------
-class BriefSiteSerializer(serializers.ModelSerializer):
+class BriefSiteSerializer(serializers.ModelSerializer[Site]):
     """A site as a node names it."""
 
     class Meta:
@@ -17,7 +17,7 @@ class BriefSiteSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "slug"]
 
 
-class BriefClusterSerializer(serializers.ModelSerializer):
+class BriefClusterSerializer(serializers.ModelSerializer[Cluster]):
     """A cluster as a node names it."""
 
     class Meta:
@@ -25,7 +25,7 @@ class BriefClusterSerializer(serializers.ModelSerializer):
         fields = ["id", "name"]
 
 
-class BriefRackSerializer(serializers.ModelSerializer):
+class BriefRackSerializer(serializers.ModelSerializer[Rack]):
     """A rack as a node names it (its site is the node's site)."""
 
     class Meta:
@@ -33,7 +33,7 @@ class BriefRackSerializer(serializers.ModelSerializer):
         fields = ["id", "name"]
 
 
-class BriefTenantSerializer(serializers.ModelSerializer):
+class BriefTenantSerializer(serializers.ModelSerializer[Tenant]):
     """A tenant as a node names it."""
 
     class Meta:
@@ -41,7 +41,7 @@ class BriefTenantSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "slug"]
 
 
-class BriefHardwareProfileSerializer(serializers.ModelSerializer):
+class BriefHardwareProfileSerializer(serializers.ModelSerializer[HardwareProfile]):
     """A hardware profile as a node names it."""
 
     class Meta:
@@ -49,7 +49,7 @@ class BriefHardwareProfileSerializer(serializers.ModelSerializer):
         fields = ["id", "name"]
 
 
-class BriefPersonaSerializer(serializers.ModelSerializer):
+class BriefPersonaSerializer(serializers.ModelSerializer[Persona]):
     """A persona as a node names it."""
 
     class Meta:
@@ -58,7 +58,7 @@ class BriefPersonaSerializer(serializers.ModelSerializer):
 
 
 # --- Full: the fleet endpoints ----------------------------------------------
-class SiteSerializer(serializers.ModelSerializer):
+class SiteSerializer(serializers.ModelSerializer[Site]):
     """A data centre or hall."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:site-detail")
@@ -68,7 +68,7 @@ class SiteSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "name", "slug", "location"]
 
 
-class ClusterSerializer(serializers.ModelSerializer):
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
     """A group of nodes in one site sharing one workload scheduler."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:cluster-detail")
@@ -79,7 +79,7 @@ class ClusterSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "name", "site", "scheduler_kind", "scheduler_endpoint"]
 
 
-class TenantSerializer(serializers.ModelSerializer):
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
     """A customer organisation that rents nodes."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:tenant-detail")
@@ -89,7 +89,7 @@ class TenantSerializer(serializers.ModelSerializer):
         fields = ["id", "url", "name", "slug"]
 
 
-class HardwareProfileSerializer(serializers.ModelSerializer):
+class HardwareProfileSerializer(serializers.ModelSerializer[HardwareProfile]):
     """A SKU: what a node of this kind must contain, and its firmware baseline."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:hardwareprofile-detail")
@@ -109,7 +109,7 @@ class HardwareProfileSerializer(serializers.ModelSerializer):
         ]
 
 
-class PersonaSerializer(serializers.ModelSerializer):
+class PersonaSerializer(serializers.ModelSerializer[Persona]):
     """The role a node is given (training, inference, ...)."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:persona-detail")

@@ -6,6 +6,8 @@ user may read; tenants are scoped, so a customer sees only its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 from rest_framework import viewsets
 
@@ -15,7 +17,7 @@ from nodes.scoping import visible_tenants
 from . import serializers
 
 
-class FleetViewSet(viewsets.ReadOnlyModelViewSet):
+class FleetViewSet(viewsets.ReadOnlyModelViewSet[Any]):
     """List and detail, sortable by name (``?ordering=name`` or ``-name``)."""
 
     ordering_fields = ["name"]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.contrib.auth.models import User
 from rest_framework import serializers
+
+from fleet.models import HardwareProfile
 
 from ..models import Alert, Finding, HealthRule, XidDefinition
 
 
-class FindingSerializer(serializers.ModelSerializer):
+class FindingSerializer(serializers.ModelSerializer[Finding]):
     """One rule firing on one node (and GPU), with its evidence."""
 
     class Meta:
@@ -34,12 +39,16 @@ class FindingSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(serializers.ModelSerializer[Alert]):
     """A deduplicated condition on a node; silenced alerts are flagged for the remediation policy."""
 
     hostname = serializers.CharField(source="node.hostname", read_only=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    silenced_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    acknowledged_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    silenced_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     silenced = serializers.SerializerMethodField()
 
     class Meta:
@@ -78,29 +87,31 @@ class AlertSerializer(serializers.ModelSerializer):
         return alert.is_silenced()
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(allow_blank=False, max_length=300)
 
 
-class AcknowledgeSerializer(serializers.Serializer):
+class AcknowledgeSerializer(serializers.Serializer[Any]):
     note = serializers.CharField(allow_blank=False, max_length=300)
 
 
-class SilenceSerializer(serializers.Serializer):
+class SilenceSerializer(serializers.Serializer[Any]):
     """Silence until a time, or for some minutes (one of the two), with a reason."""
 
     until = serializers.DateTimeField(required=False)
     minutes = serializers.IntegerField(required=False, min_value=1, max_value=30 * 24 * 60)
     reason = serializers.CharField(allow_blank=False, max_length=300)
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if ("until" in attrs) == ("minutes" in attrs):
             raise serializers.ValidationError({"until": "Give either until or minutes."})
         return attrs
 
 
-class HealthRuleSerializer(serializers.ModelSerializer):
-    hardware_profile = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class HealthRuleSerializer(serializers.ModelSerializer[HealthRule]):
+    hardware_profile: serializers.SlugRelatedField[HardwareProfile] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
 
     class Meta:
         model = HealthRule
@@ -124,7 +135,7 @@ class HealthRuleSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class XidDefinitionSerializer(serializers.ModelSerializer):
+class XidDefinitionSerializer(serializers.ModelSerializer[XidDefinition]):
     class Meta:
         model = XidDefinition
         fields = [
@@ -141,7 +152,7 @@ class XidDefinitionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class WebhookResultSerializer(serializers.Serializer):
+class WebhookResultSerializer(serializers.Serializer[Any]):
     accepted = serializers.IntegerField()
     resolved = serializers.IntegerField()
     unmatched = serializers.ListField(child=serializers.DictField())

@@ -33,7 +33,7 @@ from . import serializers
 
 
 @extend_schema_view(list=extend_schema(summary="List findings"), retrieve=extend_schema(summary="One finding"))
-class FindingViewSet(viewsets.ReadOnlyModelViewSet):
+class FindingViewSet(viewsets.ReadOnlyModelViewSet[Finding]):
     """Findings: every rule firing, with evidence (append-only)."""
 
     serializer_class = serializers.FindingSerializer
@@ -48,7 +48,7 @@ class FindingViewSet(viewsets.ReadOnlyModelViewSet):
     list=extend_schema(summary="List alerts (firing and unsilenced unless filtered)"),
     retrieve=extend_schema(summary="One alert"),
 )
-class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+class AlertViewSet(viewsets.ReadOnlyModelViewSet[Alert]):
     """Alerts: deduplicated conditions per node, with acknowledge, silence, unsilence and resolve."""
 
     serializer_class = serializers.AlertSerializer
@@ -101,7 +101,7 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
         return self._act(request, serializers.ReasonSerializer, verbs.resolve)
 
 
-class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet):
+class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet[HealthRule]):
     """Health rules and their thresholds (edited in the admin, with a reason)."""
 
     serializer_class = serializers.HealthRuleSerializer
@@ -110,7 +110,7 @@ class HealthRuleViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = HealthRule.objects.select_related("hardware_profile").order_by("key", "id")
 
 
-class XidDefinitionViewSet(viewsets.ReadOnlyModelViewSet):
+class XidDefinitionViewSet(viewsets.ReadOnlyModelViewSet[XidDefinition]):
     """The XID catalog: GET /api/xid-catalog/79/."""
 
     serializer_class = serializers.XidDefinitionSerializer
@@ -123,7 +123,10 @@ class RawJSONParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> bytes:
+    # DRF hands on whatever parse returns as request.data; the stubs allow mappings only.
+    def parse(  # type: ignore[override]
+        self, stream: Any, media_type: str | None = None, parser_context: Any = None
+    ) -> bytes:
         return read_bounded(stream)
 
 
@@ -141,7 +144,8 @@ class AlertmanagerWebhookView(APIView):
     )
     def post(self, request: Request) -> Response:
         try:
-            hook = alertmanager.decode(request.data or b"")
+            # The body's bytes (RawJSONParser); with no body at all DRF gives an empty QueryDict.
+            hook = alertmanager.decode(request.data if isinstance(request.data, bytes) else b"")
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
             return Response(
                 error_body(f"Malformed Alertmanager webhook: {exc}", "parse_error"), status=status.HTTP_400_BAD_REQUEST

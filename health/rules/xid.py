@@ -42,14 +42,14 @@ def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
 
 def gpu_index_by_pci(ctx: Any) -> dict[tuple[int, int, int], int]:
     """PCI address -> GPU index, from this report's GPUs, else the node's previous readings."""
-    mapping = {pci_key(g.get("pci_bus_id")): i for i, g in ctx.previous_gpus.items()}
-    mapping.update({pci_key(g.pci_bus_id): g.index for g in ctx.report.gpus})
-    mapping.pop(None, None)
-    return mapping  # type: ignore[return-value]
+    found = [(pci_key(g.get("pci_bus_id")), i) for i, g in ctx.previous_gpus.items()]
+    found += [(pci_key(g.pci_bus_id), g.index) for g in ctx.report.gpus]  # this report's win
+    return {key: index for key, index in found if key is not None}
 
 
 def resolve_gpu(ctx: Any, bus_id: str | None, mapping: dict[tuple[int, int, int], int] | None = None) -> int | None:
-    return (mapping if mapping is not None else gpu_index_by_pci(ctx)).get(pci_key(bus_id))  # type: ignore[arg-type]
+    key = pci_key(bus_id)
+    return (mapping if mapping is not None else gpu_index_by_pci(ctx)).get(key) if key is not None else None
 
 
 def recovery_action(event: Any) -> int | None:

@@ -6,6 +6,8 @@ which goes through ``nodes.services``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -21,7 +23,7 @@ from nodes.choices import STATE_PHASE, NodeState, Phase
 from nodes.models import GPU, Node, NodeEvent
 
 
-class GPUSerializer(serializers.ModelSerializer):
+class GPUSerializer(serializers.ModelSerializer[GPU]):
     """One GPU in a node."""
 
     class Meta:
@@ -29,7 +31,7 @@ class GPUSerializer(serializers.ModelSerializer):
         fields = ["index", "uuid", "serial", "model"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(serializers.ModelSerializer[Node]):
     """A GPU server with its place, owner, state and GPUs."""
 
     url = serializers.HyperlinkedIdentityField(view_name="api:node-detail")
@@ -75,7 +77,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return STATE_PHASE[node.state]
 
 
-class NodeEventSerializer(serializers.ModelSerializer):
+class NodeEventSerializer(serializers.ModelSerializer[NodeEvent]):
     """One append-only row of a node's history."""
 
     class Meta:
@@ -96,7 +98,7 @@ class NodeEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class NodeStateSerializer(serializers.ModelSerializer):
+class NodeStateSerializer(serializers.ModelSerializer[Node]):
     """Where a node stands after a transition."""
 
     state = serializers.ChoiceField(choices=NodeState.choices, read_only=True)
@@ -108,36 +110,40 @@ class NodeStateSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AvailableTransitionSerializer(serializers.Serializer):
+class AvailableTransitionSerializer(serializers.Serializer[Any]):
     """A transition the requesting user may run on the node now (a button, in the portal)."""
 
+    # "label" and "style" are keys of the response; the stubs see Field.label and Field.style
+    # overridden, but DRF's metaclass takes declared fields out of the class.
     name = serializers.CharField(help_text="Use in POST /api/nodes/{id}/transitions/{name}/.")
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     target = serializers.ChoiceField(choices=NodeState.choices, help_text="The state the node moves to.")
-    style = serializers.CharField(help_text="Hint for a button's colour: primary, success, warning or danger.")
+    style = serializers.CharField(  # type: ignore[assignment]
+        help_text="Hint for a button's colour: primary, success, warning or danger."
+    )
 
 
-class TransitionReasonSerializer(serializers.Serializer):
+class TransitionReasonSerializer(serializers.Serializer[Any]):
     """Why the transition is run; every change of state needs a reason, kept in the history."""
 
     # trim_whitespace (the default) turns "   " into "" so it is refused as blank.
     reason = serializers.CharField(allow_blank=False)
 
 
-class TransitionResultSerializer(serializers.Serializer):
+class TransitionResultSerializer(serializers.Serializer[dict[str, Any]]):
     """The history row the transition wrote, and the node's new state."""
 
     node = NodeStateSerializer()
     event = NodeEventSerializer()
 
 
-class DetailSerializer(serializers.Serializer):
+class DetailSerializer(serializers.Serializer[dict[str, Any]]):
     """An error with a human-readable message."""
 
     detail = serializers.CharField()
 
 
-class ReasonErrorSerializer(serializers.Serializer):
+class ReasonErrorSerializer(serializers.Serializer[dict[str, Any]]):
     """Why a transition request was refused before it reached the state machine."""
 
     reason = serializers.ListField(child=serializers.CharField())

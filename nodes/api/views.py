@@ -6,6 +6,8 @@ Every queryset starts from ``nodes.scoping``, so another tenant's node answers
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -24,6 +26,8 @@ from nodewarden.filters import FilterBackend
 
 from . import serializers
 
+_Row = TypeVar("_Row")  # what the queryset yields: nodes, or values() rows
+
 # Joined into every node row: each is named in the serializer.
 NODE_RELATIONS = ("site", "cluster", "rack", "tenant", "hardware_profile", "persona")
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -38,7 +42,7 @@ CORRELATION_ID_MAX = 100  # NodeEvent.correlation_id's max_length
     ),
     retrieve=extend_schema(summary="One node with its GPUs"),
 )
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
     """GPU servers with their place, owner, state and GPUs."""
 
     serializer_class = serializers.NodeSerializer
@@ -55,7 +59,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
             nodes = nodes.select_related(*NODE_RELATIONS).prefetch_related("gpus")
         return nodes
 
-    def filter_queryset(self, queryset: QuerySet[Node]) -> QuerySet[Node]:
+    def filter_queryset(self, queryset: QuerySet[Node, _Row]) -> QuerySet[Node, _Row]:
         queryset = super().filter_queryset(queryset)
         order = queryset.query.order_by
         # Sorting by state or site alone leaves ties; hostname keeps offset pages stable.
@@ -67,7 +71,8 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
         node = self.get_object()
         # No joins needed: each row carries copies of the actor's name and the hostname.
         events = visible_events(request.user).filter(node=node).order_by("-created", "-id")
-        page = self.paginate_queryset(events)
+        # DRF paginates any queryset; its stubs tie paginate_queryset to the viewset's model (Node).
+        page: list[NodeEvent] | None = self.paginate_queryset(events)  # type: ignore[arg-type]
         return self.get_paginated_response(serializers.NodeEventSerializer(page, many=True).data)
 
     @extend_schema(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import fields
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -18,7 +20,7 @@ from nodes.services import Actor
 from ..enrollment import DRIVERS, EnrollmentConflict, EnrollmentError, EnrollmentRequest, enroll
 
 
-class EnrollmentSerializer(serializers.Serializer):
+class EnrollmentSerializer(serializers.Serializer[Any]):
     """One node to enroll. The BMC password is write-only: no response ever carries it."""
 
     hostname = serializers.CharField(max_length=253)
@@ -39,7 +41,7 @@ class EnrollmentSerializer(serializers.Serializer):
     reason = serializers.CharField(default="Enrolled through the API")
 
 
-class EnrolledSerializer(serializers.Serializer):
+class EnrolledSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     hostname = serializers.CharField()
     serial = serializers.CharField()

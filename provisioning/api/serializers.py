@@ -3,6 +3,8 @@ the clear join token appears in exactly one answer: the one to the provision req
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from nodes.api.serializers import NodeStateSerializer
@@ -10,7 +12,7 @@ from nodes.api.serializers import NodeStateSerializer
 from ..models import MAX_DNS_SERVERS, BootConfig
 
 
-class ProvisionSerializer(serializers.Serializer):
+class ProvisionSerializer(serializers.Serializer[Any]):
     """Why the node is provisioned, and any boot config fields to set first (all optional;
     the model checks them together, e.g. that the gateway lies in the node's network)."""
 
@@ -32,7 +34,7 @@ class ProvisionSerializer(serializers.Serializer):
     vlan_id = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=4094)
 
 
-class BootConfigSerializer(serializers.ModelSerializer):
+class BootConfigSerializer(serializers.ModelSerializer[BootConfig]):
     """How the node boots for Day 0 (the instance key is part of seed_url, next to it)."""
 
     class Meta:
@@ -56,7 +58,7 @@ class BootConfigSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ProvisionResultSerializer(serializers.Serializer):
+class ProvisionResultSerializer(serializers.Serializer[Any]):
     """What the boot loader needs (kernel command line) and the join token, shown only here."""
 
     node = NodeStateSerializer()

@@ -118,7 +118,7 @@ def agent_join(request: HttpRequest) -> JsonResponse:
     return response
 
 
-class NodeProvisionView(generics.GenericAPIView):
+class NodeProvisionView(generics.GenericAPIView[Node]):
     """Prepare a node's Day 0 boot: boot config, NoCloud seed, a fresh single-use join token."""
 
     serializer_class = serializers.ProvisionSerializer

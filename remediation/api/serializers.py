@@ -11,10 +11,10 @@ from rest_framework import serializers
 from fleet.models import Cluster, Rack, Tenant
 from nodes.models import Node
 
-from ..models import CircuitBreaker, Hold, Remediation, RemediationStep
+from ..models import CircuitBreaker, Hold, Remediation, RemediationPolicy, RemediationStep
 
 
-class RemediationStepSerializer(serializers.ModelSerializer):
+class RemediationStepSerializer(serializers.ModelSerializer[RemediationStep]):
     """One rung tried: when, how it went, and what the BMC, agent or scheduler said."""
 
     class Meta:
@@ -23,7 +23,7 @@ class RemediationStepSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DecisionSerializer(serializers.Serializer):
+class DecisionSerializer(serializers.Serializer[dict[str, Any]]):
     """One decision: when, what and why, who (a user, or system:remediation)."""
 
     at = serializers.DateTimeField(read_only=True)
@@ -32,13 +32,15 @@ class DecisionSerializer(serializers.Serializer):
     finding = serializers.IntegerField(read_only=True, required=False, help_text="The finding it was about, if any.")
 
 
-class RemediationSerializer(serializers.ModelSerializer):
+class RemediationSerializer(serializers.ModelSerializer[Remediation]):
     """One incident on one node: the finding, the policy, the rung, every rung tried and every
     decision (why this rung and not another), oldest first."""
 
     hostname = serializers.CharField(source="node.hostname", read_only=True)
     finding_summary = serializers.CharField(source="finding.summary", read_only=True, allow_null=True)
-    policy = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    policy: serializers.SlugRelatedField[RemediationPolicy] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     steps = RemediationStepSerializer(many=True, read_only=True)
     decisions = DecisionSerializer(many=True, read_only=True)
 
@@ -64,13 +66,13 @@ class RemediationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RemediationReasonSerializer(serializers.Serializer):
+class RemediationReasonSerializer(serializers.Serializer[Any]):
     """Why an operator acts; kept on the remediation and on the node's history."""
 
     reason = serializers.CharField(allow_blank=False, max_length=1000)
 
 
-class HoldSerializer(serializers.ModelSerializer):
+class HoldSerializer(serializers.ModelSerializer[Hold]):
     """No automated action on a node, cluster, rack or tenant (none: the whole fleet) until released."""
 
     hostname = serializers.CharField(source="node.hostname", read_only=True, allow_null=True)
@@ -101,7 +103,7 @@ class HoldSerializer(serializers.ModelSerializer):
         return hold.released_at is None and (hold.until is None or hold.until > timezone.now())
 
 
-class HoldRequestSerializer(serializers.Serializer):
+class HoldRequestSerializer(serializers.Serializer[Any]):
     """Where to hold automated actions (one target, or ``fleet``), until when, and why."""
 
     node = serializers.PrimaryKeyRelatedField(queryset=Node.objects.all(), required=False, allow_null=True)
@@ -121,7 +123,7 @@ class HoldRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class CircuitBreakerSerializer(serializers.ModelSerializer):
+class CircuitBreakerSerializer(serializers.ModelSerializer[CircuitBreaker]):
     """A cluster's breaker: tripped by a spike of findings, reset by an operator."""
 
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)

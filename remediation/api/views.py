@@ -69,7 +69,7 @@ def remediations_for(user: Any) -> QuerySet[Remediation]:
     list=extend_schema(summary="List remediations, newest first"),
     retrieve=extend_schema(summary="One remediation with its steps and decisions"),
 )
-class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
+class RemediationViewSet(viewsets.ReadOnlyModelViewSet[Remediation]):
     """Remediations: one incident on one node each, up the ladder, with every decision."""
 
     filterset_class = RemediationFilterSet
@@ -117,7 +117,7 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
         return self._act(request, services.stop)
 
 
-class NodeRemediationsView(generics.ListAPIView):
+class NodeRemediationsView(generics.ListAPIView[Remediation]):
     """A node's remediations, newest first."""
 
     serializer_class = serializers.RemediationSerializer
@@ -133,7 +133,7 @@ class NodeRemediationsView(generics.ListAPIView):
 
 
 @extend_schema_view(list=extend_schema(summary="List holds, newest first"))
-class HoldViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class HoldViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[Hold]):
     """Holds: no automated action on a node or domain until released (or until ``until``)."""
 
     # The four possible targets: the hold's node hostname and cluster name are on every row.
@@ -180,7 +180,7 @@ class HoldViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 @extend_schema_view(list=extend_schema(summary="List circuit breakers, newest first"))
-class CircuitBreakerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class CircuitBreakerViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[CircuitBreaker]):
     """Circuit breakers: a cluster's automated actions stop when its findings spike."""
 
     queryset = CircuitBreaker.objects.select_related("cluster").order_by("-tripped_at", "-id")  # cluster: its name

@@ -4,6 +4,8 @@ components never collide with another app's."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from nodewarden.bounds import BIGINT_MAX
@@ -12,7 +14,7 @@ from ..choices import RmaOutcome
 from ..models import RepairEvent, RepairTicket, RmaCase
 
 
-class RepairEventSerializer(serializers.ModelSerializer):
+class RepairEventSerializer(serializers.ModelSerializer[RepairEvent]):
     """One change of a ticket or case: from, to, who, why (append-only)."""
 
     actor = serializers.CharField(source="actor_name", read_only=True)
@@ -27,7 +29,7 @@ class RepairEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RepairTicketSerializer(serializers.ModelSerializer):
+class RepairTicketSerializer(serializers.ModelSerializer[RepairTicket]):
     """A technician's ticket with its place (copied at open time) and its history."""
 
     opened_by = serializers.CharField(source="opened_by_name", read_only=True)
@@ -58,7 +60,7 @@ class RepairTicketSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RmaCaseSerializer(serializers.ModelSerializer):
+class RmaCaseSerializer(serializers.ModelSerializer[RmaCase]):
     """A return to the vendor with its serials, the vendor's case, the outcome and its history."""
 
     opened_by = serializers.CharField(source="opened_by_name", read_only=True)
@@ -89,7 +91,7 @@ class RmaCaseSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RepairReasonSerializer(serializers.Serializer):
+class RepairReasonSerializer(serializers.Serializer[Any]):
     """Why; kept in the ticket's or case's history and the node's."""
 
     reason = serializers.CharField(allow_blank=False, max_length=1000)

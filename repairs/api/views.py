@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import Prefetch, QuerySet
 from django.http import StreamingHttpResponse
@@ -47,23 +47,29 @@ def _with_events(queryset: QuerySet[Any]) -> QuerySet[Any]:
     return queryset.prefetch_related(Prefetch("events", queryset=RepairEvent.objects.order_by("created", "id")))
 
 
-class _VerbMixin:
+if TYPE_CHECKING:
+    _VerbBase = generics.GenericAPIView[Any]  # the views it is mixed into
+else:
+    _VerbBase = object
+
+
+class _VerbMixin(_VerbBase):
     """POST a verb on the looked-up record: validate the body, call the service, answer with the record."""
 
     def _act(self, request: Request, body_class: type, verb: Callable[..., Any]) -> Response:
-        record = self.get_object()  # type: ignore[attr-defined]
+        record = self.get_object()
         body = body_class(data=request.data)
         body.is_valid(raise_exception=True)
         verb(record.pk, actor=Actor(user=request.user), **body.validated_data)
-        fresh = self.get_queryset().get(pk=record.pk)  # type: ignore[attr-defined]
-        return Response(self.get_serializer(fresh).data, status=status.HTTP_200_OK)  # type: ignore[attr-defined]
+        fresh = self.get_queryset().get(pk=record.pk)
+        return Response(self.get_serializer(fresh).data, status=status.HTTP_200_OK)
 
 
 @extend_schema_view(
     list=extend_schema(summary="List repair tickets, newest first"),
     retrieve=extend_schema(summary="One repair ticket with its history"),
 )
-class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
+class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet[RepairTicket]):
     """Technicians' tickets: start, resolve (the node re-validates) and cancel, each with a reason."""
 
     serializer_class = serializers.RepairTicketSerializer
@@ -106,7 +112,7 @@ class RepairTicketViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
     list=extend_schema(summary="List RMA cases, newest first"),
     retrieve=extend_schema(summary="One RMA case with its history"),
 )
-class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
+class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet[RmaCase]):
     """Returns to vendors: ship, receive (outcome, replacement serial), close (the node re-validates), cancel."""
 
     serializer_class = serializers.RmaCaseSerializer
@@ -154,7 +160,7 @@ class RmaCaseViewSet(_VerbMixin, viewsets.ReadOnlyModelViewSet):
         return self._act(request, serializers.RepairReasonSerializer, services.cancel_rma)
 
 
-class _NodeRecordsView(generics.ListCreateAPIView):
+class _NodeRecordsView(generics.ListCreateAPIView[Any]):
     """A node's tickets or cases (GET), or a new one (POST); another tenant's node answers 404."""
 
     filter_backends: list[type] = []
@@ -266,7 +272,8 @@ def _filtered(filterset_class: type, request: Request, queryset: QuerySet[Any]) 
     filterset = filterset_class(request.query_params, queryset=queryset, request=request)
     if not filterset.is_valid():
         raise exceptions.ValidationError(filterset.errors)
-    return filterset.qs
+    filtered: QuerySet[Any] = filterset.qs  # django-filter has no type information
+    return filtered
 
 
 def _iso(value: Any) -> str:

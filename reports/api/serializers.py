@@ -10,11 +10,12 @@ from rest_framework import serializers
 
 from nodes.choices import NodeState
 
+from ..availability import Incident, NodeAvailability
 from ..choices import Attribution
 from ..filters import check_period
 
 
-class ReportQuerySerializer(serializers.Serializer):
+class ReportQuerySerializer(serializers.Serializer[Any]):
     """The period (``until`` defaults to now, ``since`` to 30 days before it) and the scope."""
 
     since = serializers.DateTimeField(required=False, help_text="Start of the period (default: 30 days before until).")
@@ -29,7 +30,7 @@ class ReportQuerySerializer(serializers.Serializer):
         return attrs
 
 
-class FindingRefSerializer(serializers.Serializer):
+class FindingRefSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     summary = serializers.CharField()
     rule = serializers.CharField()
@@ -38,7 +39,7 @@ class FindingRefSerializer(serializers.Serializer):
     remediation = serializers.IntegerField()
 
 
-class IncidentSerializer(serializers.Serializer):
+class IncidentSerializer(serializers.Serializer[Any]):
     """One outage: when the node left production, when it was back (null: not yet), whose downtime it
     was, who or what started it and why, and the finding behind it when a remediation acted on one."""
 
@@ -51,15 +52,15 @@ class IncidentSerializer(serializers.Serializer):
     reason = serializers.CharField()
     finding = FindingRefSerializer(allow_null=True)
 
-    def get_hours_until_back(self, incident: Any) -> float | None:
+    def get_hours_until_back(self, incident: Incident) -> float | None:
         back = incident.until_back
         return round(back.total_seconds() / 3600, 3) if back is not None else None
 
-    def get_downtime_hours(self, incident: Any) -> float:
+    def get_downtime_hours(self, incident: Incident) -> float:
         return round(incident.outage.seconds / 3600, 3)
 
 
-class NodeAvailabilitySerializer(serializers.Serializer):
+class NodeAvailabilitySerializer(serializers.Serializer[Any]):
     """One node's period: hours in production and down (the provider's and the customer's), its
     incidents, and availability = production / (production + downtime)."""
 
@@ -75,24 +76,25 @@ class NodeAvailabilitySerializer(serializers.Serializer):
     incident_count = serializers.IntegerField(source="incidents")
     incidents = serializers.SerializerMethodField()
 
-    def get_production_hours(self, row: Any) -> float:
+    def get_production_hours(self, row: NodeAvailability) -> float:
         return round(row.serving_s / 3600, 3)
 
-    def get_downtime_hours(self, row: Any) -> float:
+    def get_downtime_hours(self, row: NodeAvailability) -> float:
         return round(row.downtime_s / 3600, 3)
 
-    def get_provider_downtime_hours(self, row: Any) -> float:
+    def get_provider_downtime_hours(self, row: NodeAvailability) -> float:
         return round(row.provider_s / 3600, 3)
 
-    def get_customer_downtime_hours(self, row: Any) -> float:
+    def get_customer_downtime_hours(self, row: NodeAvailability) -> float:
         return round(row.customer_s / 3600, 3)
 
     @extend_schema_field(IncidentSerializer(many=True))
     def get_incidents(self, row: Any) -> list[dict[str, Any]]:
-        return IncidentSerializer(self.context["incidents"].get(row.node.pk, []), many=True).data
+        # many=True gives a ReturnList; the stubs type .data as a ReturnDict.
+        return IncidentSerializer(self.context["incidents"].get(row.node.pk, []), many=True).data  # type: ignore[return-value]
 
 
-class AvailabilityReportSerializer(serializers.Serializer):
+class AvailabilityReportSerializer(serializers.Serializer[Any]):
     """A page of nodes (``limit``/``offset``) with their availability in the period."""
 
     since = serializers.DateTimeField()
@@ -104,13 +106,15 @@ class AvailabilityReportSerializer(serializers.Serializer):
     results = NodeAvailabilitySerializer(many=True)
 
 
-class FlowSerializer(serializers.Serializer):
-    source = serializers.ChoiceField(choices=NodeState.choices)
+class FlowSerializer(serializers.Serializer[Any]):
+    # The response's "source" key: DRF's metaclass takes declared fields out of the class, so
+    # Field.source stays as it is (the stubs see it overridden).
+    source = serializers.ChoiceField(choices=NodeState.choices)  # type: ignore[assignment]
     target = serializers.ChoiceField(choices=NodeState.choices)
     count = serializers.IntegerField()
 
 
-class FlowReportSerializer(serializers.Serializer):
+class FlowReportSerializer(serializers.Serializer[Any]):
     """State changes in the period from each state to each other, commonest first."""
 
     since = serializers.DateTimeField()

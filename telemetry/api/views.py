@@ -7,6 +7,7 @@ needs none of DRF's content negotiation, parsers or throttles (msgspec validates
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -80,7 +81,9 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
 
 
-def _refuser(request: HttpRequest, source: str, node_id: int | None, hostname: str) -> Any:
+def _refuser(
+    request: HttpRequest, source: str, node_id: int | None, hostname: str
+) -> Callable[[int, str, str, bytes], JsonResponse]:
     def refuse(status: int, error: str, detail: str, body: bytes) -> JsonResponse:
         return reject(
             request,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from ..models import TrendFlag
 
 
-class TrendFlagSerializer(serializers.ModelSerializer):
+class TrendFlagSerializer(serializers.ModelSerializer[TrendFlag]):
     """A node degrading in a figure, under its peers in a figure, or a lemon; open while
     ``cleared_at`` is empty. ``evidence`` holds the points and fit, the peers, or the signals."""
 
@@ -36,7 +38,7 @@ class TrendFlagSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class LemonSerializer(serializers.Serializer):
+class LemonSerializer(serializers.Serializer[Any]):
     """One node's lemon score with the signals behind it (raw values) and each one's points."""
 
     node = serializers.IntegerField(read_only=True)
@@ -50,7 +52,7 @@ class LemonSerializer(serializers.Serializer):
     )
 
 
-class LemonReportSerializer(serializers.Serializer):
+class LemonReportSerializer(serializers.Serializer[Any]):
     """The top lemon offenders of the last evaluation, highest score first."""
 
     run = serializers.IntegerField(read_only=True, allow_null=True)

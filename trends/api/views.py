@@ -20,7 +20,7 @@ from . import serializers
 
 
 @extend_schema_view(list=extend_schema(summary="List trend flags, newest first"))
-class TrendFlagViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+class TrendFlagViewSet(mixins.ListModelMixin, viewsets.GenericViewSet[TrendFlag]):
     """Trend flags: degrading figures, underperformers against their profile's peers, lemon nodes."""
 
     # node and its profile: the hostname and hardware_profile columns of every row.
@@ -31,7 +31,7 @@ class TrendFlagViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     ordering_fields = ["created", "updated", "score"]
 
 
-class LemonsView(generics.GenericAPIView):
+class LemonsView(generics.GenericAPIView[Any]):
     """The last evaluation's top lemon nodes (highest score first), flagged or not."""
 
     serializer_class = serializers.LemonReportSerializer

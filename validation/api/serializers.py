@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from checks.api.serializers import CheckRunSerializer
+from checks.models import CheckRun
 
 from ..choices import Stage
 
@@ -19,50 +22,53 @@ class StageRunSerializer(CheckRunSerializer):
         fields = [*CheckRunSerializer.Meta.fields, "stage", "evidence"]
         read_only_fields = fields
 
-    def get_stage(self, run) -> str:  # type: ignore[no-untyped-def]
+    def get_stage(self, run: CheckRun) -> str:
         from ..choices import BY_RUN_KIND
 
         return BY_RUN_KIND[run.kind].stage
 
-    def get_evidence(self, run) -> dict:  # type: ignore[no-untyped-def,type-arg]
-        return (run.details or {}).get("evidence", {})
+    def get_evidence(self, run: CheckRun) -> dict[str, Any]:
+        evidence: dict[str, Any] = (run.details or {}).get("evidence", {})  # JSON: Any to mypy
+        return evidence
 
 
-class StageActionSerializer(serializers.Serializer):
+class StageActionSerializer(serializers.Serializer[Any]):
     """Why an operator starts or skips a stage; kept in the node's history."""
 
     reason = serializers.CharField(allow_blank=False)
 
 
-class StageCountSerializer(serializers.Serializer):
+# "label" is a key of these responses: DRF's metaclass takes declared fields out of the class, so
+# Field.label stays as it is (the stubs see it overridden).
+class StageCountSerializer(serializers.Serializer[Any]):
     stage = serializers.ChoiceField(choices=Stage.choices)
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     state = serializers.CharField()
     count = serializers.IntegerField()
 
 
-class StageDurationSerializer(serializers.Serializer):
+class StageDurationSerializer(serializers.Serializer[Any]):
     stage = serializers.ChoiceField(choices=Stage.choices)
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     runs = serializers.IntegerField()
     median_s = serializers.FloatField(allow_null=True)
     slowest_s = serializers.FloatField(allow_null=True)
 
 
-class FailureReasonSerializer(serializers.Serializer):
+class FailureReasonSerializer(serializers.Serializer[Any]):
     stage = serializers.ChoiceField(choices=Stage.choices)
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]
     reason = serializers.CharField()
     count = serializers.IntegerField()
 
 
-class YieldSerializer(serializers.Serializer):
+class YieldSerializer(serializers.Serializer[Any]):
     released = serializers.IntegerField()
     failed = serializers.IntegerField()
     yield_pct = serializers.FloatField(allow_null=True)
 
 
-class Day1SummarySerializer(serializers.Serializer):
+class Day1SummarySerializer(serializers.Serializer[Any]):
     window_days = serializers.IntegerField()
     counts = StageCountSerializer(many=True)
     durations = StageDurationSerializer(many=True)
@@ -70,14 +76,14 @@ class Day1SummarySerializer(serializers.Serializer):
     day1_yield = YieldSerializer()
 
 
-class PersonaChangeRequestSerializer(serializers.Serializer):
+class PersonaChangeRequestSerializer(serializers.Serializer[Any]):
     """Re-role a node: the persona to give it, and why."""
 
     persona = serializers.CharField(help_text="Persona name.")
     reason = serializers.CharField(allow_blank=False)
 
 
-class PersonaChangeSerializer(serializers.Serializer):
+class PersonaChangeSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     node = serializers.IntegerField(source="node_id")
     from_persona = serializers.CharField(source="from_persona.name", allow_null=True, default=None)

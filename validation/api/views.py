@@ -3,6 +3,8 @@ fleet summary. Scoped like every node read (another tenant's node answers 404)."
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, generics, status
@@ -28,7 +30,7 @@ ERRORS = {
 }
 
 
-class NodeStagesView(generics.ListAPIView):
+class NodeStagesView(generics.ListAPIView[CheckRun]):
     """A node's Day 1 stage runs, newest first."""
 
     serializer_class = serializers.StageRunSerializer
@@ -48,7 +50,7 @@ class NodeStagesView(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
 
-class NodeStageActionView(generics.GenericAPIView):
+class NodeStageActionView(generics.GenericAPIView[Any]):
     """Start (or retry) or skip the node's current Day 1 stage."""
 
     serializer_class = serializers.StageActionSerializer
@@ -109,7 +111,7 @@ class Day1SummaryView(APIView):
         return Response(serializers.Day1SummarySerializer(data).data)
 
 
-class NodePersonaView(generics.GenericAPIView):
+class NodePersonaView(generics.GenericAPIView[Any]):
     """Re-role a node to another persona (drain, reconfigure, re-validate, return)."""
 
     serializer_class = serializers.PersonaChangeRequestSerializer

@@ -37,7 +37,7 @@ def start(ctx: StageContext) -> Verdict | None:
 
     actor = Actor.system("validation")
     started = ctx.run.started or ctx.run.created
-    run_ids = {}
+    run_ids: dict[str, int | None] = {}  # None: an operator's open run went away meanwhile
     for kind, params in _params(ctx).items():
         # A check still queued from before this stage began (before the reboot or repair being
         # verified) would judge the node as it was: withdrawn, and asked for again.
@@ -61,7 +61,9 @@ def start(ctx: StageContext) -> Verdict | None:
 
 def judge(ctx: StageContext, runs: list[CheckRun]) -> Verdict:
     """Every check has finished: pass or fail, with the figures that decided."""
-    spec, problems, notes = ctx.spec, [], []
+    spec = ctx.spec
+    problems: list[str] = []
+    notes: list[str] = []
     figures: dict[str, float] = {}
     for run in runs:
         label = RunKind(run.kind).label

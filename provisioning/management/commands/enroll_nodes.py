@@ -58,7 +58,7 @@ def _yaml_rows(path: Path, text: str) -> list[Row]:
         raise CommandError(f"{path}: not valid YAML: {exc}") from exc
     finally:
         loader.dispose()
-    if data is None:
+    if document is None or data is None:
         return []
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise CommandError(f"{path}: expected a list of mappings, one per node.")
@@ -154,7 +154,9 @@ class Command(BaseCommand):
 
     def _check(self, rows: list[Row], password: str | None) -> tuple[list[tuple[int, EnrollmentRequest]], list[str]]:
         """Every row checked against the fleet and the rows above it; nothing is enrolled if any is bad."""
-        requests, problems, seen = [], [], {}
+        requests: list[tuple[int, EnrollmentRequest]] = []
+        problems: list[str] = []
+        seen: dict[tuple[str, str], int] = {}
         for line, row, row_problems in rows:
             req, bad = to_request(row, password)
             row_problems = row_problems + bad
