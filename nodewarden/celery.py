@@ -78,16 +78,4 @@ app.conf.beat_schedule = {
         "schedule": 60.0 * float(os.environ.get("NODEWARDEN_AUDIT_MINUTES", "5")),
     },
 }
-if os.environ.get("NODEWARDEN_DEMO_CHURN"):
-    # Demo only (bin/demo): keeps the seeded demo fleet moving, through the real services.
-    app.conf.beat_schedule["churn-demo-fleet"] = {"task": "nodes.demo.churn_demo_fleet", "schedule": 60.0}
-    # ...and its nodes' agents report every 30 s through the real ingest service.
-    app.conf.beat_schedule["report-demo-telemetry"] = {"task": "nodes.demo.report_demo_telemetry", "schedule": 30.0}
-    # ...and new servers are enrolled, booted, joined and validated through the real Day 0/Day 1 road.
-    app.conf.beat_schedule["bring-up-demo-nodes"] = {"task": "nodes.demo.bring_up_demo_nodes", "schedule": 20.0}
-    # ...and the slurmd-backed nodes run short customer jobs, so a drain waits for the job to end.
-    app.conf.beat_schedule["submit-demo-jobs"] = {"task": "nodes.demo.submit_demo_jobs", "schedule": 60.0}
-    # ...and the fleet simulator plants faults at the published rates (sped up) for all of it to handle.
-    app.conf.beat_schedule["keep-demo-fleet-failing"] = {"task": "simulator.live.keep_failing", "schedule": 60.0}
-    app.conf.include = ["nodes.demo", "simulator.live"]  # the worker must import the demo tasks
 app.autodiscover_tasks()

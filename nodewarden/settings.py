@@ -64,7 +64,6 @@ INSTALLED_APPS = [
     "trends",
     "reports",
     "audit",
-    "simulator",
 ]
 
 MIDDLEWARE = [
