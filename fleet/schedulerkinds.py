@@ -78,6 +78,6 @@ def validate_scheduler_kind(value: str) -> None:
         known = ", ".join(v for v, _ in scheduler_kind_choices())
         raise ValidationError(
             "Unknown scheduler kind %(value)s; the installed kinds are: %(known)s.",
-            code="invalid_choice",
+            code="unknown_scheduler_kind",
             params={"value": repr(value), "known": known},
         )
