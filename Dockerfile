@@ -11,8 +11,8 @@ WORKDIR /app
 COPY . .
 
 # "pip install ." brings the pinned dependencies (psycopg[binary] needs no libpq here).
-# The code itself runs from /app via PYTHONPATH, not from site-packages: settings find
-# templates/ and static/ beside the packages, and manage.py lives here.
+# The code itself runs from /app via PYTHONPATH, not from site-packages: manage.py lives here.
+# (Templates and static files are package data of nodewarden: an installed wheel has them too.)
 RUN pip install . \
     && useradd --system --home-dir /app --shell /usr/sbin/nologin nodewarden \
     && mkdir -p /var/lib/nodewarden \

@@ -4,7 +4,7 @@ Everything is real and runs on this machine: PostgreSQL and Redis (``bin/bench``
 them), Celery worker subprocesses on the four queues (``--workers`` processes, each
 ``--concurrency`` prefork children), gunicorn serving the agent API, the Redfish emulator
 (sushy-tools, a fixed ``--power-delay``) and a Slurm 22.05 cluster (munged, slurmctld,
-slurmd; ``schedulers.slurmsim``). The bench process only sends reports and watches Slurm
+slurmd; ``sandbox.emulators.slurm``). The bench process only sends reports and watches Slurm
 and the database. No Celery beat runs: nothing here waits for a periodic task.
 
 (a) Latency, XID to cordon: one node at a time, the agent's POST /api/agent/reports/
@@ -21,7 +21,7 @@ and the database. No Celery beat runs: nothing here waits for a periodic task.
     them drained by nodewarden (``sinfo -N -t drain``, every 0.1 s: one call for all
     nodes). These nodes are in slurm.conf without a slurmd (``unk*``): 200 more slurmd
     processes on 2 cores would measure this machine's process table, not Nodewarden,
-    and slurmsim's free ports collide at that count. The CPU seconds each party used
+    and the Slurm emulator's (sandbox/emulators/slurm.py) free ports collide at that count. The CPU seconds each party used
     meanwhile are printed (from /proc), with what the rest of the machine used: it is
     shared, and other processes' load shows up in the figure.
 (c) One full cycle on an idle node with a slurmd and a BMC on the emulator: XID POST ->
@@ -84,7 +84,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sandbox.settings")  # the emulators are sandbox apps
 os.environ["DEBUG"] = "0"  # DEBUG keeps every query in memory and would skew the figures
 
 import django  # noqa: E402
@@ -718,9 +718,9 @@ def _poll_interval() -> float:
 
 
 def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
-    from bmc.emulator import RedfishEmulator
+    from sandbox.emulators.bmc import RedfishEmulator
     from schedulers.slurm import SlurmAdapter
-    from schedulers.slurmsim import SlurmCluster
+    from sandbox.emulators.slurm import SlurmCluster
 
     began = time.monotonic()
     call_command("migrate", verbosity=0)

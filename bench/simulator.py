@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,8 @@ def main() -> int:
             str(out),
         ],
         cwd=ROOT,
+        # simulate_fleet is a sandbox command: manage.py's default (the product's settings) lacks it.
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "sandbox.settings"},
         check=False,
         capture_output=True,
         text=True,

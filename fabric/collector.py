@@ -13,7 +13,7 @@ counts as too many is fabric.validation's call. ibqueryerrors needs the SA (a ru
 SM) for its path records, as on any real fabric.
 
 Under ibsim every tool must be LD_PRELOADed with libumad2sim (``sim_preload``); see
-fabric.sim, which also keeps killed tools from holding ibsim's 10 client slots.
+sandbox.emulators.fabric, which also keeps killed tools from holding ibsim's 10 client slots.
 """
 
 from __future__ import annotations

@@ -1,8 +1,16 @@
 """Admin for the fleet inventory."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
 from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest
 
 from .models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant, TenantMembership
+from .schedulerkinds import scheduler_kind_choices
 
 
 @admin.register(Site)
@@ -18,6 +26,15 @@ class ClusterAdmin(admin.ModelAdmin[Cluster]):
     list_filter = ["site", "scheduler_kind"]
     list_select_related = ["site"]
     search_fields = ["name"]
+
+    def formfield_for_dbfield(self, db_field: models.Field[Any, Any], request: HttpRequest, **kwargs: Any) -> Any:
+        # The field has no choices (kinds are registered at start-up): offer the registered ones.
+        # A posted value outside them fails the form, and the model's validator says which exist.
+        if db_field.name == "scheduler_kind":
+            return forms.ChoiceField(
+                choices=scheduler_kind_choices(), initial=db_field.default, help_text=db_field.help_text
+            )
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 @admin.register(Rack)

@@ -4,9 +4,9 @@ from django.db import models
 
 
 class SchedulerKind(models.TextChoices):
-    """The workload scheduler that runs customer jobs on a cluster's nodes."""
+    """The product's workload schedulers (constants for code); the kinds a cluster may name are
+    registered by the apps that bring them (fleet/schedulerkinds.py)."""
 
     SLURM = "slurm", "Slurm"
     KUBERNETES = "kubernetes", "Kubernetes"
-    SIMULATED = "simulated", "Simulated (fleet simulator)"
     NONE = "none", "None"

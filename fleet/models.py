@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from .choices import SchedulerKind
+from .schedulerkinds import scheduler_kind_label, validate_scheduler_kind
 
 
 class Site(models.Model):
@@ -27,7 +28,14 @@ class Cluster(models.Model):
 
     site = models.ForeignKey(Site, on_delete=models.PROTECT, related_name="clusters")
     name = models.CharField(max_length=100, unique=True)
-    scheduler_kind = models.CharField(max_length=20, choices=SchedulerKind.choices, default=SchedulerKind.NONE)
+    # No choices: the kinds are registered by installed apps (fleet/schedulerkinds.py), and a
+    # migration must not change with what is installed. The validator checks the registry.
+    scheduler_kind = models.CharField(
+        max_length=20,
+        default=SchedulerKind.NONE,
+        validators=[validate_scheduler_kind],
+        help_text="A registered scheduler kind: slurm, kubernetes, none (and any an installed app adds).",
+    )
     scheduler_endpoint = models.CharField(
         max_length=200, blank=True, help_text="Slurm controller host or Kubernetes API server URL."
     )
@@ -37,6 +45,10 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def get_scheduler_kind_display(self) -> str:
+        """The kind's label from the registry (what Django would give for a field with choices)."""
+        return scheduler_kind_label(self.scheduler_kind)
 
 
 class Rack(models.Model):

@@ -2,7 +2,7 @@
 
 plotly.js inserts its rules into a ``<style id="plotly.js-style-global">`` it creates, unless an
 element with that id and the class ``no-inline-styles`` is already on the page; and the bundled
-maplibre adds a ``<style>`` of its own unless an element with its id exists. templates/nodes/
+maplibre adds a ``<style>`` of its own unless an element with its id exists. nodewarden/templates/nodes/
 _charts.html links ``static/css/plotly.css`` and ``plotly-maplibre.css`` under those ids. This
 module writes both from the plotly.min.js the plotly package ships (``python -m
 nodewarden.plotly_css``); tests/security/test_csp.py fails when the committed files no longer match
@@ -18,7 +18,7 @@ from pathlib import Path
 import plotly
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-CSS_FILE = Path(__file__).resolve().parent.parent / "static" / "css" / "plotly.css"
+CSS_FILE = Path(__file__).resolve().parent / "static" / "css" / "plotly.css"
 MAPLIBRE_CSS_FILE = CSS_FILE.with_name("plotly-maplibre.css")
 MAPLIBRE_STYLE_ID = "9f215cf04c5486422605d13261cb87401f4e7763b6296af81e98efbc0130da53"
 _MAPLIBRE = re.compile(

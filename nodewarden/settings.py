@@ -16,6 +16,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+from celery.schedules import crontab
 import dj_database_url
 import django_stubs_ext
 import plotly
@@ -41,6 +42,8 @@ def _json_object(name: str, value: object) -> None:
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Templates and static files ship inside the package (package data): an installed wheel finds them too.
+PACKAGE_DIR = Path(__file__).resolve().parent
 VAR_DIR = Path(env.str("NODEWARDEN_VAR_DIR", str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -85,7 +88,6 @@ INSTALLED_APPS = [
     "trends",
     "reports",
     "audit",
-    "simulator",
 ]
 
 MIDDLEWARE = [
@@ -109,7 +111,7 @@ WSGI_APPLICATION = "nodewarden.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [PACKAGE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -208,7 +210,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", str(VAR_DIR / "static")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns when it is missing
 # plotly.js comes from the plotly package itself: no CDN (no internet), no vendored copy to keep in step.
-STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+STATICFILES_DIRS = [PACKAGE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -489,3 +491,57 @@ REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
 NODEWARDEN_DEMO_CHURN = env.bool("NODEWARDEN_DEMO_CHURN", False)
 # x the published failure rates for the live simulator's faults.
 NODEWARDEN_DEMO_FAULT_SCALE = env.float("NODEWARDEN_DEMO_FAULT_SCALE", 300.0)
+
+# --- Celery beat: the periodic tasks (the worker's app is nodewarden/celery.py) ------------------
+CELERY_BEAT_SCHEDULE = {
+    "snapshot-state-counts": {
+        "task": "nodes.tasks.snapshot_state_counts",
+        "schedule": crontab(minute=0),
+    },
+    # The lifecycle flow's daily roll-up of state changes (the Sankey reads whole days from it).
+    "roll-up-flows": {"task": "reports.tasks.roll_up_flows", "schedule": crontab(minute=5)},
+    # A node that stops reporting is a finding of its own (health rule "heartbeat_missing").
+    "check-heartbeats": {"task": "health.tasks.check_heartbeats", "schedule": 60.0},
+    # Pull dcgm-exporter endpoints that operators registered (telemetry.DcgmExporterTarget).
+    "scrape-dcgm-exporters": {"task": "telemetry.tasks.scrape_dcgm_exporters", "schedule": 30.0},
+    # A check claimed by an agent that never reported back becomes an error after its deadline.
+    "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
+    # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
+    "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
+    # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
+    "fail-stuck-day0": {
+        "task": "provisioning.tasks.fail_stuck_day0",
+        "schedule": 300.0,
+        "options": {"queue": "provisioning"},
+    },
+    # InfiniBand: the fabric against the cabling plan several times a day (a no-op unless
+    # NODEWARDEN_FABRIC_COLLECT), and the agents' HCA counters every 15 minutes.
+    "collect-fabric": {
+        "task": "fabric.tasks.collect_fabric",
+        "schedule": 3600.0 * NODEWARDEN_FABRIC_COLLECT_HOURS,
+    },
+    "record-agent-ib-counters": {"task": "fabric.tasks.record_agent_counters", "schedule": 900.0},
+    # Remediation: re-drive stalled steps, finished drains and queued plans.
+    "reconcile-remediations": {
+        "task": "remediation.tasks.reconcile",
+        "schedule": 60.0,
+        "options": {"queue": "remediation"},
+    },
+    # What transitions owe the workload schedulers (retried), and drains moved on as they report.
+    "follow-drains": {"task": "schedulers.tasks.follow_drains", "schedule": 60.0, "options": {"queue": "remediation"}},
+    # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
+    "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
+    # Trends: degrading figures, peer underperformers and lemon nodes, once a day.
+    "evaluate-trends": {"task": "trends.tasks.evaluate_trends", "schedule": crontab(hour=3, minute=30)},
+    # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.
+    "advance-day1-stages": {
+        "task": "validation.tasks.advance_day1_stages",
+        "schedule": 15.0,
+        "options": {"queue": "validation"},
+    },
+    # The fleet auditor: what Nodewarden believes against schedulers, BMCs and the clock.
+    "audit-fleet": {
+        "task": "audit.tasks.audit_fleet",
+        "schedule": 60.0 * NODEWARDEN_AUDIT_MINUTES,
+    },
+}

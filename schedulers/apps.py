@@ -1,4 +1,23 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from .base import SchedulerAdapter
+
+
+def slurm_adapter(cluster: Any) -> SchedulerAdapter:
+    from .slurm import SlurmAdapter  # imported on first use, as before the registry: start-up stays light
+
+    return SlurmAdapter(cluster)
+
+
+def kubernetes_adapter(cluster: Any) -> SchedulerAdapter:
+    from .kubernetes import KubernetesAdapter  # the kubernetes client takes a while to import
+
+    return KubernetesAdapter(cluster)
 
 
 class SchedulersConfig(AppConfig):
@@ -6,4 +25,11 @@ class SchedulersConfig(AppConfig):
     verbose_name = "Workload schedulers"
 
     def ready(self) -> None:
+        from fleet.choices import SchedulerKind
+        from fleet.schedulerkinds import register_scheduler_kind
+
         from . import reactions  # noqa: F401  registers the scheduler reactions of every transition
+
+        # The product's schedulers; other apps register theirs the same way (the sandbox's simulator).
+        register_scheduler_kind(SchedulerKind.SLURM.value, SchedulerKind.SLURM.label, slurm_adapter)
+        register_scheduler_kind(SchedulerKind.KUBERNETES.value, SchedulerKind.KUBERNETES.label, kubernetes_adapter)

@@ -1,6 +1,7 @@
 """One interface to the workload schedulers that run customer jobs on a cluster's nodes.
 
-An adapter per scheduler kind (``Cluster.scheduler_kind``), picked by ``adapter_for``:
+An adapter per scheduler kind (``Cluster.scheduler_kind``), picked by ``adapter_for`` from the kinds
+installed apps registered (``fleet/schedulerkinds.py``; Slurm and Kubernetes in ``schedulers/apps.py``):
 - ``is_running_work``: does customer work run on the node now?
 - ``cordon`` / ``uncordon``: no new work (existing work carries on) / take work again;
 - ``drain``: no new work, and the node leaves when its current work ends;
@@ -134,19 +135,57 @@ class NoScheduler(SchedulerAdapter):
         return True
 
 
+class UnregisteredScheduler(SchedulerAdapter):
+    """A cluster naming a kind no installed app registered (e.g. the sandbox's simulated one in a
+    product-only install). Every question fails: claiming "no work runs" for a scheduler we cannot
+    ask would let a drain finish on a busy node."""
+
+    def __init__(self, cluster: Any) -> None:
+        super().__init__(cluster)
+        self.kind = str(getattr(cluster, "scheduler_kind", ""))
+
+    def _refuse(self) -> SchedulerError:
+        return SchedulerError(
+            f"Cluster {self.cluster} names scheduler kind {self.kind!r}, which no installed app provides."
+        )
+
+    def is_running_work(self, node: Any) -> bool:
+        raise self._refuse()
+
+    def cordon(self, node: Any, *, reason: str) -> None:
+        raise self._refuse()
+
+    def uncordon(self, node: Any, *, reason: str) -> None:
+        raise self._refuse()
+
+    def drain(self, node: Any, *, reason: str) -> None:
+        raise self._refuse()
+
+    def evict(self, node: Any, *, reason: str) -> None:
+        raise self._refuse()
+
+    def drain_state(self, node: Any) -> DrainState:
+        raise self._refuse()
+
+    def hold_for_check(self, node: Any, *, reason: str) -> bool:
+        raise self._refuse()
+
+    def release_check_hold(self, node: Any, *, reason: str) -> bool:
+        raise self._refuse()
+
+
 def adapter_for(cluster: Any) -> SchedulerAdapter:
-    """The adapter for the cluster's scheduler kind (NoScheduler for none or no cluster)."""
+    """The adapter for the cluster's scheduler kind, from the registry (fleet/schedulerkinds.py).
+
+    NoScheduler for "none" or no cluster; UnregisteredScheduler for a kind nothing installed brings.
+    """
+    from fleet.schedulerkinds import scheduler_kind
+
     kind = getattr(cluster, "scheduler_kind", "none") if cluster is not None else "none"
-    if kind == "slurm":
-        from .slurm import SlurmAdapter
-
-        return SlurmAdapter(cluster)
-    if kind == "kubernetes":
-        from .kubernetes import KubernetesAdapter
-
-        return KubernetesAdapter(cluster)
-    if kind == "simulated":
-        from .simulated import SimulatedScheduler
-
-        return SimulatedScheduler(cluster)
-    return NoScheduler(cluster)
+    entry = scheduler_kind(kind)
+    if entry is None:
+        return UnregisteredScheduler(cluster)
+    if entry.adapter is None:
+        return NoScheduler(cluster)
+    adapter: SchedulerAdapter = entry.adapter(cluster)
+    return adapter

@@ -1,6 +1,6 @@
 """Slurm: cordon, drain and evict nodes with ``scontrol``, read them with ``scontrol``/``squeue``.
 
-Written against Slurm 22.05 (Debian 12), tested against a real cluster (schedulers/slurmsim.py).
+Written against Slurm 22.05 (Debian 12), tested against a real cluster (sandbox/emulators/slurm.py).
 Every command runs as a subprocess with a timeout; a failure becomes ``SchedulerError`` naming the
 command, its exit status and its stderr. Which cluster: ``Cluster.scheduler_endpoint`` when it is a
 path to a slurm.conf (starts with "/"), else whatever SLURM_CONF/the default config says.

@@ -15,7 +15,7 @@ import factory
 import pytest
 
 from bmc.choices import BmcDriverKind
-from bmc.emulator import IpmiSimulator, RedfishEmulator
+from sandbox.emulators.bmc import IpmiSimulator, RedfishEmulator
 from bmc.models import BmcEndpoint
 from tests.conftest import IN_CI
 from tests.factories import NodeFactory

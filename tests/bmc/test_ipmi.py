@@ -1,4 +1,4 @@
-"""bmc.client over IPMI (ipmitool lanplus), against the real OpenIPMI ipmi_sim (bmc.emulator)."""
+"""bmc.client over IPMI (ipmitool lanplus), against the real OpenIPMI ipmi_sim (sandbox.emulators.bmc)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from bmc import client
 from bmc.drivers.base import BmcAuthError, BmcUnreachable, BmcUnsupported, PowerAction, PowerState
 from bmc.drivers.ipmi import IpmiDriver, split_address
-from bmc.emulator import IpmiSimulator, free_port
+from sandbox.emulators.bmc import IpmiSimulator, free_port
 from bmc.models import BmcEndpoint
 
 from .conftest import IPMI_FRU

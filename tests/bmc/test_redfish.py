@@ -1,4 +1,4 @@
-"""bmc.client over Redfish, against the real sushy-tools emulator (bmc.emulator)."""
+"""bmc.client over Redfish, against the real sushy-tools emulator (sandbox.emulators.bmc)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 
 from bmc import client
 from bmc.drivers.base import BmcError, BmcUnreachable
-from bmc.emulator import free_port
+from sandbox.emulators.bmc import free_port
 from bmc.models import BmcEndpoint
 
 from .conftest import BmcEndpointFactory

@@ -1,6 +1,6 @@
 """An active check on a production node: the scheduler is asked, and the node is held while it runs.
 
-Against a real Slurm 22.05 cluster (schedulers.slurmsim, the tests/schedulers fixtures) and the
+Against a real Slurm 22.05 cluster (sandbox.emulators.slurm, the tests/schedulers fixtures) and the
 Kubernetes stand-in (kmock, because no kube-apiserver can run here; see tests/schedulers).
 """
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from checks.choices import RunStatus
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent

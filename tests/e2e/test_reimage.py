@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from health.services import raise_finding
 from nodes.choices import NodeState
 from nodes.models import NodeEvent

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.sim import SimulatedFabric, missing_components
+from sandbox.emulators.fabric import SimulatedFabric, missing_components
 from fabric.topology import GeneratedFabric, generate_fat_tree
 from tests.conftest import IN_CI
 

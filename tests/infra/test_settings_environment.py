@@ -288,11 +288,10 @@ def test_every_variable_settings_reads_is_documented(load, monkeypatch):
 
 # --- nobody else reads the environment ----------------------------------------------------------
 PRODUCT = ("nodewarden", "fleet", "nodes", "checks", "fabric", "telemetry", "health", "bmc", "provisioning")
-PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit", "simulator")
+PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit")
 # (module, what it reads) -> why it may
 ALLOWED_READS = {
     ("nodewarden/env.py", "*"): "the one reader",
-    ("bmc/emulator.py", "PYTHONPATH"): "extends the child emulator's PYTHONPATH (a subprocess environment)",
     ("provisioning/management/commands/enroll_nodes.py", "*"): "--bmc-password-env names the variable to read",
 }
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent

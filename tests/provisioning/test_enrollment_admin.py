@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from nodes.choices import NodeState
 from tests.bmc.conftest import BmcEndpointFactory, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory

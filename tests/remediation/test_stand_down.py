@@ -3,7 +3,7 @@ meanwhile (a link that flapped once, a passing hot spell): nothing disruptive is
 node stays in production and its scheduler gives it work again. Found necessary by the fleet
 simulator, where such signals were most of the false actions.
 
-The workload scheduler here is the simulated one (``schedulers.simulated``) with a job that
+The workload scheduler here is the simulated one (``sandbox.simulator.scheduler``) with a job that
 runs on the node: a real Slurm job would do the same (tests/remediation/test_with_slurm.py
 covers the drain itself against Slurm); what is tested is the remediation's decision."""
 
@@ -16,10 +16,10 @@ from nodes.choices import NodeState
 from remediation import reconciler
 from remediation.choices import Status
 from remediation.models import Remediation, RemediationPolicy
-from schedulers import simulated
+from sandbox.simulator import scheduler as simulated
 from schedulers.base import OWNER
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory
-from tests.simulator.test_scheduler import World
+from tests.sandbox.simulator.test_scheduler import World
 
 pytestmark = pytest.mark.django_db
 S = NodeState

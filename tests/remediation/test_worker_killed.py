@@ -13,7 +13,7 @@ from functools import partial
 
 import pytest
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from health.services import raise_finding
 from nodes.choices import NodeState
 from nodes.models import NodeEvent

@@ -1,4 +1,4 @@
-"""A real Slurm 22.05 cluster for the scheduler tests (schedulers.slurmsim).
+"""A real Slurm 22.05 cluster for the scheduler tests (sandbox.emulators.slurm).
 
 One cluster per session (with xdist, one per worker, each on its own free ports); every test
 that uses it gets all jobs cancelled and all nodes idle afterwards. Outside CI the tests skip
@@ -13,7 +13,7 @@ import pytest
 
 from fleet.choices import SchedulerKind
 from schedulers.slurm import SlurmAdapter
-from schedulers.slurmsim import SlurmCluster, slurm_installed
+from sandbox.emulators.slurm import SlurmCluster, slurm_installed
 from tests.conftest import IN_CI
 from tests.factories import ClusterFactory, NodeFactory
 

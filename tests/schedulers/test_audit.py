@@ -1,4 +1,4 @@
-"""The fleet auditor's scheduler invariant against a real Slurm 22.05 cluster (schedulers.slurmsim):
+"""The fleet auditor's scheduler invariant against a real Slurm 22.05 cluster (sandbox.emulators.slurm):
 out of production means cordoned (DRAIN) in Slurm; production means not, unless held for an
 active check; an admin's drain on a production node is a "foreign cordon"."""
 

@@ -27,7 +27,7 @@ def test_every_page_carries_a_strict_policy(client, viewer):
 def test_no_template_has_an_inline_script_style_or_handler():
     inline_script = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)
     offenders = []
-    for path in (ROOT / "templates").rglob("*.html"):
+    for path in (ROOT / "nodewarden" / "templates").rglob("*.html"):
         text = re.sub(r"\{#.*?#\}|\{% comment %\}.*?\{% endcomment %\}", "", path.read_text(), flags=re.S)
         if inline_script.search(text) or re.search(r"\sstyle=|<style|\son[a-z]+=|hx-on", text, re.I):
             offenders.append(str(path.relative_to(ROOT)))
@@ -39,5 +39,5 @@ def test_the_committed_plotly_stylesheets_match_the_installed_plotly_js():
     assert plotly_css.CSS_FILE.read_text() == plotly_css.stylesheet(plotly_css.plotly_rules())
     style_id, css = plotly_css.maplibre_stylesheet()
     assert style_id == plotly_css.MAPLIBRE_STYLE_ID and plotly_css.MAPLIBRE_CSS_FILE.read_text() == css
-    charts = (ROOT / "templates" / "nodes" / "_charts.html").read_text()
+    charts = (ROOT / "nodewarden" / "templates" / "nodes" / "_charts.html").read_text()
     assert f'id="{style_id}"' in charts and 'id="plotly.js-style-global" class="no-inline-styles"' in charts

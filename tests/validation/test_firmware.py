@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bmc.emulator import RedfishEmulator
+from sandbox.emulators.bmc import RedfishEmulator
 from checks.choices import RunKind, RunStatus
 from nodes import services as node_services
 from nodes.choices import NodeState
