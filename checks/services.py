@@ -28,12 +28,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from nodes.choices import EventKind, NodeState
-from nodes.models import OPERATE, Node
+from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, EventKind, NodeState, RunKind, RunStatus
+from nodes.models import OPERATE, OUTPUT_MAX_BYTES, CheckRun, Node
 from nodes.services import Actor, clean_reason, record_event
 
-from .choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
-from .models import OUTPUT_MAX_BYTES, CheckRun
 from .specs import normalise_params, run_timeout
 
 # A NodeHealth row older than three report intervals (30 s) says nothing about now.

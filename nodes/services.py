@@ -17,6 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 
+# Defined below every app so the API's exception handler can answer them without importing nodes.
+from nodewarden.errors import ReasonRequired, TransitionForbidden
+
 from .choices import ActorKind, EventKind, NodeState
 from .models import Node, NodeEvent
 
@@ -41,14 +44,6 @@ class Actor:
     @property
     def kind(self) -> str:
         return ActorKind.USER if self.user is not None else ActorKind.SYSTEM
-
-
-class ReasonRequired(ValueError):
-    """Every change of state and every note needs a human-readable reason."""
-
-
-class TransitionForbidden(PermissionError):
-    """The acting user lacks the permission the transition declares."""
 
 
 def clean_reason(reason: str | None) -> str:

@@ -10,9 +10,10 @@ from django.dispatch import receiver
 from health.models import Finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
+from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
 from schedulers.reactions import drain_hold
 
-from . import services
+from . import ladder, services
 from .choices import Status
 from .models import Remediation
 
@@ -42,6 +43,19 @@ def remediation_done(node: Node, event: NodeEvent) -> str:
 def climb_after_failed_validation(node: Node, event: NodeEvent) -> str:
     rem = services.on_validation_failed(node.pk, event.reason)
     return f"Remediation {rem.pk}: climbing to {rem.get_rung_display().lower()}." if rem else ""
+
+
+@awaits_rejoin
+def running_reimage(node_id: int) -> AwaitedRejoin | None:
+    """The reimage rung waiting for this node's agent to rejoin: the join completes it."""
+    step = ladder.reimage_awaiting_join(node_id)
+    if step is None:
+        return None
+    return AwaitedRejoin(
+        started=step.started,
+        complete=lambda detail: services.reimage_rejoined(step, detail),
+        details={"remediation": step.remediation_id},
+    )
 
 
 @drain_hold

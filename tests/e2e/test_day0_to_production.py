@@ -21,8 +21,7 @@ import pytest
 import yaml
 
 from bmc.emulator import RedfishEmulator
-from checks.choices import RunStatus
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunStatus
 from nodes.models import Node, NodeEvent
 from nodewarden.celery import app as celery_app
 from tests.factories import ClusterFactory, HardwareProfileFactory
