@@ -20,6 +20,7 @@ from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 # Defined below every app so the API's exception handler can answer them without importing nodes.
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
+from . import followups
 from .choices import ActorKind, EventKind, NodeState
 from .models import Node, NodeEvent
 
@@ -104,6 +105,7 @@ def _transition(
             details=details or {},
             created=node.state_changed_at,
         )
+        followups.state_changed(event)  # derived rows (reports' outages) in this transaction
         transaction.on_commit(lambda: _queue_followup(event, name))
     return event
 

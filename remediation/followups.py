@@ -1,13 +1,11 @@
-"""Remediation's hooks on the lifecycle: findings become decisions, and the node's road
-through drain, re-validation and back to production moves its remediation on."""
+"""Remediation's hooks on the lifecycle, registered in the lower apps' declared tables: findings
+become decisions (``health.followups``), the node's road through drain, re-validation and back
+to production moves its remediation on (``nodes.followups``), a running reimage completes at the
+node's join (``provisioning.rejoin``)."""
 
 from __future__ import annotations
 
-from django.db import transaction
-from django.db.models.signals import post_save
-from django.dispatch import receiver
-
-from health.models import Finding
+from health.followups import on_new_finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
 from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
@@ -16,15 +14,13 @@ from schedulers.reactions import drain_hold
 from . import ladder, services
 from .choices import Status
 from .models import Remediation
+from .tasks import consider_finding
 
 
-@receiver(post_save, sender=Finding, dispatch_uid="remediation.consider_finding")
-def queue_consideration(sender, instance: Finding, created: bool, **kwargs) -> None:  # type: ignore[no-untyped-def]
-    """Every new finding is considered once its transaction commits (the remediation queue)."""
-    if created and not instance.shadow and instance.node_id is not None:
-        from .tasks import consider_finding
-
-        transaction.on_commit(lambda: consider_finding.apply_async(args=[instance.pk], queue="remediation"))
+@on_new_finding
+def queue_consideration(finding_id: int) -> None:
+    """Every new finding is considered once its transaction has committed (the remediation queue)."""
+    consider_finding.apply_async(args=[finding_id], queue="remediation")
 
 
 @followup("complete_drain")
