@@ -21,6 +21,8 @@ from __future__ import annotations
 from django.db.models import F
 from django.utils import timezone
 
+from provisioning import services as provisioning
+
 from .choices import Rung, Status, StepStatus
 from .models import RemediationStep
 from .services import ACTOR, action_done, step_failed
@@ -67,10 +69,10 @@ def run(step_id: int) -> str:
 
 def _reimage(step: RemediationStep, endpoint: object) -> str:
     """Re-install through provisioning, PXE once, power cycle; then wait for the node's join."""
+    from django_fsm import TransitionNotAllowed
+
     from bmc import client
     from bmc.drivers.base import BmcError, PowerAction
-    from django_fsm import TransitionNotAllowed
-    from provisioning import services as provisioning
 
     try:
         boot, token = provisioning.prepare_reimage(
