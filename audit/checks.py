@@ -22,13 +22,11 @@ from typing import Any
 
 from django.db.models import Q
 
-from checks.choices import OPEN as OPEN_RUNS
-from checks.choices import STAGE_KINDS
-from checks.models import CheckRun
 from health.choices import SEVERITY_RANK, AlertState
 from health.models import Alert
-from nodes.choices import DAY1_STAGES, NodeState
-from nodes.models import Node
+from nodes.choices import DAY1_STAGES, STAGE_KINDS, NodeState
+from nodes.choices import OPEN as OPEN_RUNS
+from nodes.models import CheckRun, Node
 from remediation.choices import OPEN, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
 

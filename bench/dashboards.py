@@ -148,9 +148,8 @@ class Fleet:
     """The tables being written, the ids handed out, and the hourly snapshot counters."""
 
     def __init__(self, now: float, days: int, seed: int) -> None:
-        from checks.models import CheckRun
         from health.models import Alert, Finding
-        from nodes.models import Node, NodeEvent, StateCountSnapshot
+        from nodes.models import CheckRun, Node, NodeEvent, StateCountSnapshot
         from remediation.models import Remediation, RemediationStep
 
         self.now, self.start = now, now - days * DAY
@@ -810,9 +809,8 @@ def report(size: int, results: list[dict[str, Any]], target: float) -> None:
 
 
 def counts() -> dict[str, int]:
-    from checks.models import CheckRun
     from health.models import Alert, Finding
-    from nodes.models import DailyStateCount, Node, NodeEvent, StateCountSnapshot
+    from nodes.models import CheckRun, DailyStateCount, Node, NodeEvent, StateCountSnapshot
     from remediation.models import Remediation, RemediationStep
     from reports.models import DailyTransitionCount, Outage
 

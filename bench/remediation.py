@@ -594,8 +594,8 @@ def measure_cycle(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]) 
 
 def cycle_split(node_id: int, sent_wall: datetime, total: float) -> dict[str, Any]:
     """Timeline and split of (c) from the rows the cycle wrote (see the module docstring)."""
-    from checks.choices import STAGE_KINDS
-    from checks.models import CheckRun
+    from nodes.choices import STAGE_KINDS
+    from nodes.models import CheckRun
     from remediation.models import Remediation, RemediationStep
 
     rem = Remediation.objects.get(node_id=node_id)

@@ -5,7 +5,9 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import CheckRun
+from nodes.models import CheckRun
+
+from .specs import describe_figures
 
 
 @admin.register(CheckRun)
@@ -19,7 +21,7 @@ class CheckRunAdmin(admin.ModelAdmin[CheckRun]):
 
     @admin.display(description="Figures")
     def figures_text(self, obj: CheckRun) -> str:
-        return obj.figures_text
+        return describe_figures(obj.kind, obj.figures)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -28,12 +28,15 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from nodes.choices import EventKind, NodeState
-from nodes.models import OPERATE, Node
+from health.choices import Severity
+from health.services import raise_finding
+from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, EventKind, NodeState, RunKind, RunStatus
+from nodes.models import OPERATE, OUTPUT_MAX_BYTES, CheckRun, Node
 from nodes.services import Actor, clean_reason, record_event
+from schedulers import base as schedulers  # through the module: tests replace adapter_for
+from schedulers.base import CHECK_HOLD, SchedulerError
+from telemetry.models import NodeHealth
 
-from .choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
-from .models import OUTPUT_MAX_BYTES, CheckRun
 from .specs import normalise_params, run_timeout
 
 # A NodeHealth row older than three report intervals (30 s) says nothing about now.
@@ -85,8 +88,6 @@ def node_is_idle(node: Node, now: datetime | None = None) -> tuple[bool, str]:
     a stress test on top of a customer's job would be far worse than a late check.
     Out of production the lifecycle has cordoned the node already; the scheduler is not asked.
     """
-    from telemetry.models import NodeHealth  # telemetry depends on nodes, not on checks
-
     now = now or timezone.now()
     if node.state in BUSY_STATES:
         return False, f"Node is {node.get_state_display().lower()}: a job may still be running."
@@ -107,9 +108,7 @@ def node_is_idle(node: Node, now: datetime | None = None) -> tuple[bool, str]:
 
 def _scheduler_idle(node: Node) -> tuple[bool, str]:
     """Whether the node's workload scheduler has no job allocated on it, and why (or why not)."""
-    from schedulers.base import SchedulerError, adapter_for
-
-    adapter = adapter_for(node.cluster)
+    adapter = schedulers.adapter_for(node.cluster)
     try:
         work = adapter.work_summary(node)
     except SchedulerError as exc:
@@ -206,9 +205,7 @@ def claim_checks_for_agent(node_id: int, now: datetime | None = None) -> Claim:
 
 def needs_hold(node: Node) -> bool:
     """Whether a check on this node needs a hold: a workload scheduler could start a job there."""
-    from schedulers.base import adapter_for
-
-    return adapter_for(node.cluster).kind != "none"
+    return schedulers.adapter_for(node.cluster).kind != "none"
 
 
 def _claim(queued: list[CheckRun], now: datetime) -> list[CheckRun]:
@@ -230,9 +227,7 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
     undone by a rollback). The runs are marked ``scheduler_hold`` before the hold is taken, so
     a hold whose poll dies half-way is still found and given back by the sweep.
     """
-    from schedulers.base import CHECK_HOLD, SchedulerError, adapter_for
-
-    adapter = adapter_for(node.cluster)
+    adapter = schedulers.adapter_for(node.cluster)
     pks = [run.pk for run in queued]
     CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=True)
     text = f"{CHECK_HOLD}: {', '.join(sorted({run.kind for run in queued}))} (run {', '.join(map(str, pks))})"
@@ -351,9 +346,6 @@ def _record_outcome(run: CheckRun) -> None:
     actor = Actor.system(f"agent:{run.node.hostname}")
     label = RunKind(run.kind).label
     if run.status == RunStatus.FAILED:
-        from health.choices import Severity
-        from health.services import raise_finding
-
         # every_event: each failed run is a finding of its own, not a refresh of the open alert.
         raise_finding(
             run.node_id,
@@ -438,15 +430,13 @@ def give_back_check_hold(node_id: int) -> bool:
 
 def _give_back(node: Node, *, why: str) -> bool:
     """Under the node's hold lock: release if no held run still runs, then clear the flags."""
-    from schedulers.base import CHECK_HOLD, SchedulerError, adapter_for
-
     holders = CheckRun.objects.filter(node_id=node.pk, scheduler_hold=True)
     if holders.filter(status=RunStatus.RUNNING).exists():
         return False  # another check on the node still needs the hold
     pks = list(holders.values_list("pk", flat=True))
     if not pks:
         return True
-    adapter = adapter_for(node.cluster)
+    adapter = schedulers.adapter_for(node.cluster)
     if node.state != NodeState.PRODUCTION:
         outcome, released = f"left in place: the node is {node.get_state_display().lower()} now", False
     else:

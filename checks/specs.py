@@ -15,9 +15,8 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from nodes.choices import ACTIVE_KINDS, RunKind
 from nodes.models import Node
-
-from .choices import ACTIVE_KINDS, RunKind
 
 # nccl-tests' -b/-e syntax: a byte count with an optional K, M or G suffix.
 BYTE_SIZE = re.compile(r"^[1-9][0-9]*[KMG]?$")

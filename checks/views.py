@@ -9,13 +9,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from nodes.models import OPERATE
+from nodes.choices import ACTIVE_KINDS, RUN_STATUS_COLOURS, RunKind
+from nodes.models import OPERATE, CheckRun
 from nodes.scoping import visible_node_or_404
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import services
-from .choices import ACTIVE_KINDS, STATUS_COLOURS, RunKind
-from .models import CheckRun
 
 RECENT_RUNS = 10
 
@@ -31,7 +31,7 @@ def node_checks(request: HttpRequest, pk: int) -> HttpResponse:
         .order_by("-created", "-id")[:RECENT_RUNS]
     )
     for run in runs:
-        run.colour = STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]  # for the template only
+        run.colour = RUN_STATUS_COLOURS.get(run.status, "#888")  # type: ignore[attr-defined]  # for the template only
     can_request = request.user.has_perm(OPERATE) and node.state not in services.NO_CHECK_STATES
     context = {
         "node": node,

@@ -11,7 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from nodes.models import OPERATE
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 from nodewarden.admin_actions import reason_or_page
 from nodewarden.records import ReadOnlyAdmin
 

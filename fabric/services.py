@@ -21,6 +21,8 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from health.services import clear_condition, raise_finding
+from nodes.models import Node
 from nodes.services import Actor, clean_reason
 
 from .choices import KIND_SEVERITY, DiscrepancyKind, RunSource, RunStatus, TicketStatus
@@ -271,8 +273,6 @@ def _title(problem: Problem) -> str:
 
 
 def _open_ticket(run: DiscoveryRun, problem: Problem, node_ids: set[int], now: datetime) -> Ticket:
-    from health.services import raise_finding
-
     ticket = Ticket.objects.create(
         key=problem.key,
         kind=problem.kind,
@@ -307,8 +307,6 @@ def _open_ticket(run: DiscoveryRun, problem: Problem, node_ids: set[int], now: d
 
 
 def _close_ticket(ticket: Ticket, run: DiscoveryRun | None, now: datetime, reason: str = "") -> None:
-    from health.services import clear_condition
-
     ticket.status, ticket.closed_at, ticket.last_run = TicketStatus.CLOSED, now, run
     # A run closes with no reason, a person (whose ticket may have lost its last run) with one.
     ticket.closed_reason = (reason or f"Fixed: not found by run {run.pk if run else '?'}")[:300]
@@ -351,8 +349,6 @@ def node_fabric_problems(node_id: int) -> list[Ticket]:
     its key, which lists the ports ("...|<host> mlx5_3/1|...")."""
     from django.db.models import Q
 
-    from nodes.models import Node
-
     from .choices import BLOCKING_KINDS
 
     hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first() or ""
@@ -368,8 +364,6 @@ def last_run() -> DiscoveryRun | None:
 
 def plan_covers_node(node_id: int) -> bool:
     """Whether the plan lists the node's HCAs (tying HCAs planned before it enrolled to it now)."""
-    from nodes.models import Node
-
     hostname = Node.objects.filter(pk=node_id).values_list("hostname", flat=True).first()
     if hostname:
         FabricDevice.objects.filter(in_plan=True, node__isnull=True, name__startswith=f"{hostname} ").update(

@@ -8,6 +8,8 @@ from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 
+from telemetry.models import NodeHealth
+
 from .choices import RunSource
 
 log = logging.getLogger(__name__)
@@ -46,8 +48,6 @@ def collect_fabric() -> str:
 @shared_task(ignore_result=True)
 def record_agent_counters() -> str:
     """The counters node agents read from sysfs, for the HCA ports the plan knows: a counters-only run."""
-    from telemetry.models import NodeHealth
-
     from .models import FabricDevice
     from .services import record_run
     from .validation import Port

@@ -24,7 +24,8 @@ from django.views.decorators.http import require_POST
 
 from nodes.models import OPERATE
 from nodes.scoping import staff_only
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import charts, services
 from .choices import KIND_COLOURS, DiscrepancyKind, RunStatus, TicketStatus, ValidationResult

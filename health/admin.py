@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 from nodewarden.records import ReadOnlyAdmin
 
 from . import alerts as verbs

@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from nodes.choices import EventKind
 from nodes.models import OPERATE
-from nodes.services import Actor, TransitionForbidden, clean_reason, record_event
+from nodes.services import Actor, clean_reason, record_event
+from nodewarden.errors import TransitionForbidden
 
 from .choices import AlertState
 from .models import Alert

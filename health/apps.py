@@ -2,7 +2,8 @@ from django.apps import AppConfig
 
 
 class HealthConfig(AppConfig):
-    """Turns signals into findings and alerts: the XID catalog, health rules, findings, alerts."""
+    """Turns signals into findings and alerts: the XID catalog, health rules, findings, alerts.
+    Registers the rules as the consumer of ingested telemetry (``telemetry.consumers``)."""
 
     name = "health"
     verbose_name = "Health"
@@ -10,11 +11,20 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_migrate, post_save
 
+        from telemetry.consumers import NodeRows, ReportConsumer, consumes_reports
+
         from . import ruleconfig, xid
-        from .models import HealthRule, XidDefinition
+        from .choices import AlertState
+        from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
+        from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
 
         post_migrate.connect(ensure_health_defaults, sender=self)
+
+        # Telemetry hands every newly stored batch of reports to the rules; the node's firing
+        # alerts are read with the node in ingest's one statement (a healthy report: no query).
+        firing = NodeRows(Alert, OPEN_ALERT_FIELDS, "state", AlertState.FIRING.value)
+        consumes_reports(ReportConsumer(evaluate_reports, firing, open_alerts_from_values))
 
         # In-process caches of the hot path: drop them when an operator edits a row.
         for model, invalidate in ((HealthRule, ruleconfig.invalidate_cache), (XidDefinition, xid.invalidate_cache)):

@@ -1,6 +1,7 @@
 """Health rule evaluation over a batch of ingested reports.
 
-Contract with telemetry ingest: ``telemetry`` calls ``evaluate_reports`` inside the
+Contract with telemetry ingest (registered in ``telemetry.consumers`` by ``HealthConfig.ready``):
+``telemetry`` calls ``evaluate_reports`` inside the
 ingest transaction (in a savepoint opened before evaluation's first statement, if any)
 with one ReportContext per newly stored report, in the order the reports were taken.
 ``previous_*`` hold the node's latest state *before* this report, so rules can take
@@ -12,37 +13,19 @@ report is then evaluated without any query.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models import F
 
+from telemetry.consumers import ReportContext
+from telemetry.store import CompiledRead
+
 from .rules.base import CLEAR, FIRE, GPU
-
-if TYPE_CHECKING:
-    from telemetry.schema import AgentReport
-
 
 logger = logging.getLogger(__name__)
 SHADOW_DEDUPE = timedelta(hours=1)
-
-
-@dataclass
-class ReportContext:
-    node_id: int
-    hostname: str
-    hardware_profile_id: int | None
-    expected_gpu_count: int | None  # from the node's hardware profile
-    report: AgentReport
-    previous_report_at: datetime | None = None  # collected_at of the previous report
-    # gpu index -> GpuReading fields (same names) as of the previous report
-    previous_gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
-    # (device, port) -> {"state", "phys_state", "rate_gbps", "counters": {...}}
-    previous_ib_ports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    previous_host: dict[str, Any] | None = None  # HostVitals fields
-    source: str = "agent"  # "agent" or "dcgm-exporter"
 
 
 def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None) -> None:
@@ -98,8 +81,6 @@ class _FiringOnOneNode:
     compiled once (``telemetry.store.CompiledRead``), rows turned into deferred Alerts."""
 
     def __init__(self) -> None:
-        from telemetry.store import CompiledRead
-
         self.read = CompiledRead(lambda node_id: _firing([node_id]).values_list(*OPEN_ALERT_FIELDS))
 
     def fetch(self, node_id: int) -> list[Any]:

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from fleet.models import Cluster, Site, Tenant
-from nodes.scoping import visible_tenants
+from fleet.scoping import visible_tenants
 from nodewarden.bounds import INT_MAX, SMALLINT_MAX
 from nodewarden.filters import FilterSet, IntegerFilter, IsoDateTimeFilter
 

@@ -12,6 +12,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from fleet.models import HardwareProfile
+
 from .rules import REGISTRY, RuleConfig
 
 TTL_SECONDS = 30.0
@@ -43,8 +45,6 @@ def _row_config(row: Any) -> RuleConfig:
 
 
 def _load() -> tuple[dict[tuple[str, int | None], RuleConfig], dict[int, int]]:
-    from fleet.models import HardwareProfile
-
     from .models import HealthRule
 
     global _cache

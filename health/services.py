@@ -7,7 +7,8 @@ raise_finding(node_id, *, rule, severity, summary, evidence=None, gpu_index=None
               observed_at=None, shadow=False, actor=None) -> Finding | None
     Record a finding for ``rule`` on the node (and GPU), open or refresh the deduplicated
     alert keyed by (node, rule, gpu_index, subject), and write a lifecycle event
-    (NodeEvent kind=finding) in the same transaction. Shadow findings are recorded and
+    (NodeEvent kind=finding) in the same transaction; once it commits, the finding's
+    follow-ups run (``health.followups``: remediation considers it). Shadow findings are recorded and
     marked, but open no alert and write no event. Returns None when an already-open
     alert was only refreshed (same condition seen again, no escalation).
 
@@ -30,6 +31,7 @@ from nodes.models import Node
 from nodes.services import Actor, record_event
 
 from .choices import SEVERITY_RANK, AlertState, RecommendedAction, Severity
+from .followups import queue_finding_followups
 from .models import Alert, Finding
 
 HEALTH = Actor.system("health")
@@ -106,6 +108,7 @@ def raise_finding(
         finding.save(update_fields=["event"])
         alert.last_finding = finding
         alert.save(update_fields=["last_finding", "severity", "summary", "recommended_action"])
+        queue_finding_followups(finding.pk)  # after commit: remediation considers it (health.followups)
     return finding
 
 

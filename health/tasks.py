@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from nodes.choices import DAY1_STAGES, NodeState
+from telemetry.models import NodeHealth
 
 from .choices import AlertState
 from .models import Alert
@@ -58,8 +59,6 @@ def _silent_since(health: NodeHealth) -> datetime:
 
 def _stale_nodes(now: datetime, book: RuleBook) -> list[Any]:
     """Nodes of a reporting state silent for longer than their grace (see ``_silent_since``)."""
-    from telemetry.models import NodeHealth
-
     shortest = min([_grace(book, None), *(_grace(book, p) for p in book.rates)])
     cutoff = now - timedelta(seconds=shortest)
     rows = (

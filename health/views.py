@@ -17,7 +17,8 @@ from django.views.decorators.http import require_POST
 
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import alerts as verbs
 from .choices import SEVERITY_COLOURS, AlertState, Severity

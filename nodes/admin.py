@@ -18,7 +18,7 @@ from django.template.response import TemplateResponse
 
 from nodewarden.records import ReadOnlyAdmin
 
-from . import services
+from . import followups, services
 from .choices import NodeState
 from .models import GPU, Node, NodeEvent, StateCountSnapshot
 
@@ -79,6 +79,13 @@ class NodeAdmin(admin.ModelAdmin[Node]):
 
     def has_force_state_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("nodes.force_node_state")
+
+    def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
+        """An inventory edit (the admin's change view runs in one transaction); a node moved to
+        another cluster takes the rows other apps derive from its placement along."""
+        super().save_model(request, obj, form, change)
+        if change and "cluster" in form.changed_data:
+            followups.cluster_changed(obj)
 
     @admin.action(description="Force state (audited, reason required)", permissions=["force_state"])
     def force_state_action(self, request: HttpRequest, queryset: QuerySet[Node]) -> HttpResponse | None:

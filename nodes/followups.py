@@ -1,4 +1,5 @@
-"""What happens after a transition commits, keyed by transition name.
+"""What a transition causes, declared in one place: what happens after it commits, keyed by
+transition name, and the rows other apps derive from it, kept in step inside its transaction.
 
 A handler gets the node (locked by nobody; it calls services for any change of
 state) and the triggering event, and returns a one-line summary. Apps register
@@ -10,6 +11,12 @@ the drain road (drain pending -> draining -> triage as the scheduler reports the
 declared and run in one place: ``schedulers.reactions``. Its handler runs even when the node
 has moved on since the transition (``even_if_moved_on``): a cordon followed at once by the
 start of a remediation must still evict.
+
+Rows another app derives from the history or from a node's placement (reports: outage rows,
+rolled-up day counts) are not follow-up work: they are rewritten in the transaction that
+records the change, so they never lag it. ``nodes.services`` records every change of state and
+calls ``state_changed``; the admin's inventory edit calls ``cluster_changed``. The deriving app
+registers its recorders in its ``AppConfig.ready`` (nodes sits below it and never imports it).
 """
 
 from __future__ import annotations
@@ -39,3 +46,34 @@ def run_followups(node: Node, event: NodeEvent, *, moved_on: bool = False) -> st
     if not handlers:
         return None
     return " ".join(summary for summary in (handler(node, event) for handler in handlers) if summary)
+
+
+# --- Kept in step inside the transaction ------------------------------------------------------
+StateChangeRecorder = Callable[[NodeEvent], None]
+ON_STATE_CHANGE: list[StateChangeRecorder] = []
+PlacementRecorder = Callable[[Node], None]
+ON_CLUSTER_CHANGE: list[PlacementRecorder] = []
+
+
+def on_state_change(fn: StateChangeRecorder) -> StateChangeRecorder:
+    """Register ``fn(event)``, run inside the transaction that records each change of state."""
+    ON_STATE_CHANGE.append(fn)
+    return fn
+
+
+def on_cluster_change(fn: PlacementRecorder) -> PlacementRecorder:
+    """Register ``fn(node)``, run inside the transaction that moves a node to another cluster."""
+    ON_CLUSTER_CHANGE.append(fn)
+    return fn
+
+
+def state_changed(event: NodeEvent) -> None:
+    """A change of state was recorded (its NodeEvent just saved): keep the derived rows in step."""
+    for record in ON_STATE_CHANGE:
+        record(event)
+
+
+def cluster_changed(node: Node) -> None:
+    """A node was saved with another cluster: its derived rows follow it."""
+    for record in ON_CLUSTER_CHANGE:
+        record(node)

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from checks.models import CheckRun
-
-from .models import Node, NodeEvent
+from .models import CheckRun, Node, NodeEvent
 
 PAGE_SIZE = 25
 

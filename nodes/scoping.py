@@ -10,19 +10,20 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from fleet.models import Tenant
+# The tenant rules live with the tenants (fleet, below nodes); imported here so callers ask one module.
+from fleet.scoping import is_operator_view, user_tenant_id, visible_tenants
 
 from .models import Node, NodeEvent
 
-
-def user_tenant_id(user: Any) -> int | None:
-    membership = getattr(user, "tenant_membership", None)
-    return membership.tenant_id if membership is not None else None
-
-
-def is_operator_view(user: Any) -> bool:
-    """Staff see everything; everyone else is scoped to a tenant."""
-    return bool(user.is_authenticated and user.is_staff)
+__all__ = [
+    "is_operator_view",
+    "staff_only",
+    "user_tenant_id",
+    "visible_events",
+    "visible_node_or_404",
+    "visible_nodes",
+    "visible_tenants",
+]
 
 
 def visible_nodes(user: Any) -> QuerySet[Node]:
@@ -38,13 +39,6 @@ def visible_events(user: Any) -> QuerySet[NodeEvent]:
     if is_operator_view(user):
         return NodeEvent.objects.all()
     return NodeEvent.objects.filter(node__in=visible_nodes(user))
-
-
-def visible_tenants(user: Any) -> QuerySet[Tenant]:
-    if is_operator_view(user):
-        return Tenant.objects.all()
-    tenant_id = user_tenant_id(user) if user.is_authenticated else None
-    return Tenant.objects.filter(pk=tenant_id) if tenant_id else Tenant.objects.none()
 
 
 def visible_node_or_404(user: Any, pk: int) -> Node:

@@ -17,6 +17,10 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 
+# Defined below every app so the API's exception handler can answer them without importing nodes.
+from nodewarden.errors import ReasonRequired, TransitionForbidden
+
+from . import followups
 from .choices import ActorKind, EventKind, NodeState
 from .models import Node, NodeEvent
 
@@ -41,14 +45,6 @@ class Actor:
     @property
     def kind(self) -> str:
         return ActorKind.USER if self.user is not None else ActorKind.SYSTEM
-
-
-class ReasonRequired(ValueError):
-    """Every change of state and every note needs a human-readable reason."""
-
-
-class TransitionForbidden(PermissionError):
-    """The acting user lacks the permission the transition declares."""
 
 
 def clean_reason(reason: str | None) -> str:
@@ -109,6 +105,7 @@ def _transition(
             details=details or {},
             created=node.state_changed_at,
         )
+        followups.state_changed(event)  # derived rows (reports' outages) in this transaction
         transaction.on_commit(lambda: _queue_followup(event, name))
     return event
 

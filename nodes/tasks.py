@@ -10,12 +10,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from checks.choices import FINISHED, RunKind, RunStatus
-from checks.models import CheckRun
-
 from . import statecounts
+from .choices import FINISHED, RunKind, RunStatus
 from .followups import run_followups
-from .models import Node, NodeEvent, StateCountSnapshot
+from .models import CheckRun, Node, NodeEvent, StateCountSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from django_fsm import ConcurrentTransition, TransitionNotAllowed
 from django_htmx.middleware import HtmxDetails
 
 from nodewarden.bounds import timestamp_problem
+from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import charts, services, statecounts
 from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
@@ -256,9 +257,9 @@ def node_transition(request: HttpRequest, pk: int, name: str) -> HttpResponse:
     node = _visible_node_or_404(request, pk)
     try:
         services.perform(node.pk, name, actor=services.Actor(user=request.user), reason=request.POST.get("reason", ""))
-    except services.TransitionForbidden as exc:
+    except TransitionForbidden as exc:
         return HttpResponseForbidden(str(exc))
-    except services.ReasonRequired as exc:
+    except ReasonRequired as exc:
         messages.error(request, str(exc))
     except (TransitionNotAllowed, ConcurrentTransition) as exc:
         messages.error(request, str(exc))
@@ -279,7 +280,7 @@ def node_note(request: HttpRequest, pk: int) -> HttpResponse:
         services.record_event(
             node.pk, EventKind.NOTE, actor=services.Actor(user=request.user), reason=request.POST.get("reason", "")
         )
-    except services.ReasonRequired as exc:
+    except ReasonRequired as exc:
         messages.error(request, str(exc))
     else:
         messages.success(request, "Note added.")

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .bounds import BIGINT_MAX
+from .errors import ReasonRequired, TransitionForbidden  # the domain's own refusals
 
 # Every 4xx answer of the REST API (documented in README, "REST API", and in the schema):
 #   {"detail": "one readable sentence",          always
@@ -120,8 +121,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     never as a 500.
     """
     from rest_framework.views import exception_handler as drf_exception_handler  # it reads DEFAULT_PARSER_CLASSES
-
-    from nodes.services import ReasonRequired, TransitionForbidden  # the domain's own refusals
 
     response: Response | None
     if isinstance(exc, TransitionNotAllowed | ConcurrentTransition):

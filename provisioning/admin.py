@@ -19,7 +19,8 @@ from django.urls import URLPattern, path
 from bmc.choices import BmcDriverKind
 from fleet.models import Cluster, HardwareProfile, Persona, Site, Tenant
 from nodes.models import OPERATE
-from nodes.services import Actor, ReasonRequired, TransitionForbidden
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired, TransitionForbidden
 from nodewarden.admin_actions import reason_or_page
 from nodewarden.records import ReadOnlyAdmin
 

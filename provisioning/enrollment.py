@@ -27,7 +27,8 @@ from django.db import IntegrityError, transaction
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodes.choices import EventKind, NodeState
 from nodes.models import OPERATE, Node
-from nodes.services import Actor, ReasonRequired, TransitionForbidden, clean_reason, record_event
+from nodes.services import Actor, clean_reason, record_event
+from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 DRIVERS = ("redfish", "ipmi")
 REQUIRED = ("hostname", "serial", "bmc_address", "bmc_username", "hardware_profile", "site")

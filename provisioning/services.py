@@ -11,7 +11,7 @@ REMEDIATING: ``prepare_reimage`` issues a new boot generation (so a new cloud-in
 instance-id: cloud-init runs its first-boot modules again on the reinstalled disk) and a
 new join token, living only as long as the reimage step; the reinstalled node's ``join``
 replaces the agent's token and completes the step, whose success check is exactly that
-the node came back and joined (``remediation.services.reimage_rejoined``).
+the node came back and joined (the owner registered in ``provisioning.rejoin`` completes it).
 """
 
 from __future__ import annotations
@@ -32,10 +32,12 @@ from fleet.choices import SchedulerKind
 from nodes import services as lifecycle
 from nodes.choices import EventKind, NodeState
 from nodes.models import OPERATE, Node
-from nodes.services import Actor, TransitionForbidden, clean_reason, record_event
+from nodes.services import Actor, clean_reason, record_event
+from nodewarden.errors import TransitionForbidden
 from telemetry.services import issue_agent_token, revoke_agent_tokens
 
 from .models import BootConfig, JoinToken
+from .rejoin import awaited_rejoin
 from .tokens import JOIN_TOKEN_PREFIX, hash_token, join_token_for, new_kubeadm_token_id, new_salt
 
 ACTOR = Actor.system("provisioning")
@@ -291,17 +293,14 @@ def _rejoin_after_reimage(node: Node, token: JoinToken, hostname: str, facts: di
     has no agent token any more: the old ones are revoked and a new one issued, and the reimage
     step passes (its success check is this join). Raises ``NodeNotJoinable`` otherwise (the
     caller's transaction rolls the token's consumption back)."""
-    from remediation import ladder
-    from remediation import services as remediation
-
-    step = ladder.reimage_awaiting_join(node.pk)
+    awaited = awaited_rejoin(node.pk)  # remediation's running reimage rung (provisioning.rejoin)
     current = BootConfig.objects.filter(node_id=node.pk).values_list("generation", flat=True).first()
-    if step is None:
+    if awaited is None:
         raise NodeNotJoinable(
             f"{node.hostname} is {node.get_state_display()!r} with no reimage waiting for it to "
             "rejoin: only a reinstalled node joins during a remediation."
         )
-    if token.generation != current or token.created < step.started:
+    if token.generation != current or token.created < awaited.started:
         raise NodeNotJoinable(
             f"Join token {token.prefix}… was not issued for the running reimage of "
             f"{node.hostname} (boot generation {token.generation}, current {current})."
@@ -320,12 +319,12 @@ def _rejoin_after_reimage(node: Node, token: JoinToken, hostname: str, facts: di
             "agent_token": agent_token[:12],
             "hostname": hostname,
             "boot_generation": token.generation,
-            "remediation": step.remediation_id,
+            **awaited.details,
             "facts": facts,
         },
     )
-    if not remediation.reimage_rejoined(
-        step, f"the reinstalled node (boot generation {token.generation}) rejoined with join token {token.prefix}…"
+    if not awaited.complete(
+        f"the reinstalled node (boot generation {token.generation}) rejoined with join token {token.prefix}…"
     ):
         raise NodeNotJoinable(f"The reimage of {node.hostname} ended before its agent rejoined.")
     return agent_token

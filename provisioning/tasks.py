@@ -9,6 +9,8 @@ from django.conf import settings
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
+from health.choices import Severity
+from health.services import raise_finding
 from nodes import services as node_services
 from nodes.choices import NodeState
 from nodes.models import Node
@@ -25,9 +27,6 @@ def day0_timeout() -> timedelta:
 def fail_stuck_initializing(now: datetime | None = None) -> int:
     """Nodes Initializing for longer than NODEWARDEN_DAY0_TIMEOUT never joined: to triage, with
     what is known (did the node fetch its user-data?), and a finding. Returns how many."""
-    from health.choices import Severity
-    from health.services import raise_finding
-
     now = now or timezone.now()
     limit = day0_timeout()
     stuck = (

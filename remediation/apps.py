@@ -6,4 +6,4 @@ class RemediationConfig(AppConfig):
     verbose_name = "Automated remediation"
 
     def ready(self) -> None:
-        from . import followups  # noqa: F401  registers the finding receiver and lifecycle follow-ups
+        from . import followups  # noqa: F401  registers its follow-ups of findings, transitions and rejoins

@@ -1,31 +1,26 @@
-"""Remediation's hooks on the lifecycle: findings become decisions, and the node's road
-through drain, re-validation and back to production moves its remediation on."""
+"""Remediation's hooks on the lifecycle, registered in the lower apps' declared tables: findings
+become decisions (``health.followups``), the node's road through drain, re-validation and back
+to production moves its remediation on (``nodes.followups``), a running reimage completes at the
+node's join (``provisioning.rejoin``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db import transaction
-from django.db.models.signals import post_save
-from django.dispatch import receiver
-
-from health.models import Finding
+from health.followups import on_new_finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
+from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
 from schedulers.reactions import drain_hold
 
-from . import services
+from . import ladder, services
 from .choices import Status
 from .models import Remediation
+from .tasks import consider_finding
 
 
-@receiver(post_save, sender=Finding, dispatch_uid="remediation.consider_finding")
-def queue_consideration(sender: type[Finding], instance: Finding, created: bool, **kwargs: Any) -> None:
-    """Every new finding is considered once its transaction commits (the remediation queue)."""
-    if created and not instance.shadow and instance.node_id is not None:
-        from .tasks import consider_finding
-
-        transaction.on_commit(lambda: consider_finding.apply_async(args=(instance.pk,), queue="remediation"))
+@on_new_finding
+def queue_consideration(finding_id: int) -> None:
+    """Every new finding is considered once its transaction has committed (the remediation queue)."""
+    consider_finding.apply_async(args=(finding_id,), queue="remediation")
 
 
 @followup("complete_drain")
@@ -44,6 +39,19 @@ def remediation_done(node: Node, event: NodeEvent) -> str:
 def climb_after_failed_validation(node: Node, event: NodeEvent) -> str:
     rem = services.on_validation_failed(node.pk, event.reason)
     return f"Remediation {rem.pk}: climbing to {rem.get_rung_display().lower()}." if rem else ""
+
+
+@awaits_rejoin
+def running_reimage(node_id: int) -> AwaitedRejoin | None:
+    """The reimage rung waiting for this node's agent to rejoin: the join completes it."""
+    step = ladder.reimage_awaiting_join(node_id)
+    if step is None:
+        return None
+    return AwaitedRejoin(
+        started=step.started,
+        complete=lambda detail: services.reimage_rejoined(step, detail),
+        details={"remediation": step.remediation_id},
+    )
 
 
 @drain_hold

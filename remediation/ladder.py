@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 from django.db.models import F
 from django.utils import timezone
 
+from provisioning import services as provisioning
+
 from .choices import Rung, Status, StepStatus
 from .models import RemediationStep
 from .services import ACTOR, action_done, step_failed
@@ -72,10 +74,10 @@ def run(step_id: int) -> str:
 
 def _reimage(step: RemediationStep, endpoint: BmcEndpoint) -> str:
     """Re-install through provisioning, PXE once, power cycle; then wait for the node's join."""
+    from django_fsm import TransitionNotAllowed
+
     from bmc import client
     from bmc.drivers.base import BmcError, PowerAction
-    from django_fsm import TransitionNotAllowed
-    from provisioning import services as provisioning
 
     try:
         boot, token = provisioning.prepare_reimage(

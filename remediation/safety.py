@@ -13,6 +13,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from health.choices import Severity
+from health.models import Finding
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 
@@ -66,8 +67,6 @@ def tripped_breaker(node: Node) -> CircuitBreaker | None:
 def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     """Trip the node's cluster breaker if findings spike there (a bad rule or telemetry source
     making half a cluster look broken); returns the tripped breaker, new or standing."""
-    from health.models import Finding
-
     standing = tripped_breaker(node)
     if standing is not None or not node.cluster_id:
         return standing

@@ -28,12 +28,18 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from health.choices import Severity
+from fleet.models import Cluster
+from health.choices import AlertState, Severity
+from health.gates import still_firing
+from health.models import Finding
+from health.ruleconfig import rule_config
+from health.rules import REGISTRY
+from health.tasks import QUIET_RULES
 from nodes import services as node_services
 from nodes.choices import EventKind, NodeState
-from fleet.models import Cluster
-from nodes.models import OPERATE, Node
+from nodes.models import GPU, OPERATE, Node
 from nodes.services import Actor, clean_reason, record_event
+from repairs import services as repairs
 
 from . import safety
 from .choices import (
@@ -170,8 +176,6 @@ def _decide(rem: Remediation, what: str, *, actor: Actor = ACTOR, event: bool = 
 
 def consider_finding(finding_id: int, now: datetime | None = None) -> Remediation | None:
     """Decide what a new finding calls for (see the module docstring). Idempotent per finding."""
-    from health.models import Finding
-
     now = now or timezone.now()
     finding = Finding.objects.select_related("node").filter(pk=finding_id).first()
     if finding is None or finding.node is None or finding.shadow:
@@ -376,8 +380,6 @@ def queue_step(step_id: int) -> None:
 
 def _hand_off(rem: Remediation) -> Remediation:
     """Repair and RMA: a person takes over (technician ticket or vendor case)."""
-    from repairs import services as repairs
-
     node = rem.node
     what = _finding_text(rem)
     if node.state == S.REMEDIATING:
@@ -422,8 +424,6 @@ def _rma_vendor_and_serial(rem: Remediation) -> tuple[str, str]:
     """Who the part goes back to and its serial, as far as Nodewarden knows them: a GPU's (NVIDIA,
     its serial from the inventory) or the server's (its hardware profile, the node's serial). The
     RMA case requires both; a person corrects them on the case if the vendor differs."""
-    from nodes.models import GPU
-
     finding, node = rem.finding, rem.node
     if finding is not None and finding.gpu_index is not None:
         serial = GPU.objects.filter(node_id=node.pk, index=finding.gpu_index).values_list("serial", flat=True).first()
@@ -514,9 +514,6 @@ def confirm_window(finding: Any) -> timedelta:
     clears by itself: the rule's ``confirm_seconds`` parameter (per hardware profile), by default
     set on the rules whose conditions come and go without a defect (a link flap, a hot aisle:
     see health.rules), 0 for the rest."""
-    from health.ruleconfig import rule_config
-    from health.rules import REGISTRY
-
     spec = REGISTRY.get(finding.rule)
     if spec is None:
         return timedelta(0)
@@ -529,8 +526,6 @@ def _stand_down_finding(rem: Remediation) -> Finding | None:
     """The remediation's finding, if it may stand down (else None): a condition with an alert that
     resolves when the rule sees it clear (not an XID, whose alert resolves by going quiet), and a
     policy that lets a remediation stand down."""
-    from health.tasks import QUIET_RULES
-
     finding = rem.finding
     if finding is None or finding.alert_id is None or finding.rule in QUIET_RULES:
         return None
@@ -561,8 +556,6 @@ def confirming(rem: Remediation, now: datetime | None = None) -> str:
 def cleared_by_itself(rem: Remediation) -> bool:
     """The finding's condition is gone before anything disruptive was done: its alert resolved because
     the rule saw the condition clear, and the remediation may stand down (``_stand_down_finding``)."""
-    from health.choices import AlertState
-
     finding = _stand_down_finding(rem)
     return finding is not None and finding.alert is not None and finding.alert.state == AlertState.RESOLVED
 
@@ -605,8 +598,6 @@ def on_back_in_production(node_id: int) -> Remediation | None:
     its finding's condition has cleared since the action (the release gate,
     ``health.gates.blocking_alerts``, holds back a node whose condition still fires; a node an
     operator put back by hand while it fires is recorded as such, not as a success)."""
-    from health.gates import still_firing
-
     rem = Remediation.objects.filter(node_id=node_id, status=Status.VALIDATING).select_related("finding__alert").first()
     if rem is None:
         return None

@@ -26,7 +26,8 @@ from django.views.decorators.http import require_POST
 from fleet.models import Cluster
 from nodes.models import OPERATE, Node, StateCountSnapshot
 from nodes.scoping import is_operator_view, staff_only, visible_node_or_404
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import charts, services, summary
 from .choices import Rung, Status

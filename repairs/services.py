@@ -23,7 +23,8 @@ from django_fsm import TransitionNotAllowed, can_proceed
 from nodes import services as node_services
 from nodes.choices import EventKind, NodeState
 from nodes.models import OPERATE, Node
-from nodes.services import Actor, TransitionForbidden, clean_reason, record_event
+from nodes.services import Actor, clean_reason, record_event
+from nodewarden.errors import TransitionForbidden
 
 from . import webhooks
 from .choices import (

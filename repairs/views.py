@@ -21,7 +21,8 @@ from django.views.decorators.http import require_POST
 from fleet.models import Site
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import services
 from .choices import OPEN_RMA_STATES, OPEN_TICKET_STATES, RmaOutcome, RmaState, TicketState

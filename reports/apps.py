@@ -6,4 +6,4 @@ class ReportsConfig(AppConfig):
     verbose_name = "Fleet reports and metrics"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401  (connects the outage rows to the state changes)
+        from . import followups  # noqa: F401  registers the outage rows' recorders in nodes.followups

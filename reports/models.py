@@ -3,7 +3,7 @@ production) and the fleet's daily transition counts (the lifecycle flow).
 
 The rows are a cache of ``reports.outages`` applied to a node's whole history: the reports read them
 instead of sorting weeks of state changes per request. They are rewritten per node whenever a state
-change of that node is saved (``signals.py``, in the same transaction), and for every node by
+change of that node is saved (``followups.py``, in the same transaction), and for every node by
 ``outages.rebuild`` (after bulk loads: the bench's generator, ``manage.py rebuild_outages``).
 """
 
@@ -33,7 +33,7 @@ class Outage(models.Model):
     init_kind = models.CharField(max_length=10)
     init_name = models.CharField(max_length=150)
     # A copy of the node's cluster (now, not when the outage began, like every report), kept by
-    # ``rebuild`` and by ``signals.py`` when a node moves: downtime per cluster reads no node row.
+    # ``rebuild`` and by ``followups.py`` when a node moves: downtime per cluster reads no node row.
     cluster = models.ForeignKey(Cluster, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
 
     class Meta:
@@ -51,7 +51,7 @@ class DailyTransitionCount(models.Model):
     Written by ``flows.roll_up`` (hourly, ``tasks.roll_up_flows``): the lifecycle flow of a month or a
     quarter reads these instead of counting every change of the period per request. A state change
     saved into a day already rolled up (a back-dated import) drops that day and the later ones
-    (``signals.py``), and the reads count them from the changes until the next roll-up."""
+    (``followups.py``), and the reads count them from the changes until the next roll-up."""
 
     day = models.DateField()
     source_state = models.CharField(max_length=30, choices=NodeState.choices, blank=True)

@@ -1,4 +1,5 @@
-"""Ingest: the one road from a decoded batch of reports to the database and the health rules.
+"""Ingest: the one road from a decoded batch of reports to the database and the health rules
+(the consumer that health registers in ``telemetry.consumers``).
 
 Per batch, whatever its size, a constant number of statements in one transaction. On
 PostgreSQL: read the node, its latest state and its firing alerts (1); insert the reports
@@ -30,11 +31,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from health.evaluation import ReportContext, evaluate_reports, open_alerts_from_values
 from nodes.models import Node
 from nodewarden.bounds import timestamp_problem
 
-from . import store
+from . import consumers, store
+from .consumers import ReportContext
 from .models import GpuSample, GpuState, IngestRejection
 from .schema import AgentReport, XidEvent
 
@@ -150,13 +151,17 @@ _gpu_read = store.CompiledRead(
 
 
 def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]:
-    """The node's row, its latest state and its firing alerts: one statement on PostgreSQL.
-    Elsewhere two reads, and no alerts (None: the health evaluation reads them itself)."""
+    """The node's row, its latest state and the rows the report consumer wants with it (health:
+    the firing alerts): one statement on PostgreSQL. Elsewhere two reads, and no such rows
+    (None: the consumer reads them itself)."""
     if connection.vendor == "postgresql":
-        snapshot = store.read_node(node_id)
+        consumer = consumers.CONSUMER
+        extra = consumer.read_with_node if consumer is not None else None
+        snapshot = store.read_node(node_id, extra)
         if snapshot is None:
             raise Node.DoesNotExist(f"Node {node_id} does not exist.")
-        return snapshot.node, _latest(snapshot.node, snapshot.gpus), open_alerts_from_values(snapshot.firing)
+        firing = consumer.rows_to_objects(snapshot.extra) if consumer is not None and extra is not None else None
+        return snapshot.node, _latest(snapshot.node, snapshot.gpus), firing
     rows = _node_read.fetch(node_id)
     if not rows:
         raise Node.DoesNotExist(f"Node {node_id} does not exist.")
@@ -376,11 +381,12 @@ def _evaluate(node_id: int, contexts: list[ReportContext], source: str, firing: 
     """Run the rules in a savepoint: if they fail, the telemetry is kept, the failure is
     logged and left as an IngestRejection to be found, and the request still succeeds.
     The savepoint opens before the rules' first statement: a healthy report sends none."""
-    if not contexts:
+    consumer = consumers.CONSUMER  # health's rules (telemetry.consumers)
+    if not contexts or consumer is None:
         return
     try:
         with store.savepoint_on_first_statement():
-            evaluate_reports(contexts, firing=firing)
+            consumer.evaluate(contexts, firing=firing)
     except Exception as exc:  # any rule bug: it must not cost the node its telemetry
         log.exception("health evaluation failed for node %s", node_id)
         IngestRejection.objects.create(

@@ -26,11 +26,9 @@ from django.db import connection, models, transaction
 from django.db.models import QuerySet
 
 from fleet.models import HardwareProfile
-from health.choices import AlertState
-from health.evaluation import OPEN_ALERT_FIELDS
-from health.models import Alert
 from nodes.models import Node
 
+from .consumers import NodeRows
 from .models import GpuSample, GpuState, NodeHealth, NodeReport, XidIdentity, XidRecord
 from .schema import GpuReading
 
@@ -362,75 +360,84 @@ def _row_type(name: str, model: type[models.Model], columns: Sequence[str]) -> t
     return msgspec.defstruct(name, [(c, _column_type(model, c)) for c in columns])
 
 
-# Built at run time from the models' fields: to mypy their rows are Any.
+# Built at run time from the models' fields: to mypy its rows are Any.
 _GpuRow: Any = _row_type("_GpuRow", GpuState, GPU_READ_COLUMNS)
-_AlertRow: Any = _row_type("_AlertRow", Alert, OPEN_ALERT_FIELDS)
 
 
-class _NodeRow(msgspec.Struct):
-    """The JSON row ``_node_read_sql`` selects: the node, its GPU rows and its firing alerts."""
+def _node_row_type(extra: NodeRows | None) -> type[msgspec.Struct]:
+    columns: list[tuple[str, Any]] = [
+        ("id", int),
+        ("hostname", str),
+        ("hardware_profile_id", int | None),
+        ("hardware_profile__gpu_count", int | None),
+        ("health__last_report_at", datetime | None),
+        ("health__host", Any),
+        ("health__ib_ports", Any),
+        ("gpus", list[_GpuRow] | None),
+    ]
+    if extra is not None:
+        columns.append(("extra", list[_row_type("_ExtraRow", extra.model, extra.columns)] | None))  # type: ignore[misc]
+    return msgspec.defstruct("_NodeRow", columns)
 
-    id: int
-    hostname: str
-    hardware_profile_id: int | None
-    hardware_profile__gpu_count: int | None
-    health__last_report_at: datetime | None
-    health__host: Any
-    health__ib_ports: Any
-    gpus: list[_GpuRow] | None
-    alerts: list[_AlertRow] | None
 
-
-_decode_node = msgspec.json.Decoder(_NodeRow).decode
 _pg_statements: dict[str, str] = {}  # built on first use, as _sql() builds the others
+# The node read per consumer's extra rows: its text and decoder, built on first use.
+_node_reads: dict[NodeRows | None, tuple[str, Callable[[str], Any]]] = {}
 
 
 @dataclass(frozen=True)
 class NodeSnapshot:
     """A node as ingest needs it: its row (``NODE_COLUMNS``), its GPU rows in index order
-    (``GPU_READ_COLUMNS``) and its firing alerts (``OPEN_ALERT_FIELDS`` values, model order)."""
+    (``GPU_READ_COLUMNS``) and the extra rows its report consumer asked for (``NodeRows``:
+    health's firing alerts), as tuples of their columns."""
 
     node: dict[str, Any]
     gpus: list[dict[str, Any]]
-    firing: list[tuple[Any, ...]]
+    extra: list[tuple[Any, ...]]
 
 
-def _node_read_sql() -> str:
+def _node_read_sql(extra: NodeRows | None) -> str:
     q = connection.ops.quote_name
 
     def table(model: type[models.Model]) -> str:
         return q(model._meta.db_table)
 
     gpu_columns = ", ".join(q(c) for c in GPU_READ_COLUMNS)
-    alert_columns = ", ".join(q(c) for c in OPEN_ALERT_FIELDS)
+    extra_rows = ""
+    if extra is not None:
+        extra_columns = ", ".join(q(c) for c in extra.columns)
+        extra_rows = (
+            f", (SELECT json_agg(a) FROM (SELECT {extra_columns} FROM {table(extra.model)}"
+            f" WHERE {q('node_id')} = n.{q('id')} AND {q(extra.state_column)} = %s) a) AS extra"
+        )
     # One row as one JSON text: the subqueries' rows nest in it, and msgspec decodes it all at once.
     return (
         f"SELECT row_to_json(r)::text FROM (SELECT n.{q('id')}, n.{q('hostname')}, n.{q('hardware_profile_id')},"
         f" p.{q('gpu_count')} AS hardware_profile__gpu_count, h.{q('last_report_at')} AS health__last_report_at,"
         f" h.{q('host')} AS health__host, h.{q('ib_ports')} AS health__ib_ports,"
         f" (SELECT json_agg(g ORDER BY g.{q('index')}) FROM (SELECT {gpu_columns} FROM {table(GpuState)}"
-        f" WHERE {q('node_id')} = n.{q('id')}) g) AS gpus,"
-        f" (SELECT json_agg(a) FROM (SELECT {alert_columns} FROM {table(Alert)}"
-        f" WHERE {q('node_id')} = n.{q('id')} AND {q('state')} = %s) a) AS alerts"
+        f" WHERE {q('node_id')} = n.{q('id')}) g) AS gpus{extra_rows}"
         f" FROM {table(Node)} n LEFT JOIN {table(HardwareProfile)} p ON p.{q('id')} = n.{q('hardware_profile_id')}"
         f" LEFT JOIN {table(NodeHealth)} h ON h.{q('node_id')} = n.{q('id')} WHERE n.{q('id')} = %s) r"
     )
 
 
-def read_node(node_id: int) -> NodeSnapshot | None:
-    """PostgreSQL only: the node, its GPU rows and its firing alerts in one statement (None
+def read_node(node_id: int, extra: NodeRows | None = None) -> NodeSnapshot | None:
+    """PostgreSQL only: the node, its GPU rows and the ``extra`` rows in one statement (None
     if there is no such node). Reads what three ORM reads would, in one round trip."""
-    sql = _pg_statements.get("read") or _pg_statements.setdefault("read", _node_read_sql())
+    if extra not in _node_reads:
+        _node_reads[extra] = (_node_read_sql(extra), msgspec.json.Decoder(_node_row_type(extra)).decode)
+    sql, decode = _node_reads[extra]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [AlertState.FIRING.value, node_id])
+        cursor.execute(sql, [node_id] if extra is None else [extra.state, node_id])
         found = cursor.fetchone()
     if found is None:
         return None
-    row = _decode_node(found[0])
+    row = decode(found[0])
     return NodeSnapshot(
         node={c: getattr(row, c) for c in NODE_COLUMNS},
         gpus=[msgspec.structs.asdict(g) for g in row.gpus or ()],
-        firing=[msgspec.structs.astuple(a) for a in row.alerts or ()],
+        extra=[msgspec.structs.astuple(a) for a in getattr(row, "extra", None) or ()],
     )
 
 

@@ -18,13 +18,11 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
-from checks.choices import ACTIVE_KINDS, STAGE_KINDS, RunKind, RunStatus
-from checks.models import CheckRun
 from health.choices import RecommendedAction
 from health.models import XidDefinition
 from health.xid import APPLICATION_XIDS
-from nodes.choices import STATE_PHASE, EventKind, NodeState, Phase
-from nodes.models import Node, NodeEvent
+from nodes.choices import ACTIVE_KINDS, STAGE_KINDS, STATE_PHASE, EventKind, NodeState, Phase, RunKind, RunStatus
+from nodes.models import CheckRun, Node, NodeEvent
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase

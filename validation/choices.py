@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from django.db import models
 
-from checks.choices import RunKind
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunKind
 
 
 class Stage(models.TextChoices):

@@ -22,11 +22,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from checks.choices import STAGE_KINDS, RunStatus
-from checks.models import CheckRun
 from nodes import services as node_services
-from nodes.choices import EventKind
-from nodes.models import OPERATE, Node, NodeEvent
+from nodes.choices import STAGE_KINDS, EventKind, RunStatus
+from nodes.models import OPERATE, CheckRun, Node, NodeEvent
 from nodes.services import Actor, clean_reason, record_event
 
 from .choices import BY_RUN_KIND, BY_STAGE, BY_STATE, Reentry, Stage, StageInfo

@@ -14,9 +14,8 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from checks.choices import STAGE_KINDS, RunStatus
-from checks.models import CheckRun
-from nodes.models import Node
+from nodes.choices import STAGE_KINDS, RunStatus
+from nodes.models import CheckRun, Node
 
 from .choices import BY_RUN_KIND, BY_STATE, STAGES, Stage
 from .services import current_pass, planned_stages

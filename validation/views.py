@@ -9,10 +9,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from checks.choices import STATUS_COLOURS
+from nodes.choices import RUN_STATUS_COLOURS
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404, visible_nodes
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
 from . import services, summary
 from .choices import BY_STATE
@@ -45,7 +46,7 @@ def node_day1(request: HttpRequest, pk: int) -> HttpResponse:
     progress = summary.node_progress(node)
     for step in progress["steps"]:
         if step.run is not None:
-            step.run.colour = STATUS_COLOURS.get(step.run.status, "#888")
+            step.run.colour = RUN_STATUS_COLOURS.get(step.run.status, "#888")
     info = BY_STATE.get(node.state)
     can_act = info is not None and request.user.has_perm(OPERATE)
     open_run = services.open_stage_run(node.pk, info) if can_act and info else None

@@ -13,8 +13,10 @@ from typing import Any
 from django.contrib.auth.models import User
 from rest_framework import serializers
 
-from checks.choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
-from checks.models import OUTPUT_MAX_BYTES, CheckRun
+from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
+from nodes.models import OUTPUT_MAX_BYTES, CheckRun
+
+from ..specs import describe_figures
 
 KINDS_HELP = "One of: " + ", ".join(ACTIVE_KINDS) + "."
 MAX_FIGURES = 64
@@ -53,7 +55,7 @@ class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
     kind_label = serializers.CharField(source="get_kind_display", read_only=True)
     status = serializers.CharField(read_only=True, help_text=", ".join(RunStatus.values))
     status_label = serializers.CharField(source="get_status_display", read_only=True)
-    figures_text = serializers.CharField(read_only=True)
+    figures_text = serializers.SerializerMethodField()
     duration_seconds = serializers.FloatField(read_only=True, allow_null=True)
     requested_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
@@ -84,6 +86,10 @@ class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
             "duration_seconds",
         ]
         read_only_fields = fields
+
+    def get_figures_text(self, run: CheckRun) -> str:
+        """How the figures read (``checks.specs``), e.g. "busbw 362 GB/s"."""
+        return describe_figures(run.kind, run.figures)
 
 
 class CheckRunDetailSerializer(CheckRunSerializer):

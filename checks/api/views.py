@@ -20,9 +20,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checks import services
-from checks.models import CheckRun
 from nodes.api.serializers import DetailSerializer
-from nodes.models import OPERATE
+from nodes.models import OPERATE, CheckRun
 from nodes.permissions import IsNodeAgent
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor

@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from rest_framework import viewsets
 
 from fleet.models import Cluster, HardwareProfile, Persona, Site, Tenant
-from nodes.scoping import visible_tenants
+from fleet.scoping import visible_tenants
 
 from . import serializers
 

@@ -221,7 +221,7 @@ def _boot_machines() -> list[str]:
 
 
 def _figures(kind: str, hostname: str, rng: random.Random) -> tuple[str, dict[str, float], str]:
-    from checks.choices import RunKind, RunStatus
+    from nodes.choices import RunKind, RunStatus
 
     if kind == RunKind.GPU_STRESS:
         per_gpu = {f"gpu{i}_tflops": round(rng.uniform(690, 735), 1) for i in range(8)}
@@ -236,8 +236,8 @@ def _figures(kind: str, hostname: str, rng: random.Random) -> tuple[str, dict[st
 
 def _answer_checks(rng: random.Random) -> list[str]:
     """The agents' side of active checks on demo nodes: take what is queued (only when idle), report."""
-    from checks.choices import ACTIVE_KINDS, RunStatus
-    from checks.models import CheckRun
+    from nodes.choices import ACTIVE_KINDS, RunStatus
+    from nodes.models import CheckRun
     from checks.services import CheckConflict, CheckResult, claim_checks_for_agent, record_check_result
 
     done = []
@@ -294,7 +294,7 @@ def _pick_up_seeded_day0(rng: random.Random) -> list[str]:
 
 def _open_missing_stages() -> list[str]:
     """Seeded nodes sit in Day 1 states without a stage run: open one through the operator verb."""
-    from checks.choices import STAGE_KINDS, RunStatus
+    from nodes.choices import STAGE_KINDS, RunStatus
     from validation.services import StageConflict, start_stage
 
     stuck = (

@@ -55,8 +55,8 @@ from django.db.models.signals import post_save
 from django.utils import timezone
 
 from sandbox.emulators.bmc import RedfishEmulator
-from checks.choices import ACTIVE_KINDS, RunStatus
-from checks.models import CheckRun
+from nodes.choices import ACTIVE_KINDS, RunStatus
+from nodes.models import CheckRun
 from health.tasks import check_heartbeats
 from nodes.models import Node, NodeEvent
 from nodewarden.celery import app

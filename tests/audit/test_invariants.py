@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from audit import checks as C
 from audit.services import context
-from checks.models import CheckRun
 from fleet.choices import SchedulerKind
 from health.services import raise_finding
+from nodes.models import CheckRun
 from remediation.choices import Rung, Status, Urgency
 from remediation.models import Remediation, RemediationPolicy, RemediationStep
 from tests.factories import ClusterFactory, NodeFactory

@@ -11,12 +11,12 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from checks.models import CheckRun
 from health import ruleconfig, xid
 from health.choices import RecommendedAction, Severity
 from health.models import Alert
 from health.services import raise_finding
 from nodes.choices import NodeState
+from nodes.models import CheckRun
 from telemetry.ingest import ingest_reports
 from telemetry.schema import decode_batch
 from telemetry.testing import make_batch

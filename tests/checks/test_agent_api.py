@@ -8,9 +8,9 @@ import pytest
 from django.utils import timezone
 
 from checks import services
-from checks.choices import RunStatus
-from checks.models import CheckRun
 from health.models import Finding
+from nodes.choices import RunStatus
+from nodes.models import CheckRun
 from nodes.services import Actor
 from tests.factories import NodeFactory
 

@@ -16,9 +16,8 @@ import pytest
 from django.db import connection
 
 from checks import services
-from checks.choices import RunStatus
-from checks.models import CheckRun
-from nodes.models import NodeEvent
+from nodes.choices import RunStatus
+from nodes.models import CheckRun, NodeEvent
 from nodes.services import Actor
 from tests.conftest import IN_CI, require_service
 from tests.factories import NodeFactory

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from checks import services
-from checks.choices import RunKind, RunStatus
-from checks.models import CheckRun
-from nodes.choices import NodeState
-from nodes.models import NodeEvent
+from nodes.choices import NodeState, RunKind, RunStatus
+from nodes.models import CheckRun, NodeEvent
 from nodes.services import Actor
 from tests.factories import NodeFactory
 

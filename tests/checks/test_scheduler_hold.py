@@ -12,13 +12,11 @@ import pytest
 from django.utils import timezone
 
 from checks import services
-from checks.choices import RunStatus
-from checks.models import CheckRun
 from checks.services import CheckResult
 from fleet.choices import SchedulerKind
 from nodes import services as node_services
-from nodes.choices import NodeState
-from nodes.models import NodeEvent
+from nodes.choices import NodeState, RunStatus
+from nodes.models import CheckRun, NodeEvent
 from nodes.services import Actor
 from schedulers.base import OWNER
 from schedulers.kubernetes import OWNER_ANNOTATION, REASON_ANNOTATION, TAINT_KEY

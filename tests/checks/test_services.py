@@ -9,13 +9,13 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from checks import services
-from checks.choices import RunKind, RunStatus
-from checks.models import CheckRun
 from checks.services import CheckConflict, CheckForbidden, CheckResult
+from checks.specs import describe_figures
 from health.models import Alert, Finding
-from nodes.choices import EventKind, NodeState
-from nodes.models import NodeEvent
-from nodes.services import Actor, ReasonRequired
+from nodes.choices import EventKind, NodeState, RunKind, RunStatus
+from nodes.models import CheckRun, NodeEvent
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 from tests.factories import NodeFactory
 
 from .conftest import report_health
@@ -169,7 +169,7 @@ def test_a_passed_result_is_recorded_with_its_figures_and_timings(idle_node):
     run.refresh_from_db()
     assert (run.figures, run.output, run.summary) == (outcome.figures, outcome.output, outcome.summary)
     assert (run.started, run.finished) == (outcome.started_at, outcome.finished_at)
-    assert run.figures_text == "min 612.5 TFLOP/s over 2 GPUs"
+    assert describe_figures(run.kind, run.figures) == "min 612.5 TFLOP/s over 2 GPUs"
     event = NodeEvent.objects.filter(node=idle_node).first()
     assert event.actor_name == f"system:agent:{idle_node.hostname}"
     assert event.reason == "GPU stress test passed: all GPUs above threshold"

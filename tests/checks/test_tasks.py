@@ -8,8 +8,8 @@ import pytest
 import time_machine
 
 from checks import services, tasks
-from checks.choices import RunStatus
 from checks.services import CheckConflict, CheckResult
+from nodes.choices import RunStatus
 from nodes.models import NodeEvent
 from nodes.services import Actor
 

@@ -10,9 +10,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from checks import services
-from checks.choices import RunStatus
-from checks.models import CheckRun
 from checks.services import CheckResult
+from nodes.choices import RunStatus
+from nodes.models import CheckRun
 from nodes.services import Actor
 from tests.factories import NodeFactory
 

@@ -20,9 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nodes.choices import NodeState, RunStatus
 from sandbox.emulators.bmc import RedfishEmulator
-from checks.choices import RunStatus
-from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 from nodewarden.celery import app as celery_app
 from tests.factories import ClusterFactory, HardwareProfileFactory

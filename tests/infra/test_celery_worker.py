@@ -21,12 +21,10 @@ import pytest
 import redis
 from django.conf import settings
 
-from checks.choices import RunKind, RunStatus
-from checks.models import CheckRun
 from fleet.choices import SchedulerKind
 from nodes import services
-from nodes.choices import NodeState
-from nodes.models import Node, NodeEvent, StateCountSnapshot
+from nodes.choices import NodeState, RunKind, RunStatus
+from nodes.models import CheckRun, Node, NodeEvent, StateCountSnapshot
 from nodes.tasks import run_transition_followup, snapshot_state_counts
 from nodewarden.celery import QUEUE_NAMES, app
 from tests.factories import ClusterFactory, NodeFactory, TenantFactory

@@ -14,7 +14,8 @@ from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import EventKind, NodeState
 from nodes.models import Node, NodeEvent
-from nodes.services import Actor, TransitionForbidden
+from nodes.services import Actor
+from nodewarden.errors import TransitionForbidden
 from provisioning import enrollment
 from provisioning.enrollment import EnrollmentConflict, EnrollmentError, EnrollmentRequest, enroll
 from provisioning.models import BootConfig, JoinToken

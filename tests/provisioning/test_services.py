@@ -13,7 +13,8 @@ from django_fsm import TransitionNotAllowed
 
 from nodes.choices import ActorKind, EventKind, NodeState
 from nodes.models import NodeEvent
-from nodes.services import Actor, ReasonRequired, TransitionForbidden
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired, TransitionForbidden
 from provisioning import services
 from provisioning.models import BootConfig, JoinToken
 from provisioning.tokens import hash_token

@@ -15,12 +15,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checks.choices import RunStatus
-from checks.models import CheckRun
 from health.choices import AlertState
 from health.models import Alert
 from health.services import raise_finding
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunStatus
+from nodes.models import CheckRun
 from remediation.choices import Rung, Status, StepStatus
 from remediation.models import Remediation
 from tests.validation.conftest import idle_report, send

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from health.services import raise_finding
 from nodes.choices import NodeState
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 from remediation import reconciler, services
 from remediation.choices import Domain, Rung, Status, Urgency
 from remediation.models import BlastRadiusLimit, CircuitBreaker, MaintenanceWindow, Remediation, RemediationPolicy

@@ -8,7 +8,8 @@ from django.core.exceptions import ValidationError
 
 from nodes.choices import EventKind, NodeState
 from nodes.models import NodeEvent
-from nodes.services import Actor, ReasonRequired
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 from repairs import services
 from repairs.choices import RmaState, TicketState, WebhookEvent
 from repairs.models import RepairEvent, RepairTicket, RmaCase, WebhookDelivery, WebhookEndpoint

@@ -22,6 +22,7 @@ import time_machine
 
 from health.models import Finding
 from nodes.choices import NodeState
+from nodes import followups
 from nodes.models import Node, NodeEvent
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
@@ -51,7 +52,7 @@ def change(
     reason: str = "test",
 ) -> NodeEvent:
     kind = USER if not actor.startswith("system:") else SYSTEM
-    return NodeEvent.objects.create(
+    event = NodeEvent.objects.create(
         node=node,
         hostname=node.hostname,
         created=at,
@@ -64,6 +65,9 @@ def change(
         actor_name=actor,
         details=details or {},
     )
+    # Back-dated history, recorded as nodes.services records a change: the derived rows follow it.
+    followups.state_changed(event)
+    return event
 
 
 def node(hostname: str, cluster, tenant, state: str, created: datetime) -> Node:

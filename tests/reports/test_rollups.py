@@ -115,8 +115,8 @@ def test_time_to_recover_of_an_empty_period_has_no_figures(week):
 
 
 def test_the_fleets_day1_yield_reads_every_nodes_runs(week):
-    from checks.choices import RunKind, RunStatus
-    from checks.models import CheckRun
+    from nodes.choices import RunKind, RunStatus
+    from nodes.models import CheckRun
 
     for node, kind, status in [
         (week.a, RunKind.STAGE_RELIABILITY, RunStatus.PASSED),

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit import checks as C
 from audit.services import context
-from checks.models import CheckRun
+from nodes.models import CheckRun
 
 AGO = timezone.now() - timedelta(days=1)
 

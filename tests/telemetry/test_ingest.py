@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import msgspec
@@ -9,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from telemetry import ingest
+from telemetry import consumers
 from telemetry.ingest import GPU_FIELDS, ingest_reports, normalise_bus_id
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from telemetry.schema import AgentReport
@@ -113,11 +114,22 @@ def test_the_same_kernel_line_sent_in_two_reports_is_stored_once(node):
 
 @pytest.fixture
 def evaluated(monkeypatch):
-    """The contexts handed to health.evaluation.evaluate_reports. A stand-in: the real rules
+    """The contexts handed to the report consumer (health.evaluation.evaluate_reports). A stand-in: the real rules
     are another engineer's work and are a placeholder in this checkout."""
     seen: list = []
-    monkeypatch.setattr(ingest, "evaluate_reports", lambda contexts, **_: seen.extend(contexts))
+    monkeypatch.setattr(
+        consumers, "CONSUMER", replace(consumers.CONSUMER, evaluate=lambda contexts, **_: seen.extend(contexts))
+    )
     return seen
+
+
+def test_health_rules_are_the_declared_consumer_of_ingested_reports():
+    # Telemetry sits below health and never imports it: health registers its rules at start-up.
+    from health.evaluation import OPEN_ALERT_FIELDS, evaluate_reports
+    from health.models import Alert
+
+    assert consumers.CONSUMER.evaluate is evaluate_reports
+    assert consumers.CONSUMER.read_with_node == consumers.NodeRows(Alert, OPEN_ALERT_FIELDS, "state", "firing")
 
 
 def test_each_new_report_is_evaluated_with_the_state_just_before_it(node, evaluated):
@@ -149,7 +161,7 @@ def test_a_failing_rule_keeps_the_telemetry_and_leaves_a_rejection_to_find(node,
         NodeReport.objects.filter(node=node).delete()  # whatever it wrote must be rolled back
         raise ZeroDivisionError("rule bug")
 
-    monkeypatch.setattr(ingest, "evaluate_reports", broken_rules)
+    monkeypatch.setattr(consumers, "CONSUMER", replace(consumers.CONSUMER, evaluate=broken_rules))
     result = ingest_reports(node.pk, batch(node.hostname, start=T0, count=2))
     assert result.accepted == 2
     assert NodeReport.objects.filter(node=node).count() == 2

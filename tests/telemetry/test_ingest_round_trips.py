@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from health.evaluation import OPEN_ALERT_FIELDS
 from health.models import Alert, Finding
-from telemetry import store
+from telemetry import consumers, store
 from telemetry.ingest import ingest_reports
 from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport
 from telemetry.schema import AgentReport
@@ -49,7 +49,7 @@ def test_on_postgresql_a_healthy_report_is_one_read_and_one_write(node):
 def test_the_one_statement_read_gives_what_the_orm_gives(node):
     postgresql_only()
     ingest_reports(node.pk, one(node, T0, xid=79))  # fires an alert: there is one to read
-    snapshot = store.read_node(node.pk)
+    snapshot = store.read_node(node.pk, consumers.CONSUMER.read_with_node)
 
     orm_gpus = [
         dict(zip(store.GPU_READ_COLUMNS, row, strict=True))
@@ -61,8 +61,8 @@ def test_the_one_statement_read_gives_what_the_orm_gives(node):
     ]  # 45.0 stays a float, not the JSON 45
     (orm_node,) = type(node).objects.filter(pk=node.pk).values_list(*store.NODE_COLUMNS)
     assert snapshot.node == dict(zip(store.NODE_COLUMNS, orm_node, strict=True))
-    assert snapshot.firing == list(Alert.objects.filter(node=node, state="firing").values_list(*OPEN_ALERT_FIELDS))
-    assert snapshot.firing  # the XID 79 alert
+    assert snapshot.extra == list(Alert.objects.filter(node=node, state="firing").values_list(*OPEN_ALERT_FIELDS))
+    assert snapshot.extra  # the XID 79 alert
     assert store.read_node(NodeFactory().pk + 1000) is None
 
 

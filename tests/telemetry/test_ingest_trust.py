@@ -7,6 +7,7 @@ by migrate), on SQLite and, with PG=1, on PostgreSQL.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import msgspec
@@ -16,7 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from health.models import Alert, Finding, RuleWindow
-from telemetry import ingest
+from telemetry import consumers
 from telemetry.ingest import IngestRefused, ingest_reports
 from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from telemetry.schema import AgentReport
@@ -103,7 +104,9 @@ class TestAResentKernelEventCountsOnce:
         old = make_xid(79, gpu=3, observed_at=now - timedelta(seconds=40), kmsg_seq=1201)
         ingest_reports(node.pk, [agent_report(node, now - timedelta(seconds=30), events=[old], seq=1)])
         seen: list = []
-        monkeypatch.setattr(ingest, "evaluate_reports", lambda contexts, **_: seen.extend(contexts))
+        monkeypatch.setattr(
+            consumers, "CONSUMER", replace(consumers.CONSUMER, evaluate=lambda contexts, **_: seen.extend(contexts))
+        )
         new = make_xid(48, gpu=1, observed_at=now - timedelta(seconds=5), kmsg_seq=1230)
         ingest_reports(node.pk, [agent_report(node, now, events=[old, new], seq=2)])
         (context,) = seen

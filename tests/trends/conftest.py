@@ -12,10 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from checks.choices import RunKind, RunStatus
-from checks.models import CheckRun
-from nodes.choices import ActorKind, EventKind, NodeState
-from nodes.models import Node, NodeEvent
+from nodes.choices import ActorKind, EventKind, NodeState, RunKind, RunStatus
+from nodes.models import CheckRun, Node, NodeEvent
 from remediation.choices import Rung, Status, Urgency
 from remediation.models import Remediation
 from repairs.choices import TicketState

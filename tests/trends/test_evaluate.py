@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from checks.models import CheckRun
 from health.choices import AlertState
 from health.models import Alert, Finding
+from nodes.models import CheckRun
 from telemetry.models import GpuSample, GpuSampleHourly
 from trends import services
 from trends.choices import FlagKind

@@ -11,9 +11,8 @@ import msgspec
 import pytest
 from django.utils import timezone
 
-from checks.choices import RunKind, RunStatus
 from checks.services import CheckResult, claim_checks_for_agent, record_check_result
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunKind, RunStatus
 from nodewarden.celery import app as celery_app
 from telemetry.ingest import ingest_reports
 from telemetry.schema import AgentReport

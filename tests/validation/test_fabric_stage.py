@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from checks.choices import RunKind, RunStatus
 from fabric.plan import import_plan
 from fabric.services import record_run
 from fabric.validation import Port, Seen, SeenLink
 from nodes import services as node_services
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunKind, RunStatus
 from nodes.models import NodeEvent
 from nodes.services import Actor
 from validation import services

@@ -10,9 +10,8 @@ from __future__ import annotations
 import pytest
 
 from sandbox.emulators.bmc import RedfishEmulator
-from checks.choices import RunKind, RunStatus
 from nodes import services as node_services
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunKind, RunStatus
 from nodes.models import NodeEvent
 from nodes.services import Actor
 from tests.bmc.conftest import BmcEndpointFactory, fast_bmc_settings  # noqa: F401  (autouse here too)

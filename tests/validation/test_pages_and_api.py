@@ -7,9 +7,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from checks.choices import RunStatus
 from nodes import services as node_services
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunStatus
 from nodes.services import Actor
 from validation import services
 

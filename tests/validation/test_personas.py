@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks.choices import RunStatus
 from fleet.choices import SchedulerKind
-from nodes.choices import NodeState
+from nodes.choices import NodeState, RunStatus
 from nodes.models import NodeEvent
 from nodes.services import Actor
 from tests.factories import ClusterFactory, PersonaFactory

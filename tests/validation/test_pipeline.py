@@ -12,13 +12,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from checks.choices import ACTIVE_KINDS, RunKind, RunStatus
-from checks.models import CheckRun
 from health.models import Finding
 from health.services import raise_finding
 from nodes import services as node_services
-from nodes.choices import NodeState
-from nodes.models import NodeEvent
+from nodes.choices import ACTIVE_KINDS, NodeState, RunKind, RunStatus
+from nodes.models import CheckRun, NodeEvent
 from nodes.services import Actor
 from validation import services
 from validation.choices import Reentry, Stage

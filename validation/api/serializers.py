@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from checks.api.serializers import CheckRunSerializer
-from checks.models import CheckRun
+from nodes.models import CheckRun
 
 from ..choices import Stage
 

@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from checks.api.views import Conflict
-from checks.choices import STAGE_KINDS
-from checks.models import CheckRun
 from nodes.api.serializers import DetailSerializer
+from nodes.choices import STAGE_KINDS
+from nodes.models import CheckRun
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
 

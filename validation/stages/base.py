@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from checks.models import CheckRun
-from nodes.models import Node
+from nodes.models import CheckRun, Node
 
 from ..models import Day1Spec
 

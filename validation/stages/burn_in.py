@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.choices import FINISHED, RunKind, RunStatus
-from checks.models import CheckRun
 from health.choices import Severity
 from health.models import Finding
+from nodes.choices import FINISHED, RunKind, RunStatus
+from nodes.models import CheckRun
 
 from .base import StageContext, Verdict
 

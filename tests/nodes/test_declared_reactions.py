@@ -1,0 +1,48 @@
+"""What a change causes is declared in one place (nodes.followups, health.followups,
+provisioning.rejoin, telemetry.consumers), filled by the upper apps at start-up; no signal
+handler performs a step of the domain."""
+
+from __future__ import annotations
+
+from django.db.models.signals import post_delete, post_save
+
+from health.followups import ON_NEW_FINDING
+from health.models import Alert, Finding
+from nodes.followups import EVEN_IF_MOVED_ON, FOLLOWUPS, ON_CLUSTER_CHANGE, ON_STATE_CHANGE
+from nodes.models import CheckRun, Node, NodeEvent
+from provisioning.rejoin import FINDERS
+from remediation.models import Remediation
+
+
+def names(handlers):
+    return [f"{fn.__module__}.{fn.__name__}" for fn in handlers]
+
+
+def test_no_signal_receiver_acts_on_the_domains_records():
+    for model in (Node, NodeEvent, CheckRun, Finding, Alert, Remediation):
+        assert not post_save.has_listeners(model), model
+        assert not post_delete.has_listeners(model), model
+
+
+def test_a_state_change_keeps_the_reports_rows_in_step_in_its_transaction():
+    assert names(ON_STATE_CHANGE) == [
+        "reports.followups.rebuild_node_outages",
+        "reports.followups.forget_rolled_up_days",
+    ]
+    assert names(ON_CLUSTER_CHANGE) == ["reports.followups.follow_node_cluster"]
+
+
+def test_a_new_finding_is_considered_by_remediation_after_commit():
+    assert names(ON_NEW_FINDING) == ["remediation.followups.queue_consideration"]
+
+
+def test_a_reimaged_nodes_join_is_awaited_by_remediation():
+    assert names(FINDERS) == ["remediation.followups.running_reimage"]
+
+
+def test_remediation_moves_on_with_the_lifecycle_after_commit():
+    registered = {name: names(handlers) for name, handlers in FOLLOWUPS.items()}
+    assert registered["complete_drain"][-1:] == ["remediation.followups.rung_after_drain"]
+    assert "remediation.followups.remediation_done" in registered["release_to_production"]
+    assert "remediation.followups.climb_after_failed_validation" in registered["fail_validation"]
+    assert all(handlers for handlers in EVEN_IF_MOVED_ON.values())
