@@ -4,8 +4,8 @@ believes (the database) with what the world says (scheduler, BMC, the clock).
 Each function takes an ``AuditContext`` and returns ``Outcome``s: the breaches (node, invariant,
 what Nodewarden believes, what the world says, evidence) and counts of what was checked, what
 could not be known (a scheduler or BMC that did not answer: never a breach), what was excused
-and what the per-run bound left for the next run. The exact rules are in README.md ("Fleet
-auditor"); ``audit.services.run_audit`` runs them, records the run and raises the findings.
+and what the per-run bound left for the next run. The exact rules are in docs/auditor.md;
+``audit.services.run_audit`` runs them, records the run and raises the findings.
 
 Every rule leaves a node alone for ``grace`` after its last state change (or a remediation
 after its last update): the loop's own periodic work (the reconciler every minute, Day 0
@@ -33,7 +33,7 @@ from remediation.models import Remediation, RemediationStep
 from .choices import RULE_PREFIX, Invariant
 
 S = NodeState
-# Out of production: Nodewarden has asked the scheduler for a drain or cordon (README).
+# Out of production: Nodewarden has asked the scheduler for a drain or cordon (docs/auditor.md).
 MUST_BE_CORDONED = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
 POWERED_ON = (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING)  # serving, or finishing a job
 # States an open remediation's plan may wait in, by its status (a RUNNING one needs a live step).

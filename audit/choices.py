@@ -6,7 +6,7 @@ from django.db import models
 
 
 class Invariant(models.TextChoices):
-    """What must hold between what Nodewarden believes and the world (README "Fleet auditor")."""
+    """What must hold between what Nodewarden believes and the world (docs/auditor.md)."""
 
     SCHEDULER_AGREEMENT = "scheduler_agreement", "Scheduler agrees with the node's state"
     FOREIGN_CORDON = "foreign_cordon", "Production node cordoned by someone else"

@@ -38,7 +38,7 @@ KEEP_BREACHES = 500  # breaches kept in full on the run (all are counted)
 
 
 def context(now: datetime | None = None, cursors: dict[str, int] | None = None) -> C.AuditContext:
-    """The checks' context from the settings (README "Fleet auditor" lists them)."""
+    """The checks' context from the settings (docs/auditor.md lists them)."""
     severity = Severity(settings.NODEWARDEN_AUDIT_SEVERITY)
     return C.AuditContext(
         now=now or timezone.now(),

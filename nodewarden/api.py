@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from .bounds import BIGINT_MAX
 from .errors import ReasonRequired, TransitionForbidden  # the domain's own refusals
 
-# Every 4xx answer of the REST API (documented in README, "REST API", and in the schema):
+# Every 4xx answer of the REST API (documented in docs/api.md, "Errors", and in the schema):
 #   {"detail": "one readable sentence",          always
 #    "code": "invalid",                          always; DRF's codes plus conflict, too_large
 #    "fields": {"limit": ["message", ...]}}      always; {} unless the input named a field

@@ -1,7 +1,7 @@
 """Django settings for Nodewarden.
 
 Everything that differs between a laptop demo, CI and production comes from the
-environment (see README "Configuration"), read here and only here, each variable with
+environment (see docs/configuration.md), read here and only here, each variable with
 its type and default (nodewarden/env.py: django-environ, failing on malformed values).
 App code reads ``django.conf.settings``; tests/infra/test_settings_environment.py checks
 that every documented variable reaches its setting and every variable read here is
@@ -349,7 +349,7 @@ NODEWARDEN_WEBHOOK_MAX_ATTEMPTS = env.int("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", 8)
 # The lemon score from which the trends' lemon finding recommends a repair; None: never.
 NODEWARDEN_LEMON_REPAIR_SCORE: float | None = env.float("NODEWARDEN_LEMON_REPAIR_SCORE", None)
 
-# --- Fleet auditor (README "Fleet auditor") ---------------------------------------------------
+# --- Fleet auditor (docs/auditor.md) ---------------------------------------------------
 # The lowest severity a firing alert on a production node must have to need an open remediation.
 # The release gate (health.gates): an alert at or above this still firing keeps a node from production.
 NODEWARDEN_RELEASE_BLOCKING_SEVERITY = env.str("NODEWARDEN_RELEASE_BLOCKING_SEVERITY", "degraded")
@@ -372,9 +372,9 @@ NODEWARDEN_AUDIT_BMC_SECONDS = env.float("NODEWARDEN_AUDIT_BMC_SECONDS", 60.0)
 NODEWARDEN_AUDIT_BMC_TIMEOUT = env.float("NODEWARDEN_AUDIT_BMC_TIMEOUT", 5.0)  # one try per read
 
 
-# --- Security (README "Security") ------------------------------------------------------------
+# --- Security (docs/security.md) ------------------------------------------------------------
 # Everything a deployment behind HTTPS sets, from the environment; `manage.py check --deploy`
-# is clean with the production environment README "Production" lists (tests/security holds it).
+# is clean with the production environment docs/production.md lists (tests/security holds it).
 # NODEWARDEN_HTTPS=1 says the portal is reached over HTTPS only: secure cookies, the redirect
 # and HSTS follow it unless set one by one.
 NODEWARDEN_HTTPS = env.bool("NODEWARDEN_HTTPS", False)
@@ -449,7 +449,7 @@ else:
 
 
 # The scrapers' networks for /metrics (CIDRs, comma-separated): a client there needs no token.
-# None by default, the loopback included (README "Prometheus metrics").
+# None by default, the loopback included (docs/reports.md, "Prometheus metrics").
 def _networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     try:
         return [ipaddress.ip_network(item, strict=False) for item in env.list(name, default=[])]

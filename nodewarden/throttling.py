@@ -1,6 +1,6 @@
 """Throttling of credential guessing: who the client is, and how many wrong tokens it has sent.
 
-Sign-in through the login form and the admin is django-axes' (README "Security"); this module
+Sign-in through the login form and the admin is django-axes' (docs/security.md); this module
 covers the bearer credentials: REST API tokens, node agent tokens, join tokens and the
 ``/metrics`` token. Every refusal of one of them is counted per client address in Django's
 cache (Redis when ``REDIS_URL`` is set, so every gunicorn worker sees the same count); once

@@ -1,4 +1,4 @@
-"""`manage.py check --deploy` is clean under the production environment README "Production"
+"""`manage.py check --deploy` is clean under the production environment docs/production.md
 documents (deploy/production.env.example, the same file bin/serve's comments point at), and the
 settings refuse malformed security values at start-up."""
 
