@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout: sandbox/ is not installed
 LOCALHOST = "127.0.0.1"
 START_TIMEOUT = 15.0
 

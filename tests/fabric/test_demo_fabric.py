@@ -9,7 +9,7 @@ import pytest
 from fabric.choices import DiscrepancyKind as K
 from fabric.models import CablingPlan, Ticket
 from fabric.tasks import collect_fabric
-from nodes.management.commands.demo_fabric import record_look, start_demo_fabric
+from sandbox.management.commands.demo_fabric import record_look, start_demo_fabric
 
 from .conftest import require_ibsim
 
