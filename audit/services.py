@@ -1,6 +1,6 @@
 """The fleet auditor's one verb: ``run_audit`` compares what Nodewarden believes with the world.
 
-It runs every invariant of ``audit.checks`` (each bounded: scheduler and BMC reads per run and
+It runs every invariant of ``audit.invariants`` (each bounded: scheduler and BMC reads per run and
 in time, rows read per check), records an ``AuditRun`` with the counts per invariant and the
 breaches, and keeps one warning alert per (node, invariant) on the node: a breach raises a
 finding with rule ``audit.<invariant>`` and its evidence (``health.services.raise_finding``);
@@ -28,7 +28,7 @@ from health.services import clear_condition, raise_finding
 from nodes.models import Node
 from nodes.services import Actor
 
-from . import checks as C
+from . import invariants as C
 from .choices import Invariant, rule_for
 from .models import AuditRun
 

@@ -6,4 +6,4 @@ class BmcConfig(AppConfig):
     verbose_name = "BMC (out-of-band control)"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the system checks
+        from . import system_checks  # noqa: F401 - registers the system checks

@@ -13,7 +13,7 @@ from nodes.scoping import is_operator_view, visible_nodes
 
 from .models import Alert, Finding
 
-INTERNAL_PREFIX = "audit."  # the fleet auditor's rules (audit.checks)
+INTERNAL_PREFIX = "audit."  # the fleet auditor's rules (audit.invariants)
 
 
 def visible_alerts(user: Any) -> QuerySet[Alert]:

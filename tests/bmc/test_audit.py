@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from audit import checks as C
+from audit import invariants as C
 from audit.services import context
 
 from .conftest import BmcEndpointFactory
