@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "false")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

@@ -719,8 +719,8 @@ def _poll_interval() -> float:
 
 def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     from sandbox.emulators.bmc import RedfishEmulator
-    from schedulers.slurm import SlurmAdapter
     from sandbox.emulators.slurm import SlurmCluster
+    from schedulers.slurm import SlurmAdapter
 
     began = time.monotonic()
     call_command("migrate", verbosity=0)

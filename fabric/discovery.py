@@ -142,8 +142,8 @@ def parse_upload(texts: Mapping[str, Any]) -> Upload:
         IbMergeError,
         IbParseError,
         merge,
-        parse_ibnetdiscover,
         parse_iblinkinfo,
+        parse_ibnetdiscover,
         parse_ibqueryerrors,
         resolve_counters,
     )

@@ -379,7 +379,7 @@ def parse_ibnetdiscover(text: str) -> IbTopology:
                 value = line.split("=", 1)[1]
                 node_part, _, port_part = value.partition("(")
                 pending_port_guid = guids[port_part.rstrip(")")] if port_part else None
-                guids[node_part]  # noqa: B018 (checks it is a GUID)
+                guids[node_part]  # normalize_guid raises unless it is a GUID
             else:
                 current = _nd_node(line, records, guids)
                 if pending_port_guid and current.kind == "switch":

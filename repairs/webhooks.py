@@ -27,7 +27,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-
 from .choices import DeliveryStatus
 from .models import WebhookDelivery, WebhookEndpoint
 

@@ -36,12 +36,11 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import itertools
-from collections import deque
 import logging
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,17 +53,16 @@ from django.db.models import Count
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from sandbox.emulators.bmc import RedfishEmulator
-from nodes.choices import ACTIVE_KINDS, RunStatus
-from nodes.models import CheckRun
 from health.tasks import check_heartbeats
-from nodes.models import Node, NodeEvent
+from nodes.choices import ACTIVE_KINDS, RunStatus
+from nodes.models import CheckRun, Node, NodeEvent
 from nodewarden.celery import app
 from remediation.choices import Status
 from remediation.models import Remediation, RemediationStep
 from remediation.tasks import reconcile
 from repairs import services as repairs
 from repairs.models import RepairTicket, RmaCase
+from sandbox.emulators.bmc import RedfishEmulator
 from sandbox.simulator import scheduler as simulated
 from schedulers.tasks import follow_drains
 from telemetry.models import NodeHealth

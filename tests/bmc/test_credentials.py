@@ -8,8 +8,8 @@ import logging
 import pytest
 from cryptography.fernet import Fernet
 from django.core import checks, serializers
-from django.core.management import call_command
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 

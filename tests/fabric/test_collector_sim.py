@@ -14,8 +14,8 @@ import pytest
 
 from fabric.collector import CollectedOutputs, CollectorError, ToolResult, collect, subprocess_runner
 from fabric.ibdiags import IbTopology, merge, parse_iblinkinfo, parse_ibnetdiscover
-from sandbox.emulators.fabric import SimulatedFabric, SimulatorError
 from fabric.topology import GeneratedFabric, generate_fat_tree
+from sandbox.emulators.fabric import SimulatedFabric, SimulatorError
 
 from .conftest import captured, require_ibsim
 

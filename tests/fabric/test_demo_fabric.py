@@ -5,11 +5,11 @@ pointed at ibsim by NODEWARDEN_FABRIC_TOOL_ENV) records a run of its own."""
 from __future__ import annotations
 
 import pytest
+from nodes.management.commands.demo_fabric import record_look, start_demo_fabric
 
 from fabric.choices import DiscrepancyKind as K
 from fabric.models import CablingPlan, Ticket
 from fabric.tasks import collect_fabric
-from nodes.management.commands.demo_fabric import record_look, start_demo_fabric
 
 from .conftest import require_ibsim
 

@@ -21,8 +21,8 @@ import pytest
 import time_machine
 
 from health.models import Finding
-from nodes.choices import NodeState
 from nodes import followups
+from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep

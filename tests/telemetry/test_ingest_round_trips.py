@@ -114,9 +114,8 @@ def test_a_failure_after_a_finding_rolls_the_finding_back_and_keeps_the_telemetr
 
 
 def test_the_lazy_savepoint_sends_nothing_for_a_block_without_statements(db):
-    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        with store.savepoint_on_first_statement():
-            pass
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries, store.savepoint_on_first_statement():
+        pass
     assert queries.captured_queries == []
 
 

@@ -117,7 +117,7 @@ def test_the_lemon_score_adds_up_its_contributions_and_saturates():
     assert score.score == pytest.approx(sum(score.contributions.values()))
     assert score.score >= analysis.LEMON_THRESHOLD
     assert analysis.lemon_score(
-        {name: 1e9 for name in (s.name for s in analysis.LEMON_SIGNALS)}
+        dict.fromkeys((s.name for s in analysis.LEMON_SIGNALS), 1e9)
     ).score == pytest.approx(100, abs=1e-3)
 
 

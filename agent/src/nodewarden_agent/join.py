@@ -25,9 +25,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 from . import __version__
 from .client import Backoff, PortalError, PortalUnavailable, _body

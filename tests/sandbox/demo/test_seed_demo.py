@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster, Rack, Site, Tenant, TenantMembership
 from nodes import services
-from sandbox import demo
 from nodes.choices import EventKind, NodeState
 from nodes.models import GPU, Node, NodeEvent, StateCountSnapshot
 from nodes.roles import FLEET_ADMINS, OPERATORS
+from sandbox import demo
 
 S = NodeState
 NOW = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)

@@ -132,6 +132,6 @@ def load_backend(importer: Callable[[str], Any]) -> tuple[Any | None, str]:
             if backend.device_count() > 0:
                 return backend, ""
             reasons.append(f"{module} sees no CUDA GPU")
-        except Exception as exc:  # noqa: BLE001 - a broken CUDA runtime reads as "not available here"
+        except Exception as exc:  # a broken CUDA runtime reads as "not available here"
             reasons.append(f"{module} cannot use CUDA: {exc}")
     return None, "; ".join(reasons)
