@@ -89,9 +89,10 @@ def make_fleet(n: int) -> list[tuple[str, str]]:
     )
     tokens = [TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for _ in nodes]
     AgentToken.objects.bulk_create(
-        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12]) for node, tok in zip(nodes, tokens)
+        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12])
+        for node, tok in zip(nodes, tokens, strict=True)
     )
-    return [(node.hostname, tok) for node, tok in zip(nodes, tokens)]
+    return [(node.hostname, tok) for node, tok in zip(nodes, tokens, strict=True)]
 
 
 def report_template(hostname: str) -> str:

@@ -392,7 +392,7 @@ def log_offsets(workers: list[Worker]) -> list[int]:
 def task_times(workers: list[Worker], since: list[int], task: str) -> list[float]:
     """Seconds each ``task`` took in the workers (their "succeeded in" lines) since the offsets."""
     times = []
-    for worker, offset in zip(workers, since):
+    for worker, offset in zip(workers, since, strict=True):
         with worker.log.open("rb") as log:
             log.seek(offset)
             for line in log.read().decode(errors="replace").splitlines():

@@ -233,7 +233,7 @@ def _audit(sim: Simulation) -> dict[str, Any]:
     ledger = sim.ledger
     distinct = Counter(invariant for _, invariant in ledger.breached)
     examples: dict[str, Any] = {}
-    for (host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
+    for (_host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
         examples.setdefault(
             invariant,
             {"at": at.isoformat(), "day": round((at - sim.config.start).total_seconds() / 86400, 2), **breach},

@@ -133,7 +133,7 @@ class ListBackend:
 
     def matmul(self, a, b):
         self.calls += 1
-        product = [[sum(x * y for x, y in zip(row, col)) for col in zip(*b)] for row in a]
+        product = [[sum(x * y for x, y in zip(row, col, strict=True)) for col in zip(*b, strict=True)] for row in a]
         if self.flip_every and self.calls % self.flip_every == 0:
             product[0][0] += 1.0
         return product

@@ -64,7 +64,7 @@ def healthy_h100_nvml() -> dict[str, Any]:
     """The captured H100 node's NVML answers with every fault taken out: 8 healthy GPUs."""
     data = json.loads((AGENT_FIXTURES / "nvml" / "h100-80gb-hbm3.json").read_text())
     gpus = []
-    for index, gpu in enumerate(data["gpus"]):
+    for gpu in data["gpus"]:
         if gpu.get("lost"):  # the capture's GPU 5 had fallen off; give the slot a healthy GPU
             gpu = {
                 "uuid": "GPU-9f4d5a7c-1e3b-4c65-8a0a-4b6c8d0e2f54",
