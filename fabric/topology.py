@@ -324,7 +324,7 @@ class GeneratedFabric:
           port drops out of the scan); leaf-spine cables too, never a leaf's last uplink;
         - degraded: a cable trained at 1X (even picks) or one speed grade slower (odd picks).
         Raises ValueError when the fabric has too few candidates (or no free port)."""
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 - seeded, reproducible fault picks; not a secret
         touched = {_key(f_row.a, f_row.b) for f in self.faults for f_row in f.planned}
         host_rows = [r for r in self.plan if _key(r.a, r.b) not in touched and self.nodes[r.a_device].kind == "ca"]
         planted: list[PlantedFault] = []

@@ -149,7 +149,7 @@ class RedfishDriver(BmcDriver):
         return root.get_system(path)
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        assert self._conn is not None  # set by _service_root(), always called first
+        assert self._conn is not None  # noqa: S101 - set by _service_root(), always called first
         document: dict[str, Any] = self._conn.get(path).json()  # sushy has no type information
         return document
 
