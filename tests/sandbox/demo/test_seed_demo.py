@@ -147,7 +147,7 @@ def test_reset_rebuilds_the_same_fleet_from_the_same_seed(seeded):
 
 
 def test_demo_logins_work(seeded, client):
-    User = get_user_model()
+    User = get_user_model()  # noqa: N806 - Django's name for the user model
     admin, operator, viewer = (User.objects.get(username=u) for u in ("admin", "operator", "viewer"))
     assert admin.is_superuser and admin.is_staff and admin.groups.filter(name=FLEET_ADMINS).exists()
     assert operator.is_staff and not operator.is_superuser and operator.groups.filter(name=OPERATORS).exists()
