@@ -170,10 +170,8 @@ def start_workers(stack: contextlib.ExitStack, count: int, concurrency: int, log
 def stop_worker(worker: Worker) -> None:
     if worker.proc.poll() is None:
         worker.proc.terminate()  # warm shutdown: the running task finishes
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             worker.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.proc.pid, signal.SIGKILL)  # prefork children left behind, if any
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -460,7 +458,7 @@ def _machine_busy() -> float:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, int(round(q * len(ordered))) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))]
 
 
 def first_event(node_id: int, transition: str, after: datetime | None = None) -> Any:

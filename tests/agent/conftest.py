@@ -127,6 +127,7 @@ class FakePortal:
                 fresh = [r for r in body["reports"] if r["report_id"] not in seen]
                 portal.received.extend(fresh)
                 self._reply(200, {"accepted": len(fresh), "duplicates": len(body["reports"]) - len(fresh)})
+                return None
 
         return Handler
 

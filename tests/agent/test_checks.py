@@ -22,7 +22,7 @@ def _no_tools():
 
 
 @pytest.mark.parametrize(
-    "kind,params,needs",
+    ("kind", "params", "needs"),
     [
         ("gpu_stress", {"seconds": 5, "matrix_size": 4096, "dtype": "bf16"}, "PyTorch or CuPy"),
         ("memory_test", {"fraction": 0.5}, "PyTorch or CuPy"),
@@ -41,7 +41,7 @@ def test_it_answers_not_available_when_the_tool_is_missing(kind, params, needs):
 
 
 @pytest.mark.parametrize(
-    "kind,params,message",
+    ("kind", "params", "message"),
     [
         ("dcgm_diag", {"level": 7}, "level must be between 1 and 4"),
         ("gpu_stress", {"seconds": "long"}, "seconds must be int"),

@@ -178,8 +178,10 @@ def test_csv_problems_carry_the_files_own_line_numbers(tmp_path, bmc, fleet):
         "Nothing was enrolled:",
         "line 2: cluster: No cluster 'hpc-a\\nsecond line'.",
         "line 5: hostname is required",
-        "line 6: 10 values for 9 columns; bmc_verify_tls 'perhaps' is not one of true, false; "
-        "serial 'SN-I0001' repeats line 2",
+        (
+            "line 6: 10 values for 9 columns; bmc_verify_tls 'perhaps' is not one of true, false; "
+            "serial 'SN-I0001' repeats line 2"
+        ),
     ]
     assert written() == (0, 0, 0)
 

@@ -354,7 +354,7 @@ def test_mttr_is_the_median_and_90th_percentile_from_finding_to_production_per_c
     result = summary.mttr(Remediation.objects.all())
     assert result["overall"]["count"] == 5
     assert result["overall"]["median_s"] == 3 * 3600
-    assert result["overall"]["p90_s"] == pytest.approx(7.6 * 3600)  # 4 h + 0.6 × (10 h − 4 h)
+    assert result["overall"]["p90_s"] == pytest.approx(7.6 * 3600)  # 4 h + 0.6 * (10 h - 4 h)
     by_cluster = {c["cluster"]: c for c in result["clusters"]}
     assert by_cluster["east"]["median_s"] == 2.5 * 3600 and by_cluster["east"]["p90_s"] == pytest.approx(3.7 * 3600)
     assert (by_cluster["west"]["count"], by_cluster["west"]["median"], by_cluster["west"]["p90"]) == (

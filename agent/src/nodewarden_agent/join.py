@@ -17,6 +17,7 @@ token, wrong host): trying again cannot help, the node must be provisioned again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -28,7 +29,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from . import __version__
 from .client import Backoff, PortalError, PortalUnavailable, _body
@@ -57,7 +58,7 @@ class JoinSettings:
     wait_s: float = 300.0
 
 
-def join_settings(args: Any, env: Optional[Mapping[str, str]] = None) -> JoinSettings:
+def join_settings(args: Any, env: Mapping[str, str] | None = None) -> JoinSettings:
     """Read the settings without ``load_config``: the configured token file does not exist yet."""
     env = os.environ if env is None else env
     raw = _raw_settings(env, args.config)
@@ -180,10 +181,8 @@ def collect_facts(
             facts["os"] = pretty[0]
     except OSError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         facts["boot_id"] = boot_id.read_text().strip()
-    except OSError:
-        pass
     macs = {}
     try:
         for device in sorted(sys_net.iterdir())[:MAX_MACS]:

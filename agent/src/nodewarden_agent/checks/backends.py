@@ -25,7 +25,10 @@ class TorchBackend:
     def operands(self, device: int, n: int, dtype: str) -> tuple[Any, Any]:
         generator = self.t.Generator(device=f"cuda:{device}").manual_seed(1234 + device)
         kind = getattr(self.t, self.dtypes[dtype])
-        make = lambda: self.t.randn(n, n, device=f"cuda:{device}", dtype=kind, generator=generator)
+
+        def make():
+            return self.t.randn(n, n, device=f"cuda:{device}", dtype=kind, generator=generator)
+
         return make(), make()
 
     def matmul(self, a: Any, b: Any) -> Any:
