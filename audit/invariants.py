@@ -479,12 +479,11 @@ def transient_timeouts(ctx: AuditContext, stall: timedelta | None = None) -> lis
             "started", "pk"
         )
     }
-    steps = {
-        nid: deadline
-        for nid, deadline in RemediationStep.objects.filter(
+    steps = dict(
+        RemediationStep.objects.filter(
             remediation__node_id__in=ids, remediation__status__in=OPEN, status=StepStatus.RUNNING
         ).values_list("remediation__node_id", "deadline")
-    }
+    )
     specs: dict[int, Day1Spec] = {}
     for node in nodes:
         outcome.checked += 1

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "false")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -714,7 +714,7 @@ def finish(fleet: Fleet) -> None:
         for table in [*fleet.tables]:
             name = table.model._meta.db_table
             cursor.execute(
-                f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), (SELECT COALESCE(MAX(id), 1) FROM {name}))"
+                f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), (SELECT COALESCE(MAX(id), 1) FROM {name}))"  # noqa: S608 - table names from the models
             )
         for model, column in (
             (NodeEvent, "created"),

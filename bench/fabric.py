@@ -39,7 +39,7 @@ django.setup()
 
 from fabric.choices import DiscrepancyKind as K  # noqa: E402
 from fabric.discovery import seen_from_topology  # noqa: E402
-from fabric.ibdiags import merge, parse_ibnetdiscover, parse_iblinkinfo  # noqa: E402
+from fabric.ibdiags import merge, parse_iblinkinfo, parse_ibnetdiscover  # noqa: E402
 from fabric.topology import generate_fat_tree  # noqa: E402
 from fabric.validation import (  # noqa: E402
     FLAP_COUNTER,

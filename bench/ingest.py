@@ -89,9 +89,10 @@ def make_fleet(n: int) -> list[tuple[str, str]]:
     )
     tokens = [TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for _ in nodes]
     AgentToken.objects.bulk_create(
-        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12]) for node, tok in zip(nodes, tokens)
+        AgentToken(node=node, key_hash=hash_token(tok), prefix=tok[:12])
+        for node, tok in zip(nodes, tokens, strict=True)
     )
-    return [(node.hostname, tok) for node, tok in zip(nodes, tokens)]
+    return [(node.hostname, tok) for node, tok in zip(nodes, tokens, strict=True)]
 
 
 def report_template(hostname: str) -> str:
@@ -148,7 +149,7 @@ def load_client(
     step = 0
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        hostname, token, template = fleet[step % len(fleet)]
+        _hostname, token, template = fleet[step % len(fleet)]
         base = START + timedelta(seconds=30 * (offset + step // len(fleet)) * per_request)
         reports = [fill(template, base + timedelta(seconds=30 * k)) for k in range(per_request)]
         body = ('{"reports":[' + ",".join(reports) + "]}").encode()
@@ -169,7 +170,7 @@ def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     latencies = []
     for i in range(count):
-        hostname, token, template = fleet[i % len(fleet)]
+        _hostname, token, template = fleet[i % len(fleet)]
         body = (
             '{"reports":[' + with_xid(template, START + timedelta(days=400, seconds=i), "0000:18:00") + "]}"
         ).encode()

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "false")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -88,7 +88,7 @@ def bench_pages(sizes: tuple[int, ...]) -> None:
         for name, url in (("node list", "/nodes/"), ("node detail", f"/nodes/{first.pk}/"), ("overview", "/")):
             queries: list[str] = []
             # Django resets connection.queries at each request start, so count with a wrapper.
-            with connection.execute_wrapper(lambda ex, sql, *a: (queries.append(sql), ex(sql, *a))[1]):
+            with connection.execute_wrapper(lambda ex, sql, *a, seen=queries: (seen.append(sql), ex(sql, *a))[1]):
                 client.get(url)
             times = [_timed(lambda u=url: client.get(u), 1) for _ in range(7)]
             results[size][name] = (len(queries), statistics.median(times))

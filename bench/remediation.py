@@ -170,10 +170,8 @@ def start_workers(stack: contextlib.ExitStack, count: int, concurrency: int, log
 def stop_worker(worker: Worker) -> None:
     if worker.proc.poll() is None:
         worker.proc.terminate()  # warm shutdown: the running task finishes
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             worker.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pass
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.proc.pid, signal.SIGKILL)  # prefork children left behind, if any
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -392,7 +390,7 @@ def log_offsets(workers: list[Worker]) -> list[int]:
 def task_times(workers: list[Worker], since: list[int], task: str) -> list[float]:
     """Seconds each ``task`` took in the workers (their "succeeded in" lines) since the offsets."""
     times = []
-    for worker, offset in zip(workers, since):
+    for worker, offset in zip(workers, since, strict=True):
         with worker.log.open("rb") as log:
             log.seek(offset)
             for line in log.read().decode(errors="replace").splitlines():
@@ -460,7 +458,7 @@ def _machine_busy() -> float:
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, int(round(q * len(ordered))) - 1))]
+    return ordered[max(0, min(len(ordered) - 1, round(q * len(ordered)) - 1))]
 
 
 def first_event(node_id: int, transition: str, after: datetime | None = None) -> Any:
@@ -719,8 +717,8 @@ def _poll_interval() -> float:
 
 def run(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     from sandbox.emulators.bmc import RedfishEmulator
-    from schedulers.slurm import SlurmAdapter
     from sandbox.emulators.slurm import SlurmCluster
+    from schedulers.slurm import SlurmAdapter
 
     began = time.monotonic()
     call_command("migrate", verbosity=0)

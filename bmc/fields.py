@@ -23,7 +23,7 @@ from django.db.models.expressions import Combinable
 
 HKDF_INFO = b"nodewarden-bmc-credentials"
 # Every Fernet token starts with the version byte 0x80, which base64 writes as "gAAAAA".
-TOKEN_PREFIX = "gAAAAA"
+TOKEN_PREFIX = "gAAAAA"  # noqa: S105 - the public prefix of every ciphertext
 
 
 class CredentialDecryptError(ImproperlyConfigured):

@@ -12,8 +12,8 @@ from django.http import HttpRequest, HttpResponse
 
 from nodes.models import OPERATE
 from nodes.services import Actor
-from nodewarden.errors import ReasonRequired
 from nodewarden.admin_actions import reason_or_page
+from nodewarden.errors import ReasonRequired
 from nodewarden.records import ReadOnlyAdmin
 
 from . import services

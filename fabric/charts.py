@@ -205,7 +205,7 @@ def _positions(
         rows["host"] = [(pk, name[pk], 0, bad_devices[name[pk]]) for pk in hosts]
     spread = {key: [(i + 0.5) / len(row) for i in range(len(row))] for key, row in rows.items()}
     under: dict[int, list[float]] = defaultdict(list)  # a switch's hosts' x
-    for (marker, *_), x in zip(rows["host"], spread["host"]):
+    for (marker, *_), x in zip(rows["host"], spread["host"], strict=True):
         under[-marker if aggregate else leaf_of.get(marker, 0)].append(x)
     if rows["leaf"] and all(under.get(marker) for marker, *_ in rows["leaf"]):
         spread["leaf"] = [sum(under[m]) / len(under[m]) for m, *_ in rows["leaf"]]  # each leaf over its hosts
@@ -213,7 +213,7 @@ def _positions(
     traces = []
     for key, y, colour in LAYERS:
         row, xs = rows[key], spread[key]
-        positions.update({marker: (x, y) for (marker, *_), x in zip(row, xs)})
+        positions.update({marker: (x, y) for (marker, *_), x in zip(row, xs, strict=True)})
         if not row:
             continue
         traces.append(

@@ -126,7 +126,7 @@ def _perfquery(texts: Sequence[str], topology: IbTopology) -> list[PortCounters]
             blocks = parse_perfquery_blocks(text)
         except IbParseError as exc:
             raise _refuse(tool, exc) from None
-        for (n, lid), block in zip(_perfquery_lids(text), blocks):
+        for (n, lid), block in zip(_perfquery_lids(text), blocks, strict=True):
             if lid not in by_lid:
                 raise DiscoveryParseError(
                     [{"tool": tool, "line": n, "message": f"LID {lid} is not on the fabric ibnetdiscover saw"}]
@@ -142,8 +142,8 @@ def parse_upload(texts: Mapping[str, Any]) -> Upload:
         IbMergeError,
         IbParseError,
         merge,
-        parse_ibnetdiscover,
         parse_iblinkinfo,
+        parse_ibnetdiscover,
         parse_ibqueryerrors,
         resolve_counters,
     )

@@ -104,6 +104,9 @@ class DiscoveryOutput(models.Model):
     tool = models.CharField(max_length=40)
     text = models.TextField()
 
+    def __str__(self) -> str:
+        return f"{self.tool} output of run {self.run_id}"
+
 
 class DiscoveredLink(models.Model):
     """A cable as a run found it (or a port found down, with no peer)."""
@@ -120,6 +123,9 @@ class DiscoveredLink(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["run", "a_device"])]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: device {self.a_device_id}/{self.a_port} -> {self.b_device_id}/{self.b_port}"
 
 
 class PortCounterSnapshot(models.Model):
@@ -138,6 +144,9 @@ class PortCounterSnapshot(models.Model):
         ordering = ["-taken_at", "-id"]
         indexes = [models.Index(fields=["device", "port", "-taken_at"])]
 
+    def __str__(self) -> str:
+        return f"device {self.device_id}/{self.port} at {self.taken_at:%Y-%m-%d %H:%M}"
+
 
 class LinkFlap(models.Model):
     """The link at a port went down and up (its LinkDownedCounter rose) between two looks."""
@@ -151,6 +160,9 @@ class LinkFlap(models.Model):
     class Meta:
         ordering = ["-observed_at", "-id"]
         indexes = [models.Index(fields=["device", "port", "-observed_at"])]
+
+    def __str__(self) -> str:
+        return f"device {self.device_id}/{self.port}: {self.count} flap(s) at {self.observed_at:%Y-%m-%d %H:%M}"
 
 
 class Ticket(models.Model):

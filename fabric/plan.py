@@ -59,8 +59,10 @@ def read_csv(text: str) -> list[tuple[int, dict[str, Any]]]:
                 [
                     (
                         1,
-                        f"missing column(s) {', '.join(missing)}; the header must name "
-                        f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})",
+                        (
+                            f"missing column(s) {', '.join(missing)}; the header must name "
+                            f"{', '.join(REQUIRED)} (and optionally {', '.join(OPTIONAL)})"
+                        ),
                     )
                 ]
             )

@@ -56,7 +56,7 @@ def record_agent_counters() -> str:
     if not hcas:
         return "no planned HCA on a known node"
     counters = {}
-    for node_id, hostname, ports in NodeHealth.objects.filter(node_id__in=set(hcas.values())).values_list(
+    for _node_id, hostname, ports in NodeHealth.objects.filter(node_id__in=set(hcas.values())).values_list(
         "node_id", "node__hostname", "ib_ports"
     ):
         for port in ports or []:

@@ -167,8 +167,10 @@ class GeneratedFabric:
         speed_bits, ext_bits = IBSIM_SPEED_BITS[name]
         # Enabled widths: the fabric's plus 1X, so a port limited to 1X (w=1) still trains.
         out = [
-            f"# nodewarden fabric.topology: {len(self.hosts())} hosts, "
-            f"{sum(n.kind == 'switch' for n in self.nodes.values())} switches",
+            (
+                f"# nodewarden fabric.topology: {len(self.hosts())} hosts, "
+                f"{sum(n.kind == 'switch' for n in self.nodes.values())} switches"
+            ),
             "# first node = where the SM and the diags attach (ibsim's default SIM_HOST)",
             f"width={IBSIM_WIDTH_BITS[self.width] | 1}",
             f"speed={speed_bits}",
@@ -254,8 +256,10 @@ class GeneratedFabric:
             if node.kind == "switch":
                 out += [
                     f"switchguid=0x{node.guid:x}({node.guid:x})",
-                    f'Switch\t{node.ports} "S-{node.guid:016x}"\t\t# "{node.name}" base port 0 '
-                    f"lid {lids[node.name]} lmc 0",
+                    (
+                        f'Switch\t{node.ports} "S-{node.guid:016x}"\t\t# "{node.name}" base port 0 '
+                        f"lid {lids[node.name]} lmc 0"
+                    ),
                 ]
             else:
                 out += [f"caguid=0x{node.guid:x}", f'Ca\t{node.ports} "H-{node.guid:016x}"\t\t# "{node.name}"']
@@ -324,7 +328,7 @@ class GeneratedFabric:
           port drops out of the scan); leaf-spine cables too, never a leaf's last uplink;
         - degraded: a cable trained at 1X (even picks) or one speed grade slower (odd picks).
         Raises ValueError when the fabric has too few candidates (or no free port)."""
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # noqa: S311 - seeded, reproducible fault picks; not a secret
         touched = {_key(f_row.a, f_row.b) for f in self.faults for f_row in f.planned}
         host_rows = [r for r in self.plan if _key(r.a, r.b) not in touched and self.nodes[r.a_device].kind == "ca"]
         planted: list[PlantedFault] = []

@@ -138,7 +138,7 @@ def _subject(alert: WebhookAlert) -> str:
 
 def _parse_time(value: str) -> datetime | None:
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
     return parsed if parsed.tzinfo and parsed.year > 1 else None  # Go's zero time means "unset"

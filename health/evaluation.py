@@ -167,18 +167,18 @@ def _fire(
 
 
 def _finding_kwargs(condition: Any, rule: str, cfg: Any, ctx: ReportContext, severity: str) -> dict[str, Any]:
-    return dict(
-        rule=rule,
-        severity=severity,
-        summary=condition.summary,
-        evidence=condition.evidence,
-        gpu_index=condition.gpu_index,
-        subject=condition.subject,
-        xid=condition.xid,
-        recommended_action=condition.recommended_action or cfg.recommended_action,
-        source=ctx.source,
-        observed_at=condition.observed_at or ctx.report.collected_at,
-    )
+    return {
+        "rule": rule,
+        "severity": severity,
+        "summary": condition.summary,
+        "evidence": condition.evidence,
+        "gpu_index": condition.gpu_index,
+        "subject": condition.subject,
+        "xid": condition.xid,
+        "recommended_action": condition.recommended_action or cfg.recommended_action,
+        "source": ctx.source,
+        "observed_at": condition.observed_at or ctx.report.collected_at,
+    }
 
 
 def _shadow_seen_recently(node_id: int, rule: str, condition: Any, observed: datetime) -> bool:

@@ -79,19 +79,19 @@ def raise_finding(
     summary = (summary or "").strip() or f"{rule} fired"
     observed_at = observed_at or timezone.now()
     actor = actor or HEALTH
-    fields = dict(
-        rule=rule,
-        severity=severity,
-        recommended_action=recommended_action,
-        summary=summary,
-        evidence=evidence or {},
-        gpu_index=gpu_index,
-        source=source,
-        subject=subject,
-        observed_at=observed_at,
-        xid=xid,
-        actor_name=actor.name,
-    )
+    fields = {
+        "rule": rule,
+        "severity": severity,
+        "recommended_action": recommended_action,
+        "summary": summary,
+        "evidence": evidence or {},
+        "gpu_index": gpu_index,
+        "source": source,
+        "subject": subject,
+        "observed_at": observed_at,
+        "xid": xid,
+        "actor_name": actor.name,
+    }
     events = is_event_rule(rule) if every_event is None else every_event
     with transaction.atomic():
         node = Node.objects.only("id", "hostname").get(pk=node_id)

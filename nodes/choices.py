@@ -63,7 +63,7 @@ STATE_PHASE: dict[str, str] = {
     S.ENROLLED: Phase.DAY0,
     S.INITIALIZING: Phase.DAY0,
     S.ONBOARD: Phase.DAY0,
-    **{stage: Phase.DAY1 for stage in DAY1_STAGES},
+    **dict.fromkeys(DAY1_STAGES, Phase.DAY1),
     S.PRODUCTION: Phase.PRODUCTION,
     S.DRAIN_PENDING: Phase.PRODUCTION,
     S.DRAINING: Phase.OUT,

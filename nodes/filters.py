@@ -10,7 +10,7 @@ from django.db.models import Q, QuerySet
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodewarden.filters import FilterSet
 
-from .choices import Phase, NodeState, STATE_PHASE, TROUBLE_STATES
+from .choices import STATE_PHASE, TROUBLE_STATES, NodeState, Phase
 from .models import Node
 from .scoping import visible_tenants
 

@@ -407,6 +407,9 @@ class StateCountSnapshot(models.Model):
         ordering = ["taken_at"]
         indexes = [models.Index(fields=["tenant", "taken_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.state}: {self.count} at {self.taken_at:%Y-%m-%d %H:%M}"
+
 
 class DailyStateCount(models.Model):
     """The hourly snapshots of one finished day rolled up per state, cluster and tenant.
@@ -426,6 +429,9 @@ class DailyStateCount(models.Model):
     class Meta:
         ordering = ["day"]
         indexes = [models.Index(fields=["day"]), models.Index(fields=["tenant", "day"])]
+
+    def __str__(self) -> str:
+        return f"{self.state}: {self.node_hours} node-hours on {self.day}"
 
 
 OUTPUT_MAX_BYTES = 64 * 1024  # the tail of a tool's output worth keeping on the run

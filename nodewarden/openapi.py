@@ -21,7 +21,6 @@ from django.core.exceptions import FieldDoesNotExist
 from drf_spectacular import openapi
 from rest_framework import serializers
 
-
 REF = "#/components/schemas/{name}"
 
 # The one description of a 4xx body. ADAPT HERE when the API's error shape is unified (issue 14):

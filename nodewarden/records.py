@@ -9,7 +9,6 @@ from django.contrib import admin
 from django.db import models
 from django.http import HttpRequest
 
-
 _M = TypeVar("_M", bound=models.Model)
 
 

@@ -16,10 +16,10 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-from celery.schedules import crontab
 import dj_database_url
 import django_stubs_ext
 import plotly
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from .env import env

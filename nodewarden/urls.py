@@ -8,10 +8,10 @@ Error pages: templates/403.html, 404.html, 500.html (Django's default handlers f
 
 from django.conf import settings
 from django.contrib import admin
-from django.templatetags.static import static
-from django.views.generic import RedirectView
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import URLPattern, URLResolver, include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 urlpatterns: list[URLPattern | URLResolver] = [

@@ -20,8 +20,8 @@ from bmc.choices import BmcDriverKind
 from fleet.models import Cluster, HardwareProfile, Persona, Site, Tenant
 from nodes.models import OPERATE
 from nodes.services import Actor
-from nodewarden.errors import ReasonRequired, TransitionForbidden
 from nodewarden.admin_actions import reason_or_page
+from nodewarden.errors import ReasonRequired, TransitionForbidden
 from nodewarden.records import ReadOnlyAdmin
 
 from . import cloudinit, services

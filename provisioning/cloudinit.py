@@ -34,7 +34,7 @@ from .models import BootConfig, JoinToken
 
 AGENT_VENV = "/opt/nodewarden-agent"
 AGENT_CONFIG = "/etc/nodewarden-agent/config.json"
-AGENT_TOKEN_FILE = "/etc/nodewarden-agent/token"
+AGENT_TOKEN_FILE = "/etc/nodewarden-agent/token"  # noqa: S105 - a file path
 AGENT_UNIT = "/etc/systemd/system/nodewarden-agent.service"
 KUBEADM_JOIN_CONFIG = "/etc/kubernetes/nodewarden-join.yaml"
 SLURMD_DEFAULTS = "/etc/default/slurmd"

@@ -87,7 +87,7 @@ def prepare_boot(
         raise TransitionForbidden(f"{actor.name} may not provision nodes.")
     unknown = set(boot_config or {}) - set(BOOT_FIELDS)
     if unknown:
-        raise ValidationError({name: "Not a boot config field." for name in sorted(unknown)})
+        raise ValidationError(dict.fromkeys(sorted(unknown), "Not a boot config field."))
     with transaction.atomic():
         # Serialises concurrent provisions of one node (one BootConfig, one live token); "of": the cluster
         # is an outer join, which PostgreSQL cannot lock.

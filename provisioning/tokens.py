@@ -19,7 +19,7 @@ import string
 
 from django.utils.crypto import salted_hmac
 
-JOIN_TOKEN_PREFIX = "nwj_"
+JOIN_TOKEN_PREFIX = "nwj_"  # noqa: S105 - the public prefix of every join token
 _JOIN_PURPOSE = "nodewarden.provisioning.join-token"
 _KUBEADM_PURPOSE = "nodewarden.provisioning.kubeadm-bootstrap-token"
 # kubeadm bootstrap tokens are [a-z0-9]{6}.[a-z0-9]{16} (the id is public, the secret is not).

@@ -145,6 +145,9 @@ class RemediationStep(models.Model):
         ordering = ["remediation", "started", "id"]
         constraints = [models.UniqueConstraint(fields=["remediation", "rung"], name="one_step_per_rung")]
 
+    def __str__(self) -> str:
+        return f"{self.get_rung_display()} ({self.get_status_display()}) of remediation {self.remediation_id}"
+
 
 class Hold(models.Model):
     """No automated action on a node, or on a whole domain, until released (or until ``until``)."""
@@ -175,6 +178,9 @@ class MaintenanceWindow(models.Model):
     weekdays = models.JSONField(default=list, help_text="0 = Monday ... 6 = Sunday; empty: every day.")
     start_hour = models.PositiveSmallIntegerField()
     end_hour = models.PositiveSmallIntegerField(help_text="Exclusive; may be below start_hour (over midnight).")
+
+    def __str__(self) -> str:
+        return f"{self.start_hour:02}:00-{self.end_hour:02}:00 UTC, days {self.weekdays or 'all'}"
 
     def is_open(self, at: datetime) -> bool:
         if self.weekdays and at.weekday() not in self.weekdays:

@@ -125,7 +125,7 @@ def blast_radius_block(node: Node, now: datetime) -> str | None:
             continue
         field, value = lookup
         nodes = Node.objects.filter(**{field: value}).exclude(pk=node.pk)
-        counts = {state: n for state, n in nodes.values_list("state").annotate(n=Count("id")).order_by()}
+        counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
         out = sum(counts.get(s, 0) for s in OUT)
         total = out + sum(counts.get(s, 0) for s in SERVING) + 1
         label = Domain(domain).label.lower()

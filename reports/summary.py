@@ -101,7 +101,7 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
     began = "COALESCE(CASE WHEN r.finding_id IS NOT NULL THEN r.finding_created END, r.created)"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"WITH r (node_id, finding_id, finding_created, created, finished) AS MATERIALIZED ({sql}) "
+            f"WITH r (node_id, finding_id, finding_created, created, finished) AS MATERIALIZED ({sql}) "  # noqa: S608 - Django's compiled query (its params apart) and table names
             "SELECT GROUPING(s.cluster), s.cluster, COUNT(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds), "
             "percentile_cont(0.9) WITHIN GROUP (ORDER BY s.seconds) FROM ("
             "SELECT COALESCE(c.name, '') AS cluster, "

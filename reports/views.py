@@ -33,8 +33,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from fleet.models import Cluster, Tenant
 from health.models import Finding
-from nodes.choices import NodeState
 from nodes import statecounts
+from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 from nodes.scoping import is_operator_view, staff_only, user_tenant_id, visible_nodes, visible_tenants
 from nodewarden.throttling import AuthFailureThrottle, too_many_failures_response

@@ -12,9 +12,9 @@ import os
 # Before nodewarden.celery sets its own default: the demo runs with the sandbox apps installed.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sandbox.settings")
 
-from django.conf import settings  # noqa: E402
+from django.conf import settings
 
-from nodewarden.celery import app  # noqa: E402
+from nodewarden.celery import app
 
 DEMO_BEAT_SCHEDULE = {
     # Keeps the seeded demo fleet moving, through the real services.

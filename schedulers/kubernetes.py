@@ -174,7 +174,7 @@ class KubernetesAdapter(SchedulerAdapter):
                     "resourceVersion": _meta(current).resource_version,
                     "annotations": {OWNER_ANNOTATION: OWNER, REASON_ANNOTATION: reason},
                 },
-                "spec": {"unschedulable": True, "taints": others + [ours]},
+                "spec": {"unschedulable": True, "taints": [*others, ours]},
             },
         )
 

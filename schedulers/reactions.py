@@ -60,7 +60,7 @@ STATE_REACTION: dict[str, str | None] = {
     S.ENROLLED: None,
     S.INITIALIZING: None,
     S.ONBOARD: R.CORDON,
-    **{stage: R.CORDON for stage in DAY1_STAGES},
+    **dict.fromkeys(DAY1_STAGES, R.CORDON),
     S.PRODUCTION: R.RESUME,
     S.DRAIN_PENDING: R.DRAIN,
     S.DRAINING: R.DRAIN,

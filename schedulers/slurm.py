@@ -157,7 +157,7 @@ class SlurmAdapter(SchedulerAdapter):
         if fields.get("NodeName") != name:
             raise SchedulerError(f"scontrol show node {name}: no such node in its answer")
         match = REASON_RE.match(reason)
-        assert match is not None  # the pattern matches every string
+        assert match is not None  # noqa: S101 - the pattern matches every string
         return SlurmNode(
             name=name,
             state=fields.get("State", "UNKNOWN"),

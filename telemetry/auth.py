@@ -23,7 +23,7 @@ from rest_framework import authentication, exceptions
 
 from nodewarden.throttling import AuthFailureThrottle
 
-TOKEN_PREFIX = "nwa_"
+TOKEN_PREFIX = "nwa_"  # noqa: S105 - the public prefix of every agent token
 # Longer than the agents' 30 s interval, or nearly every report would miss; revocation waits this long.
 CACHE_SECONDS = 120.0
 # last_used is a convenience for operators, not an audit trail: one write per token per 5 min.

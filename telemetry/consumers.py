@@ -67,6 +67,6 @@ CONSUMER: ReportConsumer | None = None
 def consumes_reports(consumer: ReportConsumer) -> None:
     """Register the one consumer of ingested reports (health's rules)."""
     global CONSUMER
-    if CONSUMER is not None and CONSUMER != consumer:
+    if CONSUMER is not None and consumer != CONSUMER:
         raise RuntimeError(f"Ingested reports already have a consumer: {CONSUMER!r}")
     CONSUMER = consumer

@@ -274,7 +274,7 @@ def event_identity(event: XidEvent, boot_id: str | None) -> str:
         key = f"kmsg|?|{event.kmsg_seq}|{round(event.observed_at.timestamp())}|{event.raw}"
     else:
         key = f"line|{event.kind}|{event.xid}|{event.observed_at.timestamp()!r}|{event.raw}"
-    return hashlib.sha1(key.encode()).hexdigest()
+    return hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()
 
 
 def _xid_row(

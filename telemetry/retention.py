@@ -119,7 +119,7 @@ def _insert_rollup(hour: datetime, node_from: int, node_to: int) -> None:
     aggregates = ", ".join(agg for agg, _ in _ROLLUP.values())
     merges = ", ".join(f"{c} = {_merge(table, c, how)}" for c, (_, how) in _ROLLUP.items())
     sql = (
-        f"INSERT INTO {table} (node_id, hour, gpu_index, n, {columns}) "
+        f"INSERT INTO {table} (node_id, hour, gpu_index, n, {columns}) "  # noqa: S608 - table names and _ROLLUP's columns; values are parameters
         f"SELECT node_id, %s, gpu_index, COUNT(*), {aggregates} FROM {raw} "
         f"WHERE collected_at >= %s AND collected_at < %s AND node_id >= %s AND node_id < %s "
         f"GROUP BY node_id, gpu_index "

@@ -101,7 +101,7 @@ def _query(
         where += " AND gpu_index = %s"
         params.append(gpu)
     sql = (
-        f"SELECT gpu_index, {_bucket(time_column, bucket)} AS b, {count} AS n, {selects} "
+        f"SELECT gpu_index, {_bucket(time_column, bucket)} AS b, {count} AS n, {selects} "  # noqa: S608 - table and column names, an int bucket; values are parameters
         f"FROM {model._meta.db_table} WHERE {where} GROUP BY gpu_index, b ORDER BY gpu_index, b"
     )
     with connection.cursor() as cursor:

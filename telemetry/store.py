@@ -218,7 +218,7 @@ def store_samples(rows: Sequence[Sequence[Any]]) -> None:
     with connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             table = statements.samples
-            cursor.executemany(table.values, table.prepared([dict(zip(SAMPLE_COLUMNS, r)) for r in rows]))
+            cursor.executemany(table.values, table.prepared([dict(zip(SAMPLE_COLUMNS, r, strict=True)) for r in rows]))
             return
         # Django's wrapper has no copy(): use the psycopg 3 cursor underneath.
         with cursor.cursor.copy(statements.copy_samples) as copy:

@@ -31,6 +31,7 @@ Methods and defaults (each one a named constant or a field of a spec below):
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -303,7 +304,7 @@ def top_offenders(scores: Mapping[int, LemonScore], n: int = 25) -> list[tuple[i
 def repeats(times_hours: Iterable[float], *, within_hours: float = REPEAT_WITHIN_HOURS) -> int:
     """How many incidents came within ``within_hours`` of the one before (times in hours)."""
     ordered = sorted(times_hours)
-    return sum(1 for a, b in zip(ordered, ordered[1:], strict=False) if b - a <= within_hours)
+    return sum(1 for a, b in itertools.pairwise(ordered) if b - a <= within_hours)
 
 
 @dataclass

@@ -3,6 +3,7 @@ them to templates through json_script, tests assert on their data. No plotly.js 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from .choices import FLAG_COLOURS, FlagKind
@@ -60,8 +61,8 @@ def peers_figure(evidence: dict[str, Any]) -> Figure:
     """The profile's distribution of the figure (histogram), the median and this node's value."""
     hist = evidence.get("histogram") or {"edges": [], "counts": []}
     edges, counts = hist["edges"], hist["counts"]
-    centres = [(a + b) / 2 for a, b in zip(edges, edges[1:], strict=False)]
-    widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+    centres = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
+    widths = [b - a for a, b in itertools.pairwise(edges)]
     top = max(counts, default=1)
     data = [
         {

@@ -244,7 +244,7 @@ def _max(a: float | None, b: Any) -> float | None:
 def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: datetime) -> list[tuple[Any, ...]]:
     time_column, ecc, rows, tsum, tn = _INNER[table]
     sql = (
-        f"SELECT node_id, d, SUM(ecc), SUM(rws), SUM(tsum), SUM(tn) FROM ("
+        f"SELECT node_id, d, SUM(ecc), SUM(rws), SUM(tsum), SUM(tn) FROM ("  # noqa: S608 - _INNER's constant SQL and a table name; values are parameters
         f"SELECT node_id, gpu_index, {_day(time_column)} AS d, {ecc} AS ecc, {rows} AS rws, {tsum} AS tsum, "
         f"{tn} AS tn FROM {db_table} WHERE node_id >= %s AND node_id <= %s AND {time_column} >= %s "
         f"AND {time_column} <= %s GROUP BY node_id, gpu_index, d) per_gpu GROUP BY node_id, d"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import django_filters
 from django.db.models import QuerySet
+
 from nodewarden.filters import FilterSet, IntegerFilter
 
 from .choices import FlagKind

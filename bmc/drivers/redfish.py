@@ -7,6 +7,7 @@ and the sushy-tools emulator has no SessionService at all.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -149,7 +150,7 @@ class RedfishDriver(BmcDriver):
         return root.get_system(path)
 
     def _get_json(self, path: str) -> dict[str, Any]:
-        assert self._conn is not None  # set by _service_root(), always called first
+        assert self._conn is not None  # noqa: S101 - set by _service_root(), always called first
         document: dict[str, Any] = self._conn.get(path).json()  # sushy has no type information
         return document
 
@@ -289,10 +290,8 @@ class RedfishDriver(BmcDriver):
                 system = self._system()
                 targets = [system.json.get("@odata.id") or system.path]
             protocol = "HTTPS" if image_uri.lower().startswith("https:") else "HTTP"
-            try:
+            with contextlib.suppress(sushy_exc.MissingHeaderError):  # accepted, but the BMC gave no task to follow
                 service.simple_update(image_uri, targets=targets, transfer_protocol=protocol)
-            except sushy_exc.MissingHeaderError:
-                pass  # accepted, but the BMC gave no task to follow
 
     def event_log(self, limit: int = 100) -> list[dict[str, Any]]:
         with self._speaking("Reading the event log"):

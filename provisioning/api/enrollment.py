@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import fields
+from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status

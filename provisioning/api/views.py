@@ -155,7 +155,7 @@ class NodeProvisionView(generics.GenericAPIView[Node]):
         except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
             raise exceptions.NotFound() from exc
         token = cloudinit.current_join_token(boot)
-        assert token is not None  # prepare_boot just issued it
+        assert token is not None  # noqa: S101 - prepare_boot just issued it
         result = {
             "node": Node.objects.get(pk=node.pk),
             "boot_config": boot,

@@ -3,9 +3,10 @@
 import django.core.validators
 import django.db.models.deletion
 import django.utils.timezone
-import provisioning.models
 from django.conf import settings
 from django.db import migrations, models
+
+import provisioning.models
 
 
 class Migration(migrations.Migration):

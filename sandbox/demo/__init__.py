@@ -14,6 +14,7 @@ nothing unless NODEWARDEN_DEMO_CHURN is true and never touches nodes outside
 the demo sites.
 """
 
+from .bringup import bring_up_demo_nodes  # noqa: F401
 from .catalog import (  # noqa: F401
     CAUSES,
     DEMO_PASSWORD,
@@ -25,10 +26,8 @@ from .catalog import (  # noqa: F401
     NODES_PER_RACK,
     TRANSITIONS,
 )
-from .bringup import bring_up_demo_nodes  # noqa: F401
 from .churn import churn_demo_fleet  # noqa: F401
 from .schedulers import submit_demo_jobs  # noqa: F401
-from .telemetry import report_demo_telemetry  # noqa: F401
 from .seed import (  # noqa: F401
     build_demo_fleet,
     demo_fleet_exists,
@@ -37,3 +36,4 @@ from .seed import (  # noqa: F401
     login_lines,
     reset_demo_fleet,
 )
+from .telemetry import report_demo_telemetry  # noqa: F401

@@ -236,9 +236,9 @@ def _figures(kind: str, hostname: str, rng: random.Random) -> tuple[str, dict[st
 
 def _answer_checks(rng: random.Random) -> list[str]:
     """The agents' side of active checks on demo nodes: take what is queued (only when idle), report."""
+    from checks.services import CheckConflict, CheckResult, claim_checks_for_agent, record_check_result
     from nodes.choices import ACTIVE_KINDS, RunStatus
     from nodes.models import CheckRun
-    from checks.services import CheckConflict, CheckResult, claim_checks_for_agent, record_check_result
 
     done = []
     node_ids = (

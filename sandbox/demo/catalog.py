@@ -11,7 +11,7 @@ from nodes.models import Node
 from nodes.roles import FLEET_ADMINS, OPERATORS
 
 S = NodeState
-DEMO_PASSWORD = "nodewarden-demo"  # printed to the user on purpose
+DEMO_PASSWORD = "nodewarden-demo"  # noqa: S105 - printed to the user on purpose
 MIN_NODES, MAX_NODES, MIN_DAYS = 8, 5000, 21
 BATCH = 1000
 

@@ -46,8 +46,8 @@ from django.conf import settings
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster
 from nodes.choices import NodeState
-from schedulers.base import SchedulerAdapter, adapter_for
 from sandbox.emulators.slurm import SlurmCluster
+from schedulers.base import SchedulerAdapter, adapter_for
 
 from .bringup import BAY_CLUSTER, bay_servers
 from .catalog import DEMO_SITE_SLUGS

@@ -69,7 +69,7 @@ def reset_demo_fleet() -> None:
 
 def ensure_demo_users() -> dict[str, Any]:
     """Create or refresh the demo logins; all share DEMO_PASSWORD (hashed once: hashing is slow on purpose)."""
-    User = get_user_model()
+    User = get_user_model()  # noqa: N806 - Django's name for the user model
     password = make_password(DEMO_PASSWORD)
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=[slug for _, slug in TENANTS])}
     users: dict[str, Any] = {}

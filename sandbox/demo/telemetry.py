@@ -91,10 +91,9 @@ def report_demo_telemetry() -> str:
         return "disabled"
     if not demo_fleet_exists():
         return "no demo fleet"
+    from sandbox.simulator.live import signals_by_node
     from telemetry.ingest import ingest_reports
     from telemetry.schema import decode_batch
-
-    from sandbox.simulator.live import signals_by_node
 
     now = timezone.now().replace(microsecond=0)
     nodes = list(

@@ -193,8 +193,7 @@ class _EmulatorProcess:
 
     def _spawn(self, command: list[str], **kwargs: Any) -> None:
         assert self.workdir is not None
-        log = open(self.workdir / f"{self.name}.log", "wb")  # the child keeps its own copy of the descriptor
-        with log:
+        with open(self.workdir / f"{self.name}.log", "wb") as log:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kwargs
             )

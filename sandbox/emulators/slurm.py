@@ -31,6 +31,7 @@ as their users). This module must not import Django.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import itertools
 import os
@@ -406,10 +407,8 @@ class SlurmCluster:
             victims.append(pid)
             stack.extend(children.get(pid, []))
         for pid in victims:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def _die_with_parent() -> None:
@@ -429,10 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop cleanly on kill, as on Ctrl-C
     with SlurmCluster(args.nodes) as slurm:
         print(f"export SLURM_CONF={slurm.conf_path}   # up in {slurm.started_in:.2f} s; Ctrl-C stops it", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

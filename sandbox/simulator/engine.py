@@ -36,14 +36,14 @@ from __future__ import annotations
 import heapq
 import importlib.util
 import itertools
-from collections import deque
 import logging
 import math
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import time_machine
@@ -54,17 +54,16 @@ from django.db.models import Count
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from sandbox.emulators.bmc import RedfishEmulator
-from nodes.choices import ACTIVE_KINDS, RunStatus
-from nodes.models import CheckRun
 from health.tasks import check_heartbeats
-from nodes.models import Node, NodeEvent
+from nodes.choices import ACTIVE_KINDS, RunStatus
+from nodes.models import CheckRun, Node, NodeEvent
 from nodewarden.celery import app
 from remediation.choices import Status
 from remediation.models import Remediation, RemediationStep
 from remediation.tasks import reconcile
 from repairs import services as repairs
 from repairs.models import RepairTicket, RmaCase
+from sandbox.emulators.bmc import RedfishEmulator
 from sandbox.simulator import scheduler as simulated
 from schedulers.tasks import follow_drains
 from telemetry.models import NodeHealth
@@ -560,23 +559,19 @@ class Simulation:
             )
             if now >= due:
                 del self.due[("ticket", ticket_id)]
-                self._by_technician(
-                    lambda: (
-                        repairs.start_repair(ticket_id, actor=self.technician, reason="Simulated technician on site"),
-                        repairs.resolve_repair(ticket_id, actor=self.technician, reason="Simulated repair done"),
-                    ),
-                    self.nodes[hostname],
-                    now,
-                    "technician",
-                )
+                self._by_technician(partial(self._repair, ticket_id), self.nodes[hostname], now, "technician")
                 self.ledger.repairs_done += 1
         cases = RmaCase.objects.filter(node__cluster_id=self.cluster_id, state__in=("opened", "shipped", "returned"))
         for case_id, hostname, status in cases.values_list("pk", "node__hostname", "state"):
             due = self.due.setdefault(("rma", case_id), now + timedelta(days=self.rng.uniform(*self.config.rma_days)))
             if now >= due:
                 del self.due[("rma", case_id)]
-                self._by_technician(lambda: self._close_rma(case_id, status), self.nodes[hostname], now, "RMA")
+                self._by_technician(partial(self._close_rma, case_id, status), self.nodes[hostname], now, "RMA")
                 self.ledger.rmas_done += 1
+
+    def _repair(self, ticket_id: int) -> None:
+        repairs.start_repair(ticket_id, actor=self.technician, reason="Simulated technician on site")
+        repairs.resolve_repair(ticket_id, actor=self.technician, reason="Simulated repair done")
 
     def _close_rma(self, case_id: int, status: str) -> None:
         who = self.technician

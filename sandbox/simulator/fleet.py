@@ -71,12 +71,12 @@ def build_fleet(config: SimConfig, emulators: list[Any], hostname: Callable[[int
     HealthRule.objects.update_or_create(
         key="heartbeat_missing",
         hardware_profile=None,
-        defaults=dict(
-            severity=spec.severity,
-            recommended_action=spec.recommended_action,
-            threshold=config.heartbeat_minutes * 60 * 1.5,
-            description="fleet simulator: heartbeats applied every heartbeat_minutes",
-        ),
+        defaults={
+            "severity": spec.severity,
+            "recommended_action": spec.recommended_action,
+            "threshold": config.heartbeat_minutes * 60 * 1.5,
+            "description": "fleet simulator: heartbeats applied every heartbeat_minutes",
+        },
     )
     HealthRule.objects.create(
         key="heartbeat_missing",

@@ -25,7 +25,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-
 from . import agents as A
 from . import faults as F
 from .models import LiveFault

@@ -233,7 +233,7 @@ def _audit(sim: Simulation) -> dict[str, Any]:
     ledger = sim.ledger
     distinct = Counter(invariant for _, invariant in ledger.breached)
     examples: dict[str, Any] = {}
-    for (host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
+    for (_host, invariant), (at, breach) in sorted(ledger.breached.items(), key=lambda kv: kv[1][0]):
         examples.setdefault(
             invariant,
             {"at": at.isoformat(), "day": round((at - sim.config.start).total_seconds() / 86400, 2), **breach},
@@ -313,8 +313,10 @@ def headline(report: dict[str, Any]) -> list[tuple[str, Any]]:
 def render(report: dict[str, Any]) -> str:
     c, job, mttr = report["config"], report["job"], report["mttr"]
     out = [
-        f"Fleet simulation: {c['nodes']:,} nodes ({c['gpus']:,} GPUs), {c['days']:g} days, policy "
-        f"{c['policy']!r} ({c['policy_about']}), rates x{c['rate_scale']:g}, seed {c['seed']}",
+        (
+            f"Fleet simulation: {c['nodes']:,} nodes ({c['gpus']:,} GPUs), {c['days']:g} days, policy "
+            f"{c['policy']!r} ({c['policy_about']}), rates x{c['rate_scale']:g}, seed {c['seed']}"
+        ),
         "",
     ]
     out += [_line(label, value) for label, value in headline(report)]
@@ -322,8 +324,10 @@ def render(report: dict[str, Any]) -> str:
     out += [_line(cause, n) for cause, n in job["by_cause"].items()]
     out += [
         "",
-        f"Time to repair by cause (fault -> back in production), hours:{'':<4}"
-        f"{'count':>8}{'median':>9}{'mean':>9}{'p90':>9}",
+        (
+            f"Time to repair by cause (fault -> back in production), hours:{'':<4}"
+            f"{'count':>8}{'median':>9}{'mean':>9}{'p90':>9}"
+        ),
     ]
     for cause, s in mttr["by_cause"].items():
         out.append(
@@ -365,8 +369,10 @@ def render(report: dict[str, Any]) -> str:
 def render_side_by_side(left: dict[str, Any], right: dict[str, Any]) -> str:
     a, b = dict(headline(left)), dict(headline(right))
     out = [
-        f"Two policies on the same fleet and the same faults ({left['config']['nodes']:,} nodes, "
-        f"{left['config']['days']:g} days, seed {left['config']['seed']}):",
+        (
+            f"Two policies on the same fleet and the same faults ({left['config']['nodes']:,} nodes, "
+            f"{left['config']['days']:g} days, seed {left['config']['seed']}):"
+        ),
         "",
         _line("", left["config"]["policy"], right["config"]["policy"]),
     ]

@@ -58,12 +58,11 @@ class SyncJob:
         if self.state == RESTARTING and self.since is not None and now >= self.since + self.restart_cost:
             self.restarting += self.restart_cost
             self._set(WAITING, self.since + self.restart_cost)
-        if self.state == WAITING:
-            if len(usable) >= self.size:
-                self.waited += now - self.since
-                self.members = set(sorted(usable)[: self.size])
-                self._set(RUNNING, now)
-                self.last_checkpoint = now
+        if self.state == WAITING and len(usable) >= self.size:
+            self.waited += now - self.since
+            self.members = set(sorted(usable)[: self.size])
+            self._set(RUNNING, now)
+            self.last_checkpoint = now
 
     def _set(self, state: str, at: datetime) -> None:
         self.state, self.since = state, at

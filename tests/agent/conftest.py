@@ -116,7 +116,7 @@ class FakePortal:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 portal.requests.append(("POST", self.path, len(body.get("reports", []))))
                 if self._guard():
-                    return
+                    return None
                 if self.path.startswith("/api/agent/checks/"):
                     portal.results[int(self.path.split("/")[4])] = body
                     return self._reply(200, {"ok": True})
@@ -127,6 +127,7 @@ class FakePortal:
                 fresh = [r for r in body["reports"] if r["report_id"] not in seen]
                 portal.received.extend(fresh)
                 self._reply(200, {"accepted": len(fresh), "duplicates": len(body["reports"]) - len(fresh)})
+                return None
 
         return Handler
 

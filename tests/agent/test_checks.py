@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+
 from nodewarden_agent.checks import CheckEnv, run_check
 from nodewarden_agent.checks.dcgm import parse_diag_json
 from nodewarden_agent.checks.memtest import verify_device_memory
@@ -22,7 +23,7 @@ def _no_tools():
 
 
 @pytest.mark.parametrize(
-    "kind,params,needs",
+    ("kind", "params", "needs"),
     [
         ("gpu_stress", {"seconds": 5, "matrix_size": 4096, "dtype": "bf16"}, "PyTorch or CuPy"),
         ("memory_test", {"fraction": 0.5}, "PyTorch or CuPy"),
@@ -41,7 +42,7 @@ def test_it_answers_not_available_when_the_tool_is_missing(kind, params, needs):
 
 
 @pytest.mark.parametrize(
-    "kind,params,message",
+    ("kind", "params", "message"),
     [
         ("dcgm_diag", {"level": 7}, "level must be between 1 and 4"),
         ("gpu_stress", {"seconds": "long"}, "seconds must be int"),
@@ -133,7 +134,7 @@ class ListBackend:
 
     def matmul(self, a, b):
         self.calls += 1
-        product = [[sum(x * y for x, y in zip(row, col)) for col in zip(*b)] for row in a]
+        product = [[sum(x * y for x, y in zip(row, col, strict=True)) for col in zip(*b, strict=True)] for row in a]
         if self.flip_every and self.calls % self.flip_every == 0:
             product[0][0] += 1.0
         return product

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from nodewarden_agent.collectors.kmsg import (
     DevKmsgSource,
     JournalSource,
@@ -30,7 +31,7 @@ def _cases():
         yield pytest.param(expected, message, id=message[:60] or "empty")
 
 
-@pytest.mark.parametrize("expected,message", list(_cases()))
+@pytest.mark.parametrize(("expected", "message"), list(_cases()))
 def test_it_parses_real_nvidia_driver_lines(expected, message):
     event = parse_nvidia_event(message)
     if expected == "ignore":
@@ -53,7 +54,7 @@ def _xid154_cases():
         yield pytest.param(int(expected), message, id=message[message.index(" to ") + 4 :])
 
 
-@pytest.mark.parametrize("expected,message", list(_xid154_cases()))
+@pytest.mark.parametrize(("expected", "message"), list(_xid154_cases()))
 def test_it_reads_the_recovery_action_an_xid_154_asks_for(expected, message):
     event = parse_nvidia_event(message)
     assert (event["xid"], event["recovery_action"]) == (154, expected)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pynvml
 import pytest
+
 from nodewarden_agent.collectors import CollectorError
 from nodewarden_agent.collectors.nvml import NvmlCollector
 

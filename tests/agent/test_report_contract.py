@@ -15,7 +15,6 @@ from nodewarden_agent.collectors.infiniband import InfinibandCollector
 from nodewarden_agent.collectors.kmsg import DevKmsgSource, KmsgCollector
 from nodewarden_agent.collectors.nvml import NvmlCollector
 from nodewarden_agent.report import SeqCounter, build_report
-
 from telemetry.schema import decode_batch
 
 from .conftest import FIXTURES

@@ -4,6 +4,7 @@ ordered delivery after an outage, rejected reports set aside, nothing lost on re
 from __future__ import annotations
 
 import pytest
+
 from nodewarden_agent.agent import Agent
 from nodewarden_agent.client import Backoff, PortalAuthError, PortalClient, PortalRejected, PortalUnavailable
 from nodewarden_agent.collectors.infiniband import InfinibandCollector

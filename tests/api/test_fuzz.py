@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import schemathesis
 from django.apps import apps
+from django.contrib.auth.models import Group
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
-from django.contrib.auth.models import Group
 from django.db import close_old_connections, transaction
 from hypothesis import HealthCheck, Phase, settings
 from rest_framework.authtoken.models import Token
@@ -31,13 +31,13 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from nodes.choices import NodeState
+from nodes.roles import OPERATORS
 from nodes.services import Actor
 from telemetry.auth import forget_cached_tokens
 from telemetry.ingest import ingest_reports
 from telemetry.schema import decode_batch
 from telemetry.services import issue_agent_token
 from tests.conftest import IN_CI
-from nodes.roles import OPERATORS
 from tests.factories import GPUFactory, NodeFactory, TenantFactory, UserFactory
 
 MAX_EXAMPLES = 5  # per operation and role (each also sent on real ids): ~1200 cases, ~30 s on one core
@@ -155,7 +155,7 @@ def fleet(seeded, db, wsgi_requests_keep_the_test_transaction) -> Any:
 
 def _real_ids(case: schemathesis.Case) -> dict[str, Any] | None:
     """The case's path parameters with each id replaced by an existing object's, or None."""
-    if not case.path_parameters or "id" not in case.path_parameters and "xid" not in case.path_parameters:
+    if not case.path_parameters or ("id" not in case.path_parameters and "xid" not in case.path_parameters):
         return None
     segments = case.operation.path.removeprefix("/api/").split("/")
     key = "/".join(segments[:2]) if "/".join(segments[:2]) in ID_MODELS else segments[0]

@@ -23,8 +23,7 @@ AGO = timezone.now() - timedelta(days=2)
 
 
 def run(check, **kwargs):
-    outcomes = {o.invariant: o for o in check(context(), **kwargs)}
-    return outcomes
+    return {o.invariant: o for o in check(context(), **kwargs)}
 
 
 def breaches(check, invariant, **kwargs):

@@ -15,8 +15,8 @@ import factory
 import pytest
 
 from bmc.choices import BmcDriverKind
-from sandbox.emulators.bmc import IpmiSimulator, RedfishEmulator
 from bmc.models import BmcEndpoint
+from sandbox.emulators.bmc import IpmiSimulator, RedfishEmulator
 from tests.conftest import IN_CI
 from tests.factories import NodeFactory
 

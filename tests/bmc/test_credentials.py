@@ -8,8 +8,8 @@ import logging
 import pytest
 from cryptography.fernet import Fernet
 from django.core import checks, serializers
-from django.core.management import call_command
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
 
@@ -27,7 +27,7 @@ SECRET = "Sup3r-Secret-BMC-Pass"
 
 def raw_password_column(endpoint: BmcEndpoint) -> str:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT password FROM {BmcEndpoint._meta.db_table} WHERE id = %s", [endpoint.pk])
+        cursor.execute(f"SELECT password FROM {BmcEndpoint._meta.db_table} WHERE id = %s", [endpoint.pk])  # noqa: S608 - the model's table name
         return cursor.fetchone()[0]
 
 

@@ -7,8 +7,8 @@ import pytest
 from bmc import client
 from bmc.drivers.base import BmcAuthError, BmcUnreachable, BmcUnsupported, PowerAction, PowerState
 from bmc.drivers.ipmi import IpmiDriver, split_address
-from sandbox.emulators.bmc import IpmiSimulator, free_port
 from bmc.models import BmcEndpoint
+from sandbox.emulators.bmc import IpmiSimulator, free_port
 
 from .conftest import IPMI_FRU
 

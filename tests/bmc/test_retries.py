@@ -16,8 +16,8 @@ import pytest
 
 from bmc import client
 from bmc.drivers.base import BmcError, BmcUnreachable
-from sandbox.emulators.bmc import free_port
 from bmc.models import BmcEndpoint
+from sandbox.emulators.bmc import free_port
 
 from .conftest import BmcEndpointFactory
 
@@ -57,7 +57,7 @@ def answering_server(status: int) -> Iterator[tuple[str, list[int]]]:
     requests_seen = [0]
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's spelling
+        def do_GET(self) -> None:  # http.server's spelling
             requests_seen[0] += 1
             body = b'{"error": {"code": "Base.1.0.GeneralError", "message": "busy"}}'
             self.send_response(status)
@@ -91,24 +91,21 @@ def test_a_refused_connection_is_unreachable_after_bounded_retries(db, settings)
 
 def test_each_try_is_one_connection_and_the_tries_stop_at_the_limit(db, settings):
     settings.NODEWARDEN_BMC_RETRIES = 3
-    with hanging_up_listener() as (url, connections):
-        with pytest.raises(BmcUnreachable):
-            client.read_inventory(BmcEndpointFactory(address=url))
+    with hanging_up_listener() as (url, connections), pytest.raises(BmcUnreachable):
+        client.read_inventory(BmcEndpointFactory(address=url))
     assert connections[0] == 4  # the first try and three retries: sushy's own retries are off
 
 
 def test_server_errors_are_retried(db, settings):
-    with answering_server(503) as (url, requests_seen):
-        with pytest.raises(BmcError) as caught:
-            client.firmware_inventory(BmcEndpointFactory(address=url))
+    with answering_server(503) as (url, requests_seen), pytest.raises(BmcError) as caught:
+        client.firmware_inventory(BmcEndpointFactory(address=url))
     assert requests_seen[0] == settings.NODEWARDEN_BMC_RETRIES + 1
     assert "HTTP 503" in str(caught.value) and "busy" in str(caught.value)
 
 
 def test_client_errors_are_not_retried(db):
-    with answering_server(404) as (url, requests_seen):
-        with pytest.raises(BmcError) as caught:
-            client.read_inventory(BmcEndpointFactory(address=url))
+    with answering_server(404) as (url, requests_seen), pytest.raises(BmcError) as caught:
+        client.read_inventory(BmcEndpointFactory(address=url))
     assert requests_seen[0] == 1 and caught.value.attempts == 1
 
 

@@ -146,7 +146,7 @@ def test_claiming_hands_out_nothing_while_the_node_is_busy(node):
 
     claim = services.claim_checks_for_agent(node.pk)
     assert (claim.idle, claim.runs) == (False, [])
-    assert "2 GPU compute process(es) running." == claim.reason
+    assert claim.reason == "2 GPU compute process(es) running."
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
 

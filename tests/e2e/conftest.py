@@ -23,6 +23,9 @@ AGENT_SRC = Path(__file__).resolve().parents[2] / "agent" / "src"
 if str(AGENT_SRC) not in sys.path:
     sys.path.insert(0, str(AGENT_SRC))
 
+from health import ruleconfig, xid
+from nodes.choices import NodeState
+from nodes.services import Actor
 from nodewarden_agent.agent import Agent
 from nodewarden_agent.checks import CheckEnv
 from nodewarden_agent.client import PortalClient
@@ -31,10 +34,6 @@ from nodewarden_agent.collectors.infiniband import InfinibandCollector
 from nodewarden_agent.collectors.kmsg import DevKmsgSource, KmsgCollector
 from nodewarden_agent.collectors.nvml import NvmlCollector
 from nodewarden_agent.config import Config
-
-from health import ruleconfig, xid
-from nodes.choices import NodeState
-from nodes.services import Actor
 from telemetry.auth import forget_cached_tokens
 from telemetry.services import issue_agent_token
 from tests.agent.fakes import FakeNvml
@@ -64,7 +63,7 @@ def healthy_h100_nvml() -> dict[str, Any]:
     """The captured H100 node's NVML answers with every fault taken out: 8 healthy GPUs."""
     data = json.loads((AGENT_FIXTURES / "nvml" / "h100-80gb-hbm3.json").read_text())
     gpus = []
-    for index, gpu in enumerate(data["gpus"]):
+    for gpu in data["gpus"]:
         if gpu.get("lost"):  # the capture's GPU 5 had fallen off; give the slot a healthy GPU
             gpu = {
                 "uuid": "GPU-9f4d5a7c-1e3b-4c65-8a0a-4b6c8d0e2f54",
@@ -230,9 +229,9 @@ class Portal:
             headers["Cookie"] = f"{self.session_cookie}={self.session}"
         else:
             headers["Authorization"] = f"Token {self.token}"
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)  # noqa: S310 - the live server's http:// URL
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - the Request above
                 status, raw, kind = response.status, response.read(), response.headers.get_content_type()
         except urllib.error.HTTPError as exc:
             status, raw, kind = exc.code, exc.read(), exc.headers.get_content_type()

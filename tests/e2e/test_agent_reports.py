@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.utils import timezone
-from nodewarden_agent.client import PortalAuthError, PortalClient
 
 from health.choices import AlertState, RecommendedAction, Severity
 from health.models import Alert, Finding
 from health.tasks import check_heartbeats
 from nodes.choices import EventKind
 from nodes.models import CheckRun, NodeEvent
+from nodewarden_agent.client import PortalAuthError, PortalClient
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from tests.factories import NodeFactory
 

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from nodes.choices import NodeState, RunStatus
-from sandbox.emulators.bmc import RedfishEmulator
 from nodes.models import Node, NodeEvent
 from nodewarden.celery import app as celery_app
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.factories import ClusterFactory, HardwareProfileFactory
 from validation import services as validation
 from validation.models import Day1Spec

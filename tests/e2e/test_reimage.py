@@ -14,7 +14,6 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from sandbox.emulators.bmc import RedfishEmulator
 from health.services import raise_finding
 from nodes.choices import NodeState
 from nodes.models import NodeEvent
@@ -25,6 +24,7 @@ from provisioning.tokens import hash_token
 from remediation import reconciler
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationPolicy
+from sandbox.emulators.bmc import RedfishEmulator
 from telemetry.models import AgentToken
 from telemetry.services import issue_agent_token
 from tests.bmc.conftest import BmcEndpointFactory

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.emulators.fabric import SimulatedFabric, missing_components
 from fabric.topology import GeneratedFabric, generate_fat_tree
+from sandbox.emulators.fabric import SimulatedFabric, missing_components
 from tests.conftest import IN_CI
 
 FIXTURES = Path(__file__).parent / "fixtures"

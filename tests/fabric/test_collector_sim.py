@@ -14,8 +14,8 @@ import pytest
 
 from fabric.collector import CollectedOutputs, CollectorError, ToolResult, collect, subprocess_runner
 from fabric.ibdiags import IbTopology, merge, parse_iblinkinfo, parse_ibnetdiscover
-from sandbox.emulators.fabric import SimulatedFabric, SimulatorError
 from fabric.topology import GeneratedFabric, generate_fat_tree
+from sandbox.emulators.fabric import SimulatedFabric, SimulatorError
 
 from .conftest import captured, require_ibsim
 
@@ -95,7 +95,7 @@ def test_a_failing_tool_is_named_with_its_exit_code_and_stderr():
 
 
 def test_the_subprocess_runner_times_out_names_missing_tools_and_drops_ibsim_noise(tmp_path):
-    with pytest.raises(CollectorError, match="sleep: timed out after 0.2 s"):
+    with pytest.raises(CollectorError, match=r"sleep: timed out after 0\.2 s"):
         subprocess_runner(["sleep", "5"], timeout=0.2)
     with pytest.raises(CollectorError, match="no-such-ibtool: not installed"):
         subprocess_runner(["no-such-ibtool"], timeout=5)

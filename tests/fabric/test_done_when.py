@@ -15,10 +15,10 @@ from fabric.discovery import seen_from_topology
 from fabric.models import Ticket
 from fabric.plan import import_plan
 from fabric.services import record_run
-from sandbox.emulators.fabric import SimulatedFabric
 from fabric.topology import generate_fat_tree
 from health.models import Alert, Finding
 from nodes.services import Actor
+from sandbox.emulators.fabric import SimulatedFabric
 from tests.factories import NodeFactory
 
 from .conftest import SMALL, require_ibsim

@@ -40,7 +40,7 @@ leaf01,7,spine01,1,4X,400
 """
 
 
-def P(text: str) -> Port:
+def P(text: str) -> Port:  # noqa: N802 - reads like the Port it builds: P('leaf01/3')
     device, port = text.rsplit("/", 1)
     return Port(device, int(port))
 
@@ -69,13 +69,12 @@ def fabric(db):
     services.record_run(
         fabric_seen(), {P("leaf01/7"): {"symbol_error": 0, "link_downed": 0}}, actor=TESTS, now=now - timedelta(hours=2)
     )
-    run = services.record_run(
+    return services.record_run(
         fabric_seen(pulled=True),
         {P("leaf01/7"): {"symbol_error": 5, "link_downed": 1}},
         actor=TESTS,
         now=now - timedelta(hours=1),
     )
-    return run
 
 
 def pages(ticket: Ticket | None = None) -> list[str]:

@@ -29,7 +29,7 @@ leaf01,7,spine01,1,4X,400
 """
 
 
-def P(text: str) -> Port:
+def P(text: str) -> Port:  # noqa: N802 - reads like the Port it builds: P('leaf01/3')
     device, port = text.rsplit("/", 1)
     return Port(device, int(port))
 

@@ -115,7 +115,7 @@ def test_planted_faults_are_reported_exactly_and_the_diags_text_shows_each_of_th
     expected_new = {frozenset(map(str, pair)) for f in faults if f.kind in ("swap", "miswire") for pair in f.actual}
     assert plan - got == expected_missing and got - plan == expected_new  # and nothing else differs
     swap = next(f for f in faults if f.kind == "swap")
-    (hca_a, leaf_b), (hca_b, leaf_a) = swap.actual
+    (hca_a, _leaf_b), (hca_b, _leaf_a) = swap.actual
     assert hca_a.device.split()[0] == hca_b.device.split()[0]  # two HCAs of one host, each on the other's rail
     for fault in (f for f in faults if f.kind == "degraded"):
         row = fault.planned[0]
@@ -141,9 +141,9 @@ def test_planting_more_faults_than_the_fabric_can_hold_is_refused():
         full.plant(miswires=1)
     with pytest.raises(ValueError, match="only 8 hosts"):
         generate_fat_tree(**SMALL).plant(swaps=9)
+    slow = generate_fat_tree(**SMALL)
+    slow.plant(degraded=2, seed=1)
     with pytest.raises(ValueError, match="cannot train one cable slower"):
-        slow = generate_fat_tree(**SMALL)
-        slow.plant(degraded=2, seed=1)
         slow.net_file()
 
 

@@ -16,7 +16,7 @@ from fabric.validation import (
 )
 
 
-def P(text: str) -> Port:
+def P(text: str) -> Port:  # noqa: N802 - reads like the Port it builds: P('leaf01/3')
     device, port = text.rsplit("/", 1)
     return Port(device, int(port))
 

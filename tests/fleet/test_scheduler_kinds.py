@@ -32,7 +32,7 @@ def test_each_registered_kind_builds_its_own_adapter():
 
 def test_a_kind_nobody_registered_is_refused_by_the_model():
     cluster = ClusterFactory.build(site=SiteFactory(), scheduler_kind="nomad")
-    with pytest.raises(ValidationError, match="Unknown scheduler kind 'nomad'.*slurm"):
+    with pytest.raises(ValidationError, match=r"Unknown scheduler kind 'nomad'.*slurm"):
         cluster.full_clean()
 
 

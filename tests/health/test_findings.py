@@ -161,7 +161,13 @@ def test_healthy_reports_cost_a_constant_number_of_queries(node, batch, django_a
 def test_the_database_allows_one_firing_alert_per_condition_but_many_resolved(node):
     from django.db import IntegrityError, transaction
 
-    fields = dict(node=node, rule="nvlink_down", dedupe_key="nvlink_down|0|", severity=Severity.DEGRADED, summary="s")
+    fields = {
+        "node": node,
+        "rule": "nvlink_down",
+        "dedupe_key": "nvlink_down|0|",
+        "severity": Severity.DEGRADED,
+        "summary": "s",
+    }
     Alert.objects.create(state=AlertState.RESOLVED, **fields)
     Alert.objects.create(state=AlertState.RESOLVED, **fields)
     Alert.objects.create(**fields)

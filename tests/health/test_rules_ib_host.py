@@ -75,9 +75,7 @@ def test_any_buffer_overrun_increase_warns(node, feed):
 
 
 def test_three_link_flaps_within_12_hours_are_degraded_and_clear_after_a_quiet_window(node, feed):
-    downed = 0
-    for hour in (0, 3, 6):
-        downed += 1
+    for downed, hour in enumerate((0, 3, 6), start=1):
         feed.send(
             report(
                 T0 + minutes(hour * 60), ib_ports=ports(ib_port("mlx5_4", counters=counters(link_downed=downed - 1)))

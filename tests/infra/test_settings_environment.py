@@ -306,12 +306,20 @@ def environment_reads(path: Path) -> Iterator[tuple[int, str]]:
             if target in ("os.getenv", "os.environ.get"):
                 arg = node.args[0] if node.args else None
                 yield node.lineno, arg.value if isinstance(arg, ast.Constant) else ast.unparse(arg or node)
-        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
-            if isinstance(node.ctx, ast.Load):
-                yield node.lineno, ast.unparse(node.slice)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
-            if len(node.args) == 3 and ast.unparse(node.args[0]) == "settings":
-                yield node.lineno, f"getattr(settings, {ast.unparse(node.args[1])}, <default>)"
+        elif (
+            isinstance(node, ast.Subscript)
+            and ast.unparse(node.value) == "os.environ"
+            and isinstance(node.ctx, ast.Load)
+        ):
+            yield node.lineno, ast.unparse(node.slice)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) == 3
+            and ast.unparse(node.args[0]) == "settings"
+        ):
+            yield node.lineno, f"getattr(settings, {ast.unparse(node.args[1])}, <default>)"
 
 
 def test_no_product_module_reads_the_environment_behind_the_settings():

@@ -18,23 +18,16 @@ EXPECTED: dict[str, dict[str, str]] = {
     "start_initialization": {S.ENROLLED: S.INITIALIZING},
     "mark_onboard": {S.INITIALIZING: S.ONBOARD},
     "start_validation": {S.ONBOARD: S.FIRMWARE_UPDATE},
-    "revalidate": {s: S.FIRMWARE_UPDATE for s in (S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)},
+    "revalidate": dict.fromkeys((S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA), S.FIRMWARE_UPDATE),
     "pass_firmware": {S.FIRMWARE_UPDATE: S.INVENTORY_CHECK},
     "pass_inventory_check": {S.INVENTORY_CHECK: S.BURN_IN},
     "pass_burn_in": {S.BURN_IN: S.FABRIC_CHECK},
     "pass_fabric_check": {S.FABRIC_CHECK: S.RELIABILITY_ASSESSMENT},
     "release_to_production": {S.RELIABILITY_ASSESSMENT: S.PRODUCTION},
-    "fail_validation": {
-        s: S.TRIAGE
-        for s in (
-            S.INITIALIZING,
-            S.FIRMWARE_UPDATE,
-            S.INVENTORY_CHECK,
-            S.BURN_IN,
-            S.FABRIC_CHECK,
-            S.RELIABILITY_ASSESSMENT,
-        )
-    },
+    "fail_validation": dict.fromkeys(
+        (S.INITIALIZING, S.FIRMWARE_UPDATE, S.INVENTORY_CHECK, S.BURN_IN, S.FABRIC_CHECK, S.RELIABILITY_ASSESSMENT),
+        S.TRIAGE,
+    ),
     "request_drain": {S.PRODUCTION: S.DRAIN_PENDING},
     "cancel_drain": {S.DRAIN_PENDING: S.PRODUCTION},
     "start_draining": {S.PRODUCTION: S.DRAINING, S.DRAIN_PENDING: S.DRAINING},
@@ -44,7 +37,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     "fail_remediation": {S.REMEDIATING: S.TRIAGE},
     "send_to_repair": {S.TRIAGE: S.REPAIR, S.REMEDIATING: S.REPAIR},
     "send_to_rma": {S.TRIAGE: S.RMA, S.REPAIR: S.RMA},
-    "decommission": {s: S.DECOMMISSIONED for s in (S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA)},
+    "decommission": dict.fromkeys((S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA), S.DECOMMISSIONED),
 }
 
 PAIRS = [(state, verb) for state in NodeState.values for verb in sorted(services.VERBS)]

@@ -7,8 +7,8 @@ import io
 import json
 
 import pytest
-from django.test.utils import CaptureQueriesContext
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from nodes import services

@@ -97,7 +97,7 @@ def test_each_refusal_has_its_status_and_message(client, node, slurm_node):
 
 def test_expired_and_revoked_tokens_are_gone_410(client, node, slurm_node):
     _, revoked = provision(node)
-    _, live = provision(node)
+    _, _live = provision(node)
     response = post_join(client, a_join(node, revoked))
     assert (response.status_code, response.json()["error"]) == (410, "join token revoked")
     _, expiring = provision(slurm_node)

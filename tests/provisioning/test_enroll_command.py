@@ -12,10 +12,10 @@ import pytest
 import yaml
 from django.core.management import CommandError, call_command
 
-from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import _require, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory, SiteFactory
 from tests.validation import conftest as day1_fixtures
@@ -178,8 +178,10 @@ def test_csv_problems_carry_the_files_own_line_numbers(tmp_path, bmc, fleet):
         "Nothing was enrolled:",
         "line 2: cluster: No cluster 'hpc-a\\nsecond line'.",
         "line 5: hostname is required",
-        "line 6: 10 values for 9 columns; bmc_verify_tls 'perhaps' is not one of true, false; "
-        "serial 'SN-I0001' repeats line 2",
+        (
+            "line 6: 10 values for 9 columns; bmc_verify_tls 'perhaps' is not one of true, false; "
+            "serial 'SN-I0001' repeats line 2"
+        ),
     ]
     assert written() == (0, 0, 0)
 

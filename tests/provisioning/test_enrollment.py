@@ -10,7 +10,6 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import EventKind, NodeState
 from nodes.models import Node, NodeEvent
@@ -19,6 +18,7 @@ from nodewarden.errors import TransitionForbidden
 from provisioning import enrollment
 from provisioning.enrollment import EnrollmentConflict, EnrollmentError, EnrollmentRequest, enroll
 from provisioning.models import BootConfig, JoinToken
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import _require, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import (
     ClusterFactory,

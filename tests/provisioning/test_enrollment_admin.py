@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from sandbox.emulators.bmc import RedfishEmulator
 from bmc.models import BmcEndpoint
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import _require, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory, SiteFactory
 from tests.validation import conftest as day1_fixtures

@@ -104,7 +104,7 @@ def test_it_needs_a_reason_and_the_operate_permission(node, viewer, operator):
         services.prepare_boot(node.pk, actor=OPS, reason="  ")
     with pytest.raises(TransitionForbidden):
         services.prepare_boot(node.pk, actor=Actor(user=viewer), reason="try")
-    _, token = services.prepare_boot(node.pk, actor=Actor(user=operator), reason="racked")
+    _, _token = services.prepare_boot(node.pk, actor=Actor(user=operator), reason="racked")
     assert JoinToken.objects.get(node=node).created_by == operator
 
 
@@ -152,9 +152,11 @@ def test_a_token_works_once(node):
 
 def test_an_expired_token_is_refused_with_410(node):
     _, token = provision(node)
-    with time_machine.travel(timezone.now() + timedelta(hours=24, seconds=1)):
-        with pytest.raises(services.JoinTokenExpired, match="expired at") as caught:
-            join(node, token)
+    with (
+        time_machine.travel(timezone.now() + timedelta(hours=24, seconds=1)),
+        pytest.raises(services.JoinTokenExpired, match="expired at") as caught,
+    ):
+        join(node, token)
     assert caught.value.status == 410
     assert JoinToken.objects.get(node=node).used_at is None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.emulators.bmc import RedfishEmulator
 from nodes.choices import NodeState
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import BmcEndpointFactory, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory
 from tests.validation.conftest import eager  # noqa: F401

@@ -4,8 +4,7 @@ availability) for staff. Rows are built directly; the engine is tested in test_l
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-from datetime import timezone as tz
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -146,7 +145,7 @@ def test_a_finished_remediation_says_when_it_ended_and_lists_older_ones(client, 
             created=start + timedelta(days=i),
             finished=start + timedelta(days=i, hours=1),
         )
-    ended = datetime(2031, 3, 4, 5, 6, tzinfo=tz.utc)
+    ended = datetime(2031, 3, 4, 5, 6, tzinfo=UTC)
     remediation_on(node, status=Status.SUCCEEDED, created=ended - timedelta(hours=2), finished=ended)
     html = panel(client, customer, node).content.decode()
     assert "Back in production since 2031-03-04 05:06 UTC." in html
@@ -355,7 +354,7 @@ def test_mttr_is_the_median_and_90th_percentile_from_finding_to_production_per_c
     result = summary.mttr(Remediation.objects.all())
     assert result["overall"]["count"] == 5
     assert result["overall"]["median_s"] == 3 * 3600
-    assert result["overall"]["p90_s"] == pytest.approx(7.6 * 3600)  # 4 h + 0.6 × (10 h − 4 h)
+    assert result["overall"]["p90_s"] == pytest.approx(7.6 * 3600)  # 4 h + 0.6 * (10 h - 4 h)
     by_cluster = {c["cluster"]: c for c in result["clusters"]}
     assert by_cluster["east"]["median_s"] == 2.5 * 3600 and by_cluster["east"]["p90_s"] == pytest.approx(3.7 * 3600)
     assert (by_cluster["west"]["count"], by_cluster["west"]["median"], by_cluster["west"]["p90"]) == (

@@ -15,8 +15,7 @@ from remediation import reconciler
 from remediation.choices import Status
 from remediation.models import Remediation
 from schedulers.slurm import SlurmAdapter
-from tests.schedulers.conftest import require_slurm  # noqa: F401
-from tests.schedulers.conftest import slurm, slurm_session  # noqa: F401  (fixtures)
+from tests.schedulers.conftest import require_slurm, slurm, slurm_session  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 S = NodeState

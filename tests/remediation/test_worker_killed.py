@@ -13,13 +13,13 @@ from functools import partial
 
 import pytest
 
-from sandbox.emulators.bmc import RedfishEmulator
 from health.services import raise_finding
 from nodes.choices import NodeState
 from nodes.models import NodeEvent
 from remediation import reconciler
 from remediation.choices import Rung, Status, StepStatus
 from remediation.models import Remediation, RemediationStep
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.infra.conftest import wait_until
 from tests.remediation.realworker import broker_url, real_postgres, real_redis_url, start_worker  # noqa: F401
 

@@ -118,7 +118,7 @@ class HookServer(ThreadingHTTPServer):
 class _HookHandler(BaseHTTPRequestHandler):
     server: HookServer
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.server.received.append((dict(self.headers), body))
         status = self.server.answers.pop(0) if self.server.answers else 200

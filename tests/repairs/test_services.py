@@ -112,7 +112,7 @@ def test_start_puts_the_ticket_in_progress_with_its_assignee(node_in, ticket_on)
 
 def test_it_refuses_to_start_twice_or_resolve_an_unstarted_ticket(node_in, ticket_on, as_operator):
     ticket = ticket_on(node_in(S.TRIAGE))
-    with pytest.raises(RepairConflict, match="Cannot resolve ticket .* it is open"):
+    with pytest.raises(RepairConflict, match=r"Cannot resolve ticket .* it is open"):
         services.resolve_repair(ticket.pk, actor=as_operator, reason="done")
     services.start_repair(ticket.pk, actor=as_operator, reason="on it")
     with pytest.raises(RepairConflict, match="in progress"):

@@ -14,6 +14,7 @@ The period is the 7 days before ``NOW``. Tenant Acme (cluster c-east) and Globex
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -21,8 +22,8 @@ import pytest
 import time_machine
 
 from health.models import Finding
-from nodes.choices import NodeState
 from nodes import followups
+from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
@@ -184,7 +185,7 @@ def week(db) -> Week:
         S.RELIABILITY_ASSESSMENT,
         S.PRODUCTION,
     ]
-    for i, (source, target) in enumerate(zip(day1, day1[1:], strict=False)):
+    for i, (source, target) in enumerate(itertools.pairwise(day1)):
         change(d, NOW - 3 * D + i * 3 * H, source, target, actor="system:validation")
     assert day1[-1] == S.PRODUCTION and NOW - 3 * D + 7 * 3 * H == NOW - 2 * D - 3 * H
     return Week(acme, globex, east, west, a, b, c, d, e, rem_a)

@@ -18,7 +18,7 @@ URL = "/reports/availability/"
 
 
 def rows(html):
-    return dict(re.findall(r'<tr data-node="(\d+)">.*?data-availability="([^"]*)"', html, re.S))
+    return dict(re.findall(r'<tr data-node="(\d+)">.*?data-availability="([^"]*)"', html, re.DOTALL))
 
 
 def test_a_customer_sees_their_own_nodes_availability_and_incidents(client, week, acme_user, frozen):

@@ -29,7 +29,9 @@ def page(client, user, **params):
 
 
 def figure(html, name):
-    return json.loads(re.search(rf'<script id="{name}" type="application/json">(.*?)</script>', html, re.S).group(1))
+    return json.loads(
+        re.search(rf'<script id="{name}" type="application/json">(.*?)</script>', html, re.DOTALL).group(1)
+    )
 
 
 def test_the_sankey_counts_every_state_change_of_the_period_once(client, operator, week, frozen):

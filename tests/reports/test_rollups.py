@@ -17,9 +17,8 @@ from remediation.models import Remediation
 from reports import flows, summary
 from reports.filters import Period
 from reports.models import DailyTransitionCount
-from validation.summary import day1_yield
-
 from tests.factories import NodeFactory
+from validation.summary import day1_yield
 
 from .conftest import NOW, D, H, change, remediation
 

@@ -36,7 +36,7 @@ def _rows():
     )
 
 
-@pytest.mark.parametrize("since, until", PERIODS)
+@pytest.mark.parametrize(("since", "until"), PERIODS)
 def test_stored_outages_read_like_the_state_changes(week, since, until):
     scopes = [
         outages.Scope(),
@@ -101,7 +101,7 @@ def _downtime(since, until):
     }
 
 
-@pytest.mark.parametrize("since, until", PERIODS)
+@pytest.mark.parametrize(("since", "until"), PERIODS)
 def test_downtime_per_cluster_reads_the_rows_copy_of_the_nodes_cluster(week, since, until):
     assert _downtime(since, until) == _downtime_by_the_nodes_cluster_now(since, until)
 

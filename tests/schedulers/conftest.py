@@ -12,8 +12,8 @@ import os
 import pytest
 
 from fleet.choices import SchedulerKind
-from schedulers.slurm import SlurmAdapter
 from sandbox.emulators.slurm import SlurmCluster, slurm_installed
+from schedulers.slurm import SlurmAdapter
 from tests.conftest import IN_CI
 from tests.factories import ClusterFactory, NodeFactory
 

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from fleet.choices import SchedulerKind
+from sandbox.emulators.slurm import SlurmCluster
 from schedulers.base import OWNER, SchedulerConflict, SchedulerError, adapter_for
 from schedulers.slurm import SlurmAdapter
-from sandbox.emulators.slurm import SlurmCluster
 from tests.factories import ClusterFactory, NodeFactory
 
 from .conftest import require_slurm

@@ -25,11 +25,11 @@ def test_every_page_carries_a_strict_policy(client, viewer):
 
 
 def test_no_template_has_an_inline_script_style_or_handler():
-    inline_script = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)
+    inline_script = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.IGNORECASE)
     offenders = []
     for path in (ROOT / "nodewarden" / "templates").rglob("*.html"):
-        text = re.sub(r"\{#.*?#\}|\{% comment %\}.*?\{% endcomment %\}", "", path.read_text(), flags=re.S)
-        if inline_script.search(text) or re.search(r"\sstyle=|<style|\son[a-z]+=|hx-on", text, re.I):
+        text = re.sub(r"\{#.*?#\}|\{% comment %\}.*?\{% endcomment %\}", "", path.read_text(), flags=re.DOTALL)
+        if inline_script.search(text) or re.search(r"\sstyle=|<style|\son[a-z]+=|hx-on", text, re.IGNORECASE):
             offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
 

@@ -94,7 +94,7 @@ def test_the_example_names_every_production_setting():
 
 
 @pytest.mark.parametrize(
-    "name,value",
+    ("name", "value"),
     [
         ("NODEWARDEN_HTTPS", "maybe"),
         ("SECURE_HSTS_SECONDS", "a year"),

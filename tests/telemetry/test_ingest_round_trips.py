@@ -114,16 +114,16 @@ def test_a_failure_after_a_finding_rolls_the_finding_back_and_keeps_the_telemetr
 
 
 def test_the_lazy_savepoint_sends_nothing_for_a_block_without_statements(db):
-    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
-        with store.savepoint_on_first_statement():
-            pass
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries, store.savepoint_on_first_statement():
+        pass
     assert queries.captured_queries == []
 
 
 def test_the_lazy_savepoint_rolls_back_a_first_statement_made_inside_an_inner_block(node):
     NodeReport.objects.create(node=node, collected_at=T0, report_id="r1", received_at=T0, summary={})
     with transaction.atomic():
-        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():
+        # The block is the specification: what it does before it raises is what must roll back.
+        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():  # noqa: PT012
             NodeReport.objects.filter(node=node).delete()  # the first statement, in delete's own atomic block
             transaction.on_commit(lambda: pytest.fail("a rolled back block's callback ran"))
             raise ZeroDivisionError
@@ -133,7 +133,8 @@ def test_the_lazy_savepoint_rolls_back_a_first_statement_made_inside_an_inner_bl
 
 def test_the_lazy_savepoint_drops_callbacks_of_a_failed_block_without_statements(db):
     with transaction.atomic():
-        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():
+        # The block is the specification: what it does before it raises is what must roll back.
+        with pytest.raises(ZeroDivisionError), store.savepoint_on_first_statement():  # noqa: PT012
             transaction.on_commit(lambda: pytest.fail("a rolled back block's callback ran"))
             raise ZeroDivisionError
         assert connection.run_on_commit == []

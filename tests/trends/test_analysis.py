@@ -116,9 +116,9 @@ def test_the_lemon_score_adds_up_its_contributions_and_saturates():
     score = analysis.lemon_score({"incidents": 6, "incident_rate": 6, "xids": 9, "tickets": 2})
     assert score.score == pytest.approx(sum(score.contributions.values()))
     assert score.score >= analysis.LEMON_THRESHOLD
-    assert analysis.lemon_score(
-        {name: 1e9 for name in (s.name for s in analysis.LEMON_SIGNALS)}
-    ).score == pytest.approx(100, abs=1e-3)
+    assert analysis.lemon_score(dict.fromkeys((s.name for s in analysis.LEMON_SIGNALS), 1e9)).score == pytest.approx(
+        100, abs=1e-3
+    )
 
 
 def test_xids_alone_do_not_make_a_lemon():

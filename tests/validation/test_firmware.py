@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.emulators.bmc import RedfishEmulator
 from nodes import services as node_services
 from nodes.choices import NodeState, RunKind, RunStatus
 from nodes.models import NodeEvent
 from nodes.services import Actor
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import BmcEndpointFactory, fast_bmc_settings  # noqa: F401  (autouse here too)
 from tests.factories import HardwareProfileFactory
 

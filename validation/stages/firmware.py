@@ -78,7 +78,7 @@ def start(ctx: StageContext) -> Verdict | None:
         behind = drift(baseline, before)
         updatable = {c: baseline[c][1] for c, d in behind.items() if baseline[c][1] and d["current"] != "not reported"}
         if updatable:
-            for component, image in sorted(updatable.items()):
+            for _component, image in sorted(updatable.items()):
                 client.update_firmware(ctx.node.bmc, image)
             # New firmware takes effect on the next boot; wait until the BMC reports the node on again.
             client.power(ctx.node.bmc, PowerAction.FORCE_RESTART, wait=True)

@@ -38,7 +38,7 @@ def default_collectors(config: Config, kmsg_state: Path | None = None) -> list[A
     state = kmsg_state or Path(config.state_dir)
     try:
         collectors.insert(1, KmsgCollector(default_source(state), state))
-    except Exception as exc:  # noqa: BLE001 - reported below, in every report
+    except Exception as exc:  # reported below, in every report
         collectors.insert(1, _Unavailable("kmsg", str(exc)))
     return collectors
 

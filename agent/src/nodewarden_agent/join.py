@@ -17,6 +17,7 @@ token, wrong host): trying again cannot help, the node must be provisioned again
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -25,9 +26,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable
 
 from . import __version__
 from .client import Backoff, PortalError, PortalUnavailable, _body
@@ -56,7 +58,7 @@ class JoinSettings:
     wait_s: float = 300.0
 
 
-def join_settings(args: Any, env: Optional[Mapping[str, str]] = None) -> JoinSettings:
+def join_settings(args: Any, env: Mapping[str, str] | None = None) -> JoinSettings:
     """Read the settings without ``load_config``: the configured token file does not exist yet."""
     env = os.environ if env is None else env
     raw = _raw_settings(env, args.config)
@@ -84,7 +86,7 @@ def join_settings(args: Any, env: Optional[Mapping[str, str]] = None) -> JoinSet
 
 def post_join(url: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One POST; raises JoinRefused (4xx) or PortalUnavailable (anything else that is not 2xx)."""
-    request = urllib.request.Request(
+    request = urllib.request.Request(  # noqa: S310 - the portal URL, http(s) only (config._url)
         url + JOIN_PATH,
         data=json.dumps(payload).encode(),
         method="POST",
@@ -95,7 +97,7 @@ def post_join(url: str, payload: dict[str, Any], timeout: float) -> dict[str, An
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the Request above
             body = _body(response.read())
     except urllib.error.HTTPError as exc:
         body = _body(exc.read())
@@ -179,10 +181,8 @@ def collect_facts(
             facts["os"] = pretty[0]
     except OSError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         facts["boot_id"] = boot_id.read_text().strip()
-    except OSError:
-        pass
     macs = {}
     try:
         for device in sorted(sys_net.iterdir())[:MAX_MACS]:

@@ -62,7 +62,7 @@ def _yaml_rows(path: Path, text: str) -> list[Row]:
         return []
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise CommandError(f"{path}: expected a list of mappings, one per node.")
-    return [(item.start_mark.line + 1, row, []) for item, row in zip(document.value, data)]
+    return [(item.start_mark.line + 1, row, []) for item, row in zip(document.value, data, strict=True)]
 
 
 def _csv_rows(text: str) -> list[Row]:
@@ -81,7 +81,8 @@ def _csv_rows(text: str) -> list[Row]:
             header = [name.strip() for name in values]
             continue
         problems = [f"{len(values)} values for {len(header)} columns"] if len(values) > len(header) else []
-        rows.append((first_line, dict(zip(header, values)), problems))
+        # A short row leaves its last columns out; a long one is reported above.
+        rows.append((first_line, dict(zip(header, values, strict=False)), problems))
 
 
 def _text(name: str, value: Any, problems: list[str]) -> Any:

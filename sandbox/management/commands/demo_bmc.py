@@ -30,9 +30,9 @@ class Command(BaseCommand):
         parser.add_argument("--ready-file", type=Path, help="Written once the demo nodes point at the emulator.")
 
     def handle(self, *args: Any, power_delay: float, ready_file: Path | None, **options: Any) -> None:
-        from sandbox.emulators.bmc import RedfishEmulator
         from sandbox.demo import demo_fleet_exists
         from sandbox.demo.bringup import attach_demo_bmcs, configure_demo_day1, demo_bmc_systems
+        from sandbox.emulators.bmc import RedfishEmulator
 
         if not demo_fleet_exists():
             raise CommandError("No demo fleet: run manage.py seed_demo first.")

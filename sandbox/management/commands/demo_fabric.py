@@ -27,10 +27,10 @@ SWAPPED = (("iad1-bay-17 mlx5_0", 1), ("iad1-bay-17 mlx5_1", 1))
 def start_demo_fabric() -> Any:
     """The simulated bay fabric, started, with its plan imported and the demo faults made."""
     from fabric.plan import import_plan
-    from sandbox.emulators.fabric import SimulatedFabric, missing_components
     from fabric.topology import generate_fat_tree
-    from sandbox.demo.bringup import bay_servers
     from nodes.services import Actor
+    from sandbox.demo.bringup import bay_servers
+    from sandbox.emulators.fabric import SimulatedFabric, missing_components
 
     missing = missing_components()
     if missing:

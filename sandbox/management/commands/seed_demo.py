@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 
-from sandbox import demo
 from nodes.choices import NodeState
+from sandbox import demo
 
 
 class Command(BaseCommand):

@@ -9,13 +9,13 @@ import io
 import pytest
 from django.core.management import call_command
 
-from sandbox.emulators.bmc import RedfishEmulator
 from nodes.choices import NodeState
+from nodes.models import NodeEvent
+from nodewarden.celery import app as celery_app
 from sandbox.demo import bring_up_demo_nodes, demo_nodes
 from sandbox.demo.bringup import BAY_DEFECTS, attach_demo_bmcs, bay_servers, configure_demo_day1, demo_bmc_systems
 from sandbox.demo.telemetry import report_demo_telemetry
-from nodes.models import NodeEvent
-from nodewarden.celery import app as celery_app
+from sandbox.emulators.bmc import RedfishEmulator
 from tests.bmc.conftest import fast_bmc_settings  # noqa: F401  (autouse: short BMC timeouts)
 from validation.services import advance_open_stages
 

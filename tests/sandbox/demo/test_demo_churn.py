@@ -10,8 +10,8 @@ import time_machine
 from django.core.management import call_command
 
 from nodes.choices import EventKind, NodeState
-from sandbox.demo import TRANSITIONS, churn_demo_fleet
 from nodes.models import Node, NodeEvent
+from sandbox.demo import TRANSITIONS, churn_demo_fleet
 from tests.factories import NodeFactory
 
 S = NodeState

@@ -18,16 +18,16 @@ from django.core.management import call_command
 
 from health.choices import AlertState
 from health.models import Alert
-from sandbox import demo
 from nodes.choices import DAY1_STAGES, EventKind, NodeState
-from sandbox.demo import churn_demo_fleet
 from nodes.models import NodeEvent
 from remediation.choices import OPEN, Status, StepStatus
 from remediation.models import Remediation
-from reports.filters import Period
-from reports.summary import mttr
 from repairs.choices import OPEN_RMA_STATES, OPEN_TICKET_STATES
 from repairs.models import RepairTicket, RmaCase
+from reports.filters import Period
+from reports.summary import mttr
+from sandbox import demo
+from sandbox.demo import churn_demo_fleet
 
 S = NodeState
 SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
@@ -155,7 +155,7 @@ def test_every_causes_alert_subject_is_filled_from_what_its_finding_names():
         _rule, subject = CAUSE_RULES[cause.key]
         wanted = {name for _, name, _, _ in Formatter().parse(subject) if name}
         named = {name for _, name, _, _ in Formatter().parse(cause.finding) if name}
-        assert wanted and wanted <= named or not wanted, (cause.key, wanted - named)
+        assert (wanted and wanted <= named) or not wanted, (cause.key, wanted - named)
     from sandbox.demo.records import _Blank
 
     assert "nvme{nvme}".format_map(_Blank({"nvme": 2, "n": 5})) == "nvme2"  # every detail reaches the subject

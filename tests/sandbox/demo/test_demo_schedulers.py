@@ -16,9 +16,9 @@ from fleet.choices import SchedulerKind
 from fleet.models import Cluster
 from nodes import services
 from nodes.choices import NodeState
+from nodewarden.celery import app as celery_app
 from sandbox.demo import demo_nodes, submit_demo_jobs
 from sandbox.demo.schedulers import running_demo_schedulers, short_name
-from nodewarden.celery import app as celery_app
 from schedulers.base import OWNER, SchedulerError, adapter_for
 from tests.schedulers.conftest import require_slurm
 

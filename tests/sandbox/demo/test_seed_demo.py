@@ -15,10 +15,10 @@ from django.core.management import CommandError, call_command
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster, Rack, Site, Tenant, TenantMembership
 from nodes import services
-from sandbox import demo
 from nodes.choices import EventKind, NodeState
 from nodes.models import GPU, Node, NodeEvent, StateCountSnapshot
 from nodes.roles import FLEET_ADMINS, OPERATORS
+from sandbox import demo
 
 S = NodeState
 NOW = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
@@ -147,7 +147,7 @@ def test_reset_rebuilds_the_same_fleet_from_the_same_seed(seeded):
 
 
 def test_demo_logins_work(seeded, client):
-    User = get_user_model()
+    User = get_user_model()  # noqa: N806 - Django's name for the user model
     admin, operator, viewer = (User.objects.get(username=u) for u in ("admin", "operator", "viewer"))
     assert admin.is_superuser and admin.is_staff and admin.groups.filter(name=FLEET_ADMINS).exists()
     assert operator.is_staff and not operator.is_superuser and operator.groups.filter(name=OPERATORS).exists()

@@ -44,7 +44,7 @@ def test_a_job_keeps_its_checkpoints_and_loses_the_rest():
     job = SyncJob(size=8, checkpoint_interval=timedelta(minutes=20), restart_cost=timedelta(minutes=10))
     job.advance(T0, HOSTS)
     assert job.state == RUNNING and len(job.members) == 8
-    member = sorted(job.members)[0]
+    member = min(job.members)
     hit = job.interrupt(T0 + timedelta(minutes=50), member, "faulty_gpu")
     assert hit is not None and hit.lost == timedelta(minutes=10)  # two checkpoints kept, 10 minutes lost
     assert job.kept == timedelta(minutes=40) and job.state == RESTARTING
@@ -58,7 +58,7 @@ def test_a_job_keeps_its_checkpoints_and_loses_the_rest():
 
 def test_a_job_waits_without_enough_usable_nodes():
     job = SyncJob(size=8, checkpoint_interval=timedelta(minutes=20), restart_cost=timedelta(0))
-    job.advance(T0, set(list(sorted(HOSTS))[:5]))
+    job.advance(T0, set(sorted(HOSTS)[:5]))
     assert job.state == WAITING
     job.advance(T0 + timedelta(hours=1), HOSTS)
     assert job.state == RUNNING and job.waited == timedelta(hours=1)

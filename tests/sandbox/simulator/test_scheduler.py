@@ -8,8 +8,8 @@ import pytest
 import time_machine
 
 from sandbox.simulator import scheduler as simulated
-from schedulers.base import OWNER, SchedulerConflict, SchedulerError, adapter_for
 from sandbox.simulator.workload import RUNNING, SyncJob
+from schedulers.base import OWNER, SchedulerConflict, SchedulerError, adapter_for
 from tests.factories import ClusterFactory, NodeFactory
 
 T0 = datetime(2026, 1, 5, tzinfo=UTC)

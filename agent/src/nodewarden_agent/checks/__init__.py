@@ -41,7 +41,7 @@ class CheckEnv:
 
 
 def outcome(status: str, summary: str, figures: dict[str, float] | None = None, output: str = "") -> dict[str, Any]:
-    assert status in STATUSES, status
+    assert status in STATUSES, status  # noqa: S101 - a programming error: the checks pass constants
     return {"status": status, "summary": summary[:300], "figures": figures or {}, "output": output}
 
 
@@ -52,7 +52,7 @@ def param(
     value = params.get(name, default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise CheckParamError(f"{name} must be {kind.__name__}, got {value!r}")
     if (low is not None and value < low) or (high is not None and value > high):
         raise CheckParamError(f"{name} must be between {low} and {high}, got {value!r}")

@@ -25,7 +25,10 @@ class TorchBackend:
     def operands(self, device: int, n: int, dtype: str) -> tuple[Any, Any]:
         generator = self.t.Generator(device=f"cuda:{device}").manual_seed(1234 + device)
         kind = getattr(self.t, self.dtypes[dtype])
-        make = lambda: self.t.randn(n, n, device=f"cuda:{device}", dtype=kind, generator=generator)
+
+        def make():
+            return self.t.randn(n, n, device=f"cuda:{device}", dtype=kind, generator=generator)
+
         return make(), make()
 
     def matmul(self, a: Any, b: Any) -> Any:
@@ -132,6 +135,6 @@ def load_backend(importer: Callable[[str], Any]) -> tuple[Any | None, str]:
             if backend.device_count() > 0:
                 return backend, ""
             reasons.append(f"{module} sees no CUDA GPU")
-        except Exception as exc:  # noqa: BLE001 - a broken CUDA runtime reads as "not available here"
+        except Exception as exc:  # a broken CUDA runtime reads as "not available here"
             reasons.append(f"{module} cannot use CUDA: {exc}")
     return None, "; ".join(reasons)

@@ -46,7 +46,7 @@ def _run_all(backend: Any, devices: list[int], n: int, dtype: str, seconds: floa
     def work(device: int) -> None:
         try:
             results[device] = stress_gpu(backend, device, n, dtype, seconds)
-        except Exception as exc:  # noqa: BLE001 - a CUDA error on one GPU is that GPU's result
+        except Exception as exc:  # a CUDA error on one GPU is that GPU's result
             results[device] = exc
 
     threads = [threading.Thread(target=work, args=(d,), name=f"stress-gpu{d}") for d in devices]
