@@ -26,7 +26,7 @@ from health.choices import SEVERITY_RANK, AlertState
 from health.models import Alert
 from nodes.choices import DAY1_STAGES, STAGE_KINDS, NodeState
 from nodes.choices import OPEN as OPEN_RUNS
-from nodes.models import CheckRun, Node
+from nodes.models import Node, Run
 from remediation.choices import OPEN, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
 
@@ -168,7 +168,7 @@ def scheduler_holds(node_ids: Iterable[int]) -> set[int]:
     """Production nodes held out of the scheduler for an active check: an open run of a non-stage
     kind whose details say ``"scheduler_hold": true`` (absent key: no hold)."""
     return set(
-        CheckRun.objects.filter(node_id__in=list(node_ids), status__in=OPEN_RUNS, details__scheduler_hold=True)
+        Run.objects.filter(node_id__in=list(node_ids), status__in=OPEN_RUNS, details__scheduler_hold=True)
         .exclude(kind__in=STAGE_KINDS)
         .values_list("node_id", flat=True)
     )
@@ -475,7 +475,7 @@ def transient_timeouts(ctx: AuditContext, stall: timedelta | None = None) -> lis
     ids = [n.pk for n in nodes]
     stage_runs = {
         run.node_id: run
-        for run in CheckRun.objects.filter(node_id__in=ids, kind__in=STAGE_KINDS, status__in=OPEN_RUNS).order_by(
+        for run in Run.objects.filter(node_id__in=ids, kind__in=STAGE_KINDS, status__in=OPEN_RUNS).order_by(
             "started", "pk"
         )
     }

@@ -149,7 +149,7 @@ class Fleet:
 
     def __init__(self, now: float, days: int, seed: int) -> None:
         from health.models import Alert, Finding
-        from nodes.models import CheckRun, Node, NodeEvent, StateCountSnapshot
+        from nodes.models import Node, NodeEvent, Run, StateCountSnapshot
         from remediation.models import Remediation, RemediationStep
 
         self.now, self.start = now, now - days * DAY
@@ -253,7 +253,7 @@ class Fleet:
             RemediationStep,
             ["id", "remediation_id", "rung", "status", "started", "finished", "deadline", "attempts", "last_activity"],
         )
-        self.runs = Table(CheckRun, ["id", "node_id", "kind", "status", "created", "started", "finished", "summary"])
+        self.runs = Table(Run, ["id", "node_id", "kind", "status", "created", "started", "finished", "summary"])
         self.snapshot_table = StateCountSnapshot
         self.tables = [self.nodes, self.events, self.findings, self.alerts, self.remediations, self.steps, self.runs]
         self.ids = {t.model.__name__: 0 for t in self.tables}
@@ -810,7 +810,7 @@ def report(size: int, results: list[dict[str, Any]], target: float) -> None:
 
 def counts() -> dict[str, int]:
     from health.models import Alert, Finding
-    from nodes.models import CheckRun, DailyStateCount, Node, NodeEvent, StateCountSnapshot
+    from nodes.models import DailyStateCount, Node, NodeEvent, Run, StateCountSnapshot
     from remediation.models import Remediation, RemediationStep
     from reports.models import DailyTransitionCount, Outage
 
@@ -823,7 +823,7 @@ def counts() -> dict[str, int]:
             Alert,
             Remediation,
             RemediationStep,
-            CheckRun,
+            Run,
             StateCountSnapshot,
             DailyStateCount,
             DailyTransitionCount,

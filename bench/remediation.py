@@ -32,7 +32,7 @@ and the database. No Celery beat runs: nothing here waits for a periodic task.
       (``RemediationStep.last_activity``) to its end (``finished``); of that, the
       emulator's own delay is 2 x ``--power-delay`` (off, then on) and the rest is the
       BMC client's polling (``NODEWARDEN_BMC_POLL_INTERVAL``, 2 s by default) and HTTP;
-    - waiting on checks: the re-validation stage runs (``CheckRun`` started -> finished);
+    - waiting on checks: the re-validation stage runs (``Run`` started -> finished);
     - the controller's own time: the rest of the wall clock (Celery hops, database work,
       the decisions, scontrol/squeue calls, follow-ups between stages).
 
@@ -593,13 +593,13 @@ def measure_cycle(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]) 
 def cycle_split(node_id: int, sent_wall: datetime, total: float) -> dict[str, Any]:
     """Timeline and split of (c) from the rows the cycle wrote (see the module docstring)."""
     from nodes.choices import STAGE_KINDS
-    from nodes.models import CheckRun
+    from nodes.models import Run
     from remediation.models import Remediation, RemediationStep
 
     rem = Remediation.objects.get(node_id=node_id)
     step = RemediationStep.objects.get(remediation=rem)
     revalidate = first_event(node_id, "revalidate")
-    stage_runs = list(CheckRun.objects.filter(node_id=node_id, kind__in=STAGE_KINDS, started__gte=revalidate.created))
+    stage_runs = list(Run.objects.filter(node_id=node_id, kind__in=STAGE_KINDS, started__gte=revalidate.created))
     checks = sum((r.finished - r.started).total_seconds() for r in stage_runs if r.finished)
     bmc = (step.finished - step.last_activity).total_seconds()
 

@@ -5,13 +5,13 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from nodes.models import CheckRun
+from nodes.models import Run
 
 from .specs import describe_figures
 
 
-@admin.register(CheckRun)
-class CheckRunAdmin(admin.ModelAdmin[CheckRun]):
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin[Run]):
     list_display = ["created", "node", "kind", "status", "figures_text", "summary", "started", "finished"]
     list_filter = ["kind", "status"]
     list_select_related = ["node"]
@@ -20,7 +20,7 @@ class CheckRunAdmin(admin.ModelAdmin[CheckRun]):
     readonly_fields = ["figures", "params", "figures_text"]
 
     @admin.display(description="Figures")
-    def figures_text(self, obj: CheckRun) -> str:
+    def figures_text(self, obj: Run) -> str:
         return describe_figures(obj.kind, obj.figures)
 
     def has_add_permission(self, request: HttpRequest) -> bool:

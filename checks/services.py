@@ -31,7 +31,7 @@ from django.utils import timezone
 from health.choices import Severity
 from health.services import raise_finding
 from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, EventKind, NodeState, RunKind, RunStatus
-from nodes.models import OPERATE, OUTPUT_MAX_BYTES, CheckRun, Node
+from nodes.models import OPERATE, OUTPUT_MAX_BYTES, Node, Run
 from nodes.services import Actor, clean_reason, record_event
 from schedulers import base as schedulers  # through the module: tests replace adapter_for
 from schedulers.base import CHECK_HOLD, SchedulerError
@@ -71,7 +71,7 @@ class Claim:
 
     idle: bool
     reason: str
-    runs: list[CheckRun] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
 
 def node_is_idle(node: Node, now: datetime | None = None) -> tuple[bool, str]:
@@ -120,7 +120,7 @@ def _scheduler_idle(node: Node) -> tuple[bool, str]:
     return True, f"No GPU compute processes in a fresh report; no job allocated in {adapter.kind}."
 
 
-def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, reason: str) -> CheckRun:
+def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, reason: str) -> Run:
     """Queue an active check on a node; the agent runs it the next time the node is idle.
 
     Raises ``Node.DoesNotExist``, ``CheckForbidden``, ``ReasonRequired``, ``ValidationError``
@@ -137,7 +137,7 @@ def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, 
             raise CheckConflict(f"Cannot run checks on a node in state {node.get_state_display()!r}.")
         try:
             with transaction.atomic():  # a savepoint, so the conflict leaves the outer block usable
-                run = CheckRun.objects.create(
+                run = Run.objects.create(
                     node=node, kind=kind, params=normalised, requested_by=actor.user, requested_reason=reason
                 )
         except IntegrityError as exc:  # the partial unique constraint: one open run per kind
@@ -152,14 +152,14 @@ def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, 
     return run
 
 
-def cancel_check(run_id: int, *, actor: Actor, reason: str) -> CheckRun:
+def cancel_check(run_id: int, *, actor: Actor, reason: str) -> Run:
     """Withdraw a queued check. A claimed one is already on the node: it finishes or expires."""
     if actor.user is not None and not actor.user.has_perm(OPERATE):
         raise CheckForbidden(f"{actor.name} may not cancel checks.")
     reason = clean_reason(reason)
     with transaction.atomic():
-        run = CheckRun.objects.select_for_update().get(pk=run_id, kind__in=ACTIVE_KINDS)
-        changed = CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        run = Run.objects.select_for_update().get(pk=run_id, kind__in=ACTIVE_KINDS)
+        changed = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
             status=RunStatus.CANCELLED, finished=timezone.now(), summary=f"Cancelled: {reason}"[:300]
         )
         if not changed:
@@ -189,7 +189,7 @@ def claim_checks_for_agent(node_id: int, now: datetime | None = None) -> Claim:
     if not idle:
         return Claim(False, reason)
     queued = list(
-        CheckRun.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+        Run.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
         .only("id", "kind", "params")
         .order_by("created", "id")[:CLAIM_BATCH]
     )
@@ -208,11 +208,11 @@ def needs_hold(node: Node) -> bool:
     return schedulers.adapter_for(node.cluster).kind != "none"
 
 
-def _claim(queued: list[CheckRun], now: datetime) -> list[CheckRun]:
+def _claim(queued: list[Run], now: datetime) -> list[Run]:
     claimed = []
     for run in queued:
         deadline = now + run_timeout(run.kind, run.params)
-        if CheckRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        if Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
             status=RunStatus.RUNNING, claimed_at=now, deadline=deadline
         ):
             run.status, run.claimed_at, run.deadline = RunStatus.RUNNING, now, deadline
@@ -220,7 +220,7 @@ def _claim(queued: list[CheckRun], now: datetime) -> list[CheckRun]:
     return claimed
 
 
-def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) -> Claim:
+def _claim_held(node: Node, queued: list[Run], reason: str, now: datetime) -> Claim:
     """Hold the node in its scheduler, make sure no job slipped in meanwhile, then claim.
 
     Runs under the node's hold lock and outside any transaction (the scheduler calls are not
@@ -229,7 +229,7 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
     """
     adapter = schedulers.adapter_for(node.cluster)
     pks = [run.pk for run in queued]
-    CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=True)
+    Run.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=True)
     text = f"{CHECK_HOLD}: {', '.join(sorted({run.kind for run in queued}))} (run {', '.join(map(str, pks))})"
     try:
         ours = adapter.hold_for_check(node, reason=text)
@@ -244,7 +244,7 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
             False, f"A job started on the node before it was held for the check ({work}); the hold was given back."
         )
     if not ours:  # another's cordon keeps work off; it is theirs, there is nothing of ours to give back
-        CheckRun.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=False)
+        Run.objects.filter(pk__in=pks, status=RunStatus.QUEUED).update(scheduler_hold=False)
     claimed = _claim(queued, now)
     if not claimed:  # cancelled meanwhile
         _give_back(node, why="no run left to hand out")
@@ -255,7 +255,7 @@ def _claim_held(node: Node, queued: list[CheckRun], reason: str, now: datetime) 
             **run.details,
             "scheduler_hold": {"scheduler": adapter.kind, "reason": text, "ours": ours, "at": now.isoformat()},
         }
-        CheckRun.objects.filter(pk=run.pk).update(details=run.details)
+        Run.objects.filter(pk=run.pk).update(details=run.details)
     held = (
         f"held in {adapter.kind} ({text})"
         if ours
@@ -282,7 +282,7 @@ class CheckResult:
     started_at: datetime
     finished_at: datetime
 
-    def matches(self, run: CheckRun) -> bool:
+    def matches(self, run: Run) -> bool:
         return (run.status, run.summary, run.figures, run.output, run.started, run.finished) == (
             self.status,
             self.summary[:300],
@@ -293,10 +293,10 @@ class CheckResult:
         )
 
 
-def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tuple[CheckRun, bool]:
+def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tuple[Run, bool]:
     """Record the agent's outcome of a claimed run; returns the run and whether it changed.
 
-    Only the owning node's agent may report (another node's run is ``CheckRun.DoesNotExist``,
+    Only the owning node's agent may report (another node's run is ``Run.DoesNotExist``,
     so the API answers 404 and leaks nothing). A repeat of the recorded result is a no-op
     (the agent retries on timeouts); a different one is a ``CheckConflict``. A run the
     sweep expired still takes its first real result: a late failure must not be lost.
@@ -308,7 +308,7 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
     with transaction.atomic():
         # Lock the run only, not the node joined for its hostname.
         run = (
-            CheckRun.objects.select_for_update(of=("self",))
+            Run.objects.select_for_update(of=("self",))
             .select_related("node")
             .get(pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS)
         )
@@ -325,7 +325,7 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
     return run, True
 
 
-def _apply_result(run: CheckRun, result: CheckResult, *, late: bool) -> None:
+def _apply_result(run: Run, result: CheckResult, *, late: bool) -> None:
     run.status, run.summary, run.figures = result.status, result.summary[:300], result.figures
     run.output = _tail(result.output)
     run.started, run.finished = result.started_at, result.finished_at
@@ -341,7 +341,7 @@ def _tail(output: str) -> str:
     return output if len(data) <= OUTPUT_MAX_BYTES else data[-OUTPUT_MAX_BYTES:].decode(errors="ignore")
 
 
-def _record_outcome(run: CheckRun) -> None:
+def _record_outcome(run: Run) -> None:
     """The history row for a finished run: a finding for a failure, an action otherwise."""
     actor = Actor.system(f"agent:{run.node.hostname}")
     label = RunKind(run.kind).label
@@ -376,12 +376,12 @@ def expire_stale_checks(now: datetime | None = None) -> int:
     the holds of the runs expired now, and those whose release failed before (scheduler down).
     """
     now = now or timezone.now()
-    stale = CheckRun.objects.filter(status=RunStatus.RUNNING, deadline__lt=now, kind__in=ACTIVE_KINDS)
+    stale = Run.objects.filter(status=RunStatus.RUNNING, deadline__lt=now, kind__in=ACTIVE_KINDS)
     expired = 0
     for run in stale.select_related("node").order_by("deadline")[:EXPIRE_BATCH]:
         with transaction.atomic():
             # Compare-and-swap: a result that lands meanwhile wins and this row is left alone.
-            if not CheckRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, deadline__lt=now).update(
+            if not Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, deadline__lt=now).update(
                 status=RunStatus.ERROR,
                 finished=now,
                 details={**run.details, "expired": True},
@@ -404,7 +404,7 @@ def release_left_over_holds() -> int:
     """Give back the holds of nodes where no held run is running any more; returns how many nodes
     were given back (a release that fails keeps the runs' flags, so the next sweep tries again)."""
     nodes = list(
-        CheckRun.objects.filter(scheduler_hold=True)
+        Run.objects.filter(scheduler_hold=True)
         .exclude(status=RunStatus.RUNNING)
         .order_by()
         .values_list("node_id", flat=True)
@@ -430,7 +430,7 @@ def give_back_check_hold(node_id: int) -> bool:
 
 def _give_back(node: Node, *, why: str) -> bool:
     """Under the node's hold lock: release if no held run still runs, then clear the flags."""
-    holders = CheckRun.objects.filter(node_id=node.pk, scheduler_hold=True)
+    holders = Run.objects.filter(node_id=node.pk, scheduler_hold=True)
     if holders.filter(status=RunStatus.RUNNING).exists():
         return False  # another check on the node still needs the hold
     pks = list(holders.values_list("pk", flat=True))
@@ -446,9 +446,7 @@ def _give_back(node: Node, *, why: str) -> bool:
             logger.warning("could not give back the check hold on %s (runs %s): %s", node.hostname, pks, exc)
             return False
         outcome = "released" if released else "left in place: the cordon there is no longer the check's"
-    CheckRun.objects.filter(pk__in=pks, scheduler_hold=True).exclude(status=RunStatus.RUNNING).update(
-        scheduler_hold=False
-    )
+    Run.objects.filter(pk__in=pks, scheduler_hold=True).exclude(status=RunStatus.RUNNING).update(scheduler_hold=False)
     record_event(
         node.pk,
         EventKind.ACTION,

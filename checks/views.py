@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from nodes.choices import ACTIVE_KINDS, RUN_STATUS_COLOURS, RunKind
-from nodes.models import OPERATE, CheckRun
+from nodes.models import OPERATE, Run
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
 from nodewarden.errors import ReasonRequired
@@ -25,7 +25,7 @@ def node_checks(request: HttpRequest, pk: int) -> HttpResponse:
     operators the request form and whether the node counts as idle now."""
     node = visible_node_or_404(request.user, pk)
     runs = list(
-        CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS)
+        Run.objects.filter(node=node, kind__in=ACTIVE_KINDS)
         .select_related("requested_by")
         .defer("output")
         .order_by("-created", "-id")[:RECENT_RUNS]

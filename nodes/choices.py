@@ -145,7 +145,7 @@ EVENT_KIND_COLOURS: dict[str, str] = {
 }
 
 
-# --- Recorded runs of background work on a node (``CheckRun``): every reader's one vocabulary.
+# --- Recorded runs of background work on a node (``Run``): every reader's one vocabulary.
 
 
 class RunKind(models.TextChoices):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .models import CheckRun, Node, NodeEvent
+from .models import Node, NodeEvent, Run
 
 PAGE_SIZE = 25
 
@@ -32,7 +32,7 @@ class HistoryPage:
 
 def history_page(node: Node, before: datetime | None = None, size: int = PAGE_SIZE) -> HistoryPage:
     events = NodeEvent.objects.filter(node=node)
-    runs = CheckRun.objects.filter(node=node)
+    runs = Run.objects.filter(node=node)
     if before is not None:
         events, runs = events.filter(created__lt=before), runs.filter(created__lt=before)
     rows = [HistoryRow(e.created, "event", e) for e in events.order_by("-created", "-id")[: size + 1]]

@@ -437,10 +437,12 @@ class DailyStateCount(models.Model):
 OUTPUT_MAX_BYTES = 64 * 1024  # the tail of a tool's output worth keeping on the run
 
 
-class CheckRun(models.Model):
-    """One run of a check or a follow-up task on a node, with timings, outcome and figures."""
+class Run(models.Model):
+    """A recorded background run on a node, with timings, outcome and figures: an active check the
+    agent ran (kinds in ACTIVE_KINDS), a Day 1 stage (STAGE_KINDS) or a transition's follow-up.
+    "Check" names only the first; "run" names them all (docs/architecture.md, "Names")."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="check_runs")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="runs")
     kind = models.CharField(max_length=40, choices=RunKind.choices)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     trigger = models.ForeignKey(
@@ -481,7 +483,7 @@ class CheckRun(models.Model):
 
     class Meta:
         # Moved from the checks app (where active checks are run) so that every app can record
-        # its runs: the table keeps its name.
+        # its runs, and renamed from CheckRun: the table keeps its name.
         db_table = "checks_checkrun"
         ordering = ["-created", "-id"]
         indexes = [

@@ -13,7 +13,7 @@ from django.utils import timezone
 from . import statecounts
 from .choices import FINISHED, RunKind, RunStatus
 from .followups import run_followups
-from .models import CheckRun, Node, NodeEvent, StateCountSnapshot
+from .models import Node, NodeEvent, Run, StateCountSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +30,13 @@ def run_transition_followup(self: Task[Any, Any], event_id: int) -> str:
         return "gone"
     try:
         with transaction.atomic():
-            run, _ = CheckRun.objects.get_or_create(
+            run, _ = Run.objects.get_or_create(
                 trigger=event,
                 kind=RunKind.TRANSITION_FOLLOWUP,
                 defaults={"node": event.node, "task_id": self.request.id or ""},
             )
     except IntegrityError:  # a concurrent delivery created it first
-        run = CheckRun.objects.get(trigger=event, kind=RunKind.TRANSITION_FOLLOWUP)
+        run = Run.objects.get(trigger=event, kind=RunKind.TRANSITION_FOLLOWUP)
     if run.status in FINISHED:
         return run.status
 

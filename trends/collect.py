@@ -22,7 +22,7 @@ from health.choices import RecommendedAction
 from health.models import XidDefinition
 from health.xid import APPLICATION_XIDS
 from nodes.choices import ACTIVE_KINDS, STAGE_KINDS, STATE_PHASE, EventKind, NodeState, Phase, RunKind, RunStatus
-from nodes.models import CheckRun, Node, NodeEvent
+from nodes.models import Node, NodeEvent, Run
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
@@ -30,7 +30,7 @@ from telemetry.models import GpuSample, GpuSampleHourly, XidRecord
 
 DAY = 86400
 LOAD_PCT = 80.0  # "comparable load": temperature is compared only while the GPU is this busy
-# Active-check figures a trend or a peer comparison reads: (run kind, key in CheckRun.figures).
+# Active-check figures a trend or a peer comparison reads: (run kind, key in Run.figures).
 CHECK_FIGURES: dict[str, tuple[str, str]] = {
     "nccl_busbw_gbps": (RunKind.NCCL_TEST, "busbw_gbps"),
     "gpu_min_tflops": (RunKind.GPU_STRESS, "min_tflops"),
@@ -115,7 +115,7 @@ def read_batch(
         ),
         "rmas": _count(RmaCase.objects.exclude(state=RmaState.CANCELLED), "created", lo, hi, lemon_since, now),
         "failed_checks": _count(
-            CheckRun.objects.filter(kind__in=(*ACTIVE_KINDS, *STAGE_KINDS), status=RunStatus.FAILED),
+            Run.objects.filter(kind__in=(*ACTIVE_KINDS, *STAGE_KINDS), status=RunStatus.FAILED),
             "created",
             lo,
             hi,
@@ -163,7 +163,7 @@ def _check_figures(
 ) -> None:
     by_kind = {kind: (figure, key) for figure, (kind, key) in CHECK_FIGURES.items()}
     runs = (
-        CheckRun.objects.filter(
+        Run.objects.filter(
             node_id__gte=lo,
             node_id__lte=hi,
             kind__in=list(by_kind),

@@ -23,7 +23,7 @@ class StageInfo:
     stage: str
     state: str  # the node state while the stage runs
     pass_verb: str  # nodes.services verb that moves the node on when the stage passes
-    run_kind: str  # checks.CheckRun kind that records each run of the stage
+    run_kind: str  # checks.Run kind that records each run of the stage
 
 
 STAGES: tuple[StageInfo, ...] = (

@@ -1,6 +1,6 @@
 """Day 1 configuration: per hardware profile thresholds, and per re-entry reason plans.
 
-The stage runs themselves are ``checks.CheckRun`` rows (kinds ``stage_*``), like every
+The stage runs themselves are ``checks.Run`` rows (kinds ``stage_*``), like every
 other run on a node, so the node's history and the run list show them without a join.
 """
 

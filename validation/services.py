@@ -2,7 +2,7 @@
 
 A transition into a Day 1 state (``start_validation``, ``revalidate``, ``pass_*``)
 commits and queues its follow-up, which calls ``begin_stage``: one stage run
-(``checks.CheckRun`` of kind ``stage_*``, unique per triggering transition) is opened
+(``checks.Run`` of kind ``stage_*``, unique per triggering transition) is opened
 and the stage's ``start`` runs. A stage that needs time (burn-in, the soak, waiting for
 the agent's report) stays open and ``advance_open_stages`` (Celery beat) polls it.
 ``conclude`` ends a run: in one transaction the run's outcome, then either the verb that
@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from nodes import services as node_services
 from nodes.choices import STAGE_KINDS, EventKind, RunStatus
-from nodes.models import OPERATE, CheckRun, Node, NodeEvent
+from nodes.models import OPERATE, Node, NodeEvent, Run
 from nodes.services import Actor, clean_reason, record_event
 
 from .choices import BY_RUN_KIND, BY_STAGE, BY_STATE, Reentry, Stage, StageInfo
@@ -82,11 +82,11 @@ def planned_stages(node_id: int) -> tuple[str, list[str]]:
 # --- Starting and stepping -------------------------------------------------------------
 
 
-def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) -> tuple[CheckRun, bool]:
+def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) -> tuple[Run, bool]:
     spec = Day1Spec.for_profile(node.hardware_profile)
     try:
         with transaction.atomic():
-            return CheckRun.objects.get_or_create(
+            return Run.objects.get_or_create(
                 trigger=trigger,
                 kind=info.run_kind,
                 defaults={
@@ -97,10 +97,10 @@ def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) ->
                 },
             )
     except IntegrityError:  # a concurrent delivery of the same follow-up created it first
-        return CheckRun.objects.get(trigger=trigger, kind=info.run_kind), False
+        return Run.objects.get(trigger=trigger, kind=info.run_kind), False
 
 
-def begin_stage(event_id: int, now: datetime | None = None) -> CheckRun | None:
+def begin_stage(event_id: int, now: datetime | None = None) -> Run | None:
     """Open the stage that the transition ``event_id`` put the node into, and start it.
 
     Idempotent: a second call for the same transition finds the run and does nothing.
@@ -123,19 +123,19 @@ def begin_stage(event_id: int, now: datetime | None = None) -> CheckRun | None:
     return step(run.pk, first=True, now=now)
 
 
-def _context(run: CheckRun, now: datetime) -> StageContext:
+def _context(run: Run, now: datetime) -> StageContext:
     node = run.node
     return StageContext(run=run, node=node, spec=Day1Spec.for_profile(node.hardware_profile), now=now)
 
 
-def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> CheckRun:
+def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> Run:
     """Start (``first``) or poll an open stage run, and conclude it if the stage decided.
 
     A stage that raises is not decided: the error is kept on the run, the next poll tries
     again, and the stage timeout ends it if the error persists.
     """
     now = now or timezone.now()
-    run = CheckRun.objects.select_related("node__hardware_profile").get(pk=run_id)
+    run = Run.objects.select_related("node__hardware_profile").get(pk=run_id)
     if run.status != RunStatus.RUNNING:
         return run
     stage = BY_RUN_KIND[run.kind].stage
@@ -148,7 +148,7 @@ def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> Ch
         log.exception("Day 1 stage %s failed to %s on node %s", stage, "start" if first else "poll", run.node_id)
         verdict, error = None, f"{type(exc).__name__}: {exc}"
     if run.details != details_before or error != run.error:
-        CheckRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(details=run.details, error=error)
+        Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(details=run.details, error=error)
     if verdict is None:
         return run
     return conclude(run.pk, verdict)
@@ -159,7 +159,7 @@ def step(run_id: int, *, first: bool = False, now: datetime | None = None) -> Ch
 
 def conclude(
     run_id: int, verdict: Verdict, *, skipped: bool = False, actor: Actor = ACTOR, now: datetime | None = None
-) -> CheckRun:
+) -> Run:
     """End an open stage run with ``verdict`` and move the node: on to the next stage (or
     production) if it passed or was skipped, to triage with a finding if it failed.
 
@@ -168,7 +168,7 @@ def conclude(
     """
     now = now or timezone.now()
     with transaction.atomic():
-        run = CheckRun.objects.select_for_update(of=("self",)).select_related("node").get(pk=run_id)
+        run = Run.objects.select_for_update(of=("self",)).select_related("node").get(pk=run_id)
         if run.status != RunStatus.RUNNING:
             return run
         info, node = BY_RUN_KIND[run.kind], run.node
@@ -219,17 +219,17 @@ def _release_gate(node: Node, verdict: Verdict) -> Verdict:
     )
 
 
-def _withdraw_queued_checks(run: CheckRun, actor: Actor, why: str) -> None:
+def _withdraw_queued_checks(run: Run, actor: Actor, why: str) -> None:
     """The stage's active checks nobody has taken yet are withdrawn: a node that failed burn-in
     (or left it) must not run a stress test later, in triage or repair, for a stage long over."""
     from checks.services import cancel_check
 
     ids = [pk for pk in (run.details.get("checks") or {}).values() if pk]
-    for pk in CheckRun.objects.filter(pk__in=ids, status=RunStatus.QUEUED).values_list("pk", flat=True):
+    for pk in Run.objects.filter(pk__in=ids, status=RunStatus.QUEUED).values_list("pk", flat=True):
         cancel_check(pk, actor=actor, reason=why)
 
 
-def _fail(run: CheckRun, info: StageInfo, verdict: Verdict, actor: Actor, details: dict[str, Any]) -> None:
+def _fail(run: Run, info: StageInfo, verdict: Verdict, actor: Actor, details: dict[str, Any]) -> None:
     from health.choices import Severity
     from health.services import raise_finding
 
@@ -258,7 +258,7 @@ def advance_open_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH)
     deadline as stuck. Returns how many runs were concluded."""
     now = now or timezone.now()
     concluded = 0
-    open_runs = CheckRun.objects.filter(kind__in=STAGE_KINDS, status=RunStatus.RUNNING).order_by("started", "id")
+    open_runs = Run.objects.filter(kind__in=STAGE_KINDS, status=RunStatus.RUNNING).order_by("started", "id")
     for run_id, kind, deadline in open_runs.values_list("pk", "kind", "deadline")[:limit]:
         if deadline is not None and deadline < now:
             label = Stage(BY_RUN_KIND[kind].stage).label
@@ -288,15 +288,15 @@ def _operator_node(node_id: int, actor: Actor) -> tuple[Node, StageInfo]:
     return node, info
 
 
-def open_stage_run(node_id: int, info: StageInfo) -> CheckRun | None:
+def open_stage_run(node_id: int, info: StageInfo) -> Run | None:
     return (
-        CheckRun.objects.filter(node_id=node_id, kind=info.run_kind, status=RunStatus.RUNNING)
+        Run.objects.filter(node_id=node_id, kind=info.run_kind, status=RunStatus.RUNNING)
         .order_by("-started", "-id")
         .first()
     )
 
 
-def start_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
+def start_stage(node_id: int, *, actor: Actor, reason: str) -> Run:
     """Start (or retry) the stage of the node's current Day 1 state: for a node forced into
     a stage, or whose run errored or was left open. Refused while a run is open."""
     reason = clean_reason(reason)
@@ -312,7 +312,7 @@ def start_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
     return step(run.pk, first=True, now=now)
 
 
-def skip_stage(node_id: int, *, actor: Actor, reason: str) -> CheckRun:
+def skip_stage(node_id: int, *, actor: Actor, reason: str) -> Run:
     """Skip the node's current Day 1 stage (audited: the operator and the reason go on the
     run and on the transition to the next stage)."""
     reason = clean_reason(reason)

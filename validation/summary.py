@@ -15,7 +15,7 @@ from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from nodes.choices import STAGE_KINDS, RunStatus
-from nodes.models import CheckRun, Node
+from nodes.models import Node, Run
 
 from .choices import BY_RUN_KIND, BY_STATE, STAGES, Stage
 from .services import current_pass, planned_stages
@@ -33,17 +33,17 @@ class StageStep:
     stage: str
     label: str
     planned: bool
-    run: CheckRun | None
+    run: Run | None
     current: bool
 
 
 def node_progress(node: Node) -> dict[str, Any]:
     """The node's current (or last) Day 1 pass, stage by stage."""
     pass_event = current_pass(node.pk)
-    runs = CheckRun.objects.filter(node=node, kind__in=STAGE_KINDS)
+    runs = Run.objects.filter(node=node, kind__in=STAGE_KINDS)
     if pass_event is not None:
         runs = runs.filter(created__gte=pass_event.created)
-    latest: dict[str, CheckRun] = {}
+    latest: dict[str, Run] = {}
     for run in runs.order_by("-created", "-id")[:100][::-1]:  # the newest 100, oldest first
         latest[run.kind] = run
     if pass_event is None and not latest and node.state not in BY_STATE:
@@ -73,10 +73,10 @@ def stage_counts(nodes: QuerySet[Node]) -> list[dict[str, Any]]:
     ]
 
 
-def _recent_runs(nodes: QuerySet[Node] | None, now: datetime) -> QuerySet[CheckRun]:
+def _recent_runs(nodes: QuerySet[Node] | None, now: datetime) -> QuerySet[Run]:
     """Stage runs that finished in the window, of the given nodes (None: every node's, without the
     semi-join over the whole node table that ``node__in=Node.objects.all()`` costs)."""
-    runs = CheckRun.objects.filter(kind__in=STAGE_KINDS, finished__gte=now - WINDOW)
+    runs = Run.objects.filter(kind__in=STAGE_KINDS, finished__gte=now - WINDOW)
     return runs if nodes is None else runs.filter(node__in=nodes)
 
 
@@ -151,8 +151,6 @@ def nodes_in_day1(nodes: QuerySet[Node], limit: int = 100) -> list[dict[str, Any
     )
     open_runs = {
         r.node_id: r
-        for r in CheckRun.objects.filter(
-            node__in=[n.pk for n in in_day1], kind__in=STAGE_KINDS, status=RunStatus.RUNNING
-        )
+        for r in Run.objects.filter(node__in=[n.pk for n in in_day1], kind__in=STAGE_KINDS, status=RunStatus.RUNNING)
     }
     return [{"node": n, "run": open_runs.get(n.pk)} for n in in_day1]

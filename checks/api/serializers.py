@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from rest_framework import serializers
 
 from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, RunKind, RunStatus
-from nodes.models import OUTPUT_MAX_BYTES, CheckRun
+from nodes.models import OUTPUT_MAX_BYTES, Run
 
 from ..specs import describe_figures
 
@@ -48,7 +48,7 @@ class CancelSerializer(serializers.Serializer[Any]):
     reason = serializers.CharField(allow_blank=False)
 
 
-class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
+class CheckRunSerializer(serializers.ModelSerializer[Run]):
     """A recorded run on a node: an active check or a transition follow-up."""
 
     kind = serializers.CharField(read_only=True, help_text=", ".join(RunKind.values))
@@ -62,7 +62,7 @@ class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
     )
 
     class Meta:
-        model = CheckRun
+        model = Run
         fields = [
             "id",
             "node",
@@ -87,7 +87,7 @@ class CheckRunSerializer(serializers.ModelSerializer[CheckRun]):
         ]
         read_only_fields = fields
 
-    def get_figures_text(self, run: CheckRun) -> str:
+    def get_figures_text(self, run: Run) -> str:
         """How the figures read (``checks.specs``), e.g. "busbw 362 GB/s"."""
         return describe_figures(run.kind, run.figures)
 

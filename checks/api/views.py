@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from checks import services
 from nodes.api.serializers import DetailSerializer
-from nodes.models import OPERATE, CheckRun
+from nodes.models import OPERATE, Run
 from nodes.permissions import IsNodeAgent
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
@@ -49,9 +49,9 @@ def refusals_as_http() -> Iterator[None]:
         raise exceptions.NotFound() from exc
 
 
-def visible_runs(user: object) -> QuerySet[CheckRun]:
+def visible_runs(user: object) -> QuerySet[Run]:
     # requested_by is named in every row; output (up to 64 KiB) only in the detail.
-    return CheckRun.objects.filter(node__in=visible_nodes(user)).select_related("requested_by")
+    return Run.objects.filter(node__in=visible_nodes(user)).select_related("requested_by")
 
 
 ERRORS = {
@@ -61,14 +61,14 @@ ERRORS = {
 }
 
 
-class NodeChecksView(generics.GenericAPIView[CheckRun]):
+class NodeChecksView(generics.GenericAPIView[Run]):
     """A node's recorded runs (active checks and transition follow-ups), and requests for new checks."""
 
     serializer_class = serializers.CheckRunSerializer
 
-    def get_queryset(self) -> QuerySet[CheckRun]:
+    def get_queryset(self) -> QuerySet[Run]:
         if getattr(self, "swagger_fake_view", False):  # drf-spectacular reads the model, with no request
-            return CheckRun.objects.none()
+            return Run.objects.none()
         node = visible_node_or_404(self.request.user, self.kwargs["pk"])
         return visible_runs(self.request.user).filter(node=node).defer("output").order_by("-created", "-id")
 
@@ -103,12 +103,12 @@ class NodeChecksView(generics.GenericAPIView[CheckRun]):
         return Response(self.get_serializer(run).data, status=status.HTTP_201_CREATED)
 
 
-class CheckRunView(generics.RetrieveAPIView[CheckRun]):
+class CheckRunView(generics.RetrieveAPIView[Run]):
     """One recorded run, with the tool's output."""
 
     serializer_class = serializers.CheckRunDetailSerializer
 
-    def get_queryset(self) -> QuerySet[CheckRun]:
+    def get_queryset(self) -> QuerySet[Run]:
         return visible_runs(self.request.user)
 
     @extend_schema(summary="One run with its output")
@@ -116,12 +116,12 @@ class CheckRunView(generics.RetrieveAPIView[CheckRun]):
         return super().get(request, *args, **kwargs)
 
 
-class CancelCheckView(generics.GenericAPIView[CheckRun]):
+class CancelCheckView(generics.GenericAPIView[Run]):
     """Withdraw a queued check."""
 
     serializer_class = serializers.CancelSerializer
 
-    def get_queryset(self) -> QuerySet[CheckRun]:
+    def get_queryset(self) -> QuerySet[Run]:
         return visible_runs(self.request.user)
 
     @extend_schema(

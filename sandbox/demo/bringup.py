@@ -238,11 +238,11 @@ def _answer_checks(rng: random.Random) -> list[str]:
     """The agents' side of active checks on demo nodes: take what is queued (only when idle), report."""
     from checks.services import CheckConflict, CheckResult, claim_checks_for_agent, record_check_result
     from nodes.choices import ACTIVE_KINDS, RunStatus
-    from nodes.models import CheckRun
+    from nodes.models import Run
 
     done = []
     node_ids = (
-        CheckRun.objects.filter(node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+        Run.objects.filter(node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
         .values_list("node_id", flat=True)
         .distinct()[:20]
     )
@@ -300,7 +300,7 @@ def _open_missing_stages() -> list[str]:
     stuck = (
         demo_nodes()
         .filter(state__in=DAY1_STAGES)
-        .exclude(Q(check_runs__kind__in=STAGE_KINDS) & Q(check_runs__status=RunStatus.RUNNING))
+        .exclude(Q(runs__kind__in=STAGE_KINDS) & Q(runs__status=RunStatus.RUNNING))
         .order_by("state_changed_at")[:3]
     )
     done = []

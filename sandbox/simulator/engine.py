@@ -56,7 +56,7 @@ from django.utils import timezone
 
 from health.tasks import check_heartbeats
 from nodes.choices import ACTIVE_KINDS, RunStatus
-from nodes.models import CheckRun, Node, NodeEvent
+from nodes.models import Node, NodeEvent, Run
 from nodewarden.celery import app
 from remediation.choices import Status
 from remediation.models import Remediation, RemediationStep
@@ -442,7 +442,7 @@ class Simulation:
         ):
             if state not in ("drain_pending", "draining") or not self.job_runs_on(hostname):
                 return f"a node in {state}"
-        if CheckRun.objects.filter(node__cluster_id=self.cluster_id, status=RunStatus.QUEUED).exists():
+        if Run.objects.filter(node__cluster_id=self.cluster_id, status=RunStatus.QUEUED).exists():
             return "a queued check"
         status = (
             Remediation.objects.filter(
@@ -478,7 +478,7 @@ class Simulation:
     def _answer_checks(self, now: datetime) -> None:
 
         hosts = set(
-            CheckRun.objects.filter(
+            Run.objects.filter(
                 node__cluster_id=self.cluster_id, kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED
             ).values_list("node__hostname", flat=True)
         )

@@ -88,7 +88,7 @@ def test_every_admin_page_renders(client, fleet_admin):
         "nodes_nodeevent",
         "nodes_gpu",
         "nodes_statecountsnapshot",
-        "nodes_checkrun",
+        "nodes_run",
         "fleet_site",
         "fleet_cluster",
         "fleet_rack",

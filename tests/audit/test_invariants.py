@@ -13,7 +13,7 @@ from audit import invariants as C
 from audit.services import context
 from fleet.choices import SchedulerKind
 from health.services import raise_finding
-from nodes.models import CheckRun
+from nodes.models import Run
 from remediation.choices import Rung, Status, Urgency
 from remediation.models import Remediation, RemediationPolicy, RemediationStep
 from tests.factories import ClusterFactory, NodeFactory
@@ -73,9 +73,9 @@ def test_an_unreachable_scheduler_is_unknown_not_a_breach():
 
 def test_a_hold_for_an_active_check_is_read_from_the_run_details():
     held, plain, finished = NodeFactory(production=True), NodeFactory(production=True), NodeFactory(production=True)
-    CheckRun.objects.create(node=held, kind="gpu_stress", status="running", details={"scheduler_hold": True})
-    CheckRun.objects.create(node=plain, kind="gpu_stress", status="running", details={})
-    CheckRun.objects.create(node=finished, kind="gpu_stress", status="passed", details={"scheduler_hold": True})
+    Run.objects.create(node=held, kind="gpu_stress", status="running", details={"scheduler_hold": True})
+    Run.objects.create(node=plain, kind="gpu_stress", status="running", details={})
+    Run.objects.create(node=finished, kind="gpu_stress", status="passed", details={"scheduler_hold": True})
     assert C.scheduler_holds([held.pk, plain.pk, finished.pk]) == {held.pk}
 
 
@@ -213,7 +213,7 @@ def test_nodes_past_their_transient_timeouts_are_breaches(settings):
     NodeFactory(hostname="fw-late", state="firmware_update", state_changed_at=now - timedelta(hours=2))
     NodeFactory(hostname="fw-ok", state="firmware_update", state_changed_at=now - timedelta(minutes=30))
     burn = NodeFactory(hostname="burn-late", state="burn_in", state_changed_at=now - timedelta(minutes=30))
-    CheckRun.objects.create(node=burn, kind="stage_burn_in", status="running", deadline=now - timedelta(minutes=1))
+    Run.objects.create(node=burn, kind="stage_burn_in", status="running", deadline=now - timedelta(minutes=1))
     late = NodeFactory(hostname="rem-late", state="remediating", state_changed_at=AGO)
     RemediationStep.objects.create(
         remediation=remediation(late, Status.RUNNING), rung=Rung.REBOOT, deadline=now - timedelta(minutes=1)

@@ -16,7 +16,7 @@ from health.choices import RecommendedAction, Severity
 from health.models import Alert
 from health.services import raise_finding
 from nodes.choices import NodeState
-from nodes.models import CheckRun
+from nodes.models import Run
 from telemetry.ingest import ingest_reports
 from telemetry.schema import decode_batch
 from telemetry.testing import make_batch
@@ -133,7 +133,7 @@ def test_the_node_page_active_checks_panel_shows_a_check_the_operator_requested(
     form.locator("button[type=submit]").click()
 
     expect(page.locator(".messages")).to_contain_text("queued")
-    run = CheckRun.objects.get(node=node)
+    run = Run.objects.get(node=node)
     row = page.locator(f"#check-runs tr[data-run='{run.pk}']")
     expect(row).to_have_attribute("data-status", "queued")
     expect(row).to_contain_text("by operator")

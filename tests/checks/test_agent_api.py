@@ -10,7 +10,7 @@ from django.utils import timezone
 from checks import services
 from health.models import Finding
 from nodes.choices import RunStatus
-from nodes.models import CheckRun
+from nodes.models import Run
 from nodes.services import Actor
 from tests.factories import NodeFactory
 
@@ -24,7 +24,7 @@ def result_url(run) -> str:
     return f"/api/agent/checks/{run.pk}/result/"
 
 
-def queue(node, kind="gpu_stress", **params) -> CheckRun:
+def queue(node, kind="gpu_stress", **params) -> Run:
     return services.request_check(node.pk, kind, params=params, actor=Actor.system("tests"), reason="why not")
 
 

@@ -17,7 +17,7 @@ from django.db import connection
 
 from checks import services
 from nodes.choices import RunStatus
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from tests.conftest import IN_CI, require_service
 from tests.factories import NodeFactory
@@ -69,7 +69,7 @@ def test_of_eight_overlapping_agent_polls_each_run_is_handed_out_exactly_once():
 
         handed_out = sorted(itertools.chain.from_iterable(claims))
         assert handed_out == sorted(queued), f"round {round_}: {claims}"
-        assert set(CheckRun.objects.filter(node=node).values_list("status", flat=True)) == {RunStatus.RUNNING}
+        assert set(Run.objects.filter(node=node).values_list("status", flat=True)) == {RunStatus.RUNNING}
 
 
 @pytest.mark.usefixtures("real_postgres")
@@ -83,8 +83,8 @@ def test_of_eight_simultaneous_requests_for_the_same_check_exactly_one_is_queued
             )
         )
 
-        winners = [o for o in outcomes if isinstance(o, CheckRun)]
+        winners = [o for o in outcomes if isinstance(o, Run)]
         assert len(winners) == 1, f"round {round_}: {outcomes}"
         assert all(isinstance(o, services.CheckConflict) for o in outcomes if o not in winners)
-        assert CheckRun.objects.filter(node=node).count() == 1
+        assert Run.objects.filter(node=node).count() == 1
         assert NodeEvent.objects.filter(node=node).count() == 1  # refused requests left no history

@@ -6,7 +6,7 @@ import pytest
 
 from checks import services
 from nodes.choices import NodeState, RunKind, RunStatus
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from tests.factories import NodeFactory
 
@@ -29,7 +29,7 @@ def test_an_operator_requests_a_check(api_as, operator, node):
     data = response.json()
     assert (data["kind"], data["status"], data["requested_by"]) == ("gpu_stress", "queued", "operator")
     assert data["params"] == {"seconds": 300, "matrix_size": 8192, "dtype": "fp16", "min_tflops": 0.0}
-    assert CheckRun.objects.get(pk=data["id"]).requested_reason == "suspected slow GPU"
+    assert Run.objects.get(pk=data["id"]).requested_reason == "suspected slow GPU"
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_a_bad_request_is_a_clear_400(api_as, operator, node, payload, field, me
     response = api_as(operator).post(url(node), payload, format="json")
     assert response.status_code == 400
     assert message in " ".join(response.json()["fields"][field]), response.json()
-    assert not CheckRun.objects.exists()
+    assert not Run.objects.exists()
 
 
 def test_a_second_open_check_of_the_same_kind_is_409(api_as, operator, node):
@@ -71,7 +71,7 @@ def test_a_decommissioned_node_takes_no_checks(api_as, operator):
 def test_customers_and_viewers_may_not_request_checks(api_as, customer, viewer, node):
     assert ask(api_as(customer), node).status_code == 403
     assert ask(api_as(viewer), node).status_code == 403
-    assert not CheckRun.objects.exists()
+    assert not Run.objects.exists()
 
 
 def test_a_node_the_user_cannot_see_is_404_before_any_permission_answer(api_as, customer, operator):
@@ -87,9 +87,9 @@ def test_anonymous_requests_are_refused(client, node):
 
 # --- Reading ------------------------------------------------------------------------
 def test_the_list_shows_the_nodes_runs_newest_first_including_follow_ups(api_as, operator, node):
-    follow_up = CheckRun.objects.create(node=node, kind=RunKind.TRANSITION_FOLLOWUP, status=RunStatus.PASSED)
+    follow_up = Run.objects.create(node=node, kind=RunKind.TRANSITION_FOLLOWUP, status=RunStatus.PASSED)
     ask(api_as(operator), node, "dcgm_diag")
-    CheckRun.objects.create(node=NodeFactory(), kind=RunKind.TRANSITION_FOLLOWUP)  # another node's
+    Run.objects.create(node=NodeFactory(), kind=RunKind.TRANSITION_FOLLOWUP)  # another node's
 
     response = api_as(operator).get(url(node))
     assert response.status_code == 200
@@ -105,7 +105,7 @@ def test_a_customer_reads_its_own_nodes_runs(api_as, customer, operator, node):
     assert [r["id"] for r in client.get(url(node)).json()["results"]] == [run.pk]
     detail = client.get(f"/api/checks/{run.pk}/")
     assert detail.status_code == 200 and detail.json()["output"] == ""
-    other = CheckRun.objects.create(node=NodeFactory(), kind=RunKind.TRANSITION_FOLLOWUP)
+    other = Run.objects.create(node=NodeFactory(), kind=RunKind.TRANSITION_FOLLOWUP)
     assert client.get(f"/api/checks/{other.pk}/").status_code == 404
 
 
@@ -113,7 +113,7 @@ def test_the_list_costs_the_same_number_of_queries_for_many_runs(api_as, operato
     client = api_as(operator)
     for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test"):
         ask(client, node, kind)
-    CheckRun.objects.bulk_create(CheckRun(node=node, kind=RunKind.TRANSITION_FOLLOWUP) for _ in range(20))
+    Run.objects.bulk_create(Run(node=node, kind=RunKind.TRANSITION_FOLLOWUP) for _ in range(20))
     # session/user, the node lookup, the count and the page (requested_by joined): not one per row.
     with django_assert_max_num_queries(6):
         assert len(client.get(url(node)).json()["results"]) == 24

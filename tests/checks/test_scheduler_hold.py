@@ -16,7 +16,7 @@ from checks.services import CheckResult
 from fleet.choices import SchedulerKind
 from nodes import services as node_services
 from nodes.choices import NodeState, RunStatus
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from schedulers.base import OWNER
 from schedulers.kubernetes import OWNER_ANNOTATION, REASON_ANNOTATION, TAINT_KEY
@@ -35,7 +35,7 @@ def production_node(cluster, name: str):
     return node
 
 
-def queue(node, kind: str = "gpu_stress") -> CheckRun:
+def queue(node, kind: str = "gpu_stress") -> Run:
     return services.request_check(node.pk, kind, actor=ACTOR, reason="routine check")
 
 
@@ -46,7 +46,7 @@ def passed() -> CheckResult:
     )
 
 
-def finish(run: CheckRun, capture) -> CheckRun:
+def finish(run: Run, capture) -> Run:
     """The agent posts its result; the release runs after the commit, as in a request."""
     with capture(execute=True):
         run, _ = services.record_check_result(run.pk, run.node_id, result=passed())
@@ -121,7 +121,7 @@ def test_an_idle_node_is_drained_while_the_check_runs_and_resumed_after_the_resu
     assert run.status == RunStatus.RUNNING and run.scheduler_hold
     assert run.details["scheduler_hold"]["ours"] is True
     # What the fleet audit asks: this production node's drain is a check's hold.
-    assert CheckRun.objects.filter(node=node, scheduler_hold=True).exists()
+    assert Run.objects.filter(node=node, scheduler_hold=True).exists()
     waiting = slurm.submit("gpu-s-03", 30, "customer-eval")  # a job asking for the node waits
     slurm.wait_job_state(waiting, "PD")
 

@@ -13,7 +13,7 @@ from checks.services import CheckConflict, CheckForbidden, CheckResult
 from checks.specs import describe_figures
 from health.models import Alert, Finding
 from nodes.choices import EventKind, NodeState, RunKind, RunStatus
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from nodewarden.errors import ReasonRequired
 from tests.factories import NodeFactory
@@ -42,7 +42,7 @@ def result(status="passed", **overrides) -> CheckResult:
     return CheckResult(**{**values, **overrides})
 
 
-def claimed(node, kind="gpu_stress") -> CheckRun:
+def claimed(node, kind="gpu_stress") -> Run:
     run = request(node, kind)
     (taken,) = services.claim_checks_for_agent(node.pk).runs
     assert taken.pk == run.pk
@@ -66,7 +66,7 @@ def test_it_refuses_a_second_open_run_of_the_same_kind_but_not_another_kind(node
     with pytest.raises(CheckConflict, match="DCGM diagnostics is already queued or running"):
         request(node, "dcgm_diag")
     request(node, "nccl_test")
-    assert CheckRun.objects.filter(node=node).count() == 2
+    assert Run.objects.filter(node=node).count() == 2
     assert NodeEvent.objects.filter(node=node).count() == 2  # the refused request left no history row
 
 
@@ -81,7 +81,7 @@ def test_it_refuses_checks_on_nodes_where_they_make_no_sense(state):
     node = NodeFactory(state=state)
     with pytest.raises(CheckConflict, match="Cannot run checks on a node in state"):
         request(node)
-    assert not CheckRun.objects.exists()
+    assert not Run.objects.exists()
 
 
 def test_it_needs_a_reason_the_operate_permission_and_valid_params(node, viewer):
@@ -91,7 +91,7 @@ def test_it_needs_a_reason_the_operate_permission_and_valid_params(node, viewer)
         request(node, user=viewer)
     with pytest.raises(ValidationError):
         request(node, "dcgm_diag", level=9)
-    assert not CheckRun.objects.exists() and not NodeEvent.objects.exists()
+    assert not Run.objects.exists() and not NodeEvent.objects.exists()
 
 
 # --- Idleness -------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_claiming_hands_out_nothing_while_the_node_is_busy(node):
 def test_a_stale_copy_of_a_queued_run_cannot_be_claimed_twice(idle_node):
     """The compare-and-swap itself: a claim racing with another one changes no row twice."""
     run = request(idle_node)
-    CheckRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # another poll won meanwhile
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # another poll won meanwhile
     assert services.claim_checks_for_agent(idle_node.pk).runs == []
 
 
@@ -199,7 +199,7 @@ def test_a_different_second_result_is_a_conflict(idle_node):
 def test_another_nodes_agent_cannot_report_for_the_run(idle_node):
     run = claimed(idle_node)
     other = NodeFactory(production=True)
-    with pytest.raises(CheckRun.DoesNotExist):
+    with pytest.raises(Run.DoesNotExist):
         services.record_check_result(run.pk, other.pk, result=result())
 
 

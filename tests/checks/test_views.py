@@ -12,7 +12,7 @@ from django.utils import timezone
 from checks import services
 from checks.services import CheckResult
 from nodes.choices import RunStatus
-from nodes.models import CheckRun
+from nodes.models import Run
 from nodes.services import Actor
 from tests.factories import NodeFactory
 
@@ -84,7 +84,7 @@ def test_the_partial_shows_only_active_checks_and_costs_a_fixed_number_of_querie
 ):
     for kind in ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test"):
         services.request_check(node.pk, kind, actor=Actor(user=operator), reason="routine")
-    CheckRun.objects.create(node=node, kind="transition_followup")
+    Run.objects.create(node=node, kind="transition_followup")
     client.force_login(operator)
     # session, user, permissions (2), node, runs with requester, node health
     with django_assert_max_num_queries(8):
@@ -99,7 +99,7 @@ def test_an_operator_requests_a_check_from_the_form(client, operator, node):
     )
 
     assert response.status_code == 302 and response["Location"] == reverse("node-detail", args=[node.pk])
-    run = CheckRun.objects.get(node=node)
+    run = Run.objects.get(node=node)
     assert (run.kind, run.status, run.params, run.requested_by) == (
         "dcgm_diag",
         RunStatus.QUEUED,
@@ -121,10 +121,10 @@ def test_the_form_flashes_refusals_and_queues_nothing(client, operator, node, fo
     client.force_login(operator)
     response = client.post(reverse("node-check-request", args=[node.pk]), form, follow=True)
     assert message in " ".join(str(m) for m in response.context["messages"])
-    assert not CheckRun.objects.exists()
+    assert not Run.objects.exists()
 
 
 def test_customers_may_not_post_the_form(client, customer, node):
     client.force_login(customer)
     response = client.post(reverse("node-check-request", args=[node.pk]), {"kind": "dcgm_diag", "reason": "r"})
-    assert response.status_code == 403 and not CheckRun.objects.exists()
+    assert response.status_code == 403 and not Run.objects.exists()

@@ -24,7 +24,7 @@ from health.choices import AlertState, RecommendedAction, Severity
 from health.models import Alert, Finding
 from health.tasks import check_heartbeats
 from nodes.choices import EventKind
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodewarden_agent.client import PortalAuthError, PortalClient
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from tests.factories import NodeFactory
@@ -236,7 +236,7 @@ def test_an_operator_requested_dcgm_diag_runs_on_the_idle_node_and_comes_back_no
     assert done["summary"] == "dcgmi is not installed on this node (install DCGM to run diagnostics)"
     assert done["started"] and done["finished"] and done["claimed_at"]
     assert not list((hardware.state_dir / "check-results").glob("*.json")), "the result left the agent's disk"
-    assert CheckRun.objects.get(pk=run["id"]).status == "not_available"
+    assert Run.objects.get(pk=run["id"]).status == "not_available"
     assert not Finding.objects.exists() and not Alert.objects.exists()
     outcome = NodeEvent.objects.get(node=node, kind=EventKind.ACTION, details__check_status="not_available")
     assert outcome.actor_name == f"system:agent:{node.hostname}"

@@ -159,7 +159,7 @@ def test_a_racked_server_walks_from_enrollment_to_production_with_no_human_after
         validation.advance_open_stages()
 
     node.refresh_from_db()
-    assert node.state == S.PRODUCTION, [(r.kind, r.status, r.summary) for r in node.check_runs.all()]
+    assert node.state == S.PRODUCTION, [(r.kind, r.status, r.summary) for r in node.runs.all()]
     road = list(
         NodeEvent.objects.filter(node=node, kind="transition")
         .order_by("created", "id")
@@ -176,7 +176,7 @@ def test_a_racked_server_walks_from_enrollment_to_production_with_no_human_after
         S.PRODUCTION,
     ]
     assert all(actor.startswith("system:") for _, actor in road[1:]), road  # nobody after the enrollment
-    stages = {r.kind: r for r in node.check_runs.filter(kind__startswith="stage_")}
+    stages = {r.kind: r for r in node.runs.filter(kind__startswith="stage_")}
     assert all(r.status == RunStatus.PASSED for r in stages.values())
     assert stages["stage_firmware"].details["evidence"]["updated"] == ["bios"]
     assert stages["stage_burn_in"].figures["nccl_test.busbw_gbps"] > 300

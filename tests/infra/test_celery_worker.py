@@ -24,7 +24,7 @@ from django.conf import settings
 from fleet.choices import SchedulerKind
 from nodes import services
 from nodes.choices import NodeState, RunKind, RunStatus
-from nodes.models import CheckRun, Node, NodeEvent, StateCountSnapshot
+from nodes.models import Node, NodeEvent, Run, StateCountSnapshot
 from nodes.tasks import run_transition_followup, snapshot_state_counts
 from nodewarden.celery import QUEUE_NAMES, app
 from tests.factories import ClusterFactory, NodeFactory, TenantFactory
@@ -170,14 +170,14 @@ def drain_through_the_worker(worker: Worker) -> tuple[Node, list[NodeEvent]]:
     services.request_drain(node.pk, actor=ACTOR, reason="XID 79 on GPU 3")  # queued on commit
 
     def chain_done() -> bool:
-        return worker.alive() and CheckRun.objects.filter(node=node, status=RunStatus.PASSED).count() == 3
+        return worker.alive() and Run.objects.filter(node=node, status=RunStatus.PASSED).count() == 3
 
     wait_until(
         chain_done,
         timeout=TIMEOUT,
         what="the three follow-ups of a drain request",
         explain=lambda: (
-            f"{list(CheckRun.objects.filter(node=node).values('kind', 'status', 'summary'))}\n" + worker.explain()
+            f"{list(Run.objects.filter(node=node).values('kind', 'status', 'summary'))}\n" + worker.explain()
         ),
     )
     node.refresh_from_db()
@@ -197,7 +197,7 @@ def test_a_real_worker_carries_a_drain_request_through_to_triage(celery_worker):
     assert events[1].details == {"trigger_event": events[0].pk, "scheduler": "none"}
     assert events[2].details == {"trigger_event": events[1].pk, "scheduler": "none", "detail": "no workload scheduler"}
 
-    runs = {run.trigger_id: run for run in CheckRun.objects.filter(node=node)}
+    runs = {run.trigger_id: run for run in Run.objects.filter(node=node)}
     assert set(runs) == {e.pk for e in events}
     for run in runs.values():
         assert (run.kind, run.status, run.error) == (RunKind.TRANSITION_FOLLOWUP, RunStatus.PASSED, "")
@@ -210,7 +210,7 @@ def test_a_real_worker_carries_a_drain_request_through_to_triage(celery_worker):
 
 def test_a_follow_up_delivered_again_changes_nothing(celery_worker):
     node, events = drain_through_the_worker(celery_worker)
-    runs_before = list(CheckRun.objects.filter(node=node).order_by("pk").values())
+    runs_before = list(Run.objects.filter(node=node).order_by("pk").values())
     node_before = Node.objects.values().get(pk=node.pk)
 
     # As if the broker redelivered every message of the chain (acks_late makes that possible).
@@ -218,7 +218,7 @@ def test_a_follow_up_delivered_again_changes_nothing(celery_worker):
     for task_id in task_ids:
         assert celery_worker.wait_for_task(task_id).endswith(": 'passed'")
 
-    assert list(CheckRun.objects.filter(node=node).order_by("pk").values()) == runs_before
+    assert list(Run.objects.filter(node=node).order_by("pk").values()) == runs_before
     assert NodeEvent.objects.filter(node=node).count() == len(events)
     assert Node.objects.values().get(pk=node.pk) == node_before
 

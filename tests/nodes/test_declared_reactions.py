@@ -9,7 +9,7 @@ from django.db.models.signals import post_delete, post_save
 from health.followups import ON_NEW_FINDING
 from health.models import Alert, Finding
 from nodes.followups import EVEN_IF_MOVED_ON, FOLLOWUPS, ON_CLUSTER_CHANGE, ON_STATE_CHANGE
-from nodes.models import CheckRun, Node, NodeEvent
+from nodes.models import Node, NodeEvent, Run
 from provisioning.rejoin import FINDERS
 from remediation.models import Remediation
 
@@ -19,7 +19,7 @@ def names(handlers):
 
 
 def test_no_signal_receiver_acts_on_the_domains_records():
-    for model in (Node, NodeEvent, CheckRun, Finding, Alert, Remediation):
+    for model in (Node, NodeEvent, Run, Finding, Alert, Remediation):
         assert not post_save.has_listeners(model), model
         assert not post_delete.has_listeners(model), model
 

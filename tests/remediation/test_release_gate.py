@@ -19,7 +19,7 @@ from health.choices import AlertState
 from health.models import Alert
 from health.services import raise_finding
 from nodes.choices import NodeState, RunStatus
-from nodes.models import CheckRun
+from nodes.models import Run
 from remediation.choices import Rung, Status, StepStatus
 from remediation.models import Remediation
 from tests.validation.conftest import idle_report, send
@@ -78,7 +78,7 @@ def test_a_gpu_still_missing_after_the_reboot_never_goes_back_to_production(inve
     advance(eager, timezone.now())
     node.refresh_from_db()
     rem.refresh_from_db()
-    inventory = CheckRun.objects.filter(node=node, kind="stage_inventory").earliest("started")  # after the reboot
+    inventory = Run.objects.filter(node=node, kind="stage_inventory").earliest("started")  # after the reboot
     assert inventory.status == RunStatus.FAILED and "GPU count 7" in inventory.summary, inventory.summary
     step.refresh_from_db()
     assert step.status == StepStatus.FAILED and "re-validation failed" in step.detail
@@ -132,7 +132,7 @@ def test_no_report_since_the_action_means_the_condition_was_not_seen_to_clear(fl
         )
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
-    soak = CheckRun.objects.filter(node=node, kind="stage_reliability").latest("started")
+    soak = Run.objects.filter(node=node, kind="stage_reliability").latest("started")
     assert soak.status == RunStatus.FAILED and soak.summary.startswith("Still firing, not released: GPU 4: 16 of 18")
     assert node.state != S.PRODUCTION and rem.status != Status.SUCCEEDED
     assert rem.steps.get(rung=Rung.POWER_CYCLE).status == StepStatus.FAILED

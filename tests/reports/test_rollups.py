@@ -115,14 +115,14 @@ def test_time_to_recover_of_an_empty_period_has_no_figures(week):
 
 def test_the_fleets_day1_yield_reads_every_nodes_runs(week):
     from nodes.choices import RunKind, RunStatus
-    from nodes.models import CheckRun
+    from nodes.models import Run
 
     for node, kind, status in [
         (week.a, RunKind.STAGE_RELIABILITY, RunStatus.PASSED),
         (week.c, RunKind.STAGE_BURN_IN, RunStatus.FAILED),
         (week.d, RunKind.STAGE_RELIABILITY, RunStatus.SKIPPED),
     ]:
-        CheckRun.objects.create(node=node, kind=kind, status=status, finished=NOW - D)
+        Run.objects.create(node=node, kind=kind, status=status, finished=NOW - D)
     assert (
         day1_yield(None, now=NOW)
         == day1_yield(Node.objects.all(), now=NOW)

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from audit import invariants as C
 from audit.services import context
-from nodes.models import CheckRun
+from nodes.models import Run
 
 AGO = timezone.now() - timedelta(days=1)
 
@@ -75,6 +75,6 @@ def test_a_production_node_held_for_an_active_check_is_excused(slurm, adapter, s
     node = slurm_node("gpu-s-04")
     type(node).objects.filter(pk=node.pk).update(state="production", state_changed_at=AGO)
     adapter.cordon(node, reason="held for a GPU stress test")
-    CheckRun.objects.create(node=node, kind="gpu_stress", status="running", details={"scheduler_hold": True})
+    Run.objects.create(node=node, kind="gpu_stress", status="running", details={"scheduler_hold": True})
     agree, foreign = audit()
     assert (agree.breaches, foreign.breaches, agree.excused) == ([], [], 1)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nodes.choices import ActorKind, EventKind, NodeState, RunKind, RunStatus
-from nodes.models import CheckRun, Node, NodeEvent
+from nodes.models import Node, NodeEvent, Run
 from remediation.choices import Rung, Status, Urgency
 from remediation.models import Remediation
 from repairs.choices import TicketState
@@ -60,12 +60,12 @@ def make_nodes(count: int, *, prefix: str, profile_name: str = "trend-h100") -> 
 
 def nccl_runs(
     node: Node, values: list[float], *, now: datetime = NOW, days_ago: tuple[float, ...] = RUN_DAYS_AGO
-) -> list[CheckRun]:
+) -> list[Run]:
     runs = []
     for ago, value in zip(days_ago, values, strict=True):
         at = now - timedelta(days=ago)
         runs.append(
-            CheckRun(
+            Run(
                 node=node,
                 kind=RunKind.NCCL_TEST,
                 status=RunStatus.PASSED,
@@ -232,13 +232,13 @@ def plant(count: int = 50, *, prefix: str = "tr", seed: int = 7, telemetry_nodes
         if i % 9 == 4:
             tickets.append(ticket(node, 12))
             failed.append(
-                CheckRun(node=node, kind=RunKind.DCGM_DIAG, status=RunStatus.FAILED, created=NOW - timedelta(days=9))
+                Run(node=node, kind=RunKind.DCGM_DIAG, status=RunStatus.FAILED, created=NOW - timedelta(days=9))
             )
     for node in fleet.healthy[:telemetry_nodes]:
         h, r = flat_telemetry(node, rng=rng)
         hourly += h
         raw += r
-    CheckRun.objects.bulk_create(runs + failed)
+    Run.objects.bulk_create(runs + failed)
     Remediation.objects.bulk_create(rems)
     XidRecord.objects.bulk_create(xid_rows)
     RepairTicket.objects.bulk_create(tickets)

@@ -10,7 +10,7 @@ import pytest
 
 from health.choices import AlertState
 from health.models import Alert, Finding
-from nodes.models import CheckRun
+from nodes.models import Run
 from telemetry.models import GpuSample, GpuSampleHourly
 from trends import services
 from trends.choices import FlagKind
@@ -117,9 +117,7 @@ def test_flags_clear_and_alerts_resolve_when_the_condition_is_gone(fleet):
     # underperformer were repaired) and the lemon's incidents are older than the lemon window.
     later = NOW + timedelta(days=60)
     rng = random.Random(11)
-    CheckRun.objects.bulk_create(
-        [run for node in fleet.nodes for run in nccl_runs(node, healthy_busbw(rng), now=later)]
-    )
+    Run.objects.bulk_create([run for node in fleet.nodes for run in nccl_runs(node, healthy_busbw(rng), now=later)])
     run = services.evaluate(now=later)
     assert (run.opened, run.cleared) == (0, 4)
     assert open_flags() == set()
@@ -132,7 +130,7 @@ def test_a_flag_holds_while_the_figure_stays_near_its_threshold(fleet):
     services.evaluate(now=NOW)
     # A week on, the underperformer's new run is 9 % under: past 75 % of the 10 % threshold, the flag stays.
     later = NOW + timedelta(days=7)
-    CheckRun.objects.bulk_create(nccl_runs(fleet.underperformer, [360 * 0.91], now=later, days_ago=(0.2,)))
+    Run.objects.bulk_create(nccl_runs(fleet.underperformer, [360 * 0.91], now=later, days_ago=(0.2,)))
     run = services.evaluate(now=later)
     assert (fleet.underperformer.hostname, FlagKind.UNDERPERFORMER, "nccl_busbw_gbps") in open_flags()
     assert run.opened == 0
@@ -218,7 +216,7 @@ def test_gpu_stress_tflops_are_trended_and_compared_too(db):
             value = 700 * (1 - 0.04 * w) if i == 0 else 700 * (1 + rng.uniform(-0.01, 0.01))
             at = NOW - timedelta(days=ago)
             runs.append(
-                CheckRun(
+                Run(
                     node=node,
                     kind="gpu_stress",
                     status="passed",
@@ -228,7 +226,7 @@ def test_gpu_stress_tflops_are_trended_and_compared_too(db):
                     figures={"min_tflops": value, "gpu0_tflops": value},
                 )
             )
-    CheckRun.objects.bulk_create(runs)
+    Run.objects.bulk_create(runs)
     services.evaluate(now=NOW)
     assert open_flags() == {
         (nodes[0].hostname, FlagKind.DEGRADING, "gpu_min_tflops"),

@@ -47,7 +47,7 @@ def at_fabric_check(node_in, eager):
 
 
 def fabric_run(node):
-    return node.check_runs.get(kind=RunKind.STAGE_FABRIC)
+    return node.runs.get(kind=RunKind.STAGE_FABRIC)
 
 
 def test_it_waits_for_a_discovery_run_then_passes_when_cabled_as_planned(at_fabric_check, eager):

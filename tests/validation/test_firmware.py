@@ -51,7 +51,7 @@ def validate(node, eager):
     with eager():
         node_services.start_validation(node.pk, actor=Actor.system("tests"), reason="onboard")
     node.refresh_from_db()
-    return node.check_runs.get(kind=RunKind.STAGE_FIRMWARE)
+    return node.runs.get(kind=RunKind.STAGE_FIRMWARE)
 
 
 def test_firmware_at_baseline_passes_and_records_every_version(emulator, node_in, eager):

@@ -55,9 +55,7 @@ def test_a_production_node_is_drained_reconfigured_revalidated_and_returned(node
     node.refresh_from_db()
     change.refresh_from_db()
     assert node.state == S.PRODUCTION and change.status == PersonaChange.Status.DONE
-    statuses = list(
-        node.check_runs.filter(kind__startswith="stage_").order_by("created", "id").values_list("kind", "status")
-    )
+    statuses = list(node.runs.filter(kind__startswith="stage_").order_by("created", "id").values_list("kind", "status"))
     assert statuses == [
         ("stage_firmware", RunStatus.SKIPPED),
         ("stage_inventory", RunStatus.PASSED),

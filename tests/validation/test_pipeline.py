@@ -16,7 +16,7 @@ from health.models import Finding
 from health.services import raise_finding
 from nodes import services as node_services
 from nodes.choices import ACTIVE_KINDS, NodeState, RunKind, RunStatus
-from nodes.models import CheckRun, NodeEvent
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from validation import services
 from validation.choices import Reentry, Stage
@@ -30,7 +30,7 @@ S = NodeState
 
 
 def stage_runs(node, kind=None):
-    runs = CheckRun.objects.filter(node=node, kind__startswith="stage_").order_by("created", "id")
+    runs = Run.objects.filter(node=node, kind__startswith="stage_").order_by("created", "id")
     return runs.filter(kind=kind) if kind else runs
 
 
@@ -79,7 +79,7 @@ def test_a_node_with_what_its_profile_says_walks_from_inventory_to_production(at
     assert inventory.status == RunStatus.PASSED and "8 x NVIDIA H100 80GB HBM3" in inventory.summary
 
     burn_in = stage_runs(node, RunKind.STAGE_BURN_IN).get()
-    requested = CheckRun.objects.filter(
+    requested = Run.objects.filter(
         node=node, kind__in=[RunKind.GPU_STRESS, RunKind.DCGM_DIAG, RunKind.NCCL_TEST, RunKind.MEMORY_TEST]
     )
     assert requested.count() == 4 and set(requested.values_list("status", flat=True)) == {RunStatus.QUEUED}
@@ -150,7 +150,7 @@ def test_a_check_queued_before_the_stage_began_is_asked_again_not_counted(at_inv
         actor=Actor(user=operator),
         reason="asked before the reboot",
     )
-    CheckRun.objects.filter(pk=earlier.pk).update(created=timezone.now() - timedelta(hours=1))
+    Run.objects.filter(pk=earlier.pk).update(created=timezone.now() - timedelta(hours=1))
     send(node, idle_report(node))
     advance(eager)  # inventory passes, burn-in begins
     earlier.refresh_from_db()
@@ -202,7 +202,7 @@ def test_a_catastrophic_finding_during_burn_in_fails_it_before_the_checks_end(at
     node.refresh_from_db()
     assert node.state == S.TRIAGE and "Catastrophic finding during burn-in" in last_event(node).reason
     # The checks no agent took are withdrawn: nothing stresses the node later for a stage long over.
-    checks = CheckRun.objects.filter(node=node, kind__in=ACTIVE_KINDS)
+    checks = Run.objects.filter(node=node, kind__in=ACTIVE_KINDS)
     assert checks.count() == 4 and set(checks.values_list("status", flat=True)) == {RunStatus.CANCELLED}
 
 

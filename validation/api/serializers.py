@@ -7,7 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from checks.api.serializers import CheckRunSerializer
-from nodes.models import CheckRun
+from nodes.models import Run
 
 from ..choices import Stage
 
@@ -22,12 +22,12 @@ class StageRunSerializer(CheckRunSerializer):
         fields = [*CheckRunSerializer.Meta.fields, "stage", "evidence"]
         read_only_fields = fields
 
-    def get_stage(self, run: CheckRun) -> str:
+    def get_stage(self, run: Run) -> str:
         from ..choices import BY_RUN_KIND
 
         return BY_RUN_KIND[run.kind].stage
 
-    def get_evidence(self, run: CheckRun) -> dict[str, Any]:
+    def get_evidence(self, run: Run) -> dict[str, Any]:
         evidence: dict[str, Any] = (run.details or {}).get("evidence", {})  # JSON: Any to mypy
         return evidence
 

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from checks.api.views import Conflict
 from nodes.api.serializers import DetailSerializer
 from nodes.choices import STAGE_KINDS
-from nodes.models import CheckRun
+from nodes.models import Run
 from nodes.scoping import visible_node_or_404, visible_nodes
 from nodes.services import Actor
 
@@ -30,16 +30,16 @@ ERRORS = {
 }
 
 
-class NodeStagesView(generics.ListAPIView[CheckRun]):
+class NodeStagesView(generics.ListAPIView[Run]):
     """A node's Day 1 stage runs, newest first."""
 
     serializer_class = serializers.StageRunSerializer
-    queryset = CheckRun.objects.none()  # for the schema; the real rows come from get_queryset
+    queryset = Run.objects.none()  # for the schema; the real rows come from get_queryset
 
-    def get_queryset(self) -> QuerySet[CheckRun]:
+    def get_queryset(self) -> QuerySet[Run]:
         node = visible_node_or_404(self.request.user, self.kwargs["pk"])
         return (
-            CheckRun.objects.filter(node=node, kind__in=STAGE_KINDS)
+            Run.objects.filter(node=node, kind__in=STAGE_KINDS)
             .select_related("requested_by")
             .defer("output")
             .order_by("-created", "-id")

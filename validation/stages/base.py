@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nodes.models import CheckRun, Node
+from nodes.models import Node, Run
 
 from ..models import Day1Spec
 
@@ -17,7 +17,7 @@ class StageContext:
     """One stage run on one node: the run row (its ``details`` carry the stage's own state),
     the node with its hardware profile, the profile's Day 1 spec, and the time now."""
 
-    run: CheckRun
+    run: Run
     node: Node
     spec: Day1Spec
     now: datetime

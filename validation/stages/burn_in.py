@@ -14,7 +14,7 @@ from typing import Any
 from health.choices import Severity
 from health.models import Finding
 from nodes.choices import FINISHED, RunKind, RunStatus
-from nodes.models import CheckRun
+from nodes.models import Run
 
 from .base import StageContext, Verdict
 
@@ -41,7 +41,7 @@ def start(ctx: StageContext) -> Verdict | None:
     for kind, params in _params(ctx).items():
         # A check still queued from before this stage began (before the reboot or repair being
         # verified) would judge the node as it was: withdrawn, and asked for again.
-        for stale in CheckRun.objects.filter(
+        for stale in Run.objects.filter(
             node_id=ctx.node.pk, kind=kind, status=RunStatus.QUEUED, created__lt=started
         ).values_list("pk", flat=True):
             cancel_check(stale, actor=actor, reason=f"{REASON}: asked before this stage began; asked again")
@@ -49,9 +49,7 @@ def start(ctx: StageContext) -> Verdict | None:
             run_ids[kind] = request_check(ctx.node.pk, kind, params=params, actor=actor, reason=REASON).pk
         except CheckConflict:  # an operator's run of this kind, asked for since, is open: its result counts
             run_ids[kind] = (
-                CheckRun.objects.filter(
-                    node_id=ctx.node.pk, kind=kind, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-                )
+                Run.objects.filter(node_id=ctx.node.pk, kind=kind, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
                 .values_list("pk", flat=True)
                 .first()
             )
@@ -59,7 +57,7 @@ def start(ctx: StageContext) -> Verdict | None:
     return None
 
 
-def judge(ctx: StageContext, runs: list[CheckRun]) -> Verdict:
+def judge(ctx: StageContext, runs: list[Run]) -> Verdict:
     """Every check has finished: pass or fail, with the figures that decided."""
     spec = ctx.spec
     problems: list[str] = []
@@ -109,7 +107,7 @@ def poll(ctx: StageContext) -> Verdict | None:
             rule=catastrophic.rule,
         )
     ids = [pk for pk in (ctx.run.details.get("checks") or {}).values() if pk]
-    runs = list(CheckRun.objects.filter(pk__in=ids).order_by("kind"))
+    runs = list(Run.objects.filter(pk__in=ids).order_by("kind"))
     if not runs or any(r.status not in FINISHED for r in runs):
         return None
     return judge(ctx, runs)
