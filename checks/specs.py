@@ -25,26 +25,26 @@ BYTE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: its default for a node, and a check that returns the normalised value
+    """One parameter: its default for a node, and a cleaner that returns the normalised value
     or raises ValueError with a message for the operator."""
 
     default: Callable[[Node], Any]
-    check: Callable[[Any, Node], Any]
+    clean: Callable[[Any, Node], Any]
 
 
 def integer(low: int, high: int | Callable[[Node], int]) -> Callable[[Any, Node], int]:
-    def check(value: Any, node: Node) -> int:
+    def clean(value: Any, node: Node) -> int:
         top = high(node) if callable(high) else high
         # bool is an int subclass in Python; true/false is never a count.
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= top:
             raise ValueError(f"must be a whole number from {low} to {top}")
         return value
 
-    return check
+    return clean
 
 
 def number(low: float, high: float) -> Callable[[Any, Node], float]:
-    def check(value: Any, node: Node) -> float:
+    def clean(value: Any, node: Node) -> float:
         if (
             isinstance(value, bool)
             or not isinstance(value, int | float)
@@ -54,16 +54,16 @@ def number(low: float, high: float) -> Callable[[Any, Node], float]:
             raise ValueError(f"must be a number from {low} to {high}")
         return float(value)
 
-    return check
+    return clean
 
 
 def one_of(*choices: str) -> Callable[[Any, Node], str]:
-    def check(value: Any, node: Node) -> str:
+    def clean(value: Any, node: Node) -> str:
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}")
         return str(value)
 
-    return check
+    return clean
 
 
 def byte_size(value: Any, node: Node) -> int:
@@ -116,7 +116,7 @@ def normalise_params(kind: str, params: Any, node: Node) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for name, param in spec.items():
         try:
-            result[name] = param.check(params[name], node) if name in params else param.default(node)
+            result[name] = param.clean(params[name], node) if name in params else param.default(node)
         except ValueError as exc:
             errors.append(f"{name}: {exc} (got {params[name]!r})")
     if kind == RunKind.NCCL_TEST and not errors and result["min_bytes"] > result["max_bytes"]:

@@ -82,7 +82,7 @@ def _port(value: Any) -> int:
     return port
 
 
-def check_rows(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> list[PlanRow]:
+def parse_rows(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> list[PlanRow]:
     """The plan links, or PlanImportError with every problem and its line."""
     errors: list[tuple[int, str]] = []
     good: list[PlanRow] = []
@@ -196,7 +196,7 @@ def _tie_to_nodes(devices: list[FabricDevice]) -> None:
 
 def import_plan(text: str, *, actor: Actor, source: str = "", note: str = "") -> CablingPlan:
     """Check every row, then store the plan as the one in force (one transaction)."""
-    rows = check_rows(read_csv(text))
+    rows = parse_rows(read_csv(text))
     links = [r.link for r in rows]
     leaves = leaf_switches(links)
     with transaction.atomic():

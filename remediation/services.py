@@ -42,6 +42,7 @@ from nodes.services import Actor, clean_reason, record_event
 from repairs import services as repairs
 
 from . import safety
+from .machine import INITIAL, STEP_INITIAL, RemediationConflict, move, move_steps
 from .choices import (
     APPROVABLE,
     DISRUPTIVE,
@@ -73,10 +74,6 @@ OUT_OF_HANDS = (S.REPAIR, S.RMA, S.DECOMMISSIONED)
 # names one of these rules explicitly opts in.
 VALIDATION_RULES = ("day1_stage", "day0_timeout")
 RUNG_TIMEOUT: dict[str, int] = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
-
-
-class RemediationConflict(Exception):
-    """The remediation's state does not allow this (the API answers 409)."""
 
 
 class RemediationForbidden(PermissionError):
@@ -207,7 +204,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
                 policy=plan.policy,
                 urgency=plan.urgency,
                 rung=plan.rung,
-                status=Status.QUEUED,
+                status=INITIAL,
                 created=now,
                 updated=now,
             )
@@ -215,11 +212,12 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
     except IntegrityError:  # another finding opened one for this node meanwhile
         return Remediation.objects.filter(node=node, status__in=OPEN).first()
     if plan.policy is not None and plan.policy.shadow:
-        rem.status, rem.finished = Status.STOPPED, now
+        move(rem, Status.STOPPED)
+        rem.finished = now
         _decide(rem, "shadow policy: recorded what would be done, nothing done")
         return rem
     if plan.policy is not None and plan.policy.requires_approval:
-        rem.status = Status.AWAITING_APPROVAL
+        move(rem, Status.AWAITING_APPROVAL)
         _decide(rem, "waiting for an operator's approval")
         return rem
     return admit(rem.pk, now=now)
@@ -273,7 +271,7 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
     """Let a queued (or approved) remediation act if the safety rails allow it now."""
     now = now or timezone.now()
     rem = Remediation.objects.select_related("node__cluster", "policy").get(pk=remediation_id)
-    if rem.status not in (Status.QUEUED, Status.AWAITING_APPROVAL):
+    if rem.status != Status.QUEUED:  # awaiting approval: ``approve`` queues it first
         return rem
     node = rem.node
     with transaction.atomic():
@@ -284,7 +282,8 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
         blocked = safety.block_reason(node, taking_out=True, now=now)
         if blocked:
             if rem.queued_reason != blocked:
-                rem.status, rem.queued_reason = Status.QUEUED, blocked[:300]
+                move(rem, Status.QUEUED)
+                rem.queued_reason = blocked[:300]
                 _decide(rem, f"queued: {blocked}")
             return rem
         rem.queued_reason = ""
@@ -297,14 +296,14 @@ def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediati
         _take_out_now(rem, actor)
         return start_rung(rem.pk, now=now)
     if node.state == S.PRODUCTION and rem.urgency == Urgency.WHEN_IDLE:
-        rem.status = Status.DRAINING
+        move(rem, Status.DRAINING)
         _decide(rem, "draining: the node leaves production when its current job ends", event=False)
         node_services.request_drain(
             node.pk, actor=actor, reason=f"Remediation {rem.pk}: {_finding_text(rem)}", details={"remediation": rem.pk}
         )
         return rem
     if node.state in (S.DRAIN_PENDING, S.DRAINING):
-        rem.status = Status.DRAINING
+        move(rem, Status.DRAINING)
         _decide(rem, "already draining: the rung starts once the drain completes", event=False)
         return rem
     return start_rung(rem.pk, now=now)
@@ -339,7 +338,8 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
         waiting = confirming(rem, now)
         if waiting:
             if rem.queued_reason != waiting[:300]:
-                rem.status, rem.queued_reason = Status.QUEUED, waiting[:300]
+                move(rem, Status.QUEUED)
+                rem.queued_reason = waiting[:300]
                 _decide(rem, f"queued: {waiting}")
             return rem
     if rem.rung in HAND_OFF:
@@ -348,7 +348,8 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
         closed = safety.window_block(node, rem.rung, now)
         if closed:
             if rem.queued_reason != closed:
-                rem.status, rem.queued_reason = Status.QUEUED, closed
+                move(rem, Status.QUEUED)
+                rem.queued_reason = closed
                 _decide(rem, f"queued: {closed}")
             return rem
     with transaction.atomic():
@@ -357,7 +358,7 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
             rung=rem.rung,
             defaults={"deadline": now + timedelta(seconds=RUNG_TIMEOUT.get(rem.rung, 900)), "started": now},
         )
-        if not created and step.status != StepStatus.RUNNING:
+        if not created and step.status != STEP_INITIAL:
             return rem  # this rung was tried already in this incident
         if node.state == S.TRIAGE:
             node_services.start_remediation(
@@ -366,7 +367,8 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
                 reason=f"{Rung(rem.rung).label} (remediation {rem.pk})",
                 details={"remediation": rem.pk, "rung": rem.rung},
             )
-        rem.status, rem.queued_reason = Status.RUNNING, ""
+        move(rem, Status.RUNNING)
+        rem.queued_reason = ""
         _decide(rem, f"{Rung(rem.rung).label.lower()} started", event=False)
         transaction.on_commit(lambda: queue_step(step.pk))
     return rem
@@ -405,7 +407,8 @@ def _hand_off(rem: Remediation) -> Remediation:
             finding_id=rem.finding_id,
             remediation_id=rem.pk,
         )
-    rem.status, rem.finished = Status.HANDED_OFF, timezone.now()
+    move(rem, Status.HANDED_OFF)
+    rem.finished = timezone.now()
     _decide(rem, f"handed off: {Rung(rem.rung).label.lower()}")
     return rem
 
@@ -440,12 +443,16 @@ def action_done(step: RemediationStep, detail: str) -> None:
     """The rung's action is done: re-validate the node (the Day 1 road for a remediated node). The step
     is not passed yet: it waits, verifying, for its success check (``on_back_in_production``)."""
     with transaction.atomic():
-        if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
-            status=StepStatus.VERIFYING, acted_at=timezone.now(), detail=detail[:2000]
+        if not move_steps(
+            RemediationStep.objects.filter(pk=step.pk),
+            [StepStatus.RUNNING],
+            StepStatus.VERIFYING,
+            acted_at=timezone.now(),
+            detail=detail[:2000],
         ):
             return  # another delivery finished it
         rem = Remediation.objects.select_related("node").get(pk=step.remediation_id)
-        rem.status = Status.VALIDATING
+        move(rem, Status.VALIDATING)
         _decide(rem, f"{Rung(step.rung).label.lower()} done ({detail}); re-validating before production", event=False)
         if rem.node.state == S.REMEDIATING:
             node_services.revalidate(
@@ -458,8 +465,12 @@ def action_done(step: RemediationStep, detail: str) -> None:
 
 def _verified(rem: Remediation, status: str, detail: str) -> None:
     """The verifying step of the remediation has its answer: passed or failed, with why."""
-    RemediationStep.objects.filter(remediation=rem, status=StepStatus.VERIFYING).update(
-        status=status, finished=timezone.now(), detail=Concat(F("detail"), Value(f"; {detail}"[:1000]))
+    move_steps(
+        RemediationStep.objects.filter(remediation=rem),
+        [StepStatus.VERIFYING],
+        status,
+        finished=timezone.now(),
+        detail=Concat(F("detail"), Value(f"; {detail}"[:1000])),
     )
 
 
@@ -482,8 +493,12 @@ def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
 def step_failed(step: RemediationStep, detail: str) -> None:
     """The rung did not work (or could not run): climb."""
     with transaction.atomic():
-        if not RemediationStep.objects.filter(pk=step.pk, status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED, finished=timezone.now(), detail=detail[:2000]
+        if not move_steps(
+            RemediationStep.objects.filter(pk=step.pk),
+            [StepStatus.RUNNING],
+            StepStatus.FAILED,
+            finished=timezone.now(),
+            detail=detail[:2000],
         ):
             return
         rem = Remediation.objects.get(pk=step.remediation_id)
@@ -496,11 +511,12 @@ def escalate(rem: Remediation, why: str, *, actor: Actor = ACTOR) -> Remediation
     if node.state == S.REMEDIATING:
         node_services.fail_remediation(node.pk, actor=actor, reason=why[:1000], details={"remediation": rem.pk})
     if rem.rung == LADDER[-1]:
-        rem.status, rem.finished = Status.FAILED, timezone.now()
+        move(rem, Status.FAILED)
+        rem.finished = timezone.now()
         _decide(rem, f"{why}; no rung left", actor=actor)
         return rem
+    move(rem, Status.RUNNING)
     rem.rung = next_rung(rem.rung)
-    rem.status = Status.RUNNING
     _decide(rem, f"{why}; climbing to {Rung(rem.rung).label.lower()}", actor=actor)
     transaction.on_commit(lambda: start_rung(rem.pk))
     return rem
@@ -583,7 +599,8 @@ def stand_down(remediation_id: int) -> Remediation:
             node_services.revalidate(
                 rem.node_id, actor=ACTOR, reason=f"Remediation {rem.pk}: {why}", details={"remediation": rem.pk}
             )
-        rem.status, rem.finished = Status.CLEARED, timezone.now()
+        move(rem, Status.CLEARED)
+        rem.finished = timezone.now()
         _decide(rem, why)
     return rem
 
@@ -611,11 +628,11 @@ def on_back_in_production(node_id: int) -> Remediation | None:
     rem.finished = timezone.now()
     if firing:
         _verified(rem, StepStatus.FAILED, f"back in production while still firing: {firing}")
-        rem.status = Status.STOPPED
+        move(rem, Status.STOPPED)
         _decide(rem, f"back in production by other hands while {firing} still fires: not a success")
         return rem
     _verified(rem, StepStatus.PASSED, "re-validation passed")
-    rem.status = Status.SUCCEEDED
+    move(rem, Status.SUCCEEDED)
     _decide(
         rem,
         f"back in production after {Rung(rem.rung).label.lower()} and re-validation "
@@ -646,7 +663,7 @@ def approve(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     rem = Remediation.objects.get(pk=remediation_id)
     if rem.status not in APPROVABLE:
         raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}, not awaiting approval.")
-    rem.status = Status.QUEUED
+    move(rem, Status.QUEUED)
     _decide(rem, f"approved: {reason}", actor=actor)
     return admit(rem.pk, actor=actor)
 
@@ -657,10 +674,15 @@ def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     rem = Remediation.objects.get(pk=remediation_id)
     if rem.status not in OPEN:
         raise RemediationConflict(f"Remediation {rem.pk} is already {rem.get_status_display().lower()}.")
-    RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
-        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"stopped by {actor.name}"
+    move_steps(
+        RemediationStep.objects.filter(remediation=rem),
+        [StepStatus.RUNNING, StepStatus.VERIFYING],
+        StepStatus.SKIPPED,
+        finished=timezone.now(),
+        detail=f"stopped by {actor.name}",
     )
-    rem.status, rem.finished = Status.STOPPED, timezone.now()
+    move(rem, Status.STOPPED)
+    rem.finished = timezone.now()
     _decide(rem, f"stopped: {reason}", actor=actor)
     return rem
 
@@ -672,10 +694,15 @@ def end_superseded(remediation_id: int) -> Remediation:
         rem = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
         if rem.status not in OPEN or rem.node.state not in OUT_OF_HANDS:
             return rem
-        RemediationStep.objects.filter(remediation=rem, status__in=(StepStatus.RUNNING, StepStatus.VERIFYING)).update(
-            status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"node in {rem.node.state}"
+        move_steps(
+            RemediationStep.objects.filter(remediation=rem),
+            [StepStatus.RUNNING, StepStatus.VERIFYING],
+            StepStatus.SKIPPED,
+            finished=timezone.now(),
+            detail=f"node in {rem.node.state}",
         )
-        rem.status, rem.finished = Status.STOPPED, timezone.now()
+        move(rem, Status.STOPPED)
+        rem.finished = timezone.now()
         _decide(rem, f"the node went to {rem.node.get_state_display().lower()} by other hands: nothing more to do")
     return rem
 
@@ -686,8 +713,12 @@ def skip_rung(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     rem = Remediation.objects.get(pk=remediation_id)
     if rem.status not in SKIPPABLE:
         raise RemediationConflict(f"Remediation {rem.pk} is {rem.get_status_display().lower()}: no rung to skip.")
-    RemediationStep.objects.filter(remediation=rem, rung=rem.rung, status=StepStatus.RUNNING).update(
-        status=StepStatus.SKIPPED, finished=timezone.now(), detail=f"skipped by {actor.name}: {reason}"
+    move_steps(
+        RemediationStep.objects.filter(remediation=rem, rung=rem.rung),
+        [StepStatus.RUNNING],
+        StepStatus.SKIPPED,
+        finished=timezone.now(),
+        detail=f"skipped by {actor.name}: {reason}",
     )
     with transaction.atomic():
         return escalate(rem, f"{Rung(rem.rung).label.lower()} skipped by {actor.name}: {reason}", actor=actor)

@@ -81,7 +81,7 @@ def normalise_bus_id(bus_id: str | None) -> str | None:
     return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
 
 
-def check_reports(reports: list[AgentReport], *, now: datetime | None = None) -> None:
+def vet_reports(reports: list[AgentReport], *, now: datetime | None = None) -> None:
     """What msgspec cannot say: a GPU index appears once per report; every time has a UTC
     offset a clock can have and lies at most NODEWARDEN_REPORT_MAX_FUTURE_SECONDS after
     ``now`` (the portal's clock)."""
@@ -89,9 +89,9 @@ def check_reports(reports: list[AgentReport], *, now: datetime | None = None) ->
     now = now or timezone.now()
     limit = now + timedelta(seconds=allowance)
     for r, report in enumerate(reports):
-        _check_time(report.collected_at, limit, now, allowance, f"$.reports[{r}].collected_at")
+        _vet_time(report.collected_at, limit, now, allowance, f"$.reports[{r}].collected_at")
         for x, event in enumerate(report.xid_events):
-            _check_time(event.observed_at, limit, now, allowance, f"$.reports[{r}].xid_events[{x}].observed_at")
+            _vet_time(event.observed_at, limit, now, allowance, f"$.reports[{r}].xid_events[{x}].observed_at")
         seen: set[int] = set()
         for g, gpu in enumerate(report.gpus):
             if gpu.index in seen:
@@ -99,7 +99,7 @@ def check_reports(reports: list[AgentReport], *, now: datetime | None = None) ->
             seen.add(gpu.index)
 
 
-def _check_time(value: datetime, limit: datetime, now: datetime, allowance: int, path: str) -> None:
+def _vet_time(value: datetime, limit: datetime, now: datetime, allowance: int, path: str) -> None:
     problem = timestamp_problem(value)  # the offset PostgreSQL refuses, a year 0 in UTC
     if problem is not None:
         raise IngestRefused(f"{problem} - at `{path}`")
@@ -116,7 +116,7 @@ def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "a
     Raises IngestRefused (nothing stored) for a batch that cannot be stored as sent.
     """
     received_at = timezone.now()
-    check_reports(reports, now=received_at)
+    vet_reports(reports, now=received_at)
     unique, duplicates = _unique_in_batch(reports)
     with transaction.atomic():
         node, latest, firing = _read_node(node_id)
@@ -171,7 +171,7 @@ def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]
 
 
 def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
-    """A latest state dated beyond what check_reports lets in now (stored before that check
+    """A latest state dated beyond what vet_reports lets in now (stored before that vetting
     existed, or before the portal's clock stepped back) would win every comparison and
     freeze the node's state: pull it back to when the portal last heard from the node.
     Nearly never true: no statement on the normal path."""

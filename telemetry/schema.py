@@ -37,7 +37,7 @@ Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 Text = Annotated[str, msgspec.Meta(max_length=200)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]  # a naive timestamp is refused
 # msgspec takes offsets up to ±23:59; no clock is past +14:00 and PostgreSQL refuses past
-# ±15:59 (nodewarden.bounds.MAX_UTC_OFFSET), so telemetry.ingest.check_reports refuses more (a 400 naming the field).
+# ±15:59 (nodewarden.bounds.MAX_UTC_OFFSET), so telemetry.ingest.vet_reports refuses more (a 400 naming the field).
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

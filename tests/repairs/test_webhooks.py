@@ -139,10 +139,3 @@ def test_backoff_doubles_and_is_capped():
 def test_max_attempts_follows_the_setting(settings):
     settings.NODEWARDEN_WEBHOOK_MAX_ATTEMPTS = 5
     assert webhooks.max_attempts() == 5
-
-
-def test_the_beat_entry_names_the_sweep_task():
-    from repairs.beat import BEAT
-
-    (entry,) = BEAT.values()
-    assert entry["task"] == tasks.send_due_webhooks.name and entry["schedule"] == 60.0
