@@ -20,6 +20,7 @@ from nodewarden.errors import ReasonRequired
 from nodewarden.records import ReadOnlyAdmin
 
 from . import services
+from .machine import RemediationConflict
 from .models import (
     BlastRadiusLimit,
     CircuitBreaker,
@@ -51,7 +52,7 @@ def _with_reason(
         try:
             verb(pk, Actor(user=request.user), reason)
             done += 1
-        except (ReasonRequired, services.RemediationConflict, services.RemediationForbidden) as exc:
+        except (ReasonRequired, RemediationConflict, services.RemediationForbidden) as exc:
             modeladmin.message_user(request, f"#{pk}: {exc}", messages.ERROR)
     modeladmin.message_user(request, f"{done} done.")
     return None

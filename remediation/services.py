@@ -42,7 +42,6 @@ from nodes.services import Actor, clean_reason, record_event
 from repairs import services as repairs
 
 from . import safety
-from .machine import INITIAL, STEP_INITIAL, RemediationConflict, move, move_steps
 from .choices import (
     APPROVABLE,
     DISRUPTIVE,
@@ -58,6 +57,7 @@ from .choices import (
     Urgency,
     next_rung,
 )
+from .machine import INITIAL, STEP_INITIAL, RemediationConflict, move, move_steps
 from .models import Remediation, RemediationPolicy, RemediationStep
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ from nodewarden.errors import ReasonRequired
 from . import charts, services, summary
 from .choices import Rung, Status
 from .filters import RemediationFilterSet
+from .machine import RemediationConflict
 from .models import Remediation
 
 PAGE_SIZE = 50
@@ -41,7 +42,7 @@ VERBS: dict[str, Callable[..., Remediation]] = {
     "skip-rung": services.skip_rung,
     "stop": services.stop,
 }
-REFUSALS = (ReasonRequired, services.RemediationConflict)
+REFUSALS = (ReasonRequired, RemediationConflict)
 
 
 class HoldForm(forms.Form):

@@ -27,6 +27,8 @@ DEMO_BEAT_SCHEDULE = {
     "submit-demo-jobs": {"task": "sandbox.demo.submit_demo_jobs", "schedule": 60.0},
     # ...and the fleet simulator plants faults at the published rates (sped up) for all of it to handle.
     "keep-demo-fleet-failing": {"task": "sandbox.simulator.live.keep_failing", "schedule": 60.0},
+    # ...and the trends the product evaluates once a night, every 15 minutes: a visitor sees them today.
+    "evaluate-demo-trends": {"task": "trends.tasks.evaluate_trends", "schedule": 900.0},
 }
 
 if settings.NODEWARDEN_DEMO_CHURN:

@@ -24,6 +24,7 @@ from nodes.services import Actor
 
 from .. import services, summary
 from ..filters import CircuitBreakerFilterSet, HoldFilterSet, RemediationFilterSet
+from ..machine import RemediationConflict
 from ..models import CircuitBreaker, Hold, Remediation
 from . import serializers
 
@@ -41,7 +42,7 @@ def _run(verb: Callable[[], Any]) -> Any:
     """The service's refusals as HTTP answers (ReasonRequired is a 400 in the project's handler)."""
     try:
         return verb()
-    except services.RemediationConflict as exc:
+    except RemediationConflict as exc:
         raise Conflict(str(exc)) from exc
     except services.RemediationForbidden as exc:
         raise exceptions.PermissionDenied(str(exc)) from exc

@@ -1,6 +1,6 @@
-"""The beat schedule Celery actually runs (nodewarden/celery.py): every entry names a task the
-worker registers, on a queue the worker listens on, and every periodic task the README promises
-is in it at the promised interval."""
+"""The beat schedule Celery actually runs (CELERY_BEAT_SCHEDULE in nodewarden/settings.py, read by
+nodewarden/celery.py's app): every entry names a task the worker registers, on a queue the worker
+listens on, and every periodic task the docs promise is in it at the promised interval."""
 
 from __future__ import annotations
 

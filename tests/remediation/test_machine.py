@@ -155,14 +155,14 @@ def test_admitting_leaves_a_remediation_awaiting_approval_alone():
 ROOT = Path(__file__).resolve().parents[2]
 # The playground fabricates past history as rows (seeds, like the factories here), and tests set
 # rows up directly; the product's code moves statuses only through remediation.machine.
-NOT_PRODUCT = ("tests", "sandbox", "simulator", "nodes/demo", "agent", "deploy", "docs", "bin")
+NOT_PRODUCT = ("tests", "sandbox", "agent", "deploy", "docs", "bin", "bench")
 
 
 def _product_modules() -> list[Path]:
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith(tuple(f"{p}/" for p in NOT_PRODUCT)) or "/migrations/" in rel or rel.startswith("."):
+        if rel.startswith((*(f"{p}/" for p in NOT_PRODUCT), ".")) or "/migrations/" in rel:
             continue
         found.append(path)
     return found

@@ -1,12 +1,15 @@
 """manage.py simulate_fleet: a fleet under published failure rates, the real system answering.
 
+A sandbox command: run it with DJANGO_SETTINGS_MODULE=sandbox.settings (the product's settings do
+not install the simulator).
+
     manage.py simulate_fleet --nodes 2048 --days 54                 # Llama 3 scale, default policy
     manage.py simulate_fleet --policy default --compare-policy aggressive --days 14
     manage.py simulate_fleet --nodes 256 --days 7 --json out.json --keep-db /tmp/sim
 
 Each run gets a database of its own (a fresh SQLite file, migrated first), so a simulation
 never touches the fleet this portal manages and two policies start from the same fleet; the
-child process runs the simulation (``simulator.engine``) and writes its report as JSON; this
+child process runs the simulation (``sandbox.simulator.engine``) and writes its report as JSON; this
 command prints it, or both side by side. ``--keep-db DIR`` keeps the databases: browse one with
 ``NODEWARDEN_VAR_DIR=DIR/1-<policy> manage.py runserver``.
 """
