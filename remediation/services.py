@@ -674,17 +674,23 @@ def stop(remediation_id: int, *, actor: Actor, reason: str) -> Remediation:
     rem = Remediation.objects.get(pk=remediation_id)
     if rem.status not in OPEN:
         raise RemediationConflict(f"Remediation {rem.pk} is already {rem.get_status_display().lower()}.")
+    _end_stopped(rem, step_detail=f"stopped by {actor.name}")
+    _decide(rem, f"stopped: {reason}", actor=actor)
+    return rem
+
+
+def _end_stopped(rem: Remediation, *, step_detail: str) -> None:
+    """The remediation ends stopped: its open steps are skipped (saying why), nothing more is done."""
+    now = timezone.now()
     move_steps(
         RemediationStep.objects.filter(remediation=rem),
         [StepStatus.RUNNING, StepStatus.VERIFYING],
         StepStatus.SKIPPED,
-        finished=timezone.now(),
-        detail=f"stopped by {actor.name}",
+        finished=now,
+        detail=step_detail,
     )
     move(rem, Status.STOPPED)
-    rem.finished = timezone.now()
-    _decide(rem, f"stopped: {reason}", actor=actor)
-    return rem
+    rem.finished = now
 
 
 def end_superseded(remediation_id: int) -> Remediation:
@@ -694,15 +700,7 @@ def end_superseded(remediation_id: int) -> Remediation:
         rem = Remediation.objects.select_for_update(of=("self",)).select_related("node").get(pk=remediation_id)
         if rem.status not in OPEN or rem.node.state not in OUT_OF_HANDS:
             return rem
-        move_steps(
-            RemediationStep.objects.filter(remediation=rem),
-            [StepStatus.RUNNING, StepStatus.VERIFYING],
-            StepStatus.SKIPPED,
-            finished=timezone.now(),
-            detail=f"node in {rem.node.state}",
-        )
-        move(rem, Status.STOPPED)
-        rem.finished = timezone.now()
+        _end_stopped(rem, step_detail=f"node in {rem.node.state}")
         _decide(rem, f"the node went to {rem.node.get_state_display().lower()} by other hands: nothing more to do")
     return rem
 
