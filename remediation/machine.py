@@ -32,7 +32,8 @@ MOVES: Mapping[str, frozenset[str]] = {
     S.QUEUED: frozenset(
         {S.QUEUED, S.AWAITING_APPROVAL, S.DRAINING, S.RUNNING, S.HANDED_OFF, S.CLEARED, S.STOPPED, S.FAILED}
     ),
-    S.AWAITING_APPROVAL: frozenset({S.QUEUED, S.RUNNING, S.STOPPED, S.FAILED}),
+    # Approved, it is queued (then admitted as any queued one): never straight to acting.
+    S.AWAITING_APPROVAL: frozenset({S.QUEUED, S.STOPPED, S.FAILED}),
     S.DRAINING: frozenset({S.QUEUED, S.RUNNING, S.HANDED_OFF, S.CLEARED, S.STOPPED}),
     S.RUNNING: frozenset({S.QUEUED, S.RUNNING, S.VALIDATING, S.HANDED_OFF, S.STOPPED, S.FAILED}),
     S.VALIDATING: frozenset({S.RUNNING, S.SUCCEEDED, S.STOPPED}),

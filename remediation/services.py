@@ -73,6 +73,8 @@ OUT_OF_HANDS = (S.REPAIR, S.RMA, S.DECOMMISSIONED)
 # re-validation after a rung climbs through ``on_validation_failed`` instead). A policy that
 # names one of these rules explicitly opts in.
 VALIDATION_RULES = ("day1_stage", "day0_timeout")
+# Not admitted yet: an operator's approval or the safety rails stand between it and the node.
+NOT_ADMITTED = (Status.AWAITING_APPROVAL, Status.QUEUED)
 RUNG_TIMEOUT: dict[str, int] = {Rung.GPU_RESET: 300, Rung.REBOOT: 900, Rung.POWER_CYCLE: 900, Rung.REIMAGE: 3600}
 
 
@@ -332,7 +334,7 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
     now = now or timezone.now()
     rem = Remediation.objects.select_related("node", "policy", "finding").get(pk=remediation_id)
     node = rem.node
-    if rem.status in DONE or node.state not in (S.TRIAGE, S.REMEDIATING):
+    if rem.status in DONE or rem.status == Status.AWAITING_APPROVAL or node.state not in (S.TRIAGE, S.REMEDIATING):
         return rem
     if (rem.rung in HAND_OFF or rem.rung in DISRUPTIVE) and not rem.steps.exists():
         waiting = confirming(rem, now)
@@ -506,16 +508,20 @@ def step_failed(step: RemediationStep, detail: str) -> None:
 
 
 def escalate(rem: Remediation, why: str, *, actor: Actor = ACTOR) -> Remediation:
-    """The next rung (repair and RMA end the ladder)."""
-    node = Node.objects.get(pk=rem.node_id)
-    if node.state == S.REMEDIATING:
-        node_services.fail_remediation(node.pk, actor=actor, reason=why[:1000], details={"remediation": rem.pk})
+    """The next rung (repair and RMA end the ladder). A remediation not admitted yet (awaiting its
+    approval, or queued behind a safety rail) keeps waiting, on the next rung: skipping a rung is
+    no approval and no admission. The move is checked before the node is touched."""
     if rem.rung == LADDER[-1]:
         move(rem, Status.FAILED)
         rem.finished = timezone.now()
+    elif rem.status not in NOT_ADMITTED:
+        move(rem, Status.RUNNING)
+    node = Node.objects.get(pk=rem.node_id)
+    if node.state == S.REMEDIATING:
+        node_services.fail_remediation(node.pk, actor=actor, reason=why[:1000], details={"remediation": rem.pk})
+    if rem.status == Status.FAILED:
         _decide(rem, f"{why}; no rung left", actor=actor)
         return rem
-    move(rem, Status.RUNNING)
     rem.rung = next_rung(rem.rung)
     _decide(rem, f"{why}; climbing to {Rung(rem.rung).label.lower()}", actor=actor)
     transaction.on_commit(lambda: start_rung(rem.pk))

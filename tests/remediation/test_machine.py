@@ -11,10 +11,11 @@ import pytest
 from django.utils import timezone
 
 from nodes.choices import NodeState
-from remediation import machine, services
+from nodes.models import Node
+from remediation import machine, reconciler, services
 from remediation.choices import DONE, Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
-from tests.factories import NodeFactory
+from tests.factories import ClusterFactory, NodeFactory
 
 S, T = Status, StepStatus
 
@@ -23,13 +24,12 @@ EXPECTED: dict[tuple[str, str], str] = {
     (S.QUEUED, S.QUEUED): "admit / start_rung: a rail (hold, window, confirmation) queues it again",
     (S.QUEUED, S.AWAITING_APPROVAL): "consider_finding: the policy asks for approval",
     (S.QUEUED, S.DRAINING): "admit: drain when idle",
-    (S.QUEUED, S.RUNNING): "admit -> start_rung (act now), or skip_rung",
+    (S.QUEUED, S.RUNNING): "admit -> start_rung (act now)",
     (S.QUEUED, S.HANDED_OFF): "admit -> start_rung on a repair or RMA rung",
     (S.QUEUED, S.CLEARED): "stand_down: cleared while confirming in triage",
     (S.QUEUED, S.STOPPED): "stop, end_superseded, or a shadow policy",
     (S.QUEUED, S.FAILED): "skip_rung on the last rung",
     (S.AWAITING_APPROVAL, S.QUEUED): "approve",
-    (S.AWAITING_APPROVAL, S.RUNNING): "skip_rung",
     (S.AWAITING_APPROVAL, S.STOPPED): "stop, end_superseded",
     (S.AWAITING_APPROVAL, S.FAILED): "skip_rung on the last rung",
     (S.DRAINING, S.QUEUED): "on_drained -> start_rung: a rail queues it",
@@ -154,6 +154,56 @@ def test_admitting_leaves_a_remediation_awaiting_approval_alone():
 
 ROOT = Path(__file__).resolve().parents[2]
 # The playground fabricates past history as rows (seeds, like the factories here), and tests set
+
+
+def _in_a_fleet() -> Node:
+    """A production node of a cluster of ten (one may leave under the default blast-radius limit)."""
+    cluster = ClusterFactory()
+    return NodeFactory.create_batch(10, cluster=cluster, state=NodeState.PRODUCTION)[0]
+
+
+@pytest.mark.django_db
+def test_skipping_a_rung_is_no_approval(operator, django_capture_on_commit_callbacks):
+    """Skipping the rung of a remediation awaiting approval used to make it "running" with its node
+    still in production: no approval given, nothing started, and nothing (reconciler included)
+    ever moved it again. It keeps waiting for its approval, on the next rung."""
+    node = _in_a_fleet()
+    rem = Remediation.objects.create(node=node, status=S.AWAITING_APPROVAL, urgency=Urgency.NOW, rung=Rung.REBOOT)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.skip_rung(rem.pk, actor=services.Actor(user=operator), reason="reboots never help this board")
+    rem.refresh_from_db()
+    node.refresh_from_db()
+    assert (rem.status, rem.rung, node.state) == (S.AWAITING_APPROVAL, Rung.POWER_CYCLE, NodeState.PRODUCTION)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.approve(rem.pk, actor=services.Actor(user=operator), reason="go")
+    rem.refresh_from_db()
+    node.refresh_from_db()
+    assert rem.status == S.RUNNING and node.state == NodeState.REMEDIATING
+
+
+@pytest.mark.django_db
+def test_skipping_the_rung_of_a_queued_remediation_leaves_it_to_the_safety_rails(
+    operator, django_capture_on_commit_callbacks
+):
+    """A remediation queued by a hold used to run (status "running", node in production, stuck for
+    good) once its rung was skipped; it stays queued on the next rung until the hold is released."""
+    node = _in_a_fleet()
+    actor = services.Actor(user=operator)
+    hold = services.place_hold(actor=actor, reason="firmware campaign", node_id=node.pk)
+    rem = Remediation.objects.create(node=node, status=S.QUEUED, urgency=Urgency.NOW, rung=Rung.REBOOT)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.skip_rung(rem.pk, actor=actor, reason="reboots never help this board")
+        reconciler.reconcile()
+    rem.refresh_from_db()
+    assert (rem.status, rem.rung) == (S.QUEUED, Rung.POWER_CYCLE) and "hold" in rem.queued_reason.lower()
+    services.release_hold(hold.pk, actor=actor, reason="campaign done")
+    with django_capture_on_commit_callbacks(execute=False):
+        reconciler.reconcile()
+    rem.refresh_from_db()
+    node.refresh_from_db()
+    assert rem.status == S.RUNNING and node.state == NodeState.REMEDIATING
+
+
 # rows up directly; the product's code moves statuses only through remediation.machine.
 NOT_PRODUCT = ("tests", "sandbox", "agent", "deploy", "docs", "bin", "bench")
 
