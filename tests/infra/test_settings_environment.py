@@ -156,6 +156,7 @@ NOT_PORTAL_SETTINGS = {
     "BIN_TEST_WORKERS": "bin/test's own (docs/development.md): pytest-xdist workers",
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
+    "CELERY_BEAT_SCHEDULE": "a setting in nodewarden/settings.py (the beat schedule), not read from the environment",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")
 
