@@ -207,6 +207,7 @@ class Discrepancy(models.Model):
     ticket = models.ForeignKey(Ticket, on_delete=models.SET_NULL, null=True, blank=True, related_name="discrepancies")
 
     class Meta:
+        verbose_name_plural = "discrepancies"
         ordering = ["kind", "a_endpoint"]
         indexes = [models.Index(fields=["run", "kind"])]
 
