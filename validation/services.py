@@ -16,10 +16,11 @@ to a BMC or waits never holds a transaction open.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from nodes import services as node_services
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 ACTOR = Actor.system("validation")
 FINDING_RULE = "day1_stage"
 ADVANCE_BATCH = 200
+# A node in a stage with no stage run open this long after entering it has lost its follow-up.
+ORPHAN_GRACE = timedelta(minutes=5)
 
 
 class StageConflict(Exception):
@@ -273,6 +276,36 @@ def advance_open_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH)
             run = step(run_id, now=now)
         concluded += run.status != RunStatus.RUNNING
     return concluded
+
+
+def begin_orphaned_stages(now: datetime | None = None, limit: int = ADVANCE_BATCH) -> int:
+    """Nodes in a Day 1 stage with no stage run open, ``ORPHAN_GRACE`` after they entered it: the
+    transition's follow-up was lost (a worker killed, a message dropped) or rows were written
+    without it. Nothing would ever conclude or time them out, so the stage begins now from the
+    transition that put the node there (``begin_stage`` is idempotent). Returns how many began."""
+    now = now or timezone.now()
+    running = Run.objects.filter(node=OuterRef("pk"), kind__in=STAGE_KINDS, status=RunStatus.RUNNING)
+    orphans = (
+        Node.objects.filter(state__in=list(BY_STATE), state_changed_at__lt=now - ORPHAN_GRACE)
+        .exclude(Exists(running))
+        .order_by("state_changed_at", "pk")
+        .values_list("pk", "state")[:limit]
+    )
+    begun = 0
+    for node_id, state in orphans:
+        entry = (
+            NodeEvent.objects.filter(node_id=node_id, target_state=state)
+            .order_by("-created", "-id")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if entry is None:
+            continue
+        run = begin_stage(entry, now=now)
+        if run is not None and run.started == now:
+            log.info("Day 1: node %s in %s had no stage run; began it from event %s", node_id, state, entry)
+            begun += 1
+    return begun
 
 
 # --- Operator verbs ---------------------------------------------------------------------

@@ -9,5 +9,6 @@ from . import services
 
 @shared_task(ignore_result=True)
 def advance_day1_stages() -> int:
-    """Poll every open stage run (burn-in checks, soak, waiting reports) and fail stuck ones."""
-    return services.advance_open_stages()
+    """Poll every open stage run (burn-in checks, soak, waiting reports) and fail stuck ones; begin
+    the stage of a node whose follow-up was lost."""
+    return services.advance_open_stages() + services.begin_orphaned_stages()

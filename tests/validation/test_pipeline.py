@@ -288,6 +288,23 @@ def test_an_operator_restarts_a_stage_left_without_an_open_run(node_in, spec, op
         services.start_stage(node.pk, actor=Actor(user=operator), reason="again")  # burn-in is open now
 
 
+def test_a_stage_whose_follow_up_was_lost_begins_after_the_grace(node_in, spec, django_capture_on_commit_callbacks):
+    """The follow-up that begins a stage was lost (a worker killed before it ran): nothing would
+    ever conclude or time out the stage, so the node sat in it for good. After the grace the
+    stage advancer begins it from the transition that put the node there, once."""
+    node = node_in(S.FIRMWARE_UPDATE, hardware_profile=spec.hardware_profile)
+    with django_capture_on_commit_callbacks(execute=False):  # the follow-up is never delivered
+        node_services.pass_firmware(node.pk, actor=TESTS, reason="firmware verified")
+    entered = timezone.now()
+    assert not stage_runs(node, RunKind.STAGE_INVENTORY).exists()
+    assert services.begin_orphaned_stages(now=entered + timedelta(minutes=1)) == 0  # within the grace
+    later = entered + services.ORPHAN_GRACE + timedelta(seconds=1)
+    assert services.begin_orphaned_stages(now=later) == 1
+    run = stage_runs(node, RunKind.STAGE_INVENTORY).get()
+    assert run.status == RunStatus.RUNNING and run.trigger == last_event(node)
+    assert services.begin_orphaned_stages(now=later) == 0  # open now: nothing to begin twice
+
+
 def test_revalidation_walks_only_the_stages_of_its_plan(node_in, spec, eager):
     RevalidationPlan.objects.create(reentry=Reentry.REMEDIATING, stages=[Stage.INVENTORY, Stage.RELIABILITY])
     node = node_in(S.REMEDIATING, hardware_profile=spec.hardware_profile)
