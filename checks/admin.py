@@ -7,6 +7,7 @@ from django.http import HttpRequest
 
 from nodes.models import Run
 
+from .models import FreshnessTarget
 from .specs import describe_figures
 
 
@@ -28,3 +29,13 @@ class RunAdmin(admin.ModelAdmin[Run]):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(FreshnessTarget)
+class FreshnessTargetAdmin(admin.ModelAdmin[FreshnessTarget]):
+    """Per-profile overrides of the default freshness targets (checks.freshness.DEFAULT_TARGETS)."""
+
+    list_display = ["profile", "kind", "max_age"]
+    list_editable = ["max_age"]
+    list_filter = ["profile", "kind"]
+    list_select_related = ["profile"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from . import services
+from . import freshness, services
 
 
 @shared_task
@@ -14,3 +14,14 @@ def expire_stale_checks() -> int:
     Idempotent and safe to overlap: each run is expired with a compare-and-swap update.
     """
     return services.expire_stale_checks()
+
+
+@shared_task
+def keep_checks_fresh() -> int:
+    """Request the stalest due active check on idle production nodes, per cluster (``checks.freshness``).
+
+    Idempotent and bounded: a node with an open check gets nothing new, at most
+    ``NODEWARDEN_FRESHNESS_SHARE`` of a cluster's idle nodes are under test, and each cluster's
+    scheduler is asked about at most ``freshness.PROBE_BATCH`` nodes per run.
+    """
+    return freshness.keep_checks_fresh()

@@ -347,6 +347,11 @@ NODEWARDEN_BREAKER_MIN_NODES = env.int("NODEWARDEN_BREAKER_MIN_NODES", 5)
 NODEWARDEN_BREAKER_WINDOW_SECONDS = env.int("NODEWARDEN_BREAKER_WINDOW_SECONDS", 600)
 if not 0 < NODEWARDEN_BREAKER_SHARE <= 1:
     raise ImproperlyConfigured("NODEWARDEN_BREAKER_SHARE must be a share of the cluster, above 0 and at most 1")
+# Idle-time validation (checks/freshness.py): at most this share of a cluster's idle production nodes
+# under active checks at once (at least one node while any is idle); 0 turns the scheduler of checks off.
+NODEWARDEN_FRESHNESS_SHARE = env.float("NODEWARDEN_FRESHNESS_SHARE", 0.25)
+if not 0 <= NODEWARDEN_FRESHNESS_SHARE <= 1:
+    raise ImproperlyConfigured("NODEWARDEN_FRESHNESS_SHARE must be a share of the idle nodes, from 0 to 1")
 # Outgoing repair/RMA webhook tries before a delivery is given up (repairs/webhooks.py).
 NODEWARDEN_WEBHOOK_MAX_ATTEMPTS = env.int("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", 8)
 # The lemon score from which the trends' lemon finding recommends a repair; None: never.
@@ -509,6 +514,8 @@ CELERY_BEAT_SCHEDULE = {
     "scrape-dcgm-exporters": {"task": "telemetry.tasks.scrape_dcgm_exporters", "schedule": 30.0},
     # A check claimed by an agent that never reported back becomes an error after its deadline.
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
+    # Idle-time validation: the stalest due check on idle production nodes (NODEWARDEN_FRESHNESS_SHARE).
+    "keep-checks-fresh": {"task": "checks.tasks.keep_checks_fresh", "schedule": 300.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).

@@ -31,11 +31,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from audit.choices import Invariant
 from audit.models import AuditRun
+from checks import freshness
 from fabric.choices import DiscrepancyKind, TicketStatus
 from fabric.models import Ticket
 from health.choices import AlertState, Severity
 from health.models import Alert, Finding
-from nodes.choices import NodeState
+from nodes.choices import ACTIVE_KINDS, NodeState
 from nodes.models import Node
 from nodes.scoping import is_operator_view
 from nodewarden.throttling import AuthFailureThrottle, client_ip
@@ -110,6 +111,7 @@ class FleetCollector(Collector):
         yield self._ingest_rate(now)
         yield self._fabric_tickets()
         yield from self._audit()
+        yield from self._check_coverage(now)
 
     def _nodes(self) -> Iterator[Metric]:
         by_state = GaugeMetricFamily("nodewarden_nodes", "Nodes per lifecycle state.", labels=["state"])
@@ -243,6 +245,37 @@ class FleetCollector(Collector):
             "When the last fleet audit finished (Unix time; 0: never).",
             value=run.finished.timestamp() if run is not None and run.finished is not None else 0,
         )
+
+    @staticmethod
+    def _check_coverage(now: datetime) -> Iterator[Metric]:
+        """Idle-time validation: the share of production nodes whose every owed active check is
+        fresh, per cluster and per hardware profile, and the stale nodes per cluster and kind."""
+        items = freshness.fleet_freshness(now)
+        by_cluster = freshness.coverage(items, "cluster")
+        ratio = GaugeMetricFamily(
+            "nodewarden_check_coverage_ratio",
+            'Share of production nodes whose every owed active check is fresh, per cluster (cluster "": none).',
+            labels=["cluster"],
+        )
+        stale = GaugeMetricFamily(
+            "nodewarden_check_stale_nodes",
+            "Production nodes whose active check of this kind is owed and not fresh, per cluster.",
+            labels=["cluster", "kind"],
+        )
+        for share in by_cluster:
+            ratio.add_metric([share.name], share.ratio)
+            for kind in ACTIVE_KINDS:
+                stale.add_metric([share.name, kind], share.stale_by_kind.get(kind, 0))
+        profiles = GaugeMetricFamily(
+            "nodewarden_check_profile_coverage_ratio",
+            "Share of production nodes whose every owed active check is fresh, per hardware profile.",
+            labels=["profile"],
+        )
+        for share in freshness.coverage(items, "profile"):
+            profiles.add_metric([share.name], share.ratio)
+        yield ratio
+        yield stale
+        yield profiles
 
 
 def registry(now: datetime | None = None) -> CollectorRegistry:
