@@ -512,6 +512,8 @@ CELERY_BEAT_SCHEDULE = {
     "check-heartbeats": {"task": "health.tasks.check_heartbeats", "schedule": 60.0},
     # Pull dcgm-exporter endpoints that operators registered (telemetry.DcgmExporterTarget).
     "scrape-dcgm-exporters": {"task": "telemetry.tasks.scrape_dcgm_exporters", "schedule": 30.0},
+    # An agent command nobody took in time is marked expired (the agent's poll also checks).
+    "expire-agent-commands": {"task": "telemetry.tasks.expire_agent_commands", "schedule": 60.0},
     # A check claimed by an agent that never reported back becomes an error after its deadline.
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
     # Idle-time validation: the stalest due check on idle production nodes (NODEWARDEN_FRESHNESS_SHARE).

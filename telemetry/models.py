@@ -9,6 +9,8 @@ from django.utils import timezone
 
 from nodes.models import Node
 
+from .choices import CommandStatus, CommandVerb
+
 
 class AgentToken(models.Model):
     """A node agent's long-lived credential. Only a SHA-256 of the token is stored; the
@@ -330,3 +332,43 @@ class DcgmExporterTarget(models.Model):
 
     def __str__(self) -> str:
         return self.url
+
+
+class AgentCommand(models.Model):
+    """One command for a node's agent (reset a GPU, reboot, collect diagnostics).
+
+    Issued by an operator or a component (``telemetry.commands.issue_command``), taken by the
+    node's agent on its poll (at most once: ``delivered``), finished by the agent's result or
+    expired unclaimed. ``args`` are validated per verb; the agent runs only its fixed verbs,
+    never a command line from the portal. Issue and outcome are also NodeEvents (history)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_commands")
+    verb = models.CharField(max_length=32, choices=CommandVerb.choices)
+    args = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.QUEUED)
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # The actor's name survives the user: history must not lose who asked.
+    issued_by_name = models.CharField(max_length=200)
+    reason = models.TextField()
+    created = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(help_text="Not delivered after this; a queued command then expires.")
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    summary = models.CharField(max_length=300, blank=True)
+    result = models.JSONField(
+        default=dict, blank=True, help_text="The agent's bounded output (COMMAND_RESULT_MAX_BYTES)."
+    )
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [
+            # The agent's poll: this node's queued commands, oldest first.
+            models.Index(fields=["node", "status", "created"], name="agentcommand_node_status"),
+            # The expiry sweep: queued commands past their date.
+            models.Index(fields=["status", "expires_at"], name="agentcommand_status_expires"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.verb} #{self.pk} for node {self.node_id}"

@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db.models import F
 from django.utils import timezone
 
-from . import dcgm_exporter, partitioning, retention
+from . import commands, dcgm_exporter, partitioning, retention
 from .models import DcgmExporterTarget
 
 log = logging.getLogger(__name__)
@@ -45,3 +45,9 @@ def roll_up_and_prune() -> dict[str, Any]:
     """Hourly: roll raw samples into hours, prune old history, keep future partitions ready."""
     partitioning.ensure_future_partitions()
     return asdict(retention.roll_up_and_prune())
+
+
+@shared_task(name="telemetry.tasks.expire_agent_commands", ignore_result=True)
+def expire_agent_commands() -> int:
+    """Every minute: queued agent commands past their date become expired (never delivered later)."""
+    return commands.expire_commands()

@@ -6,7 +6,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..models import GpuState, NodeHealth
+from ..choices import COMMAND_OUTCOMES, CommandVerb
+from ..models import AgentCommand, GpuState, NodeHealth
 
 
 class NodeHealthSerializer(serializers.ModelSerializer[NodeHealth]):
@@ -66,3 +67,62 @@ class DcgmPushResultSerializer(serializers.Serializer[dict[str, Any]]):
     unknown_hosts = serializers.ListField(
         child=serializers.CharField(), help_text="Hosts that match no node: nothing stored for them."
     )
+
+
+class AgentCommandSerializer(serializers.ModelSerializer[AgentCommand]):
+    """A command for a node's agent, as operators read it (the result only in the detail list's row)."""
+
+    class Meta:
+        model = AgentCommand
+        fields = [
+            "id",
+            "node",
+            "verb",
+            "args",
+            "status",
+            "issued_by_name",
+            "reason",
+            "created",
+            "expires_at",
+            "delivered_at",
+            "finished_at",
+            "summary",
+            "result",
+        ]
+        read_only_fields = fields
+
+
+class IssueCommandSerializer(serializers.Serializer[dict[str, Any]]):
+    """An operator's request; ``args`` are checked per verb by ``telemetry.commands.clean_args``."""
+
+    verb = serializers.ChoiceField(choices=CommandVerb.choices)
+    args = serializers.JSONField(required=False, default=dict)
+    reason = serializers.CharField(help_text="Why: it is kept in the node's history.")
+    ttl_s = serializers.IntegerField(required=False, default=900, help_text="Expires undelivered after this.")
+
+
+class AgentCommandOrderSerializer(serializers.Serializer[dict[str, Any]]):
+    """What the agent gets for one command: only what it needs to run it."""
+
+    id = serializers.IntegerField()
+    verb = serializers.CharField()
+    args = serializers.JSONField()
+    expires_at = serializers.DateTimeField()
+
+
+class AgentCommandsSerializer(serializers.Serializer[dict[str, Any]]):
+    commands = AgentCommandOrderSerializer(many=True)
+
+
+class CommandResultSerializer(serializers.Serializer[dict[str, Any]]):
+    """The agent's outcome of a command it was handed."""
+
+    status = serializers.ChoiceField(choices=COMMAND_OUTCOMES)
+    summary = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
+    result = serializers.DictField(required=False, default=dict)
+
+
+class CommandResultAnswerSerializer(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    changed = serializers.BooleanField(help_text="False when the command had already finished (a resent result).")

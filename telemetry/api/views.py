@@ -12,27 +12,31 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.exceptions import ValidationError
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import APIException, NotAuthenticated, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from nodes.models import Node
-from nodes.permissions import IsStaffOperator
+from nodes.api.serializers import DetailSerializer
+from nodes.models import OPERATE, Node
+from nodes.permissions import IsNodeAgent, IsStaffOperator
 from nodes.scoping import visible_node_or_404
+from nodes.services import Actor
 from nodewarden.api import error_body
 from nodewarden.bounds import timestamp_problem
 
-from .. import dcgm_exporter
-from ..auth import AgentAuthError, AgentThrottled, identify_agent
+from .. import commands, dcgm_exporter
+from ..auth import AgentAuthError, AgentIdentity, AgentThrottled, AgentTokenAuthentication, identify_agent
 from ..ingest import IngestRefused, ingest_reports
-from ..models import GpuState, NodeHealth
+from ..models import AgentCommand, GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
 from ..schema import MAX_GPUS, decode_batch
 from ..series import FIELDS, MAX_WINDOW, gpu_series
@@ -214,3 +218,107 @@ def _when(params: Any, name: str) -> datetime | None:
     if problem is not None:
         raise ValidationError({name: [problem]})
     return parsed
+
+
+# --- the agent command channel (telemetry.commands) -----------------------------------------
+COMMAND_ERRORS = {
+    403: OpenApiResponse(DetailSerializer, description="The user may not issue commands."),
+    404: OpenApiResponse(DetailSerializer, description="No such node visible to the user."),
+}
+
+
+class NodeCommandsView(generics.GenericAPIView[AgentCommand]):
+    """GET/POST /api/nodes/{id}/commands/: a node's agent commands, newest first, and new ones."""
+
+    serializer_class = serializers.AgentCommandSerializer
+
+    def get_queryset(self) -> QuerySet[AgentCommand]:
+        if getattr(self, "swagger_fake_view", False):  # drf-spectacular reads the model, with no request
+            return AgentCommand.objects.none()
+        node = visible_node_or_404(self.request.user, self.kwargs["pk"])
+        return AgentCommand.objects.filter(node=node).order_by("-created", "-id")
+
+    @extend_schema(summary="A node's agent commands, newest first")
+    def get(self, request: Request, pk: int) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    @extend_schema(
+        summary="Issue a command to the node's agent (operators; a reason is required)",
+        request=serializers.IssueCommandSerializer,
+        responses={
+            201: serializers.AgentCommandSerializer,
+            400: OpenApiResponse(description="Unknown verb, bad args for the verb, bad ttl_s, or no reason."),
+            **COMMAND_ERRORS,
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        node = visible_node_or_404(request.user, pk)
+        if not request.user.has_perm(OPERATE):
+            raise PermissionDenied("You may not issue commands to node agents.")
+        body = serializers.IssueCommandSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        command = commands.issue_command(
+            node.pk,
+            data["verb"],
+            args=data["args"],
+            actor=Actor(user=request.user),
+            reason=data["reason"],
+            ttl=timedelta(seconds=data["ttl_s"]),
+        )
+        return Response(self.get_serializer(command).data, status=status.HTTP_201_CREATED)
+
+
+def _agent_node_id(request: Request) -> int:
+    """The node of the agent that called (IsNodeAgent lets agents in only)."""
+    if not isinstance(request.user, AgentIdentity):
+        raise NotAuthenticated()
+    return request.user.node_id
+
+
+class AgentCommandsView(APIView):
+    """GET /api/agent/commands/: the agent's poll takes its node's queued, unexpired commands."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+
+    @extend_schema(summary="Agent: take the node's queued commands", responses=serializers.AgentCommandsSerializer)
+    def get(self, request: Request) -> Response:
+        taken = commands.deliver_commands(_agent_node_id(request))
+        return Response(serializers.AgentCommandsSerializer({"commands": taken}).data)
+
+
+class AgentCommandResultView(APIView):
+    """POST /api/agent/commands/{id}/result/: the agent reports a command's outcome (idempotent)."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+
+    @extend_schema(
+        summary="Agent: report a command's outcome",
+        request=serializers.CommandResultSerializer,
+        responses={
+            200: serializers.CommandResultAnswerSerializer,
+            400: OpenApiResponse(description="Bad body; each bad field is named."),
+            404: OpenApiResponse(DetailSerializer, description="Not a command of this node."),
+            409: OpenApiResponse(DetailSerializer, description="The command was never delivered."),
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        body = serializers.CommandResultSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            command, changed = commands.record_command_result(
+                pk, _agent_node_id(request), result=commands.CommandResult(**body.validated_data)
+            )
+        except AgentCommand.DoesNotExist as exc:
+            raise NotFound() from exc
+        except commands.CommandConflict as exc:
+            raise Conflict(str(exc)) from exc
+        return Response({"id": command.pk, "status": command.status, "changed": changed})
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The command's state does not allow this."

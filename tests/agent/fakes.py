@@ -126,7 +126,8 @@ class FakeNvml:
         )
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
-        return []
+        # A GPU's "pids" stand for the jobs on it (what a reset must not kill).
+        return [SimpleNamespace(pid=pid, usedGpuMemory=0) for pid in self._gpu(h, "procs").get("pids", [])]
 
     # --- memory errors ----------------------------------------------------------------
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):

@@ -1,4 +1,4 @@
-"""The agent loop: collect -> spool -> flush in order -> now and then, run checks.
+"""The agent loop: collect -> spool -> flush in order -> now and then, run checks and commands.
 
 Nothing leaves the spool until the portal has accepted it, so a restart at any point
 resends instead of losing; ``report_id`` lets the portal drop the duplicates.
@@ -16,6 +16,7 @@ from typing import Any
 from .checks import CheckEnv, run_check
 from .client import Backoff, PortalAuthError, PortalClient, PortalError, PortalRejected, PortalUnavailable
 from .collectors import Collector
+from .commands import CommandEnv, execute
 from .config import Config
 from .report import SeqCounter, build_report
 from .spool import Spool
@@ -33,6 +34,7 @@ class Agent:
         collectors: Sequence[Collector],
         client: PortalClient | None = None,
         check_env: CheckEnv | None = None,
+        command_env: CommandEnv | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.config, self.collectors = config, list(collectors)
@@ -43,6 +45,8 @@ class Agent:
         self.client = client
         self.backoff = Backoff(config.backoff_min_s, config.backoff_max_s, clock=clock)
         self.check_env = check_env or CheckEnv()
+        self.commands_dir = state / "command-results"
+        self.command_env = command_env or CommandEnv()
         self.cycles = 0
         self._check_thread: threading.Thread | None = None
 
@@ -152,12 +156,48 @@ class Agent:
             path.unlink(missing_ok=True)
         return True
 
+    # --- commands -------------------------------------------------------------------------
+    def poll_commands(self) -> int:
+        """Send stored command results, take the portal's queued commands, run each, send its result.
+
+        Returns how many commands ran. Each result is on disk before it is sent, so a command
+        that reboots the node (or a portal that is down) still gets its result sent later."""
+        if self.client is None or not self._post_command_results():
+            return 0
+        try:
+            commands = self.client.fetch_commands().get("commands") or []
+        except PortalError as exc:
+            log.warning("could not fetch commands: %s", exc)
+            return 0
+        for command in commands:
+            log.info("running command %s (%s %s)", command.get("id"), command.get("verb"), command.get("args"))
+            result = execute(command, self.command_env)
+            log.info("command %s %s: %s", command.get("id"), result["status"], result["summary"])
+            atomic_write_json(self.commands_dir / f"{int(command['id']):012d}.json", result)
+            self._post_command_results()
+        return len(commands)
+
+    def _post_command_results(self) -> bool:
+        """Post stored command results; False when the portal is not taking them now."""
+        for path in sorted(self.commands_dir.glob("[0-9]*.json")) if self.commands_dir.is_dir() else []:
+            try:
+                self.client.post_command_result(int(path.stem), read_json(path))
+            except PortalError as exc:
+                # 404 (not this node's command any more) and 409 (never delivered) cannot succeed later either.
+                if not isinstance(exc, PortalRejected) and exc.status not in (404, 409):
+                    log.warning("could not post result of command %s: %s", path.stem, exc)
+                    return False
+                log.error("PORTAL REJECTED result of command %s, dropped: %s", path.stem, exc)
+            path.unlink(missing_ok=True)
+        return True
+
     # --- the loop ---------------------------------------------------------------------
     def cycle(self) -> None:
         self.collect()
         self.flush()
         self.cycles += 1
         if self.cycles % self.config.check_poll_cycles == 0 and len(self.spool) == 0:
+            self.poll_commands()
             self.poll_checks()
 
     def run_forever(self, stop: threading.Event) -> None:

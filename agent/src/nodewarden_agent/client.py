@@ -96,6 +96,13 @@ class PortalClient:
     def post_check_result(self, check_id: int, result: dict[str, Any]) -> Any:
         return self._request("POST", f"/api/agent/checks/{int(check_id)}/result/", result)
 
+    def fetch_commands(self) -> dict[str, Any]:
+        """GET /api/agent/commands/ -> {"commands": [{"id", "verb", "args", "expires_at"}, ...]}."""
+        return self._request("GET", "/api/agent/commands/") or {}
+
+    def post_command_result(self, command_id: int, result: dict[str, Any]) -> Any:
+        return self._request("POST", f"/api/agent/commands/{int(command_id)}/result/", result)
+
 
 class Backoff:
     """Exponential backoff with full jitter, capped: 5 s, 10 s, 20 s ... 5 min.
