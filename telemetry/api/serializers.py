@@ -98,7 +98,9 @@ class IssueCommandSerializer(serializers.Serializer[dict[str, Any]]):
     verb = serializers.ChoiceField(choices=CommandVerb.choices)
     args = serializers.JSONField(required=False, default=dict)
     reason = serializers.CharField(help_text="Why: it is kept in the node's history.")
-    ttl_s = serializers.IntegerField(required=False, default=900, help_text="Expires undelivered after this.")
+    ttl_s = serializers.IntegerField(
+        required=False, default=900, min_value=60, max_value=86400, help_text="Expires undelivered after this."
+    )
 
 
 class AgentCommandOrderSerializer(serializers.Serializer[dict[str, Any]]):

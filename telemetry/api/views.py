@@ -227,7 +227,7 @@ COMMAND_ERRORS = {
 }
 
 
-class NodeCommandsView(generics.GenericAPIView[AgentCommand]):
+class NodeCommandsView(generics.ListAPIView[AgentCommand]):
     """GET/POST /api/nodes/{id}/commands/: a node's agent commands, newest first, and new ones."""
 
     serializer_class = serializers.AgentCommandSerializer
@@ -239,9 +239,8 @@ class NodeCommandsView(generics.GenericAPIView[AgentCommand]):
         return AgentCommand.objects.filter(node=node).order_by("-created", "-id")
 
     @extend_schema(summary="A node's agent commands, newest first")
-    def get(self, request: Request, pk: int) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.list(request, *args, **kwargs)
 
     @extend_schema(
         summary="Issue a command to the node's agent (operators; a reason is required)",

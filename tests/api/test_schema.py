@@ -59,6 +59,9 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/gpu-health/",
         "/api/nodes/{id}/gpu-samples/",
         "/api/ingest/dcgm-exporter/",
+        "/api/nodes/{id}/commands/",
+        "/api/agent/commands/",
+        "/api/agent/commands/{id}/result/",
         # Health
         "/api/findings/",
         "/api/findings/{id}/",
@@ -142,6 +145,8 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
             "/api/nodes/{id}/checks/",
             "/api/checks/{id}/cancel/",
             "/api/agent/checks/{id}/result/",
+            "/api/nodes/{id}/commands/",
+            "/api/agent/commands/{id}/result/",
             "/api/enrollments/",
             "/api/nodes/{id}/provision/",
             "/api/nodes/{id}/stages/start/",

@@ -23,6 +23,7 @@ PROMISED: dict[str, Any] = {
     "health.tasks.check_heartbeats": 60.0,
     "telemetry.tasks.scrape_dcgm_exporters": 30.0,
     "checks.tasks.expire_stale_checks": 60.0,
+    "telemetry.tasks.expire_agent_commands": 60.0,
     "checks.tasks.keep_checks_fresh": 300.0,
     "telemetry.tasks.roll_up_and_prune": crontab(minute=7),
     "provisioning.tasks.fail_stuck_day0": 300.0,
