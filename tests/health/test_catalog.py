@@ -129,12 +129,6 @@ def test_it_marks_the_xids_whose_recovery_nvidia_says_is_a_gpu_reset(db, number,
     assert XidDefinition.objects.get(xid=number).gpu_reset is gpu_reset
 
 
-def test_the_gpu_reset_mark_leaves_the_first_rung_as_it_was(db):
-    """63 (row remap pending) and 94 (contained error) are reset-worthy per NVIDIA's text, but the
-    ladder's first action for them is unchanged: none, and restart the application."""
-    assert (xid.lookup(63).recommended_action, xid.lookup(94).recommended_action) == (A.NONE, A.CHECK_APPLICATION)
-
-
 def test_the_catalog_file_holds_the_gpu_reset_column_distilled_from_nvidias_buckets():
     rows = list(xid.read_catalog())
 

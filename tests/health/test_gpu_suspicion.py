@@ -7,6 +7,7 @@ import pytest
 
 from health.choices import Severity
 from health.evaluation import evaluate_reports
+from health.gpus import suspect_named_gpu
 from health.models import Finding
 from health.services import raise_finding
 from nodes.choices import EventKind, GpuHealth
@@ -65,5 +66,10 @@ def test_which_findings_cast_suspicion_on_their_gpu(node, gpus, eager, rule, sev
 def test_the_suspicion_waits_for_the_findings_commit(node, gpus, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
         raise_finding(node.pk, rule="gpu_ecc_uncorrected", severity=Severity.DEGRADED, summary="x", gpu_index=2)
-    # Nothing ran inside the finding's transaction: the suspicion waits for its commit.
-    assert _health(node)[2] == GpuHealth.HEALTHY and callbacks
+    assert _health(node)[2] == GpuHealth.HEALTHY  # nothing ran inside the finding's transaction
+
+    for callback in callbacks:
+        if getattr(callback, "func", None) is suspect_named_gpu:  # the commit: health's own follow-up
+            callback()
+
+    assert _health(node)[2] == GpuHealth.SUSPECT
