@@ -102,8 +102,17 @@ class HealthRuleAdmin(AuditedAdmin):
 
 @admin.register(XidDefinition)
 class XidDefinitionAdmin(AuditedAdmin):
-    list_display = ["xid", "name", "severity", "recommended_action", "nvidia_bucket", "edited_by", "edited_at"]
-    list_filter = ["severity", "recommended_action", "nvidia_bucket"]
+    list_display = [
+        "xid",
+        "name",
+        "severity",
+        "recommended_action",
+        "gpu_reset",
+        "nvidia_bucket",
+        "edited_by",
+        "edited_at",
+    ]
+    list_filter = ["severity", "recommended_action", "gpu_reset", "nvidia_bucket"]
     list_select_related = ["edited_by"]
     search_fields = ["xid", "name", "meaning"]
     readonly_fields = ["edited_by", "edited_reason", "edited_at"]

@@ -3,7 +3,8 @@ from django.apps import AppConfig
 
 class HealthConfig(AppConfig):
     """Turns signals into findings and alerts: the XID catalog, health rules, findings, alerts.
-    Registers the rules as the consumer of ingested telemetry (``telemetry.consumers``)."""
+    Registers the rules as the consumer of ingested telemetry (``telemetry.consumers``), and a
+    GPU-naming finding's suspicion of its GPU as a follow-up of new findings (``health.gpus``)."""
 
     name = "health"
     verbose_name = "Health"
@@ -16,10 +17,15 @@ class HealthConfig(AppConfig):
         from . import ruleconfig, xid
         from .choices import AlertState
         from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
+        from .followups import on_new_finding
+        from .gpus import suspect_named_gpu
         from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
 
         post_migrate.connect(ensure_health_defaults, sender=self)
+
+        # A new finding that names a GPU makes that GPU suspect (nodes.services), after its commit.
+        on_new_finding(suspect_named_gpu)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

@@ -37,6 +37,9 @@ class XidDefinition(models.Model):
     recommended_action = models.CharField(max_length=30, choices=RecommendedAction.choices)
     nvidia_bucket = models.CharField(max_length=60, blank=True, help_text="NVIDIA's immediate-action bucket.")
     investigatory_action = models.CharField(max_length=200, blank=True)
+    gpu_reset = models.BooleanField(
+        default=False, verbose_name="GPU reset", help_text="NVIDIA's recovery for this XID resets the GPU."
+    )
     edited_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     edited_reason = models.CharField(max_length=300, blank=True)
     edited_at = models.DateTimeField(null=True, blank=True)

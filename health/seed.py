@@ -27,7 +27,7 @@ def ensure_health_defaults(**kwargs: Any) -> None:
     xid.invalidate_cache()
 
 
-CATALOG_FIELDS = ("severity", "recommended_action", "nvidia_bucket")
+CATALOG_FIELDS = ("severity", "recommended_action", "nvidia_bucket", "gpu_reset")
 
 
 def refresh_unedited_xids(catalog: list[dict[str, Any]]) -> int:

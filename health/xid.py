@@ -18,7 +18,16 @@ from .choices import RecommendedAction as A
 from .choices import Severity
 
 CATALOG_CSV = Path(__file__).resolve().parent / "data" / "xid_catalog.csv"
-CSV_FIELDS = ["xid", "name", "meaning", "nvidia_bucket", "investigatory_action", "severity", "recommended_action"]
+CSV_FIELDS = [
+    "xid",
+    "name",
+    "meaning",
+    "nvidia_bucket",
+    "investigatory_action",
+    "severity",
+    "recommended_action",
+    "gpu_reset",
+]
 
 # The reference catalog's severity (first word) -> ours. CRITICAL means "reset or reboot
 # required": the node cannot run work. N/A means NVIDIA marks the XID unused on A100 and
@@ -64,6 +73,22 @@ XID_ACTIONS: dict[int, str] = {
     31: A.CHECK_APPLICATION,
     68: A.CHECK_APPLICATION,
 }
+# Whether NVIDIA's recovery for an XID is (or includes) a reset of the one GPU: the data the GPU
+# reset rung reads (``XidInfo.gpu_reset``). Kept apart from ``recommended_action`` on purpose: the
+# ladder's first rung is unchanged by it. The buckets whose workflow is a GPU reset, plus two XIDs
+# whose own text asks for one though their bucket does not: 63 (a row marked for remapping takes
+# effect at the next GPU reset: "row-remap pending") and 94 (a contained ECC error: the
+# application restarts now, the GPU is reset when convenient). 79 (fallen off the bus) is not
+# among them: only a reboot or power cycle brings the GPU back.
+GPU_RESET_BUCKETS = frozenset({"RESET_GPU", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR"})
+GPU_RESET_XIDS = frozenset({63, 94})
+
+
+def calls_for_gpu_reset(xid: int, bucket: str) -> bool:
+    """Whether NVIDIA's recovery for this XID (in this immediate-action bucket) resets the GPU."""
+    return bucket in GPU_RESET_BUCKETS or xid in GPU_RESET_XIDS
+
+
 # XIDs that are the application's doing, not the node's: 43 (the application hit a fault and
 # was stopped) and 45 (cleanup after it was killed or after another XID) among them, though
 # neither asks for an action. Trends leave them out of a node's XID count.
@@ -94,6 +119,7 @@ def distil_row(row: dict[str, str]) -> dict[str, Any]:
         "investigatory_action": (row.get("investigatory_action") or "")[:200],
         "severity": str(severity),
         "recommended_action": str(XID_ACTIONS.get(xid, action)),
+        "gpu_reset": calls_for_gpu_reset(xid, bucket),
     }
 
 
@@ -110,9 +136,10 @@ def write_catalog(source: Path, target: Path = CATALOG_CSV) -> int:
 
 
 def read_catalog(path: Path = CATALOG_CSV) -> Iterable[dict[str, Any]]:
+    """Our catalog's rows, typed as the model's fields (``gpu_reset`` is written True/False)."""
     with path.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            yield {**row, "xid": int(row["xid"])}
+            yield {**row, "xid": int(row["xid"]), "gpu_reset": row.get("gpu_reset") == "True"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +150,7 @@ class XidInfo:
     severity: str
     recommended_action: str
     known: bool = True
+    gpu_reset: bool = False  # NVIDIA's recovery resets the GPU (see GPU_RESET_BUCKETS)
 
 
 _cache: dict[int, XidInfo] | None = None
@@ -143,7 +171,7 @@ def _load() -> dict[int, XidInfo]:
     with _lock:
         if _cache is None:
             _cache = {
-                d.xid: XidInfo(d.xid, d.name, d.meaning, d.severity, d.recommended_action)
+                d.xid: XidInfo(d.xid, d.name, d.meaning, d.severity, d.recommended_action, gpu_reset=d.gpu_reset)
                 for d in XidDefinition.objects.all()
             }
         return _cache

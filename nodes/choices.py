@@ -134,6 +134,7 @@ class EventKind(models.TextChoices):
     FINDING = "finding", "Finding"
     ACTION = "action", "Action"
     NOTE = "note", "Operator note"
+    GPU = "gpu", "GPU state change"
 
 
 EVENT_KIND_COLOURS: dict[str, str] = {
@@ -142,6 +143,23 @@ EVENT_KIND_COLOURS: dict[str, str] = {
     EventKind.FINDING: "#e0641e",
     EventKind.ACTION: "#2e9e5b",
     EventKind.NOTE: "#8b95a5",
+    EventKind.GPU: "#a05ad6",
+}
+
+
+class GpuHealth(models.TextChoices):
+    """One GPU's own health, apart from its node's lifecycle state: a finding naming the GPU makes
+    it suspect, an operator fences it (no work may use it), re-validation or an operator clears it."""
+
+    HEALTHY = "healthy", "Healthy"
+    SUSPECT = "suspect", "Suspect"
+    FENCED = "fenced", "Fenced"
+
+
+GPU_HEALTH_COLOURS: dict[str, str] = {
+    GpuHealth.HEALTHY: "#2e9e5b",
+    GpuHealth.SUSPECT: "#d9a21b",
+    GpuHealth.FENCED: "#c0392b",
 }
 
 

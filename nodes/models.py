@@ -19,7 +19,7 @@ from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, Transi
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodewarden.records import AppendOnlyQuerySet
 
-from .choices import ACTIVE_KINDS, DAY1_STAGES, OPEN, ActorKind, EventKind, NodeState, RunKind, RunStatus
+from .choices import ACTIVE_KINDS, DAY1_STAGES, OPEN, ActorKind, EventKind, GpuHealth, NodeState, RunKind, RunStatus
 
 S = NodeState
 OPERATE = "nodes.operate_node"  # run lifecycle transitions from the portal and API
@@ -304,13 +304,17 @@ class Node(ConcurrentTransitionMixin, models.Model):
 
 
 class GPU(models.Model):
-    """One GPU in a node."""
+    """One GPU in a node, with its own health (``nodes.services``: mark_gpu_suspect, fence_gpu,
+    clear_gpu are the only road to a change of it; each writes a NodeEvent of kind ``gpu``)."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
     index = models.PositiveSmallIntegerField()
     uuid = models.CharField(max_length=64, unique=True, verbose_name="UUID")
     serial = models.CharField(max_length=64, blank=True)
     model = models.CharField(max_length=100, blank=True)
+    health = models.CharField(max_length=10, choices=GpuHealth.choices, default=GpuHealth.HEALTHY, editable=False)
+    health_changed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    health_reason = models.TextField(blank=True, editable=False, help_text="Why the GPU is in its health state.")
 
     class Meta:
         ordering = ["node", "index"]
@@ -319,6 +323,11 @@ class GPU(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}:GPU{self.index}"
+
+    @property
+    def is_usable(self) -> bool:
+        """Work may run on it: a suspect GPU still serves (it is watched), a fenced one does not."""
+        return self.health != GpuHealth.FENCED
 
 
 # The kinds of event that change a node's state (what the reports read as its history of states).

@@ -21,8 +21,8 @@ from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import followups
-from .choices import ActorKind, EventKind, NodeState
-from .models import Node, NodeEvent
+from .choices import ActorKind, EventKind, GpuHealth, NodeState
+from .models import GPU, OPERATE, Node, NodeEvent
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -144,7 +144,23 @@ pass_firmware = _verb("pass_firmware")
 pass_inventory_check = _verb("pass_inventory_check")
 pass_burn_in = _verb("pass_burn_in")
 pass_fabric_check = _verb("pass_fabric_check")
-release_to_production = _verb("release_to_production")
+_release_to_production = _verb("release_to_production")
+
+
+def release_to_production(
+    node_id: int, *, actor: Actor, reason: str, details: dict[str, Any] | None = None, correlation_id: str = ""
+) -> NodeEvent:
+    """All Day 1 stages passed: the node serves again, and its suspect GPUs passed with it, so they
+    are healthy again (in the same transaction, one GPU history row each). Fenced GPUs stay fenced:
+    an operator fenced them, an operator clears them."""
+    with transaction.atomic():
+        event = _release_to_production(
+            node_id, actor=actor, reason=reason, details=details, correlation_id=correlation_id
+        )
+        clear_suspect_gpus(node_id, actor=actor, reason=f"Passed validation: {event.reason}")
+    return event
+
+
 fail_validation = _verb("fail_validation")
 request_drain = _verb("request_drain")
 cancel_drain = _verb("cancel_drain")
@@ -248,3 +264,105 @@ def record_event(
         correlation_id=correlation_id,
         details=details or {},
     )
+
+
+# --- A GPU's own health -----------------------------------------------------
+# Which health each verb may start from; the node's lifecycle state is not touched by any of them.
+GPU_VERBS: dict[str, tuple[tuple[str, ...], str]] = {
+    "mark_gpu_suspect": ((GpuHealth.HEALTHY,), GpuHealth.SUSPECT),
+    "fence_gpu": ((GpuHealth.HEALTHY, GpuHealth.SUSPECT), GpuHealth.FENCED),
+    "clear_gpu": ((GpuHealth.SUSPECT, GpuHealth.FENCED), GpuHealth.HEALTHY),
+}
+
+
+def _change_gpu_health(
+    node_id: int,
+    index: int,
+    verb: str,
+    *,
+    actor: Actor,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+) -> NodeEvent:
+    """Move GPU ``index`` of a node from one health to another under a row lock, with its history
+    row (kind ``gpu``; the GPU's index and UUID in ``details``) in the same transaction.
+
+    Raises ``GPU.DoesNotExist``, ``ReasonRequired``, ``TransitionForbidden`` (a user without the
+    operate permission) or ``TransitionNotAllowed`` (the GPU's health does not allow the verb);
+    nothing is written then.
+    """
+    reason = clean_reason(reason)
+    sources, target = GPU_VERBS[verb]
+    if actor.user is not None and not actor.user.has_perm(OPERATE):
+        raise TransitionForbidden(f"{actor.name} may not {verb.replace('_', ' ')}s.")
+    with transaction.atomic():
+        gpu = GPU.objects.select_for_update().select_related("node").get(node_id=node_id, index=index)
+        if gpu.health not in sources:
+            label = GpuHealth(gpu.health).label.lower()
+            raise TransitionNotAllowed(f"Cannot {verb.replace('_', ' ')} {index}: it is {label}.")
+        source = gpu.health
+        gpu.health, gpu.health_changed_at, gpu.health_reason = target, timezone.now(), reason
+        gpu.save(update_fields=["health", "health_changed_at", "health_reason"])
+        node = gpu.node
+        return NodeEvent.objects.create(
+            node=node,
+            hostname=node.hostname,
+            kind=EventKind.GPU,
+            transition=verb,
+            source_state=node.state,  # the node's own state, unchanged by a GPU's
+            reason=reason,
+            actor=actor.user,
+            actor_kind=actor.kind,
+            actor_name=actor.name,
+            correlation_id=correlation_id,
+            details={**(details or {}), "gpu_index": index, "gpu_uuid": gpu.uuid, "from": source, "to": target},
+            created=gpu.health_changed_at,
+        )
+
+
+def mark_gpu_suspect(
+    node_id: int,
+    index: int,
+    *,
+    actor: Actor,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+) -> NodeEvent | None:
+    """A finding names this GPU: watch it. Idempotent: None (nothing written) when the GPU is
+    already suspect or fenced, so a burst of findings writes one history row, not one each."""
+    try:
+        return _change_gpu_health(
+            node_id,
+            index,
+            "mark_gpu_suspect",
+            actor=actor,
+            reason=reason,
+            details=details,
+            correlation_id=correlation_id,
+        )
+    except TransitionNotAllowed:
+        return None
+
+
+def fence_gpu(node_id: int, index: int, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
+    """Take one GPU out of service without draining its node; the reason is required (the
+    operator says why) and the node's own state does not change."""
+    return _change_gpu_health(node_id, index, "fence_gpu", actor=actor, reason=reason, correlation_id=correlation_id)
+
+
+def clear_gpu(node_id: int, index: int, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
+    """The GPU is trusted again (healthy), from suspect or fenced."""
+    return _change_gpu_health(node_id, index, "clear_gpu", actor=actor, reason=reason, correlation_id=correlation_id)
+
+
+def clear_suspect_gpus(node_id: int, *, actor: Actor, reason: str) -> list[NodeEvent]:
+    """Clear every suspect GPU of a node (not the fenced ones): one history row per GPU."""
+    indexes = list(GPU.objects.filter(node_id=node_id, health=GpuHealth.SUSPECT).values_list("index", flat=True))
+    return [clear_gpu(node_id, index, actor=actor, reason=reason) for index in indexes]
+
+
+def usable_gpu_count(gpus: Any) -> int:
+    """How many of these GPUs work may run on (not fenced); reads an already fetched list."""
+    return sum(1 for gpu in gpus if gpu.is_usable)

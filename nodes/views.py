@@ -210,6 +210,7 @@ def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One node's life: state, inventory, actions, timeline, lifecycle graph and history."""
     node = _visible_node_or_404(request, pk)
+    gpus = list(node.gpus.all())
     changes = list(
         NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
         .only("created", "source_state", "target_state", "transition")
@@ -220,7 +221,8 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "nodes/detail.html",
         {
             "node": node,
-            "gpus": node.gpus.all(),
+            "gpus": gpus,
+            "usable_gpus": services.usable_gpu_count(gpus),
             "transitions": services.available_transitions(node, request.user),
             "can_note": request.user.has_perm("nodes.operate_node"),
             "timeline_chart": charts.state_timeline(node, changes),

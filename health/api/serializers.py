@@ -144,6 +144,7 @@ class XidDefinitionSerializer(serializers.ModelSerializer[XidDefinition]):
             "meaning",
             "severity",
             "recommended_action",
+            "gpu_reset",
             "nvidia_bucket",
             "investigatory_action",
             "edited_reason",

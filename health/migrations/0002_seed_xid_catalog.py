@@ -7,8 +7,16 @@ def seed(apps, schema_editor):
     from health.xid import read_catalog
 
     XidDefinition = apps.get_model("health", "XidDefinition")
+    # Only the columns this migration's model has: later ones (gpu_reset, 0005) are filled by their own.
+    known = {f.name for f in XidDefinition._meta.get_fields()}
     existing = set(XidDefinition.objects.values_list("xid", flat=True))
-    XidDefinition.objects.bulk_create([XidDefinition(**row) for row in read_catalog() if row["xid"] not in existing])
+    XidDefinition.objects.bulk_create(
+        [
+            XidDefinition(**{k: v for k, v in row.items() if k in known})
+            for row in read_catalog()
+            if row["xid"] not in existing
+        ]
+    )
 
 
 class Migration(migrations.Migration):

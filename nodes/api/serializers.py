@@ -19,16 +19,21 @@ from fleet.api.serializers import (
     BriefSiteSerializer,
     BriefTenantSerializer,
 )
-from nodes.choices import STATE_PHASE, NodeState, Phase
+from nodes.choices import STATE_PHASE, GpuHealth, NodeState, Phase
 from nodes.models import GPU, Node, NodeEvent
+from nodes.services import usable_gpu_count
 
 
 class GPUSerializer(serializers.ModelSerializer[GPU]):
-    """One GPU in a node."""
+    """One GPU in a node, with its own health (read-only: it changes through ``nodes.services``)."""
+
+    health = serializers.ChoiceField(choices=GpuHealth.choices, read_only=True)
+    health_label = serializers.CharField(source="get_health_display", read_only=True)
 
     class Meta:
         model = GPU
-        fields = ["index", "uuid", "serial", "model"]
+        fields = ["index", "uuid", "serial", "model", "health", "health_label", "health_changed_at", "health_reason"]
+        read_only_fields = fields
 
 
 class NodeSerializer(serializers.ModelSerializer[Node]):
@@ -45,6 +50,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
     state_label = serializers.CharField(source="get_state_display", read_only=True)
     phase = serializers.SerializerMethodField()
     gpus = GPUSerializer(many=True, read_only=True)
+    usable_gpu_count = serializers.SerializerMethodField(help_text="GPUs work may run on: all but the fenced.")
 
     class Meta:
         model = Node
@@ -67,6 +73,7 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "state_changed_at",
             "is_revalidation",
             "gpus",
+            "usable_gpu_count",
             "last_updated",
             "created",
         ]
@@ -75,6 +82,9 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
     @extend_schema_field(serializers.ChoiceField(choices=Phase.choices))
     def get_phase(self, node: Node) -> str:
         return STATE_PHASE[node.state]
+
+    def get_usable_gpu_count(self, node: Node) -> int:
+        return usable_gpu_count(node.gpus.all())  # the viewset prefetches the GPUs: no query per node
 
 
 class NodeEventSerializer(serializers.ModelSerializer[NodeEvent]):

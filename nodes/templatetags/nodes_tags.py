@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 from django.utils.html import format_html
 
-from nodes.choices import EVENT_KIND_COLOURS, STATE_COLOURS, EventKind, NodeState
+from nodes.choices import EVENT_KIND_COLOURS, GPU_HEALTH_COLOURS, STATE_COLOURS, EventKind, GpuHealth, NodeState
 
 register = template.Library()
 
@@ -25,6 +25,18 @@ def event_kind_badge(kind: str) -> str:
     label = EventKind(kind).label if kind in EventKind.values else kind
     return format_html(
         '<span class="badge badge-outline" data-colour="{}">{}</span>', EVENT_KIND_COLOURS.get(kind, "#888"), label
+    )
+
+
+@register.simple_tag
+def gpu_health_badge(health: str) -> str:
+    """A GPU's own health (healthy, suspect, fenced) as a badge, coloured from nodes.choices."""
+    label = GpuHealth(health).label if health in GpuHealth.values else health
+    return format_html(
+        '<span class="badge" data-gpu-health="{}" data-colour="{}">{}</span>',
+        health,
+        GPU_HEALTH_COLOURS.get(health, "#888"),
+        label,
     )
 
 

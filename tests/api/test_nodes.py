@@ -135,10 +135,12 @@ def test_the_detail_shows_inventory_state_and_gpus(api_as, viewer):
     assert body["hardware_profile"] == {"id": node.hardware_profile.pk, "name": node.hardware_profile.name}
     assert (body["rack"], body["tenant"], body["persona"]) == (None, None, None)
     assert (body["state"], body["state_label"], body["is_revalidation"]) == ("firmware_update", "Firmware update", True)
+    healthy = {"health": "healthy", "health_label": "Healthy", "health_changed_at": None, "health_reason": ""}
     assert body["gpus"] == [
-        {"index": 0, "uuid": "GPU-d0", "serial": "S0", "model": "H100"},
-        {"index": 1, "uuid": "GPU-d1", "serial": "S1", "model": "H100"},
+        {"index": 0, "uuid": "GPU-d0", "serial": "S0", "model": "H100", **healthy},
+        {"index": 1, "uuid": "GPU-d1", "serial": "S1", "model": "H100", **healthy},
     ]
+    assert body["usable_gpu_count"] == 2
     assert {"state_changed_at", "last_updated", "created"} <= set(body)
 
 

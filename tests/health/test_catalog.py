@@ -116,3 +116,32 @@ def test_a_catalog_change_reaches_installed_rows_an_operator_never_edited(db):
         "XID 43": {"recommended_action": ["check_application", "none"]},
         "XID 45": {"recommended_action": ["check_application", "none"]},
     }
+
+
+RESETS = {48: True, 63: True, 64: True, 74: True, 94: True, 95: True, 119: True, 120: True, 140: True, 149: True}
+NO_RESET = {79: False, 13: False, 31: False, 43: False, 45: False, 1: False, 154: False}
+
+
+@pytest.mark.parametrize(("number", "gpu_reset"), sorted({**RESETS, **NO_RESET}.items()))
+def test_it_marks_the_xids_whose_recovery_nvidia_says_is_a_gpu_reset(db, number, gpu_reset):
+    """What the GPU reset rung reads: 79 (off the bus) needs a reboot, application XIDs no reset."""
+    assert xid.lookup(number).gpu_reset is gpu_reset
+    assert XidDefinition.objects.get(xid=number).gpu_reset is gpu_reset
+
+
+def test_the_catalog_file_holds_the_gpu_reset_column_distilled_from_nvidias_buckets():
+    rows = list(xid.read_catalog())
+
+    assert all(row["gpu_reset"] is xid.calls_for_gpu_reset(row["xid"], row["nvidia_bucket"]) for row in rows)
+    assert {row["xid"] for row in rows if row["gpu_reset"]} >= set(RESETS)
+    reference = {"xid": "48", "name": "ECC_DBE", "severity": "CRITICAL", "recommended_action": "WORKFLOW_XID_48: x"}
+    assert xid.distil_row(reference)["gpu_reset"] is True
+
+
+def test_installed_rows_get_the_gpu_reset_mark_at_the_next_migrate(db):
+    XidDefinition.objects.filter(xid=48).update(gpu_reset=False)
+    from health.seed import ensure_health_defaults
+
+    ensure_health_defaults()
+
+    assert XidDefinition.objects.get(xid=48).gpu_reset is True

@@ -32,8 +32,8 @@ def test_a_state_change_keeps_the_reports_rows_in_step_in_its_transaction():
     assert names(ON_CLUSTER_CHANGE) == ["reports.followups.follow_node_cluster"]
 
 
-def test_a_new_finding_is_considered_by_remediation_after_commit():
-    assert names(ON_NEW_FINDING) == ["remediation.followups.queue_consideration"]
+def test_a_new_finding_marks_its_gpu_suspect_and_is_considered_by_remediation_after_commit():
+    assert names(ON_NEW_FINDING) == ["health.gpus.suspect_named_gpu", "remediation.followups.queue_consideration"]
 
 
 def test_a_reimaged_nodes_join_is_awaited_by_remediation():
