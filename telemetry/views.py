@@ -6,14 +6,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.shortcuts import render
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
+from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from nodes.scoping import visible_node_or_404
+from nodes.models import OPERATE
+from nodes.scoping import staff_only, visible_node_or_404
+from nodes.services import Actor
+from nodewarden.errors import ReasonRequired
 
-from . import charts
-from .models import GpuState, NodeHealth
+from . import charts, commands
+from .choices import CommandStatus, CommandVerb
+from .models import AgentCommand, GpuState, NodeHealth
+from .schema import MAX_GPUS
 from .series import WINDOWS, gpu_series
 
 DEFAULT_WINDOW = "6h"
@@ -81,3 +89,65 @@ def node_gpu_health(request: HttpRequest, pk: int) -> HttpResponse:
         context["figures"] = [{"id": k, "data_id": f"{k}-data", "figure": f} for k, f in figures.items()]
         context["ib_down"] = [p for p in health.ib_ports if p.get("state") != "ACTIVE"]
     return render(request, "telemetry/_node_gpu_health.html", context)
+
+
+RECENT_COMMANDS = 10
+COMMAND_COLOURS: dict[str, str] = {
+    CommandStatus.QUEUED: "#888",
+    CommandStatus.DELIVERED: "#1f77b4",
+    CommandStatus.SUCCEEDED: "#2ca02c",
+    CommandStatus.FAILED: "#d62728",
+    CommandStatus.EXPIRED: "#7f7f7f",
+}
+
+
+@staff_only
+def node_commands(request: HttpRequest, pk: int) -> HttpResponse:
+    """The node page's "Agent commands" partial (staff): recent commands with who, why and the
+    outcome (a diagnostics bundle folded open per part), and for operators the issue form."""
+    node = visible_node_or_404(request.user, pk)
+    recent = list(AgentCommand.objects.filter(node=node).order_by("-created", "-id")[:RECENT_COMMANDS])
+    rows = [(c, COMMAND_COLOURS.get(c.status, "#888"), _result_parts(c)) for c in recent]
+    gpu_count = node.hardware_profile.gpu_count if node.hardware_profile_id else MAX_GPUS
+    return render(
+        request,
+        "telemetry/_node_commands.html",
+        {
+            "node": node,
+            "rows": rows,
+            "can_issue": request.user.has_perm(OPERATE),
+            "verbs": CommandVerb.choices,
+            "gpu_indices": range(min(gpu_count or MAX_GPUS, MAX_GPUS)),
+        },
+    )
+
+
+def _result_parts(command: AgentCommand) -> list[tuple[str, str]]:
+    """(name, text) of each part of a command's result worth showing (diagnostics: one per part)."""
+    result = command.result if isinstance(command.result, dict) else {}
+    return [(str(name), value if isinstance(value, str) else str(value)) for name, value in result.items()]
+
+
+@staff_only
+@require_POST
+def node_command_issue(request: HttpRequest, pk: int) -> HttpResponse:
+    """Issue an agent command from the node page's form (operators), then back to the node."""
+    node = visible_node_or_404(request.user, pk)
+    if not request.user.has_perm(OPERATE):
+        return HttpResponseForbidden("You may not issue commands to node agents.")
+    verb = request.POST.get("verb", "")
+    args: dict[str, Any] = {}
+    if verb == CommandVerb.RESET_GPU:
+        raw = request.POST.get("gpu", "")
+        args["gpu"] = int(raw) if raw.isdigit() and len(raw) < 4 else raw  # clean_args names a bad index
+    try:
+        command = commands.issue_command(
+            node.pk, verb, args=args, actor=Actor(user=request.user), reason=request.POST.get("reason", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except ReasonRequired as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Command {commands.describe(command)} queued; the agent takes it at its next poll.")
+    return redirect("node-detail", pk=node.pk)
