@@ -10,6 +10,11 @@ on it (``attach_demo_bmcs``). Then, every 20 s from beat, ``bring_up_demo_nodes`
   (``provisioning.services.join``), which makes the node Onboard and starts Day 1;
 - plays the node agent for active checks: claims the queued checks of demo nodes and
   posts results with figures (``checks.services``), so burn-in decides on real rules;
+- plays the node agent for agent commands: takes each demo node's queued commands
+  (``telemetry.commands.deliver_commands``) and answers them (a GPU reset succeeds unless
+  a job runs on the node, a reboot is queued, a diagnostics bundle carries the node's
+  recent kernel lines), so the node page's command panel and the GPU reset rung show
+  outcomes;
 - opens the stage of a seeded node sitting in a Day 1 state without one.
 Bay servers carry planted defects (old firmware that the update cannot fix, a missing
 GPU, low NCCL bandwidth) so triage shows real reasons. Nothing here changes a state by
@@ -270,6 +275,49 @@ def _answer_checks(rng: random.Random) -> list[str]:
     return done
 
 
+def _answer_commands(rng: random.Random) -> list[str]:
+    """The agents' side of the command channel on demo nodes: take queued commands, answer each."""
+    from nodes.models import NodeEvent
+    from telemetry.choices import CommandStatus, CommandVerb
+    from telemetry.commands import CommandConflict, CommandResult, deliver_commands, record_command_result
+    from telemetry.models import AgentCommand
+
+    done = []
+    node_ids = (
+        AgentCommand.objects.filter(node__in=demo_nodes(), status=CommandStatus.QUEUED)
+        .values_list("node_id", flat=True)
+        .distinct()[:20]
+    )
+    for node_id in node_ids:
+        for command in deliver_commands(node_id):
+            node = command.node
+            if command.verb == CommandVerb.RESET_GPU:
+                gpu = command.args["gpu"]
+                busy = node.state == S.PRODUCTION and rng.random() < 0.5  # a customer job may hold it
+                result = (
+                    CommandResult("failed", f"busy: 1 process on GPU {gpu}", {"gpu": gpu, "processes": 1})
+                    if busy
+                    else CommandResult("succeeded", f"GPU {gpu} reset", {"gpu": gpu, "output": "GPU reset: OK"})
+                )
+            elif command.verb == CommandVerb.REBOOT:
+                result = CommandResult("succeeded", "reboot queued (systemctl reboot)")
+            else:
+                recent = NodeEvent.objects.filter(node_id=node_id).order_by("-id").values_list("reason", flat=True)[:5]
+                parts = {
+                    "kernel_log": "\n".join(f"[demo] {line}" for line in reversed(list(recent))),
+                    "nvidia_smi": f"==============NVSMI LOG==============\nAttached GPUs : 8 ({node.hostname})",
+                    "infiniband": "mlx5_0 port 1: ACTIVE 400 Gb/sec (4X NDR)",
+                }
+                wanted = {part: text for part, text in parts.items() if part in command.args.get("collect", parts)}
+                result = CommandResult("succeeded", f"{len(wanted)} parts collected", wanted)
+            try:
+                record_command_result(command.pk, node_id, result=result)
+            except CommandConflict:
+                continue
+            done.append(f"{node.hostname}: {command.verb} {result.status}")
+    return done
+
+
 def _pick_up_seeded_day0(rng: random.Random) -> list[str]:
     """Seeded nodes were written straight into Day 0 states: move them on through the real road
     (enrolled: prepare boot and PXE; initializing with no boot config: provision; onboard: Day 1)."""
@@ -322,6 +370,11 @@ def bring_up_demo_nodes(seed: int | None = None) -> str:
         return "no demo BMCs (bin/demo starts the emulator: manage.py demo_bmc)"
     rng = random.Random(seed)
     changes = (
-        _enroll_next(rng) + _pick_up_seeded_day0(rng) + _boot_machines() + _answer_checks(rng) + _open_missing_stages()
+        _enroll_next(rng)
+        + _pick_up_seeded_day0(rng)
+        + _boot_machines()
+        + _answer_checks(rng)
+        + _answer_commands(rng)
+        + _open_missing_stages()
     )
     return f"{len(changes)} changes" + (": " + "; ".join(changes) if changes else "")

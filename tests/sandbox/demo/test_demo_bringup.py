@@ -81,3 +81,20 @@ def test_seeded_day0_nodes_are_provisioned_and_onboard_ones_start_day1(demo):
     rounds(demo, 3)
     assert not demo_nodes().filter(pk__in=seeded_onboard, state=S.ONBOARD).exists()
     assert not demo_nodes().filter(state=S.INITIALIZING, boot_config__isnull=True).exists()
+
+
+def test_the_demo_agents_answer_commands_so_the_panel_shows_outcomes(demo):
+    from nodes.services import Actor
+    from telemetry.commands import issue_command
+    from telemetry.models import AgentCommand
+
+    node = demo_nodes().filter(state=S.PRODUCTION).first()
+    actor = Actor.system("tests")
+    issue_command(node.pk, "collect_diagnostics", actor=actor, reason="ticket 7")
+    issue_command(node.pk, "reset_gpu", args={"gpu": 1}, actor=actor, reason="XID 94 on GPU 1")
+    rounds(demo, 1)
+    answered = {c.verb: c for c in AgentCommand.objects.filter(node=node)}
+    assert answered["collect_diagnostics"].status == "succeeded"
+    assert set(answered["collect_diagnostics"].result) == {"kernel_log", "nvidia_smi", "infiniband"}
+    assert answered["reset_gpu"].status in ("succeeded", "failed")
+    assert answered["reset_gpu"].summary in ("GPU 1 reset", "busy: 1 process on GPU 1")
