@@ -42,7 +42,7 @@ class Agent:
         self.results_dir = state / "check-results"
         self.client = client
         self.backoff = Backoff(config.backoff_min_s, config.backoff_max_s, clock=clock)
-        self.check_env = check_env or CheckEnv()
+        self.check_env = check_env or CheckEnv(workloads=config.workloads)
         self.cycles = 0
         self._check_thread: threading.Thread | None = None
 
