@@ -70,7 +70,12 @@ def test_a_profile_overrides_one_kind_and_an_empty_age_takes_a_kind_off():
     FreshnessTarget.objects.create(profile=profile, kind="dcgm_diag", max_age=DAY)
     FreshnessTarget.objects.create(profile=profile, kind="memory_test", max_age=None)
     owed = freshness.targets([profile.pk, other.pk])
-    assert owed[profile.pk] == {"dcgm_diag": DAY, "gpu_stress": 3 * DAY, "nccl_test": 3 * DAY, "training_step": 30 * DAY}
+    assert owed[profile.pk] == {
+        "dcgm_diag": DAY,
+        "gpu_stress": 3 * DAY,
+        "nccl_test": 3 * DAY,
+        "training_step": 30 * DAY,
+    }
     assert owed[other.pk] == freshness.DEFAULT_TARGETS
 
 

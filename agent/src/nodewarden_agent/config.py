@@ -40,9 +40,11 @@ class Workload:
     timeout_s: float = 600.0
 
 
-# Shipped with the agent: a few dozen steps of a small MLP on synthetic data (PyTorch).
+# Shipped with the agent: a few dozen steps of a small MLP on synthetic data (PyTorch). Run by
+# file path, not "-m": the script next to this agent runs, whatever else is installed.
+TINY_TRAIN = Path(__file__).resolve().parent / "checks" / "tiny_train.py"
 BUILTIN_WORKLOADS: dict[str, Workload] = {
-    "tiny-train": Workload("tiny-train", (sys.executable, "-m", "nodewarden_agent.checks.tiny_train"), 300.0),
+    "tiny-train": Workload("tiny-train", (sys.executable, str(TINY_TRAIN)), 300.0),
 }
 
 

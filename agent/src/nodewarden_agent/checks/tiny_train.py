@@ -1,6 +1,6 @@
 """The builtin training-step workload: a few dozen steps of a small MLP on synthetic data.
 
-Run as ``python -m nodewarden_agent.checks.tiny_train``; it prints one JSON line of figures on
+Run as ``python .../nodewarden_agent/checks/tiny_train.py``; it prints one JSON line of figures on
 stdout (the workload contract, see ``training``): ``samples_per_s``, ``loss``, ``steps``,
 ``seconds``, ``gpu`` (1 when it ran on CUDA). Without PyTorch it prints
 ``{"not_available": ...}`` and exits 0: a missing library is not a hardware failure.
