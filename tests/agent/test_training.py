@@ -187,3 +187,16 @@ def test_workloads_come_from_the_environment_as_json_too():
     assert config.workloads["w"].argv == ("/opt/w/run",) and config.workloads["w"].timeout_s == 90.0
     with pytest.raises(ConfigError, match="workload name 'Bad Name'"):
         load_config(env={"NODEWARDEN_WORKLOADS": '{"Bad Name": "builtin"}'}, require_portal=False)
+
+
+def test_the_check_command_runs_a_workload_of_the_config_file(tmp_path, capsys):
+    from nodewarden_agent.cli import main
+
+    argv = script(tmp_path, 'print(\'{"samples_per_s": 42.0, "loss": 0.5}\')')
+    path = tmp_path / "agent.json"
+    path.write_text(json.dumps({"workloads": {"w": {"argv": argv}}}))
+
+    code = main(["--config", str(path), "check", "training_step", "--params", '{"workload": "w"}'])
+
+    result = json.loads(capsys.readouterr().out)
+    assert (code, result["status"], result["figures"]["samples_per_s"]) == (0, "passed", 42.0)
