@@ -46,6 +46,7 @@ DEFAULT_TARGETS: dict[str, timedelta] = {
     RunKind.GPU_STRESS: timedelta(days=3),
     RunKind.NCCL_TEST: timedelta(days=3),
     RunKind.MEMORY_TEST: timedelta(days=30),
+    RunKind.TRAINING_STEP: timedelta(days=30),
 }
 # Nodes per cluster whose scheduler one run of the task asks "is a job allocated here?": each
 # question is a scheduler call (squeue, a Kubernetes list); the rest waits for the next run.

@@ -38,6 +38,7 @@ from schedulers.base import CHECK_HOLD, SchedulerError
 from telemetry.models import NodeHealth
 
 from .specs import normalise_params, run_timeout
+from .workloads import judge
 
 # A NodeHealth row older than three report intervals (30 s) says nothing about now.
 IDLE_REPORT_MAX_AGE = timedelta(seconds=90)
@@ -301,7 +302,8 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
     (the agent retries on timeouts); a different one is a ``CheckConflict``. A run the
     sweep expired still takes its first real result: a late failure must not be lost.
     A failed check raises a degraded ``active_check`` finding; passed, not_available (the
-    tool is missing, not the hardware) and error outcomes are recorded only.
+    tool is missing, not the hardware) and error outcomes are recorded only. A training-step
+    run is judged here against the profile's expected figures (``checks.workloads.judge``).
     """
     if result.status not in AGENT_OUTCOMES:
         raise ValidationError({"status": [f"Must be one of {', '.join(AGENT_OUTCOMES)}."]})
@@ -309,9 +311,12 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
         # Lock the run only, not the node joined for its hostname.
         run = (
             Run.objects.select_for_update(of=("self",))
-            .select_related("node")
+            .select_related("node__hardware_profile")
             .get(pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS)
         )
+        if run.kind == RunKind.TRAINING_STEP:
+            # Before the comparison: a repeated post is judged the same and matches the verdict stored.
+            result = judge(run.node, str(run.params.get("workload", "")), result)
         if result.matches(run):
             return run, False
         expired = run.status == RunStatus.ERROR and run.details.get("expired")

@@ -15,8 +15,11 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
+from fleet.expectations import WORKLOAD_NAME
 from nodes.choices import ACTIVE_KINDS, RunKind
 from nodes.models import Node
+
+from .workloads import DEFAULT_WORKLOAD, known_workloads
 
 # nccl-tests' -b/-e syntax: a byte count with an optional K, M or G suffix.
 BYTE_SIZE = re.compile(r"^[1-9][0-9]*[KMG]?$")
@@ -76,6 +79,15 @@ def byte_size(value: Any, node: Node) -> int:
     return int(value.rstrip("KMG")) * BYTE_UNITS[unit]
 
 
+def workload_name(value: Any, node: Node) -> str:
+    """A workload the node's profile has expected figures for, or a builtin one. The name is all
+    the portal sends: what it runs is in the node agent's config, out of the portal's reach."""
+    known = known_workloads(node)
+    if not isinstance(value, str) or not WORKLOAD_NAME.match(value) or value not in known:
+        raise ValueError(f"must be a workload known for this node's hardware profile: {', '.join(known)}")
+    return value
+
+
 def _constant(value: Any) -> Callable[[Node], Any]:
     return lambda node: value
 
@@ -99,6 +111,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "gpus": Param(_gpu_count, integer(1, _gpu_count)),
     },
     RunKind.MEMORY_TEST: {"fraction": Param(_constant(0.9), number(0.1, 0.95))},
+    RunKind.TRAINING_STEP: {"workload": Param(_constant(DEFAULT_WORKLOAD), workload_name)},
 }
 
 
@@ -168,6 +181,13 @@ def _nccl_test(f: Mapping[str, Any]) -> str | None:
     return f"busbw {_number(f['busbw_gbps'])} GB/s" if "busbw_gbps" in f else None
 
 
+def _training_step(f: Mapping[str, Any]) -> str | None:
+    if "samples_per_s" not in f:
+        return None
+    loss = "loss not finite" if f.get("loss_finite") == 0 else f"loss {f['loss']:.4g}" if "loss" in f else "no loss"
+    return f"{_number(f['samples_per_s'])} samples/s, {loss}"
+
+
 def _memory_test(f: Mapping[str, Any]) -> str | None:
     if "bytes_tested" not in f or "mismatches" not in f:
         return None
@@ -176,12 +196,14 @@ def _memory_test(f: Mapping[str, Any]) -> str | None:
 
 # The figures the node agent sends (agent/src/nodewarden_agent/checks/): gpu_stress
 # gpuN_tflops, min_tflops, errors; dcgm_diag tests_passed/failed/skipped/warned, level;
-# nccl_test busbw_gbps (average), max_busbw_gbps, wrong; memory_test bytes_tested, mismatches.
+# nccl_test busbw_gbps (average), max_busbw_gbps, wrong; memory_test bytes_tested, mismatches;
+# training_step what the workload printed (samples_per_s, loss, steps, seconds, ...) and loss_finite.
 HEADLINES: dict[str, Callable[[Mapping[str, Any]], str | None]] = {
     RunKind.GPU_STRESS: _gpu_stress,
     RunKind.DCGM_DIAG: _dcgm_diag,
     RunKind.NCCL_TEST: _nccl_test,
     RunKind.MEMORY_TEST: _memory_test,
+    RunKind.TRAINING_STEP: _training_step,
 }
 
 

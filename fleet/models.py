@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 
 from .choices import SchedulerKind
+from .expectations import validate_workload_expectations
 from .schedulerkinds import scheduler_kind_label, validate_scheduler_kind
 
 
@@ -101,6 +102,13 @@ class HardwareProfile(models.Model):
         default=dict,
         blank=True,
         help_text='Minimum firmware per component, e.g. {"bios": "1.8.2", "bmc": "5.10"}.',
+    )
+    workload_expectations = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_workload_expectations],
+        help_text="Expected figures of the training-step check per workload (named in the node agents' config), "
+        'e.g. {"tiny-train": {"min_samples_per_s": 20000, "max_loss": 2.5, "max_seconds": 60}}.',
     )
 
     class Meta:

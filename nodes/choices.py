@@ -175,6 +175,8 @@ class RunKind(models.TextChoices):
     DCGM_DIAG = "dcgm_diag", "DCGM diagnostics"
     NCCL_TEST = "nccl_test", "NCCL all-reduce test"
     MEMORY_TEST = "memory_test", "GPU memory test"
+    # A workload named in the agent's config (e.g. a short training step), judged by the profile's figures.
+    TRAINING_STEP = "training_step", "Training-step check"
     # Day 1 stages (validation app): one run per stage entered, triggered by the transition into it.
     STAGE_FIRMWARE = "stage_firmware", "Firmware stage"
     STAGE_INVENTORY = "stage_inventory", "Inventory check stage"
@@ -183,7 +185,13 @@ class RunKind(models.TextChoices):
     STAGE_RELIABILITY = "stage_reliability", "Reliability assessment stage"
 
 
-ACTIVE_KINDS: tuple[str, ...] = (RunKind.GPU_STRESS, RunKind.DCGM_DIAG, RunKind.NCCL_TEST, RunKind.MEMORY_TEST)
+ACTIVE_KINDS: tuple[str, ...] = (
+    RunKind.GPU_STRESS,
+    RunKind.DCGM_DIAG,
+    RunKind.NCCL_TEST,
+    RunKind.MEMORY_TEST,
+    RunKind.TRAINING_STEP,
+)
 STAGE_KINDS: tuple[str, ...] = (
     RunKind.STAGE_FIRMWARE,
     RunKind.STAGE_INVENTORY,

@@ -117,6 +117,7 @@ TREND_SPECS: dict[str, TrendSpec] = {
     for spec in (
         TrendSpec("nccl_busbw_gbps", "NCCL bus bandwidth", "GB/s", "falls", 0.02, relative=True),
         TrendSpec("gpu_min_tflops", "GPU stress TFLOP/s (slowest GPU)", "TFLOP/s", "falls", 0.02, relative=True),
+        TrendSpec("training_samples_per_s", "Training-step throughput", "samples/s", "falls", 0.02, relative=True),
         TrendSpec("ecc_corrected", "Corrected ECC errors (all GPUs)", "errors", "climbs", 100.0, relative=False),
         TrendSpec("remapped_rows", "Remapped HBM rows (all GPUs)", "rows", "climbs", 1.0, relative=False),
         TrendSpec("temperature_at_load", "GPU temperature at >= 80 % load", "degC", "climbs", 0.5, relative=False),

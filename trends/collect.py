@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
 
+from checks.workloads import DEFAULT_WORKLOAD
 from health.choices import RecommendedAction
 from health.models import XidDefinition
 from health.xid import APPLICATION_XIDS
@@ -34,6 +35,7 @@ LOAD_PCT = 80.0  # "comparable load": temperature is compared only while the GPU
 CHECK_FIGURES: dict[str, tuple[str, str]] = {
     "nccl_busbw_gbps": (RunKind.NCCL_TEST, "busbw_gbps"),
     "gpu_min_tflops": (RunKind.GPU_STRESS, "min_tflops"),
+    "training_samples_per_s": (RunKind.TRAINING_STEP, "samples_per_s"),
 }
 # Only runs with the default parameters (checks.specs; the Day 1 burn-in uses them) are compared:
 # bus bandwidth depends on the message size and GPU count, TFLOP/s on the data type and matrix.
@@ -47,6 +49,9 @@ def comparable(kind: str, params: dict[str, Any] | None, gpu_count: int) -> bool
     same: bool  # the parameters are JSON values: Any to mypy
     if kind == RunKind.NCCL_TEST:
         same = params.get("max_bytes", NCCL_MAX_BYTES) == NCCL_MAX_BYTES and params.get("gpus", gpu_count) == gpu_count
+    elif kind == RunKind.TRAINING_STEP:
+        # One line per node: the default workload (what the freshness scheduler requests).
+        same = params.get("workload", DEFAULT_WORKLOAD) == DEFAULT_WORKLOAD
     else:
         same = (
             params.get("dtype", STRESS_DTYPE) == STRESS_DTYPE

@@ -55,7 +55,13 @@ def cluster(db):
 def test_a_profile_without_targets_owes_the_defaults():
     profile = HardwareProfileFactory()
     assert freshness.targets([profile.pk]) == {
-        profile.pk: {"dcgm_diag": 7 * DAY, "gpu_stress": 3 * DAY, "nccl_test": 3 * DAY, "memory_test": 30 * DAY}
+        profile.pk: {
+            "dcgm_diag": 7 * DAY,
+            "gpu_stress": 3 * DAY,
+            "nccl_test": 3 * DAY,
+            "memory_test": 30 * DAY,
+            "training_step": 30 * DAY,
+        }
     }
 
 
@@ -64,7 +70,12 @@ def test_a_profile_overrides_one_kind_and_an_empty_age_takes_a_kind_off():
     FreshnessTarget.objects.create(profile=profile, kind="dcgm_diag", max_age=DAY)
     FreshnessTarget.objects.create(profile=profile, kind="memory_test", max_age=None)
     owed = freshness.targets([profile.pk, other.pk])
-    assert owed[profile.pk] == {"dcgm_diag": DAY, "gpu_stress": 3 * DAY, "nccl_test": 3 * DAY}
+    assert owed[profile.pk] == {
+        "dcgm_diag": DAY,
+        "gpu_stress": 3 * DAY,
+        "nccl_test": 3 * DAY,
+        "training_step": 30 * DAY,
+    }
     assert owed[other.pk] == freshness.DEFAULT_TARGETS
 
 
@@ -167,7 +178,7 @@ def seeded(cluster):
     fresh_node(cluster, dcgm_diag=10 * DAY)
     west = ClusterFactory(name="west")
     small = HardwareProfileFactory(name="L40S", gpu_count=4)
-    for kind in ("gpu_stress", "nccl_test", "memory_test"):
+    for kind in ("gpu_stress", "nccl_test", "memory_test", "training_step"):
         FreshnessTarget.objects.create(profile=small, kind=kind, max_age=None)
     NodeFactory(cluster=west, production=True, hardware_profile=small)
     NodeFactory(cluster=west, triage=True)

@@ -154,6 +154,8 @@ NOT_PORTAL_SETTINGS = {
     "SECURE_PROXY_SSL_HEADER": "Django's setting that NODEWARDEN_SECURE_PROXY sets",
     "NODEWARDEN_URL": "the node agent's (agent/README.md), the portal URL it reports to",
     "NODEWARDEN_TOKEN": "the node agent's (agent/README.md), its bearer token",
+    "NODEWARDEN_CONFIG": "the node agent's (agent/README.md), its JSON config file",
+    "NODEWARDEN_WORKLOADS": "the node agent's (agent/README.md), what its training-step check may run",
     "BIN_TEST_WORKERS": "bin/test's own (docs/development.md): pytest-xdist workers",
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",

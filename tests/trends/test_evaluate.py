@@ -234,6 +234,31 @@ def test_gpu_stress_tflops_are_trended_and_compared_too(db):
     }
 
 
+def test_training_step_throughput_of_the_default_workload_is_trended(db):
+    nodes = make_nodes(4, prefix="ts")
+    runs = []
+    for i, node in enumerate(nodes):
+        for w, ago in enumerate(RUN_DAYS_AGO):
+            at = NOW - timedelta(days=ago)
+            falling = 50_000 * (1 - 0.04 * w)
+            for workload, value in (("tiny-train", falling if i == 0 else 50_000.0), ("llama-step", 900.0 + 100 * w)):
+                runs.append(
+                    Run(
+                        node=node,
+                        kind="training_step",
+                        status="passed",
+                        created=at,
+                        finished=at,
+                        params={"workload": workload},
+                        figures={"samples_per_s": value, "loss": 1.1, "loss_finite": 1.0},
+                    )
+                )
+    Run.objects.bulk_create(runs)
+    services.evaluate(now=NOW)
+    # One line per node: the other workload's (rising) figures are not mixed into it.
+    assert open_flags() == {(nodes[0].hostname, FlagKind.DEGRADING, "training_samples_per_s")}
+
+
 def test_a_failed_run_says_why_and_stays_unfinished(fleet, monkeypatch):
     from trends import collect
 

@@ -44,7 +44,7 @@ class Agent:
         self.results_dir = state / "check-results"
         self.client = client
         self.backoff = Backoff(config.backoff_min_s, config.backoff_max_s, clock=clock)
-        self.check_env = check_env or CheckEnv()
+        self.check_env = check_env or CheckEnv(workloads=config.workloads)
         self.commands_dir = state / "command-results"
         self.command_env = command_env or CommandEnv()
         self.cycles = 0

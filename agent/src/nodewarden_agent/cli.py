@@ -20,7 +20,7 @@ from typing import Any
 
 from . import __version__, join
 from .agent import Agent
-from .checks import KINDS, run_check
+from .checks import KINDS, CheckEnv, run_check
 from .client import PortalClient
 from .collectors.host import HostCollector
 from .collectors.infiniband import InfinibandCollector
@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"nodewarden-agent: --params is not JSON: {exc}", file=sys.stderr)
         return 2
-    result = run_check(args.kind, params)
+    # The check sees the workloads of this node's config, as under the service loop.
+    result = run_check(args.kind, params, CheckEnv(workloads=config.workloads))
     json.dump(result, sys.stdout, indent=2)
     print()
     return 0 if result["status"] in ("passed", "not_available") else 1

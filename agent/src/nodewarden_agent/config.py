@@ -10,17 +10,42 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 DEFAULT_STATE_DIR = "/var/lib/nodewarden-agent"
+# A workload name as the portal sends it (checks.specs checks the same pattern).
+WORKLOAD_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+WORKLOAD_TIMEOUT_MAX_S = 3600.0  # the portal expires a training-step run after an hour
 
 
 class ConfigError(ValueError):
     """A setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A command the training-step check may run: the portal only ever names it.
+
+    The argv lives here, on the node, so a compromised portal can pick among the
+    workloads the node's owner configured but never make the agent run anything else."""
+
+    name: str
+    argv: tuple[str, ...]
+    timeout_s: float = 600.0
+
+
+# Shipped with the agent: a few dozen steps of a small MLP on synthetic data (PyTorch). Run by
+# file path, not "-m": the script next to this agent runs, whatever else is installed.
+TINY_TRAIN = Path(__file__).resolve().parent / "checks" / "tiny_train.py"
+BUILTIN_WORKLOADS: dict[str, Workload] = {
+    "tiny-train": Workload("tiny-train", (sys.executable, str(TINY_TRAIN)), 300.0),
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +65,7 @@ class Config:
     request_timeout_s: float = 15.0
     backoff_min_s: float = 5.0
     backoff_max_s: float = 300.0
+    workloads: Mapping[str, Workload] = field(default_factory=lambda: dict(BUILTIN_WORKLOADS))
 
     @property
     def can_post(self) -> bool:
@@ -62,6 +88,35 @@ def _url(raw: str) -> str:
     return raw.rstrip("/")
 
 
+def _workload(name: str, entry: Any) -> Workload:
+    if not WORKLOAD_NAME.match(name):
+        raise ValueError(f"workload name {name!r} must be lower-case letters, digits, '.', '_' or '-'")
+    if entry == "builtin":
+        if name not in BUILTIN_WORKLOADS:
+            raise ValueError(f"{name}: no builtin workload by that name (builtin: {', '.join(BUILTIN_WORKLOADS)})")
+        return BUILTIN_WORKLOADS[name]
+    if not isinstance(entry, dict) or set(entry) - {"argv", "timeout_s"}:
+        raise ValueError(f'{name}: must be "builtin" or {{"argv": [...], "timeout_s": seconds}}')
+    argv = entry.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(arg, str) and arg for arg in argv):
+        raise ValueError(f"{name}: argv must be a non-empty list of strings")
+    # An absolute program: what runs must not depend on the agent's PATH.
+    if not os.path.isabs(argv[0]):
+        raise ValueError(f"{name}: argv[0] must be an absolute path, got {argv[0]!r}")
+    timeout = entry.get("timeout_s", 600)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= WORKLOAD_TIMEOUT_MAX_S:
+        raise ValueError(f"{name}: timeout_s must be a number of seconds from 1 to {WORKLOAD_TIMEOUT_MAX_S:.0f}")
+    return Workload(name, tuple(argv), float(timeout))
+
+
+def _workloads(raw: str) -> dict[str, Workload]:
+    """``{"name": "builtin" | {"argv": [...], "timeout_s": n}}`` on top of the builtin ones."""
+    data = json.loads(raw)  # a ValueError names the setting in load_config
+    if not isinstance(data, dict):
+        raise ValueError("must be a JSON object of workload name -> entry")
+    return {**BUILTIN_WORKLOADS, **{name: _workload(name, entry) for name, entry in data.items()}}
+
+
 # setting name -> parser; the same names serve env (upper-cased, prefixed) and the file.
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "url": _url,
@@ -76,6 +131,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "request_timeout": _positive(float),
     "backoff_min": _positive(float),
     "backoff_max": _positive(float),
+    "workloads": _workloads,  # JSON: an object in the file, a JSON string in the environment
 }
 # setting name -> Config field where they differ (units live in the field name).
 _FIELDS = {
@@ -96,7 +152,12 @@ def _read_file(path: str) -> dict[str, str]:
     unknown = set(data) - set(_PARSERS) - {"token", "token_file"}
     if unknown:
         raise ConfigError(f"config file {path}: unknown settings {sorted(unknown)}")
-    return {key: str(value) for key, value in data.items() if value is not None}
+    # Structured settings travel as JSON text, like their environment variable.
+    return {
+        key: json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        for key, value in data.items()
+        if value is not None
+    }
 
 
 def _raw_settings(env: Mapping[str, str], config_file: str | None) -> dict[str, str]:

@@ -13,11 +13,12 @@ import importlib
 import logging
 import shutil
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..collectors.kmsg import Runner, run_command
+from ..config import BUILTIN_WORKLOADS, Workload
 from ..util import utc_iso
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class CheckEnv:
     runner: Runner = run_command
     which: Callable[[str], str | None] = shutil.which
     importer: Callable[[str], Any] = importlib.import_module
+    # The training-step check runs only these (the agent's config); the portal just names one.
+    workloads: Mapping[str, Workload] = field(default_factory=lambda: dict(BUILTIN_WORKLOADS))
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,12 +69,18 @@ def tail(text: str, limit: int = OUTPUT_MAX_BYTES) -> str:
 
 
 def _registry() -> dict[str, Callable[[dict[str, Any], CheckEnv], dict[str, Any]]]:
-    from . import dcgm, memtest, nccl, stress
+    from . import dcgm, memtest, nccl, stress, training
 
-    return {"gpu_stress": stress.run, "dcgm_diag": dcgm.run, "nccl_test": nccl.run, "memory_test": memtest.run}
+    return {
+        "gpu_stress": stress.run,
+        "dcgm_diag": dcgm.run,
+        "nccl_test": nccl.run,
+        "memory_test": memtest.run,
+        "training_step": training.run,
+    }
 
 
-KINDS = ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test")
+KINDS = ("gpu_stress", "dcgm_diag", "nccl_test", "memory_test", "training_step")
 
 
 def run_check(kind: str, params: dict[str, Any] | None = None, env: CheckEnv | None = None) -> dict[str, Any]:
