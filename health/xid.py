@@ -73,15 +73,20 @@ XID_ACTIONS: dict[int, str] = {
     31: A.CHECK_APPLICATION,
     68: A.CHECK_APPLICATION,
 }
-# Whether NVIDIA's recovery for an XID is (or includes) a reset of the one GPU: the data the GPU
-# reset rung reads (``XidInfo.gpu_reset``). Kept apart from ``recommended_action`` on purpose: the
-# ladder's first rung is unchanged by it. The buckets whose workflow is a GPU reset, plus two XIDs
+# Whether NVIDIA's recovery for an XID is (or includes) a reset of the one GPU (``XidInfo.gpu_reset``).
+# Such an XID recommends the reset (``distil_row``), so its remediation starts at the GPU reset rung,
+# unless NVIDIA's bucket says it starts nothing of its own (``NO_ACTION_BUCKETS``: 63, row remap
+# recorded, is IGNORE; the ``row_remap_pending`` rule asks for the reset). The buckets whose workflow is a GPU reset, plus two XIDs
 # whose own text asks for one though their bucket does not: 63 (a row marked for remapping takes
 # effect at the next GPU reset: "row-remap pending") and 94 (a contained ECC error: the
 # application restarts now, the GPU is reset when convenient). 79 (fallen off the bus) is not
 # among them: only a reboot or power cycle brings the GPU back.
 GPU_RESET_BUCKETS = frozenset({"RESET_GPU", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR"})
 GPU_RESET_XIDS = frozenset({63, 94})
+
+
+# NVIDIA's buckets for XIDs that start nothing by themselves: IGNORE, and "act on the other XID".
+NO_ACTION_BUCKETS = frozenset({"IGNORE", "WORKFLOW_XID_45", "XID_154"})
 
 
 def calls_for_gpu_reset(xid: int, bucket: str) -> bool:
@@ -108,6 +113,9 @@ def distil_row(row: dict[str, str]) -> dict[str, Any]:
         action = A.INSPECT  # an XID the catalog calls unused: have someone look
     else:
         action = BUCKET_ACTIONS.get(bucket, A.INSPECT)
+    reset = calls_for_gpu_reset(xid, bucket)
+    if reset and bucket not in NO_ACTION_BUCKETS and catalog_severity != "N/A":
+        action = A.RESET_GPU  # 94: the application restarts by itself; the reset is ours to do
     meaning = row.get("meaning", "")
     if catalog_severity == "N/A":
         meaning = f"Unexpected XID: {meaning}"
@@ -119,7 +127,7 @@ def distil_row(row: dict[str, str]) -> dict[str, Any]:
         "investigatory_action": (row.get("investigatory_action") or "")[:200],
         "severity": str(severity),
         "recommended_action": str(XID_ACTIONS.get(xid, action)),
-        "gpu_reset": calls_for_gpu_reset(xid, bucket),
+        "gpu_reset": reset,
     }
 
 

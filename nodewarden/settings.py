@@ -335,6 +335,9 @@ _json_object("NODEWARDEN_KUBERNETES_TOKENS", NODEWARDEN_KUBERNETES_TOKENS)
 NODEWARDEN_ESCALATION_WINDOW_HOURS = env.int("NODEWARDEN_ESCALATION_WINDOW_HOURS", 72)
 NODEWARDEN_REPEAT_INCIDENTS = env.int("NODEWARDEN_REPEAT_INCIDENTS", 5)
 NODEWARDEN_REPEAT_DAYS = env.int("NODEWARDEN_REPEAT_DAYS", 7)
+# The GPU reset rung asks the node's agent to reset the finding's GPU; off, the rung fails at once
+# and the ladder climbs to a reboot (the fleet simulator compares the two).
+NODEWARDEN_GPU_RESET = env.bool("NODEWARDEN_GPU_RESET", True)
 # A step no worker has touched for this long is queued again: longer than a power action may
 # take (off and on, each up to NODEWARDEN_BMC_POWER_TIMEOUT), so a slow BMC is never doubled.
 NODEWARDEN_REMEDIATION_STALL_SECONDS = env.int(

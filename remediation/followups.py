@@ -1,7 +1,8 @@
 """Remediation's hooks on the lifecycle, registered in the lower apps' declared tables: findings
 become decisions (``health.followups``), the node's road through drain, re-validation and back
 to production moves its remediation on (``nodes.followups``), a running reimage completes at the
-node's join (``provisioning.rejoin``)."""
+node's join (``provisioning.rejoin``), a running GPU reset at its agent command's end
+(``telemetry.commands.on_result``)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,25 @@ from nodes.followups import followup
 from nodes.models import Node, NodeEvent
 from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
 from schedulers.reactions import drain_hold
+from telemetry.commands import on_result
 
 from . import ladder, services
 from .choices import Status
 from .models import Remediation
-from .tasks import consider_finding
+from .tasks import command_ended, consider_finding
 
 
 @on_new_finding
 def queue_consideration(finding_id: int) -> None:
     """Every new finding is considered once its transaction has committed (the remediation queue)."""
     consider_finding.apply_async(args=(finding_id,), queue="remediation")
+
+
+@on_result
+def queue_gpu_reset_answer(command_id: int) -> None:
+    """Every agent command's end, once committed: a GPU reset step waiting on it moves on (a task, so
+    the agent's result request never waits on re-validation; the task ignores other commands)."""
+    command_ended.apply_async(args=(command_id,), queue="remediation")
 
 
 @followup("complete_drain")

@@ -1,7 +1,11 @@
 """What each rung does to the node, run from a Celery task (``remediation.tasks.run_step``).
 
-- GPU reset: needs the node agent's command channel, which does not exist yet: the step
-  fails at once with that reason and the ladder climbs (nothing is pretended).
+- GPU reset: a ``reset_gpu`` agent command (``telemetry.commands``) for the GPU the finding names.
+  The step then waits on the command, not on a worker: the agent's result completes it
+  (``services.gpu_reset_answered``): a reset is the action done; a refusal (a process still holds
+  the GPU), a failure, an expiry undelivered or a command left unanswered fails it, and the ladder
+  climbs to a reboot; the deadline fails it too. A finding naming no GPU, or the rung turned off
+  (``NODEWARDEN_GPU_RESET``), fails it at once and the ladder climbs.
 - Reboot: a graceful restart through the BMC (in-band through the agent when it can).
 - BMC power cycle: off, then on, through the BMC.
 - Reimage: provisioning issues a re-install (a new boot generation, so a new cloud-init
@@ -20,10 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from provisioning import services as provisioning
+from telemetry import commands
+from telemetry.choices import CommandVerb
 
 from .choices import Rung, Status, StepStatus
 from .models import RemediationStep
@@ -38,11 +46,15 @@ def run(step_id: int) -> str:
     from bmc import client
     from bmc.drivers.base import BmcError, PowerAction
 
-    step = RemediationStep.objects.select_related("remediation__node").filter(pk=step_id).first()
+    step = (
+        RemediationStep.objects.select_related("remediation__node", "remediation__finding").filter(pk=step_id).first()
+    )
     if step is None or step.status != "running":
         return "nothing to do"
     if step.boot_generation is not None:
         return "waiting for the node to rejoin"  # a redelivery: the reimage is under way, never PXE twice
+    if step.agent_command_id is not None:
+        return "waiting for the agent"  # a redelivery: the reset is queued, never a second command
     # F(): two overlapping deliveries each count; last_activity tells the reconciler a worker has it.
     RemediationStep.objects.filter(pk=step.pk).update(attempts=F("attempts") + 1, last_activity=timezone.now())
     if step.deadline < timezone.now():
@@ -50,8 +62,7 @@ def run(step_id: int) -> str:
         return "timed out"
     node = step.remediation.node
     if step.rung == Rung.GPU_RESET:
-        step_failed(step, "GPU reset needs the node agent's command channel, which this version does not have")
-        return "not available"
+        return _reset_gpu(step)
     endpoint: BmcEndpoint | None = getattr(node, "bmc", None)  # None: the node has no BMC row
     if endpoint is None:
         step_failed(step, "no BMC configured for this node")
@@ -70,6 +81,44 @@ def run(step_id: int) -> str:
         return "failed"
     action_done(step, detail)
     return "passed"
+
+
+def _reset_gpu(step: RemediationStep) -> str:
+    """Queue a reset of the finding's GPU for the node's agent; then wait for the command's end."""
+    if not settings.NODEWARDEN_GPU_RESET:
+        step_failed(step, "GPU reset turned off (NODEWARDEN_GPU_RESET)")
+        return "turned off"
+    rem = step.remediation
+    finding = rem.finding
+    gpu = finding.gpu_index if finding is not None else None
+    if finding is None or gpu is None:
+        step_failed(step, "no GPU named by the finding: nothing to reset")
+        return "no GPU"
+    now = timezone.now()
+    # The agent has until the step's deadline to take it (at least the channel's minimum ttl).
+    ttl = min(max(step.deadline - now, commands.MIN_TTL), commands.MAX_TTL)
+    with transaction.atomic():
+        # The row lock orders two overlapping deliveries: the second sees the command and issues none.
+        if (
+            not RemediationStep.objects.select_for_update()
+            .filter(pk=step.pk, status=StepStatus.RUNNING, agent_command__isnull=True)
+            .exists()
+        ):
+            return "waiting for the agent"
+        command = commands.issue_command(
+            rem.node_id,
+            CommandVerb.RESET_GPU,
+            args={"gpu": gpu},
+            actor=ACTOR,
+            reason=f"Remediation {rem.pk}: {finding.summary}"[:1000],
+            ttl=ttl,
+        )
+        RemediationStep.objects.filter(pk=step.pk).update(
+            agent_command=command,
+            detail=f"reset_gpu #{command.pk} of GPU {gpu} queued for the node's agent; "
+            f"waiting for its result (until {step.deadline:%H:%M:%S} UTC)",
+        )
+    return "waiting for the agent"
 
 
 def _reimage(step: RemediationStep, endpoint: BmcEndpoint) -> str:

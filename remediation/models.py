@@ -140,6 +140,17 @@ class RemediationStep(models.Model):
         editable=False,
         help_text="Reimage: the boot config generation the node was PXE-booted to install.",
     )
+    # Set once the GPU reset is queued for the node's agent: the step then waits on the command's end
+    # (``services.gpu_reset_answered``; the deadline fails it), and a redelivered task issues no second one.
+    agent_command = models.ForeignKey(
+        "telemetry.AgentCommand",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        help_text="GPU reset: the agent command that carries it out.",
+    )
 
     class Meta:
         ordering = ["remediation", "started", "id"]

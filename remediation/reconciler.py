@@ -6,7 +6,8 @@ Every minute it re-drives:
   lost): queued again, once per stall delay (a compare-and-swap on ``last_activity``); the
   delay must exceed what a step may legitimately take (a power action waits up to twice
   the BMC power timeout), so a slow power cycle is never doubled. A reimage whose node is
-  reinstalling is not re-driven: it waits for the node's join, not for a worker;
+  reinstalling is not re-driven: it waits for the node's join, not for a worker; nor is a GPU
+  reset queued for the node's agent: it waits for the command's end;
 - drains: a remediation whose condition cleared by itself before the drain ended stands down;
   one whose node drained into triage without its rung starting starts it (moving drains on as
   the scheduler reports them is ``schedulers.reactions.follow_drains``'s);
@@ -75,9 +76,10 @@ def reconcile(now: datetime | None = None) -> dict[str, int]:
         if step.deadline < now:
             services.step_failed(step, f"timed out (deadline {step.deadline:%H:%M:%S} UTC)")
             return "timed_out"
-        # A reimage waiting for its node to rejoin waits on no worker.
+        # A reimage waiting for its node to rejoin, or a GPU reset waiting for its agent's answer, waits on no worker.
         if (
             step.boot_generation is None
+            and step.agent_command_id is None
             and (step.last_activity or step.started) < now - stalled_after
             and _claim(step, now)
         ):

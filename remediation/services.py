@@ -492,6 +492,34 @@ def reimage_rejoined(step: RemediationStep, detail: str) -> bool:
         return True
 
 
+def gpu_reset_answered(command_id: int) -> RemediationStep | None:
+    """The agent command of a running GPU reset step ended: a reset is the rung's action done
+    (re-validation follows, its success check); anything else (busy, failed, expired undelivered,
+    unanswered) fails the step with the agent's or the channel's words, and the ladder climbs.
+    The step row is locked so the deadline cannot fail it meanwhile. None if no running step
+    waits on this command (an operator's command, a late answer, a redelivered follow-up)."""
+    from telemetry.choices import CommandStatus
+
+    with transaction.atomic():
+        step = (
+            RemediationStep.objects.select_for_update(of=("self",))
+            .select_related("agent_command")
+            .filter(agent_command_id=command_id, rung=Rung.GPU_RESET, status=StepStatus.RUNNING)
+            .first()
+        )
+        command = step.agent_command if step is not None else None
+        if step is None or command is None or command.status in (CommandStatus.QUEUED, CommandStatus.DELIVERED):
+            return None
+        said = f"reset_gpu #{command.pk} (GPU {command.args.get('gpu')}) {command.status}" + (
+            f": {command.summary}" if command.summary else ""
+        )
+        if command.status == CommandStatus.SUCCEEDED:
+            action_done(step, f"{said}, by the node's agent")
+        else:
+            step_failed(step, said)
+    return step
+
+
 def step_failed(step: RemediationStep, detail: str) -> None:
     """The rung did not work (or could not run): climb."""
     with transaction.atomic():

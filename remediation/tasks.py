@@ -18,6 +18,13 @@ def run_step(step_id: int) -> str:
     return ladder.run(step_id)
 
 
+@shared_task(ignore_result=True, acks_late=True)
+def command_ended(command_id: int) -> str:
+    """An agent command ended: the GPU reset step waiting on it, if any, passes to re-validation or fails."""
+    step = services.gpu_reset_answered(command_id)
+    return f"step {step.pk}: {step.rung}" if step else "no step waits on it"
+
+
 @shared_task(ignore_result=True)
 def reconcile() -> dict[str, int]:
     """Re-drive what stalled (beat, every minute)."""

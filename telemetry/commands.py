@@ -4,18 +4,24 @@ A command asks a node's agent to do one of a fixed set of things (``CommandVerb`
 arguments checked here (``clean_args``). The agent has no inbound port: it polls, and its poll
 takes the node's queued, unexpired commands (``deliver_commands``, at most once: a reboot or a
 GPU reset is never handed out twice), runs them and posts each outcome (``record_command_result``,
-idempotent by command id). A queued command past ``expires_at`` is never delivered
-(``expire_commands``, at claim time and from the beat). Issue, outcome and expiry are NodeEvents,
-with actor and reason, in the same transaction as the change.
+idempotent by command id). A queued command past ``expires_at`` is never delivered, and a
+delivered one the agent never answers (it died mid-reset) fails as unanswered at ``answer_by``,
+its ttl again counted from delivery (``expire_commands``, at claim time and from the beat): no
+command waits forever. Issue, outcome and expiry are NodeEvents, with actor and reason, in the
+same transaction as the change.
 
 Telemetry owns the agent's connection, so checks, health and remediation can all issue commands.
+Who waits for a command's end registers in ``on_result`` (remediation's GPU reset rung does, in its
+``AppConfig.ready``): telemetry sits below them and never imports them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -37,6 +43,23 @@ COMMAND_RESULT_MAX_BYTES = 512 * 1024
 # Commands one poll may take; more wait for the next poll.
 DELIVER_BATCH = 10
 EXPIRE_BATCH = 500
+
+
+ResultHandler = Callable[[int], None]
+ON_RESULT: list[ResultHandler] = []
+
+
+def on_result(fn: ResultHandler) -> ResultHandler:
+    """Register ``fn(command_id)``, run after the commit of every command's end: the agent's result,
+    an expiry undelivered, or a failure unanswered. The handler reads the command and decides."""
+    ON_RESULT.append(fn)
+    return fn
+
+
+def _queue_result_followups(command_id: int) -> None:
+    """Queue the registered handlers to run once the current transaction commits."""
+    for handler in ON_RESULT:
+        transaction.on_commit(partial(handler, command_id))
 
 
 class CommandConflict(Exception):
@@ -123,15 +146,17 @@ def deliver_commands(node_id: int, now: datetime | None = None) -> list[AgentCom
     """The agent's poll: expire the node's stale queued commands, then take the rest (oldest first).
 
     Each is taken with a compare-and-swap UPDATE (queued -> delivered), so two concurrent polls
-    never both get one: a command is delivered at most once."""
+    never both get one: a command is delivered at most once. The agent has the command's ttl again
+    to answer (``answer_by``)."""
     now = now or timezone.now()
     expire_commands(now, node_id=node_id)
     queued = AgentCommand.objects.filter(node_id=node_id, status=CommandStatus.QUEUED, expires_at__gt=now)
     taken: list[AgentCommand] = []
     for command in queued.order_by("created", "id")[:DELIVER_BATCH]:
         claimed = AgentCommand.objects.filter(pk=command.pk, status=CommandStatus.QUEUED, expires_at__gt=now)
-        if claimed.update(status=CommandStatus.DELIVERED, delivered_at=now):
-            command.status, command.delivered_at = CommandStatus.DELIVERED, now
+        answer_by = now + (command.expires_at - command.created)
+        if claimed.update(status=CommandStatus.DELIVERED, delivered_at=now, answer_by=answer_by):
+            command.status, command.delivered_at, command.answer_by = CommandStatus.DELIVERED, now, answer_by
             taken.append(command)
     return taken
 
@@ -182,14 +207,21 @@ def record_command_result(command_id: int, node_id: int, *, result: CommandResul
             + (f": {command.summary}" if command.summary else ""),
             details={"agent_command": command.pk, "verb": command.verb, "command_status": command.status},
         )
+        _queue_result_followups(command.pk)
     return command, True
 
 
 def expire_commands(now: datetime | None = None, *, node_id: int | None = None) -> int:
-    """Queued commands past ``expires_at`` become expired (never delivered); returns how many.
+    """Queued commands past ``expires_at`` become expired (never delivered), delivered ones past
+    ``answer_by`` failed (unanswered); returns how many.
 
-    Compare-and-swap per command: a poll that takes it meanwhile wins. At most a batch per call."""
+    Compare-and-swap per command: a poll that takes it (or a result that finishes it) meanwhile
+    wins. At most a batch of each per call."""
     now = now or timezone.now()
+    return _expire_queued(now, node_id) + _fail_unanswered(now, node_id)
+
+
+def _expire_queued(now: datetime, node_id: int | None) -> int:
     stale = AgentCommand.objects.filter(status=CommandStatus.QUEUED, expires_at__lte=now)
     if node_id is not None:
         stale = stale.filter(node_id=node_id)
@@ -207,5 +239,31 @@ def expire_commands(now: datetime | None = None, *, node_id: int | None = None) 
                 reason=f"Agent command {describe(command)} expired: the agent did not take it by {command.expires_at:%Y-%m-%d %H:%M:%S} UTC",
                 details={"agent_command": command.pk, "verb": command.verb, "command_status": CommandStatus.EXPIRED},
             )
+            _queue_result_followups(command.pk)
             expired += 1
     return expired
+
+
+def _fail_unanswered(now: datetime, node_id: int | None) -> int:
+    """Delivered commands the agent did not answer by ``answer_by``: failed, saying so."""
+    stale = AgentCommand.objects.filter(status=CommandStatus.DELIVERED, answer_by__lte=now)
+    if node_id is not None:
+        stale = stale.filter(node_id=node_id)
+    failed = 0
+    for command in stale.order_by("answer_by")[:EXPIRE_BATCH]:
+        summary = f"Unanswered: the agent took it at {command.delivered_at:%H:%M:%S} UTC and never reported."
+        with transaction.atomic():
+            if not AgentCommand.objects.filter(pk=command.pk, status=CommandStatus.DELIVERED).update(
+                status=CommandStatus.FAILED, finished_at=now, summary=summary
+            ):
+                continue
+            record_event(
+                command.node_id,
+                EventKind.ACTION,
+                actor=Actor.system("telemetry.commands"),
+                reason=f"Agent command {describe(command)} failed: {summary}",
+                details={"agent_command": command.pk, "verb": command.verb, "command_status": CommandStatus.FAILED},
+            )
+            _queue_result_followups(command.pk)
+            failed += 1
+    return failed

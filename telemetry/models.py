@@ -355,6 +355,11 @@ class AgentCommand(models.Model):
     created = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(help_text="Not delivered after this; a queued command then expires.")
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Delivered is not done: an agent that took the command and never answered (it died mid-reset)
+    # fails it as unanswered at this time (its ttl again, counted from delivery).
+    answer_by = models.DateTimeField(
+        null=True, blank=True, help_text="Delivered and not answered by then: failed as unanswered."
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
     summary = models.CharField(max_length=300, blank=True)
     result = models.JSONField(
@@ -368,6 +373,8 @@ class AgentCommand(models.Model):
             models.Index(fields=["node", "status", "created"], name="agentcommand_node_status"),
             # The expiry sweep: queued commands past their date.
             models.Index(fields=["status", "expires_at"], name="agentcommand_status_expires"),
+            # The unanswered sweep: delivered commands past their answer date.
+            models.Index(fields=["status", "answer_by"], name="agentcommand_status_answer"),
         ]
 
     def __str__(self) -> str:

@@ -21,7 +21,8 @@ from health.models import XidDefinition
         (119, S.CATASTROPHIC, A.RESET_GPU),
         (13, S.WARNING, A.CHECK_APPLICATION),
         (31, S.WARNING, A.CHECK_APPLICATION),
-        (94, S.WARNING, A.CHECK_APPLICATION),  # contained: restart the application, reset when convenient
+        (94, S.WARNING, A.RESET_GPU),  # contained: the application restarts; the reset (when convenient) is ours
+        (120, S.CATASTROPHIC, A.RESET_GPU),
         (43, S.INFO, A.NONE),  # NVIDIA: the application faulted, the GPU is healthy; IGNORE
         (45, S.WARNING, A.NONE),  # NVIDIA: follows another XID, act on that one
         (63, S.INFO, A.NONE),
@@ -136,6 +137,28 @@ def test_the_catalog_file_holds_the_gpu_reset_column_distilled_from_nvidias_buck
     assert {row["xid"] for row in rows if row["gpu_reset"]} >= set(RESETS)
     reference = {"xid": "48", "name": "ECC_DBE", "severity": "CRITICAL", "recommended_action": "WORKFLOW_XID_48: x"}
     assert xid.distil_row(reference)["gpu_reset"] is True
+
+
+def test_an_xid_whose_recovery_is_a_gpu_reset_recommends_the_reset_so_it_starts_at_that_rung():
+    """Unless NVIDIA's bucket says the XID starts nothing of its own (63, row remap recorded: IGNORE;
+    the row_remap_pending rule asks for the reset)."""
+    rows = list(xid.read_catalog())
+    resets = {r["xid"]: r["recommended_action"] for r in rows if r["gpu_reset"]}
+    on_their_own = {n: a for n, a in resets.items() if n != 63}
+
+    assert set(on_their_own.values()) == {A.RESET_GPU} and {48, 64, 74, 94, 95, 119, 120} <= set(on_their_own)
+    assert resets[63] == A.NONE
+    contained = {"xid": "94", "name": "CONTAINED", "severity": "WARNING", "recommended_action": "RESTART_APP: x"}
+    assert xid.distil_row(contained)["recommended_action"] == A.RESET_GPU
+
+
+def test_an_installed_unedited_row_takes_the_new_recommendation_at_the_next_migrate(db):
+    XidDefinition.objects.filter(xid=94).update(recommended_action=A.CHECK_APPLICATION)
+    from health.seed import ensure_health_defaults
+
+    ensure_health_defaults()
+
+    assert XidDefinition.objects.get(xid=94).recommended_action == A.RESET_GPU
 
 
 def test_installed_rows_get_the_gpu_reset_mark_at_the_next_migrate(db):

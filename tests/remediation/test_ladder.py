@@ -125,13 +125,6 @@ def test_a_bmc_that_fails_makes_the_ladder_climb(fleet, eager):
     assert rem.rung == Rung.REPAIR  # the ladder ends with a person
 
 
-def test_gpu_reset_is_reported_unavailable_and_the_ladder_goes_on(fleet, eager):
-    rem = catastrophic(fleet[5], eager, action="reset_gpu")
-    steps = {s.rung: s for s in rem.steps.all()}
-    assert "command channel" in steps[Rung.GPU_RESET].detail and steps[Rung.REBOOT].status == StepStatus.PASSED
-    assert rem.status == Status.SUCCEEDED
-
-
 def test_a_policy_can_require_approval_and_an_operator_approves_or_stops(fleet, eager, operator):
     RemediationPolicy.objects.create(
         name="xid needs approval", match_rule="xid", urgency=Urgency.NOW, first_rung=Rung.REBOOT, requires_approval=True

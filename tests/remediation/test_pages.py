@@ -83,7 +83,7 @@ def remediation_on(
             started=created,
             finished=created + timedelta(minutes=1),
             deadline=created + timedelta(minutes=5),
-            detail="GPU reset needs the node agent's command channel",
+            detail="reset_gpu #7 (GPU 3) failed: busy: 1 processes",
         )
     if status == Status.RUNNING:
         RemediationStep.objects.create(
@@ -105,7 +105,9 @@ def test_the_panel_shows_every_rung_the_current_one_the_tried_ones_and_the_decis
     remediation_on(node)
     html = panel(client, operator, node).content.decode()
     assert html.count("<tr data-rung=") == 6
-    assert 'data-rung="gpu_reset" data-step="failed"' in html and "needs the node agent&#x27;s command channel" in html
+    assert (
+        'data-rung="gpu_reset" data-step="failed"' in html and "reset_gpu #7 (GPU 3) failed: busy: 1 processes" in html
+    )
     assert 'data-rung="power_cycle" data-step="running" class="current"' in html
     assert 'data-rung="reimage" data-step="untried"' in html
     assert "XID 79: GPU has fallen off the bus" in html  # the finding

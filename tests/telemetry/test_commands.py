@@ -158,6 +158,47 @@ def test_the_beat_task_expires_stale_queued_commands_and_leaves_the_rest(node):
     assert statuses == {stale.pk: "expired", fresh.pk: "queued", delivered.pk: "delivered"}
 
 
+def test_a_delivered_command_never_answered_fails_its_ttl_after_delivery_and_a_late_answer_changes_nothing(node):
+    command = issue(node, ttl=timedelta(minutes=5))
+    (taken,) = commands.deliver_commands(node.pk)
+    assert taken.answer_by == taken.delivered_at + timedelta(minutes=5)
+
+    assert commands.expire_commands(taken.answer_by - timedelta(seconds=1)) == 0
+    assert commands.expire_commands(taken.answer_by) == 1
+    assert commands.expire_commands(taken.answer_by) == 0
+
+    command.refresh_from_db()
+    assert command.status == CommandStatus.FAILED and command.summary.startswith("Unanswered: the agent took it")
+    assert events(node)[-1].startswith(f"Agent command reset_gpu (gpu 3) #{command.pk} failed: Unanswered")
+    late = agent_client(node).post(f"/api/agent/commands/{command.pk}/result/", {"status": "succeeded"}, format="json")
+    assert late.json()["changed"] is False
+
+
+def test_whoever_registered_hears_of_each_commands_end_after_commit(node, django_capture_on_commit_callbacks):
+    heard: list[int] = []
+    commands.on_result(heard.append)
+    try:
+        answered, expired, unanswered = issue(node), issue(node, "reboot"), issue(node, "collect_diagnostics")
+        AgentCommand.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            commands.deliver_commands(node.pk)  # expires the reboot, takes the other two
+        assert heard == [expired.pk]
+        with django_capture_on_commit_callbacks(execute=True):
+            commands.record_command_result(
+                answered.pk, node.pk, result=commands.CommandResult(status="succeeded", summary="GPU 3 reset")
+            )
+            assert heard == [expired.pk]  # not before the commit
+        AgentCommand.objects.filter(pk=unanswered.pk).update(answer_by=timezone.now() - timedelta(seconds=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            commands.expire_commands()
+    finally:
+        commands.ON_RESULT.remove(heard.append)
+    assert heard == [expired.pk, answered.pk, unanswered.pk]
+    with django_capture_on_commit_callbacks(execute=True):
+        commands.record_command_result(answered.pk, node.pk, result=commands.CommandResult(status="failed"))
+    assert heard == [expired.pk, answered.pk, unanswered.pk]  # a resent result is no second end
+
+
 def test_a_result_finishes_the_command_once_and_a_resent_result_changes_nothing(node):
     command = issue(node)
     agent = agent_client(node)
