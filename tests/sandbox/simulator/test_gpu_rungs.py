@@ -1,7 +1,8 @@
 """The GPU reset rung and GPU fencing, on and off, on the same faults (issue 16).
 
 A small fleet with random faults at a raised rate, plus planted faults a GPU reset cures (HBM
-row remap with XID 95, SRAM XID 48), runs twice from one seed: once with NODEWARDEN_GPU_RESET and
+row remap with XID 95, SRAM XID 48) and a GPU running hot (a degraded finding naming a GPU on a
+busy node: what fencing is for), runs twice from one seed: once with NODEWARDEN_GPU_RESET and
 NODEWARDEN_GPU_FENCING on, once with both off. Nothing is mocked: the virtual agents take their
 node's commands through the agent API and answer them with what the simulated hardware does.
 
@@ -50,6 +51,8 @@ def arm(gpu_rungs: bool) -> tuple[Simulation, dict]:
     sim = Simulation(config)
     sim.plant(timedelta(hours=1), "hbm", sim.hostname(1), cure=F.RESET, gpu=2, xid=95)
     sim.plant(timedelta(hours=9), "sram", sim.hostname(6), cure=F.RESET, gpu=5, xid=48)
+    # A degraded GPU-naming finding on a busy node: fenced (one GPU lost) rather than the node drained.
+    sim.plant(timedelta(hours=4), "thermal", sim.hostname(3), cure=F.REPAIR, gpu=1)
     sim.run()
     return sim, build(sim, wall_seconds=1.0, policy_about="default")
 
