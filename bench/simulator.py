@@ -6,7 +6,11 @@ migrated first; the real rules, policies, remediation ladder, Redfish emulators,
 then prints the wall time against the target, the simulated/wall speed-up, where the time
 went (per phase of the simulation loop), and what the run found against the paper's figures.
 
-Usage: bin/bench simulator [--nodes 2048] [--days 54] [--seed 1] [--policy default]
+With --compare-gpu-rungs it runs the policy twice on the same faults, with the GPU reset rung and
+GPU fencing and without them, prints each run's figures and the two side by side (ETTR,
+node-hours and GPU-hours lost, interruptions, resets done, GPUs fenced) with the difference.
+
+Usage: bin/bench simulator [--nodes 2048] [--days 54] [--seed 1] [--policy default] [--compare-gpu-rungs]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ def main() -> int:
     parser.add_argument("--days", type=float, default=54.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--policy", default="default")
+    parser.add_argument("--compare-gpu-rungs", action="store_true", help="with and without the GPU-level rungs")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="nodewarden-bench-sim-")) / "report.json"
     started = time.perf_counter()
@@ -48,6 +53,7 @@ def main() -> int:
             args.policy,
             "--json",
             str(out),
+            *(["--compare-gpu-rungs"] if args.compare_gpu_rungs else []),
         ],
         cwd=ROOT,
         # simulate_fleet is a sandbox command: manage.py's default (the product's settings) lacks it.
@@ -61,11 +67,22 @@ def main() -> int:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         print(f"simulate_fleet failed (exit {done.returncode})")
         return 1
-    report = json.loads(out.read_text())
+    reports = json.loads(out.read_text())
+    errors = []
+    for report in reports if isinstance(reports, list) else [reports]:
+        errors += figures(args, report, wall)
+    if args.compare_gpu_rungs:
+        print(done.stdout[done.stdout.find("GPU-level remediation") :])
+    return 0 if not errors else 1
+
+
+def figures(args: argparse.Namespace, report: dict, wall: float) -> list[str]:
+    """Print one run's figures; return the errors the system under test raised in it."""
     run, job, mttr = report["run"], report["job"], report["mttr"]
+    arm = report["config"].get("gpu_rungs", "as set")
     print(
         f"Fleet simulator: {args.nodes:,} nodes ({args.nodes * 8:,} GPUs), {args.days:g} simulated days, "
-        f"policy {args.policy!r}, seed {args.seed}"
+        f"policy {args.policy!r}, seed {args.seed}, GPU reset rung and fencing: {arm}"
     )
     print(
         f"  wall time, whole command (migrate, emulators, fleet, run, report): {wall:,.1f} s "
@@ -90,9 +107,15 @@ def main() -> int:
         f"  breaches (fleet auditor, {audit.get('runs', 0)} hourly runs; goal 0): {audit.get('distinct', 0)}"
         + (f" ({by}; the last run found {audit.get('at_end') or 0})" if by else "")
     )
+    lost = report.get("gpu_rungs") or {}
+    print(
+        f"  node-hours out of production {lost.get('node_hours_out_of_production')}, GPU-hours lost "
+        f"{lost.get('gpu_hours_lost')}; GPU resets done {lost.get('resets_done')} (failed "
+        f"{lost.get('resets_failed')}), GPUs fenced {lost.get('gpus_fenced')}"
+    )
     errors = run["agent_errors"] + run["task_errors"]
     print(f"  errors from the system under test: {len(errors)}" + (f" {errors[:3]}" if errors else ""))
-    return 0 if not errors else 1
+    return errors
 
 
 if __name__ == "__main__":

@@ -68,6 +68,10 @@ class VirtualNode:
     edac_uncorrected: int = 0
     link_downed: int = 0
     booted_at: datetime | None = None
+    up_at: datetime | None = None  # a restarting host is back (POST, BIOS, OS, agent) at this instant
+
+    def booting(self, now: datetime) -> bool:
+        return self.up_at is not None and now < self.up_at
 
     @property
     def silent(self) -> bool:
@@ -121,10 +125,53 @@ class AgentApi:
     def post_result(self, node: VirtualNode, run_id: int, result: dict[str, Any]) -> None:
         self._call("post", f"/api/agent/checks/{run_id}/result/", node.token, result)
 
+    def take_commands(self, node: VirtualNode) -> list[dict[str, Any]]:
+        """The agent's command poll: ``GET /api/agent/commands/`` (each command is handed out once)."""
+        answer = self._call("get", "/api/agent/commands/", node.token)
+        return list((answer or {}).get("commands") or [])
+
+    def post_command_result(self, node: VirtualNode, command_id: int, result: dict[str, Any]) -> None:
+        self._call("post", f"/api/agent/commands/{command_id}/result/", node.token, result)
+
+
+# How long the agent takes over each verb, simulated: ``nvidia-smi -r`` on one GPU (driver unload
+# and reload of that GPU) against a host's restart through the operating system.
+COMMAND_MINUTES = {"reset_gpu": 2.0, "reboot": 5.0, "collect_diagnostics": 1.0}
+# A restarted 8-GPU server answers again this long after the BMC's restart: POST and memory training
+# of 2 TB of DIMMs, the GPUs' and NICs' option ROMs, the OS and the agent (minutes; our estimate).
+RESTART_MINUTES = {"reboot": 8.0, "power_cycle": 10.0}
+
+
+def reset_cures(node: VirtualNode, gpu: int) -> bool:
+    """A reset of this GPU clears the node's defect: it is on that GPU and a reset is all it needs."""
+    fault = node.fault
+    return fault is not None and fault.gpu == gpu and fault.fault.signature in GPU_FAIL_KINDS and fault.cure == F.RESET
+
+
+def command_outcome(node: VirtualNode, command: dict[str, Any], *, busy: bool) -> tuple[timedelta, str, str]:
+    """What the agent's run of one command comes to: (time it takes, "succeeded"/"failed", summary).
+
+    reset_gpu fails "busy" while a process holds the GPU (the engine says when), and "did not clear"
+    when the node's defect needs more than a reset (or is elsewhere); otherwise it succeeds."""
+    verb, args = command["verb"], command.get("args") or {}
+    took = timedelta(minutes=COMMAND_MINUTES.get(verb, 1.0))
+    if verb == "reset_gpu":
+        gpu = args.get("gpu", 0)
+        if busy:
+            return timedelta(seconds=5), "failed", "busy: 1 process"  # nvidia-smi refuses at once
+        if node.fault is not None and not reset_cures(node, gpu):
+            return took, "failed", "reset did not clear the fault"
+        return took, "succeeded", f"GPU {gpu} reset"
+    if verb == "reboot":
+        return took, "succeeded", "rebooting"
+    if verb == "collect_diagnostics":
+        return took, "succeeded", "diagnostics bundle: " + ", ".join(args.get("collect") or [])
+    return timedelta(seconds=1), "failed", f"unknown verb {verb!r}"
+
 
 def report(node: VirtualNode, now: datetime, *, busy: bool, rng: random.Random) -> dict[str, Any] | None:
     """The node's report at ``now``: None when it is silent (a dead host reports nothing)."""
-    if node.silent:
+    if node.silent or node.booting(now):
         return None
     node.seq += 1
     body = make_report(node.hostname, collected_at=now, seed=node.seq, seq=node.seq)

@@ -52,6 +52,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
 from django.db.models.signals import post_save
+from django.test import override_settings
 from django.utils import timezone
 
 from health.tasks import check_heartbeats
@@ -66,7 +67,7 @@ from repairs.models import RepairTicket, RmaCase
 from sandbox.emulators.bmc import RedfishEmulator
 from sandbox.simulator import scheduler as simulated
 from schedulers.tasks import follow_drains
-from telemetry.models import NodeHealth
+from telemetry.models import AgentCommand, NodeHealth
 from validation.tasks import advance_day1_stages
 
 from . import agents as A
@@ -113,6 +114,11 @@ class SimConfig:
     start: datetime = datetime(2026, 1, 5, tzinfo=UTC)
     audit_hours: float = 1.0  # the fleet auditor runs this often (simulated) and at the end; 0: never
     audit_bmc_reads: int = 2  # BMC power reads per audit (~13 ms each over HTTP: most of an audit's cost)
+    # GPU-level remediation (the reset rung and GPU fencing): None leaves the settings as they are;
+    # True/False sets NODEWARDEN_GPU_RESET and NODEWARDEN_GPU_FENCING for the run (the two arms of
+    # --compare-gpu-rungs, on the same faults).
+    gpu_rungs: bool | None = None
+    command_poll_seconds: float = 30.0  # the agent polls for commands this often (a command waits half that)
 
     @property
     def job_size(self) -> int:
@@ -139,6 +145,14 @@ class Ledger:
     breaches: Counter[str] = field(default_factory=Counter)  # breaches seen, by invariant, summed over runs
     breached: dict[tuple[str, str], tuple[datetime, dict[str, Any]]] = field(default_factory=dict)  # (host, inv): first
     breaches_at_end: dict[str, int] = field(default_factory=dict)
+    # Every fault drawn (at, key, host, cure, gpu, xid), those that fell on a node already down included:
+    # drawn from a generator of their own, so two runs of one seed draw the same list whatever they did.
+    drawn: list[tuple[datetime, str, str, str, int, int | None]] = field(default_factory=list)
+    commands: Counter[str] = field(default_factory=Counter)  # agent commands answered, "verb outcome"
+    resets: list[tuple[str, int, str, datetime]] = field(default_factory=list)  # host, gpu, outcome, when
+    fences: int = 0  # GPUs fenced (scheduler calls, each GPU once per call)
+    unfences: int = 0
+    fenced_gpus: list[int] = field(default_factory=list)  # fenced GPUs on nodes in production, per state sample
 
 
 class Simulation:
@@ -146,11 +160,15 @@ class Simulation:
         self.config = config
         self.progress = progress  # called with a line of text once per simulated day
         self.rng = random.Random(config.seed)
+        # Faults only: what the rest draws (checks, technicians) depends on what the system did, and
+        # must not move the next fault (the arms of a comparison meet the same faults).
+        self.fault_rng = random.Random(config.seed)
         self.ledger = Ledger()
         self.job = SyncJob(
             config.job_size, timedelta(minutes=config.checkpoint_minutes), timedelta(minutes=config.restart_minutes)
         )
         self.cordons: dict[str, str] = {}
+        self.fenced: dict[str, set[int]] = {}  # host -> GPU indices the scheduler hands out no more
         self.nodes: dict[str, A.VirtualNode] = {}
         self.api = A.AgentApi()
         self.events: list[tuple[datetime, int, str, Any]] = []
@@ -175,6 +193,22 @@ class Simulation:
         if self.job.interrupt(timezone.now(), host, "evicted") is not None:
             self.ledger.evictions += 1
 
+    def fence(self, host: str, indices: list[int]) -> bool:
+        """The scheduler hands these GPUs out no more; the job keeps the node's other GPUs (the
+        lost capacity shows as fenced GPU-hours in the report)."""
+        fenced = self.fenced.setdefault(host, set())
+        self.ledger.fences += len(set(indices) - fenced)
+        fenced.update(indices)
+        return True
+
+    def unfence(self, host: str, indices: list[int]) -> bool:
+        fenced = self.fenced.get(host, set())
+        self.ledger.unfences += len(fenced & set(indices))
+        fenced.difference_update(indices)
+        if not fenced:
+            self.fenced.pop(host, None)
+        return True
+
     # --- running ---------------------------------------------------------------------------------
     def run(self) -> Ledger:
         travel = time_machine.travel(self.config.start, tick=True)
@@ -193,6 +227,14 @@ class Simulation:
 
         task_failure.connect(failed, weak=False)
         post_save.connect(self._on_event_saved, sender=NodeEvent, weak=False)
+        post_save.connect(self._on_command_saved, sender=AgentCommand, weak=False)
+        gpu_rungs = (
+            override_settings(NODEWARDEN_GPU_RESET=self.config.gpu_rungs, NODEWARDEN_GPU_FENCING=self.config.gpu_rungs)
+            if self.config.gpu_rungs is not None
+            else None
+        )
+        if gpu_rungs is not None:
+            gpu_rungs.enable()
         try:
             self._start_emulators()
             self._build_fleet()
@@ -202,6 +244,9 @@ class Simulation:
         finally:
             task_failure.disconnect(failed)
             post_save.disconnect(self._on_event_saved, sender=NodeEvent)
+            post_save.disconnect(self._on_command_saved, sender=AgentCommand)
+            if gpu_rungs is not None:
+                gpu_rungs.disable()
             simulated.detach(self.cluster_id)
             for emulator in self.emulators:
                 emulator.stop()
@@ -267,7 +312,7 @@ class Simulation:
                     continue
                 at = 0.0
                 while True:
-                    at += self.rng.expovariate(rate)
+                    at += self.fault_rng.expovariate(rate)
                     if at >= days:
                         break
                     self._push(self.config.start + timedelta(days=at), "fault", fault.key)
@@ -284,18 +329,15 @@ class Simulation:
     def _inject(self, key: str, now: datetime, planted: tuple[Any, ...] | None = None) -> None:
         fault = F.BY_KEY[key]
         if planted is None:
-            node = self.nodes[self.hostname(self.rng.randrange(self.config.nodes))]
-            cure, gpu, hca, xid = (
-                fault.draw_cure(self.rng),
-                self.rng.randrange(8),
-                self.rng.randrange(8),
-                fault.draw_xid(self.rng),
-            )
+            rng = self.fault_rng
+            node = self.nodes[self.hostname(rng.randrange(self.config.nodes))]
+            cure, gpu, hca, xid = fault.draw_cure(rng), rng.randrange(8), rng.randrange(8), fault.draw_xid(rng)
         else:
             _, host, cure, gpu, xid = planted
             node = self.nodes[host]
             cure = fault.cures[0][0] if cure is None else cure
             hca, xid = gpu, fault.xids[0] if xid is None and fault.xids else xid
+        self.ledger.drawn.append((now, key, node.hostname, cure, gpu, xid))
         if node.fault is not None or (fault.noise and key in node.noise):
             self.ledger.skipped[key] += 1
             return
@@ -418,6 +460,10 @@ class Simulation:
                 node = self.nodes[payload]
                 node.noise = {k: v for k, v in node.noise.items() if v[1] > at}
                 self._report(node, at)
+            elif kind == "poll commands":
+                self._take_commands(self.nodes[payload], at)
+            elif kind == "command done":
+                self._answer_command(*payload, at)
 
     def _busy(self, host: str) -> bool:
         return self.job_runs_on(host)
@@ -484,8 +530,8 @@ class Simulation:
         )
         for hostname in sorted(hosts):
             node = self.nodes[hostname]
-            if node.silent:
-                continue  # a dead host runs nothing: the stage times out
+            if node.silent or node.booting(now):
+                continue  # a dead host runs nothing (the stage times out); a restarting one not yet
             self._report(node, now)  # a fresh report first: checks are only handed to an idle node
             for check in self.api.claim_checks(node):
                 self.api.post_result(node, check["id"], A.check_result(node, check["kind"], now, self.rng))
@@ -505,7 +551,11 @@ class Simulation:
         )
         if rung is None:
             return
+        if rung == F.RESET:
+            return  # a GPU reset restarts no host; the agent's answer to reset_gpu already cured what it cures
         node.booted_at = instance.created
+        if rung in A.RESTART_MINUTES:
+            node.up_at = instance.created + timedelta(minutes=A.RESTART_MINUTES[rung])
         if node.fault is not None and F.rung_cures(rung, node.fault.cure):
             self._cure(node, f"rung {rung}", instance.created)
         self._news.add(node.hostname)
@@ -610,12 +660,16 @@ class Simulation:
             # A member that still carries a defect crashes the job again (the scheduler cannot know).
             for host in sorted(self.job.members):
                 fault = self.nodes[host].fault
-                if fault is not None and fault.fault.signature != F.NONE:
+                if fault is not None and fault.fault.signature != F.NONE and not self._fenced_off(host, fault):
                     self.job.interrupt(now, host, fault.fault.key)
                     fault.repeats += 1
                     if fault.repeats >= MANUAL_AFTER_REPEATS:
                         self._operator_steps_in(host, fault, now)
                     break
+
+    def _fenced_off(self, host: str, fault: A.SimFault) -> bool:
+        """The fault is on a GPU the scheduler no longer hands out: the job runs on the others."""
+        return fault.fault.signature in A.GPU_FAIL_KINDS and fault.gpu in self.fenced.get(host, ())
 
     def _operator_steps_in(self, host: str, fault: A.SimFault, now: datetime) -> None:
         """The job keeps dying on a node nobody took out: an operator takes it out by hand (a manual
@@ -676,3 +730,52 @@ class Simulation:
             .values_list("state", "n")
         )
         self.ledger.states.append((now, counts))
+        fenced = (
+            Node.objects.filter(cluster_id=self.cluster_id, hostname__in=list(self.fenced), state="production")
+            .values_list("hostname", flat=True)
+            .iterator()
+            if self.fenced
+            else ()
+        )
+        self.ledger.fenced_gpus.append(sum(len(self.fenced[h]) for h in fenced))
+
+    # --- agent commands ----------------------------------------------------------------------------------
+    def _on_command_saved(self, sender: Any, instance: Any, created: bool = False, **kwargs: Any) -> None:
+        """A command was issued for a node: its agent takes it at its next poll (half a poll interval on)."""
+        node = self.by_id.get(instance.node_id)
+        if created and node is not None:
+            self._push(
+                instance.created + timedelta(seconds=self.config.command_poll_seconds / 2),
+                "poll commands",
+                node.hostname,
+            )
+
+    def _take_commands(self, node: A.VirtualNode, now: datetime) -> None:
+        """The agent's poll through the agent API; each command's outcome is posted when it is done."""
+        if node.silent:
+            return  # a dead host polls nothing: its commands expire
+        for command in self.api.take_commands(node):
+            took, outcome, summary = A.command_outcome(node, command, busy=self._gpu_busy(node.hostname, command))
+            self._push(now + took, "command done", (node.hostname, command, outcome, summary))
+
+    def _gpu_busy(self, host: str, command: dict[str, Any]) -> bool:
+        """A reset needs the GPU idle: the job's processes hold it while the job runs on the node, unless
+        the GPU is fenced (the scheduler placed nothing on it; the job crashed off it)."""
+        gpu = (command.get("args") or {}).get("gpu")
+        return self.job_runs_on(host) and gpu not in self.fenced.get(host, ())
+
+    def _answer_command(self, host: str, command: dict[str, Any], outcome: str, summary: str, now: datetime) -> None:
+        """The command is done: its effect on the simulated hardware first (a reset cures what a reset
+        cures; a reboot restarts the host), then the agent posts the outcome."""
+        node, verb = self.nodes[host], command["verb"]
+        self.ledger.commands[f"{verb} {outcome}"] += 1
+        if verb == "reset_gpu":
+            self.ledger.resets.append((host, command["args"]["gpu"], summary if outcome == "failed" else outcome, now))
+            if outcome == "succeeded" and A.reset_cures(node, command["args"]["gpu"]):
+                self._cure(node, f"rung {F.RESET}", now)
+        elif verb == "reboot" and outcome == "succeeded":
+            node.booted_at, node.up_at = now, now + timedelta(minutes=A.RESTART_MINUTES["reboot"])
+            if node.fault is not None and F.rung_cures(F.REBOOT, node.fault.cure):
+                self._cure(node, f"rung {F.REBOOT}", now)
+        self.api.post_command_result(node, command["id"], {"status": outcome, "summary": summary, "result": {}})
+        self._news.add(host)

@@ -10,6 +10,12 @@ otherwise (Crusoe's 19.5% recoverable vs 41.5% replaced; NVIDIA's catalog: XID 7
 node power cycle). The simulated hardware stays broken until a rung at least that far up the
 ladder has run on it (or a technician has repaired it), whatever the policy thought.
 
+A GPU reset is the least that cures what a reboot cured before for HBM and SRAM errors (XID 48,
+95: NVIDIA's catalog says RESET_GPU, and a pending row remap takes effect at the GPU's next
+reset) and for 40% of GSP errors (XID 119/120: RESET_GPU; the rest need a power cycle or the
+part). These shares are ours, not published; a reboot or more still cures them (it resets every
+GPU), so with the reset rung off the same faults take the longer road.
+
 Noise classes are signals without a defect behind them (a link that flaps once, a thermal
 slowdown under a heat wave, an application's XID 13): acting on them is a false action.
 """
@@ -76,14 +82,16 @@ class FaultClass:
 
 FAULTS: tuple[FaultClass, ...] = (
     FaultClass("faulty_gpu", "Faulty GPU", "GPU", 148, XID, (79,), ((POWER_CYCLE, 0.4), (RMA, 0.6))),
-    FaultClass("hbm", "GPU HBM3 Memory", "GPU", 72, ROW_REMAP, (48, 95), ((REBOOT, 0.6), (RMA, 0.4))),
+    FaultClass("hbm", "GPU HBM3 Memory", "GPU", 72, ROW_REMAP, (48, 95), ((RESET, 0.6), (RMA, 0.4))),
     FaultClass("software", "Software Bug", "Dependency", 54, NONE),
     FaultClass("network", "Network Switch/Cable", "Network", 35, IB_DOWN, (), ((REPAIR, 1.0),)),
     FaultClass(
         "host_maintenance", "Host Maintenance", "Unplanned Maintenance", 32, SILENT, (), ((REBOOT, 0.7), (REIMAGE, 0.3))
     ),
-    FaultClass("sram", "GPU SRAM Memory", "GPU", 19, XID, (48,), ((REBOOT, 0.7), (RMA, 0.3))),
-    FaultClass("gsp", "GPU System Processor", "GPU", 17, XID, (119, 120), ((POWER_CYCLE, 0.8), (RMA, 0.2))),
+    FaultClass("sram", "GPU SRAM Memory", "GPU", 19, XID, (48,), ((RESET, 0.7), (RMA, 0.3))),
+    FaultClass(
+        "gsp", "GPU System Processor", "GPU", 17, XID, (119, 120), ((RESET, 0.4), (POWER_CYCLE, 0.4), (RMA, 0.2))
+    ),
     FaultClass("nic", "NIC", "Host", 7, IB_DOWN, (), ((REBOOT, 0.5), (REPAIR, 0.5))),
     FaultClass("nccl_timeout", "NCCL Watchdog Timeouts", "Unknown", 7, NONE),
     FaultClass("sdc", "Silent Data Corruption", "GPU", 6, NONE),

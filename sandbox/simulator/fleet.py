@@ -3,7 +3,9 @@ simulation, like the demo's seed), then only ever changed through the services."
 
 from __future__ import annotations
 
+import random
 import secrets
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +27,7 @@ def build_fleet(config: SimConfig, emulators: list[Any], hostname: Callable[[int
     from health.models import HealthRule
     from health.rules import REGISTRY
     from nodes.choices import NodeState
-    from nodes.models import Node
+    from nodes.models import GPU, Node
     from nodes.roles import OPERATORS, ensure_roles
     from nodes.services import Actor
     from telemetry.auth import TOKEN_PREFIX, hash_token
@@ -104,6 +106,22 @@ def build_fleet(config: SimConfig, emulators: list[Any], hostname: Callable[[int
         ]
     )
     nodes = list(Node.objects.filter(cluster=cluster).order_by("hostname"))
+    # The GPU inventory a node's Day 1 would have recorded, with the UUIDs and serials its agent
+    # reports (telemetry.testing derives them from hostname and index): findings name these GPUs,
+    # and GPU fencing needs them.
+    idents = [(node, i, random.Random(f"{node.hostname}/gpu{i}")) for node in nodes for i in range(8)]
+    GPU.objects.bulk_create(
+        [
+            GPU(
+                node=node,
+                index=i,
+                uuid=f"GPU-{uuid.UUID(int=ident.getrandbits(128), version=4)}",
+                serial=f"1654{ident.randrange(10**9):09d}",
+                model="NVIDIA H100 80GB HBM3",
+            )
+            for node, i, ident in idents
+        ]
+    )
     per = config.nodes_per_emulator
     BmcEndpoint.objects.bulk_create(
         [

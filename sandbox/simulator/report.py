@@ -11,6 +11,9 @@ remediations and their steps, tickets, RMA cases, state changes).
   faults never taken out of production or still out at the end.
 - Nodes in each state over time (daily means of hourly samples; the JSON has every sample).
 - Actions by rung (steps run, passed, failed), remediations by outcome, tickets and RMA cases.
+- Capacity lost: node-hours out of production and in remediation, GPU-hours (fenced GPUs
+  included), GPU resets done and failed, GPUs fenced; ``render_gpu_rungs`` sets the run with
+  the reset rung and GPU fencing beside the run without them, on the same faults.
 - False actions: remediations that acted on a node carrying no real fault at the time; drains
   stood down because the condition cleared before the job ended are counted apart (nothing
   disruptive was done).
@@ -212,6 +215,7 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
             "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states],
         },
         "audit": _audit(sim),
+        "gpu_rungs": _lost(sim),
         "run": {
             "wall_seconds": round(wall_seconds, 1),
             "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
@@ -225,6 +229,76 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
             "phase_seconds": {k: round(v, 1) for k, v in ledger.phase_seconds.most_common()},
         },
     }
+
+
+def _lost(sim: Simulation) -> dict[str, Any]:
+    """Capacity lost, integrated over the hourly state samples (each holds until the next one):
+    node-hours out of production and in remediation, and GPU-hours (8 per node out, plus fenced
+    GPUs on nodes still in production); with the GPU-level rungs' own counts."""
+    ledger, nodes = sim.ledger, sim.config.nodes
+    out = remediating = fenced = 0.0
+    samples = ledger.states
+    for i, (at, counts) in enumerate(samples[:-1]):
+        hours = (samples[i + 1][0] - at).total_seconds() / 3600
+        out += (nodes - counts.get("production", 0)) * hours
+        remediating += counts.get("remediating", 0) * hours
+        fenced += (ledger.fenced_gpus[i] if i < len(ledger.fenced_gpus) else 0) * hours
+    resets = Counter(outcome for _, _, outcome, _ in ledger.resets)
+    return {
+        "gpu_reset_setting": sim.config.gpu_rungs,
+        "node_hours_out_of_production": round(out, 1),
+        "node_hours_in_remediation": round(remediating, 1),
+        "gpu_hours_lost": round(out * 8 + fenced, 1),
+        "fenced_gpu_hours": round(fenced, 1),
+        "resets_done": resets.get("succeeded", 0),
+        "resets_failed": sum(resets.values()) - resets.get("succeeded", 0),
+        "resets_by_outcome": dict(resets.most_common()),
+        "gpus_fenced": ledger.fences,
+        "gpus_unfenced": ledger.unfences,
+        "agent_commands": dict(ledger.commands.most_common()),
+        "faults_drawn": len(ledger.drawn),
+    }
+
+
+GPU_RUNG_ROWS = (
+    ("faults drawn (same seed: same faults)", ("gpu_rungs", "faults_drawn")),
+    ("effective training time ratio", ("job", "ettr")),
+    ("job interruptions", ("job", "interruptions")),
+    ("  of which evicted by Nodewarden", ("job", "evicted_by_nodewarden")),
+    ("node-hours out of production", ("gpu_rungs", "node_hours_out_of_production")),
+    ("node-hours in remediation", ("gpu_rungs", "node_hours_in_remediation")),
+    ("GPU-hours lost (8 a node out + fenced)", ("gpu_rungs", "gpu_hours_lost")),
+    ("  of which fenced GPU-hours", ("gpu_rungs", "fenced_gpu_hours")),
+    ("GPU resets done", ("gpu_rungs", "resets_done")),
+    ("GPU resets failed", ("gpu_rungs", "resets_failed")),
+    ("GPUs fenced", ("gpu_rungs", "gpus_fenced")),
+    ("MTTR all causes, median hours", ("mttr", "all", "median_h")),
+)
+
+
+def _pick(report: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = report
+    for key in path:
+        value = (value or {}).get(key)
+    return value
+
+
+def render_gpu_rungs(with_rungs: dict[str, Any], without: dict[str, Any]) -> str:
+    """The reset rung and GPU fencing on and off, on the same fleet and faults, and the difference."""
+    c = with_rungs["config"]
+    out = [
+        (
+            f"GPU-level remediation (reset rung, GPU fencing) on and off, same fleet and faults "
+            f"({c['nodes']:,} nodes, {c['days']:g} days, seed {c['seed']}, policy {c['policy']!r}):"
+        ),
+        "",
+        _line("", "with", "without", "difference"),
+    ]
+    for label, path in GPU_RUNG_ROWS:
+        a, b = _pick(with_rungs, path), _pick(without, path)
+        diff = round(a - b, 4) if isinstance(a, int | float) and isinstance(b, int | float) else None
+        out.append(_line(label, a, b, diff))
+    return "\n".join(out)
 
 
 def _audit(sim: Simulation) -> dict[str, Any]:

@@ -4,6 +4,11 @@ Answers the adapter calls from the simulation running in this process (``simulat
 registers it per cluster with ``attach``): its synchronous job is the customer work, and its
 cordons are kept in memory the way Slurm keeps DRAIN flags. Evicting a member of the running
 job interrupts the job, as requeueing one node of a synchronous job does.
+
+Fenced GPUs (``fence_gpus``, as Slurm would take them out of the node's gres) are kept per host:
+the node stays in the job, which runs on its other GPUs (its processes are sized to the usable
+GPUs), and a defect on a fenced GPU no longer crashes the job; the lost capacity is counted as
+fenced GPU-hours in the report. Fencing never fails here.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ class World(Protocol):
     def job_runs_on(self, host: str) -> bool: ...
 
     def evict(self, host: str, reason: str) -> None: ...
+
+    def fence(self, host: str, indices: list[int]) -> bool: ...
+
+    def unfence(self, host: str, indices: list[int]) -> bool: ...
 
 
 _WORLDS: dict[int, World] = {}
@@ -84,6 +93,13 @@ class SimulatedScheduler(SchedulerAdapter):
         """Cordon, then take the node from the job (as Slurm's adapter drains, then requeues)."""
         self.cordon(node, reason=reason)
         self.world.evict(self.node_name(node), reason)
+
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """The scheduler hands these GPUs of the node out no more; the node keeps running its work."""
+        return self.world.fence(self.node_name(node), list(indices))
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        return self.world.unfence(self.node_name(node), list(indices))
 
     def drain_state(self, node: Any) -> DrainState:
         host = self.node_name(node)

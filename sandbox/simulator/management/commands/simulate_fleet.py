@@ -6,6 +6,7 @@ not install the simulator).
     manage.py simulate_fleet --nodes 2048 --days 54                 # Llama 3 scale, default policy
     manage.py simulate_fleet --policy default --compare-policy aggressive --days 14
     manage.py simulate_fleet --nodes 256 --days 7 --json out.json --keep-db /tmp/sim
+    manage.py simulate_fleet --nodes 256 --days 7 --compare-gpu-rungs  # reset rung + fencing on/off
 
 Each run gets a database of its own (a fresh SQLite file, migrated first), so a simulation
 never touches the fleet this portal manages and two policies start from the same fleet; the
@@ -57,6 +58,18 @@ class Command(BaseCommand):
             help="A second policy setting, run on the same fleet and faults; both reports side by side.",
         )
         parser.add_argument(
+            "--compare-gpu-rungs",
+            action="store_true",
+            help="Run the policy twice on the same faults: with the GPU reset rung and GPU fencing "
+            "(NODEWARDEN_GPU_RESET, NODEWARDEN_GPU_FENCING on) and without them; print the comparison.",
+        )
+        parser.add_argument(
+            "--gpu-rungs",
+            choices=["", "on", "off"],
+            default="",
+            help="Set NODEWARDEN_GPU_RESET and NODEWARDEN_GPU_FENCING for the run (default: the settings as they are).",
+        )
+        parser.add_argument(
             "--rates",
             choices=sorted(PUBLISHED_RATES),
             default="llama3",
@@ -106,7 +119,12 @@ class Command(BaseCommand):
             return
         if opts["nodes"] < 8 or opts["days"] <= 0:
             raise CommandError("--nodes must be at least 8 and --days above 0")
+        if opts["compare_gpu_rungs"] and opts["compare_policy"]:
+            raise CommandError("--compare-gpu-rungs compares one policy with itself: leave out --compare-policy")
         names = [opts["policy"]] + ([opts["compare_policy"]] if opts["compare_policy"] else [])
+        arms = [opts["gpu_rungs"]] * len(names)
+        if opts["compare_gpu_rungs"]:
+            names, arms = names * 2, ["on", "off"]
         for name in names:
             try:
                 policies.load(name)
@@ -115,15 +133,20 @@ class Command(BaseCommand):
         workdir = Path(opts["keep_db"] or tempfile.mkdtemp(prefix="nodewarden-sim-"))
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            reports = [self._run_child(name, opts, workdir, i) for i, name in enumerate(names)]
+            reports = [
+                self._run_child(name, {**opts, "gpu_rungs": arm}, workdir, i)
+                for i, (name, arm) in enumerate(zip(names, arms, strict=True))
+            ]
         finally:
             if not opts["keep_db"]:
                 shutil.rmtree(workdir, ignore_errors=True)
-        from sandbox.simulator.report import render, render_side_by_side
+        from sandbox.simulator.report import render, render_gpu_rungs, render_side_by_side
 
         for report in reports:
             self.stdout.write(render(report) + "\n\n")
-        if len(reports) == 2:
+        if opts["compare_gpu_rungs"]:
+            self.stdout.write(render_gpu_rungs(*reports) + "\n")
+        elif len(reports) == 2:
             self.stdout.write(render_side_by_side(*reports) + "\n")
         if opts["json"]:
             Path(opts["json"]).write_text(json.dumps(reports if len(reports) > 1 else reports[0], indent=1))
@@ -131,7 +154,9 @@ class Command(BaseCommand):
             raise CommandError("The simulation saw errors from the system under test (listed above).")
 
     def _run_child(self, policy: str, opts: dict[str, Any], workdir: Path, index: int) -> dict[str, Any]:
-        label = Path(policy).stem if policy.endswith(".json") else policy
+        label = (Path(policy).stem if policy.endswith(".json") else policy) + (
+            f"-gpu-rungs-{opts['gpu_rungs']}" if opts["gpu_rungs"] else ""
+        )
         rundir = workdir / f"{index + 1}-{label}"
         shutil.rmtree(rundir, ignore_errors=True)
         rundir.mkdir(parents=True)
@@ -165,6 +190,8 @@ class Command(BaseCommand):
             argv += [f"--{name.replace('_', '-')}", str(opts[name])]
         if opts["job_nodes"] is not None:
             argv += ["--job-nodes", str(opts["job_nodes"])]
+        if opts["gpu_rungs"]:
+            argv += ["--gpu-rungs", opts["gpu_rungs"]]
         self.stderr.write(
             f"Simulating {opts['nodes']} nodes for {opts['days']:g} days with policy {policy!r} "
             f"(database {database})..."
@@ -218,10 +245,12 @@ class Command(BaseCommand):
             tick_minutes=opts["tick_minutes"],
             speedup=opts["speedup"],
             audit_hours=opts["audit_hours"],
+            gpu_rungs={"on": True, "off": False}.get(opts["gpu_rungs"]),
         )
         started = time.perf_counter()
         simulation = Simulation(config, progress=lambda line: print(f"  {name}: {line}", file=sys.stderr, flush=True))
         simulation.run()
         report = build(simulation, wall_seconds=time.perf_counter() - started, policy_about=about)
         report["config"]["policy"] = name
+        report["config"]["gpu_rungs"] = opts["gpu_rungs"] or "as set"
         Path(opts["child"]).write_text(json.dumps(report))
