@@ -1,0 +1,128 @@
+"""A held active check gives way: a job pending for the node, or its customer asking, preempts it.
+
+Against a real Slurm 22.05 cluster (sandbox.emulators.slurm, the tests/schedulers fixtures): the
+check's drain is lifted and the waiting job starts. The agent side (the check process killed) is
+in tests/agent/test_check_preemption.py.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from checks import services
+from checks.services import CheckConflict, CheckResult
+from health.models import Finding
+from nodes.choices import RunStatus
+from nodes.models import NodeEvent, Run
+from nodes.services import Actor
+from tests.factories import NodeFactory
+
+from .conftest import report_health
+
+pytestmark = pytest.mark.django_db
+ACTOR = Actor.system("tests")
+
+
+def held_check(cluster, name: str) -> Run:
+    """A gpu_stress run claimed on a production node of the cluster, the node held for it."""
+    node = NodeFactory(hostname=f"{name}.dc1.example.net", cluster=cluster, production=True)
+    report_health(node, processes=0)
+    services.request_check(node.pk, "gpu_stress", actor=ACTOR, reason="routine check")
+    (run,) = services.claim_checks_for_agent(node.pk).runs
+    run.refresh_from_db()
+    assert run.scheduler_hold
+    return run
+
+
+def failed() -> CheckResult:
+    now = timezone.now()
+    return CheckResult(
+        status="failed", summary="killed", figures={}, output="", started_at=now - timedelta(seconds=9), finished_at=now
+    )
+
+
+def test_a_job_arriving_mid_check_aborts_the_check_and_the_job_starts(
+    slurm, slurm_cluster, django_capture_on_commit_callbacks
+):
+    run = held_check(slurm_cluster, "gpu-s-01")
+    assert slurm.node_state("gpu-s-01").rstrip("*") == "drained"
+    assert services.preempt_wanted_checks() == 0  # nothing waits for the node: the check carries on
+
+    submitted = time.monotonic()
+    job = slurm.submit("gpu-s-01", 60, "customer-train")
+    slurm.wait_job_state(job, "PD")
+    with django_capture_on_commit_callbacks(execute=True):  # the hold goes back after the commit
+        assert services.preempt_wanted_checks() == 1
+    slurm.wait_job_running(job, timeout=30)
+    took = time.monotonic() - submitted
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and not run.scheduler_hold
+    assert run.details["preempted"]["by"] == "system:scheduler"
+    assert run.details["preempted"]["reason"].startswith(f"The workload scheduler wants the node: Slurm job {job} asks")
+    assert run.summary.startswith("Preempted: ")
+    assert NodeEvent.objects.filter(node=run.node, details__check_preempted="gpu_stress").exists()
+    assert NodeEvent.objects.filter(node=run.node, details__scheduler_hold_released=True).exists()
+    assert services.run_is_wanted(run.pk, run.node_id)[1] is False
+    print(f"job {job}: submitted -> running in {took:.1f} s (sweep run once the job was pending)")
+    assert took < 30
+
+
+def test_a_job_for_another_node_or_held_back_by_a_dependency_does_not_preempt(slurm, slurm_cluster):
+    run = held_check(slurm_cluster, "gpu-s-02")
+    elsewhere = slurm.submit("gpu-s-03", 60, "customer-eval")
+    slurm.wait_job_running(elsewhere)
+    waiting = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-w",
+        "gpu-s-02",
+        f"--dependency=afterok:{elsewhere}",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 5",
+    ).stdout.strip()
+    slurm.wait_job_state(waiting, "PD")
+
+    assert services.preempt_wanted_checks() == 0
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.RUNNING and run.scheduler_hold
+
+
+def test_a_job_waiting_in_the_nodes_partition_preempts(slurm, slurm_cluster, django_capture_on_commit_callbacks):
+    run = held_check(slurm_cluster, "gpu-s-04")
+    for name in ("gpu-s-01", "gpu-s-02", "gpu-s-03"):  # every other node busy
+        slurm.wait_job_running(slurm.submit(name, 60, "customer-train"))
+    # A whole node, any in the partition: the busy ones cannot take it, only the held one could.
+    job = slurm.run("sbatch", "--parsable", "-p", "batch", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 60")
+    job_id = job.stdout.strip()
+    slurm.wait_job_state(job_id, "PD")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.preempt_wanted_checks() == 1
+
+    slurm.wait_job_running(job_id, timeout=30)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert "in partition batch is pending" in run.details["preempted"]["reason"]
+
+
+def test_a_late_result_of_a_preempted_check_is_acknowledged_not_recorded(
+    slurm, slurm_cluster, django_capture_on_commit_callbacks
+):
+    run = held_check(slurm_cluster, "gpu-s-03")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.preempt_check(run.pk, actor=ACTOR, reason="operator needs the node")
+
+    recorded, changed = services.record_check_result(run.pk, run.node_id, result=failed())
+
+    assert not changed and recorded.status == RunStatus.CANCELLED
+    assert not Finding.objects.filter(node=run.node).exists()
+    with pytest.raises(CheckConflict, match="Only a running check can be preempted"):
+        services.preempt_check(run.pk, actor=ACTOR, reason="again")
