@@ -39,7 +39,7 @@ from health.choices import Severity
 from health.services import raise_finding
 from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, EventKind, NodeState, RunKind, RunStatus
 from nodes.models import OPERATE, OUTPUT_MAX_BYTES, Node, Run
-from nodes.scoping import is_operator_view, user_tenant_id
+from nodes.scoping import user_tenant_id
 from nodes.services import Actor, clean_reason, record_event
 from schedulers import base as schedulers  # through the module: tests replace adapter_for
 from schedulers.base import CHECK_HOLD, SchedulerError
@@ -388,8 +388,8 @@ def preempt_check(run_id: int, *, actor: Actor, reason: str) -> Run:
     and the node's history says so; the scheduler hold is given back after the commit (through
     ``give_back_check_hold``). The agent learns it from ``run_is_wanted`` and kills the check.
     A preempted run does not count as fresh: the freshness scheduler asks for it again later.
-    Raises ``Run.DoesNotExist``, ``ReasonRequired``, ``CheckForbidden`` (neither staff, an
-    operator nor the node's tenant) or ``CheckConflict`` (the run is not running).
+    Raises ``Run.DoesNotExist``, ``ReasonRequired``, ``CheckForbidden`` (neither an operator
+    nor the node's tenant) or ``CheckConflict`` (the run is not running).
     """
     reason = clean_reason(reason)
     now = timezone.now()
@@ -416,9 +416,10 @@ def preempt_check(run_id: int, *, actor: Actor, reason: str) -> Run:
 
 
 def _require_give_back_permission(actor: Actor, node: Node) -> None:
-    """Staff, operators and the node's own tenant may ask for the node back; the system may."""
+    """Operators (staff who may operate nodes) and the node's own tenant may ask for the node back;
+    the system may. Staff who may only look (viewers) may not."""
     user = actor.user
-    if user is None or is_operator_view(user) or user.has_perm(OPERATE):
+    if user is None or user.has_perm(OPERATE):
         return
     if node.tenant_id is None or user_tenant_id(user) != node.tenant_id:
         raise CheckForbidden(f"{actor.name} may not take this node back from its checks.")

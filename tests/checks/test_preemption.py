@@ -126,3 +126,58 @@ def test_a_late_result_of_a_preempted_check_is_acknowledged_not_recorded(
     assert not Finding.objects.filter(node=run.node).exists()
     with pytest.raises(CheckConflict, match="Only a running check can be preempted"):
         services.preempt_check(run.pk, actor=ACTOR, reason="again")
+
+
+# --- Asked for the node back: the API (a node without a workload scheduler: nothing to hold) ------
+
+
+def running(node) -> Run:
+    services.request_check(node.pk, "gpu_stress", actor=ACTOR, reason="routine check")
+    (run,) = services.claim_checks_for_agent(node.pk).runs
+    return run
+
+
+def give_back(client, node, reason="training starts now"):
+    return client.post(f"/api/nodes/{node.pk}/give-back/", {"reason": reason}, format="json")
+
+
+def test_the_customer_takes_the_node_back_and_the_agent_is_told_to_stop(api_as, customer, agent, idle_node):
+    run = running(idle_node)
+    assert agent.get(f"/api/agent/checks/{run.pk}/").json() == {
+        "id": run.pk,
+        "status": "running",
+        "wanted": True,
+        "reason": "The check is still wanted.",
+    }
+
+    answer = give_back(api_as(customer), idle_node)
+
+    assert answer.status_code == 200, answer.content
+    assert [(r["id"], r["status"]) for r in answer.json()["preempted"]] == [(run.pk, "cancelled")]
+    event = NodeEvent.objects.get(node=idle_node, details__check_preempted="gpu_stress")
+    assert event.actor_name == "acme-user" and event.reason == "GPU stress test preempted: training starts now"
+    state = agent.get(f"/api/agent/checks/{run.pk}/").json()
+    assert state["wanted"] is False and state["reason"] == "Preempted by acme-user: training starts now"
+    late = {"status": "failed", "summary": "killed", "started_at": "2026-01-01T00:00:00Z"}
+    answer = agent.post(f"/api/agent/checks/{run.pk}/result/", {**late, "finished_at": "2026-01-01T00:01:00Z"})
+    assert answer.status_code == 200 and answer.json()["status"] == "cancelled"  # acknowledged, not recorded
+    assert not Finding.objects.filter(node=idle_node).exists()
+
+
+def test_who_may_take_a_node_back(api_as, operator, viewer, idle_node, other_tenant):
+    from tests.factories import UserFactory
+
+    run = running(idle_node)
+    assert give_back(api_as(UserFactory(username="globex-user", tenant=other_tenant)), idle_node).status_code == 404
+    assert give_back(api_as(viewer), idle_node).status_code == 403  # staff who only look
+    assert give_back(api_as(operator), idle_node, reason="").status_code == 400
+    assert give_back(api_as(operator), idle_node).status_code == 200
+    assert give_back(api_as(operator), idle_node).status_code == 409  # nothing runs any more
+    run.refresh_from_db()
+    assert run.details["preempted"]["by"] == "operator"
+
+
+def test_only_the_runs_own_agent_may_ask_about_it(agent_for, agent, idle_node):
+    run = running(idle_node)
+    assert agent_for(NodeFactory(production=True)).get(f"/api/agent/checks/{run.pk}/").status_code == 404
+    assert agent.get("/api/agent/checks/999999999999999999999/").status_code in (400, 404)
