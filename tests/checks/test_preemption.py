@@ -181,3 +181,30 @@ def test_only_the_runs_own_agent_may_ask_about_it(agent_for, agent, idle_node):
     run = running(idle_node)
     assert agent_for(NodeFactory(production=True)).get(f"/api/agent/checks/{run.pk}/").status_code == 404
     assert agent.get("/api/agent/checks/999999999999999999999/").status_code in (400, 404)
+
+
+# --- Kubernetes (the kmock stand-in: no kube-apiserver can run here, see tests/schedulers) ------------
+
+
+def test_kubernetes_a_pod_the_scheduler_could_not_place_preempts_the_check(
+    kube, settings, django_capture_on_commit_callbacks
+):
+    from fleet.choices import SchedulerKind
+    from tests.factories import ClusterFactory
+
+    settings.NODEWARDEN_KUBERNETES_TOKENS = {"gpu-east": "t0ken"}
+    cluster = ClusterFactory(name="gpu-east", scheduler_kind=SchedulerKind.KUBERNETES, scheduler_endpoint=kube.url)
+    kube.add_node("gpu-node-01", labels={"pool": "h100"})
+    run = held_check(cluster, "gpu-node-01")
+    kube.add_pod("other-pool-0", node="", phase="Pending", node_selector={"pool": "a100"})
+    kube.add_pod("running-0", node="gpu-node-02")
+    assert services.preempt_wanted_checks() == 0  # nothing that could run on this node waits
+
+    kube.add_pod("trainer-0", node="", phase="Pending", node_selector={"pool": "h100"})
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.preempt_wanted_checks() == 1
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and not run.scheduler_hold
+    assert "pod ml/trainer-0 is pending: 0/4 nodes are available" in run.details["preempted"]["reason"]
+    assert not kube.node("gpu-node-01")["spec"].get("unschedulable")
