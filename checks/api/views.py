@@ -189,6 +189,7 @@ class AgentRunStateView(APIView):
 
     @extend_schema(
         summary="Agent: is this running check still wanted?",
+        operation_id="agent_checks_state",
         responses={
             200: serializers.AgentRunStateSerializer,
             404: OpenApiResponse(DetailSerializer, description="Not a run of this node."),
