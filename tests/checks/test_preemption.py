@@ -179,6 +179,7 @@ def test_who_may_take_a_node_back(api_as, operator, viewer, idle_node, other_ten
 
 def test_only_the_runs_own_agent_may_ask_about_it(agent_for, agent, idle_node):
     run = running(idle_node)
+    assert agent.get(f"/api/agent/checks/{run.pk}/").status_code == 200
     assert agent_for(NodeFactory(production=True)).get(f"/api/agent/checks/{run.pk}/").status_code == 404
     assert agent.get("/api/agent/checks/999999999999999999999/").status_code in (400, 404)
 
