@@ -519,6 +519,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-agent-commands": {"task": "telemetry.tasks.expire_agent_commands", "schedule": 60.0},
     # A check claimed by an agent that never reported back becomes an error after its deadline.
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
+    # A job pending for a node held by an active check preempts the check within seconds.
+    "preempt-wanted-checks": {"task": "checks.tasks.preempt_wanted_checks", "schedule": 10.0},
     # Idle-time validation: the stalest due check on idle production nodes (NODEWARDEN_FRESHNESS_SHARE).
     "keep-checks-fresh": {"task": "checks.tasks.keep_checks_fresh", "schedule": 300.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.

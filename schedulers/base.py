@@ -8,6 +8,8 @@ installed apps registered (``fleet/schedulerkinds.py``; Slurm and Kubernetes in 
 - ``evict``: move work off now (the node is failing anyway);
 - ``drain_state``: where a drain stands (drained yet? how many jobs left? who owns it?);
 - ``work_summary``: what customer work holds the node ("" when none), for the idleness answer;
+- ``wants_node``: would the scheduler start waiting work on the node now (why, or None)? Asked
+  about nodes held for an active check, which then gives way (``checks.services.preempt_check``);
 - ``hold_for_check`` / ``release_check_hold``: keep new work off while an active check runs on a
   node in production, then give the node back. The hold is Nodewarden's cordon with a reason that
   starts with ``CHECK_HOLD`` ("active check"), so anyone (an admin, the fleet auditor, the lifecycle)
@@ -87,6 +89,11 @@ class SchedulerAdapter(ABC):
         """What customer work holds the node, in the scheduler's words; "" when none."""
         return "customer work is running" if self.is_running_work(node) else ""
 
+    def wants_node(self, node: Any) -> str | None:
+        """Why the scheduler wants the node for waiting work now (a pending job that could run
+        there), in its own words; None when nothing waits for it (or the scheduler cannot tell)."""
+        return None
+
     @abstractmethod
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
         """Keep new work off the node while an active check runs (current work is not touched).
@@ -165,6 +172,9 @@ class UnregisteredScheduler(SchedulerAdapter):
         raise self._refuse()
 
     def drain_state(self, node: Any) -> DrainState:
+        raise self._refuse()
+
+    def wants_node(self, node: Any) -> str | None:
         raise self._refuse()
 
     def hold_for_check(self, node: Any, *, reason: str) -> bool:

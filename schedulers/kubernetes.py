@@ -59,6 +59,7 @@ REQUEST_TIMEOUT = (5.0, 30.0)  # seconds: connect, read; every call carries it
 MERGE_PATCH = "application/merge-patch+json"
 TAINT_VALUE_MAX = 63  # a taint value is a label value: 63 chars of [A-Za-z0-9._-], alnum at both ends
 REASON_MAX = 1024
+PENDING_PODS_READ = 500  # pending pods one wants_node question reads
 PODS_NAMED_MAX = 5  # how many leftover pods drain_state's detail names
 
 
@@ -124,6 +125,28 @@ class KubernetesAdapter(SchedulerAdapter):
         named = ", ".join(f"{_meta(pod).namespace}/{_meta(pod).name}" for pod in pods[:PODS_NAMED_MAX])
         more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
         return f"{len(pods)} work pod(s) on {name}: {named}{more}"
+
+    def wants_node(self, node: Any) -> str | None:
+        """A pending pod the scheduler could not place that would fit the node's labels, or None.
+
+        Kept simple: an unscheduled pod (phase Pending, no node, ``PodScheduled=False`` with reason
+        Unschedulable) whose ``nodeSelector`` the node's labels satisfy. Affinity, resources and
+        tolerations are not weighed: a pod waiting for capacity in the node's pool takes the node back.
+        """
+        name = self.node_name(node)
+        labels = _meta(self._read_node(name)).labels or {}
+        pods = self._call(
+            "list_pod_for_all_namespaces",
+            name,
+            lambda **kw: self.core.list_pod_for_all_namespaces(
+                field_selector="status.phase=Pending,spec.nodeName=", limit=PENDING_PODS_READ, **kw
+            ),
+        )
+        for pod in pods.items:
+            selector = (pod.spec.node_selector if pod.spec is not None else None) or {}
+            if _unschedulable(pod) and all(labels.get(key) == value for key, value in selector.items()):
+                return f"pod {_meta(pod).namespace}/{_meta(pod).name} is pending: {_unschedulable(pod)}"
+        return None
 
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
         """Cordon + taint + owner annotation, the reason starting "active check"; an existing
@@ -359,6 +382,17 @@ def _is_work(pod: client.V1Pod, name: str) -> bool:
     if MIRROR_ANNOTATION in (_meta(pod).annotations or {}):
         return False
     return not any(ref.kind == "DaemonSet" for ref in _meta(pod).owner_references or [])
+
+
+def _unschedulable(pod: client.V1Pod) -> str:
+    """The scheduler's message when it could not place this pending pod; "" for any other pod."""
+    # Re-checked here: the field selector may be ignored (a proxy, the test stand-in).
+    if pod.spec is None or pod.spec.node_name or pod.status is None or pod.status.phase != "Pending":
+        return ""
+    for condition in pod.status.conditions or []:
+        if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
+            return condition.message or "Unschedulable"
+    return ""
 
 
 def _taint_value(reason: str) -> str:

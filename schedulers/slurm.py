@@ -53,6 +53,12 @@ ACTIVE_JOB_STATES = "R,CG,CF,S"
 ALLOCATED_JOB_STATES = "R,CG,CF,S,ST,SO,SI,RS"
 # Jobs that evict moves off (completing ones are already on their way out).
 EVICTABLE_JOB_STATES = "R,CF,S"
+# Why a pending job waits, when giving a held node back would let it start: its nodes are
+# unavailable (drained by the hold) or busy. Dependency, BeginTime, held jobs, QOS/association
+# limits and the like would not start on the node anyway.
+WAITING_FOR_NODES = ("ReqNodeNotAvail", "Resources", "Nodes_required_for_job", "Priority")
+# Pending jobs one question reads (squeue lists them by priority, the likeliest to start first).
+PENDING_JOBS_READ = 500
 # A Slurm node name, never a hostlist expression: "gpu[01-04]" or "a,b" would act on many nodes.
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # "admin: bad DIMM [root@2026-11-22T07:40:57]": who set the reason and when.
@@ -69,6 +75,7 @@ class SlurmNode:
     reason: str  # without the "[user@time]" suffix
     reason_user: str | None
     reason_time: str | None
+    partitions: tuple[str, ...] = ()
 
     @property
     def flags(self) -> set[str]:
@@ -165,7 +172,40 @@ class SlurmAdapter(SchedulerAdapter):
             reason=match["text"],
             reason_user=match["user"],
             reason_time=match["when"],
+            partitions=tuple(filter(None, fields.get("Partitions", "").split(","))),
         )
+
+    def wants_node(self, node: Any) -> str | None:
+        """A pending job that would start on the node if it were given back, or None.
+
+        A job wants the node when it names it (``-w``: squeue's requested node list) or, naming
+        none, runs in one of the node's partitions, and waits for nodes (``WAITING_FOR_NODES``:
+        a job held by a dependency or a limit would not start anyway) and does not exclude it.
+        Slurm names ReqNodeNotAvail before an unmet dependency, so the dependency (%E) is read too.
+        """
+        info = self.show_node(node)
+        out = self._run("squeue", "-h", "-t", "PD", "--sort=-p", "-o", "%i|%P|%n|%x|%E|%r")
+        for line in out.splitlines()[:PENDING_JOBS_READ]:
+            job, partitions, requested, excluded, dependency, why = (line.split("|", 5) + [""] * 6)[:6]
+            if not why.startswith(WAITING_FOR_NODES) or dependency.strip() not in ("", "(null)"):
+                continue
+            if info.name in self._hostnames(excluded):
+                continue
+            if requested.strip():
+                if info.name in self._hostnames(requested):
+                    return f"Slurm job {job} asks for {info.name} and is pending ({why})"
+            elif set(partitions.split(",")) & set(info.partitions):
+                return f"Slurm job {job} in partition {partitions} is pending ({why})"
+        return None
+
+    def _hostnames(self, expression: str) -> set[str]:
+        """A Slurm hostlist ("gpu-s-[01-03]") as names; plain names without asking scontrol."""
+        expression = expression.strip()
+        if not expression or expression == "(null)":
+            return set()
+        if "[" not in expression:
+            return set(expression.split(","))
+        return set(self._run("scontrol", "show", "hostnames", expression).split())
 
     def jobs_on(self, node: Any, states: str) -> list[str]:
         """Ids of the jobs on the node in the given squeue states (%A: one id per array task)."""

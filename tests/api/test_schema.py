@@ -77,7 +77,9 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/checks/",
         "/api/checks/{id}/",
         "/api/checks/{id}/cancel/",
+        "/api/nodes/{id}/give-back/",
         "/api/agent/checks/",
+        "/api/agent/checks/{id}/",
         "/api/agent/checks/{id}/result/",
         # Day 0 (the agent's POST /api/agent/join/ is a lean plain view, like its reports)
         "/api/agent/join/",
@@ -144,6 +146,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
             "/api/ingest/dcgm-exporter/",
             "/api/nodes/{id}/checks/",
             "/api/checks/{id}/cancel/",
+            "/api/nodes/{id}/give-back/",
             "/api/agent/checks/{id}/result/",
             "/api/nodes/{id}/commands/",
             "/api/agent/commands/{id}/result/",

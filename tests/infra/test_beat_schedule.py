@@ -25,6 +25,7 @@ PROMISED: dict[str, Any] = {
     "checks.tasks.expire_stale_checks": 60.0,
     "telemetry.tasks.expire_agent_commands": 60.0,
     "checks.tasks.keep_checks_fresh": 300.0,
+    "checks.tasks.preempt_wanted_checks": 10.0,
     "telemetry.tasks.roll_up_and_prune": crontab(minute=7),
     "provisioning.tasks.fail_stuck_day0": 300.0,
     "fabric.tasks.collect_fabric": 4 * 3600.0,
