@@ -17,23 +17,31 @@ The reactions:
   the node's state, so ``sinfo -R`` never says "Drain pending" for a node in triage;
 - resume: take work again, lifting only a cordon Nodewarden set (back to production, a drain
   cancelled).
+
+A GPU fenced or given back (``nodes.services.fence_gpu`` / ``clear_gpu``) is no transition; it
+arrives here after commit through ``nodes.followups.gpu_fence_changed`` (``react_to_gpu_fence``,
+a Celery task): the adapter fences the GPU (``fence_gpus``), and where it answers False, fails,
+or ``NODEWARDEN_GPU_FENCING`` is off, a node in production is drained the normal road
+(``request_drain``) with the fence's reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services as node_services
-from nodes.choices import DAY1_STAGES, EventKind, NodeState
+from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
 from nodes.followups import followup
-from nodes.models import Node, NodeEvent
+from nodes.models import GPU, Node, NodeEvent
 
 from . import base
 from .base import SchedulerConflict, SchedulerError
@@ -284,3 +292,73 @@ def follow_drains(now: datetime | None = None) -> dict[str, int]:
     for node in draining:
         counts["moved"] += advance_drain(node) in MOVED
     return counts
+
+
+# --- A GPU fenced or given back ---------------------------------------------------------------------
+
+
+def apply_gpu_fence(node_id: int, indices: list[int], *, fenced: bool, reason: str) -> str:
+    """Tell the node's scheduler that these GPUs are fenced (or given back), as they are now.
+
+    Only the GPUs still fenced (or no longer fenced) are sent: a clear that overtook its fence
+    wins. A fence the scheduler cannot take drains a node in production instead.
+    """
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        return ""
+    health = GpuHealth.FENCED if fenced else GpuHealth.HEALTHY
+    indices = sorted(
+        set(GPU.objects.filter(node=node, index__in=indices, health=health).values_list("index", flat=True))
+    )
+    if not indices:
+        return ""
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    verb = "fence" if fenced else "give back"
+    done, why = False, "GPU fencing is off (NODEWARDEN_GPU_FENCING)"
+    if settings.NODEWARDEN_GPU_FENCING or not fenced:
+        try:
+            done = (
+                adapter.fence_gpus(node, indices, reason=reason)
+                if fenced
+                else adapter.unfence_gpus(node, indices, reason=reason)
+            )
+            why = f"{adapter.kind} cannot {verb} single GPUs of this node safely"
+        except SchedulerError as exc:
+            why = f"{adapter.kind} could not be asked to {verb} GPU(s): {exc}"
+    named = ", ".join(map(str, indices))
+    if done:
+        summary = f"{adapter.kind}: GPU {named} {'fenced' if fenced else 'given back'}."
+        node_services.record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=ACTOR,
+            reason=summary,
+            details={"gpu_fence": fenced, "gpu_indices": indices, "ok": True},
+        )
+        return summary
+    if fenced and node.state == S.PRODUCTION:
+        # Moved on meanwhile: out of production, the scheduler cordons it anyway.
+        with contextlib.suppress(TransitionNotAllowed, ConcurrentTransition):
+            node_services.request_drain(
+                node.pk,
+                actor=ACTOR,
+                reason=f"GPU {named} fenced ({reason}); {why}: draining the node instead."[:1000],
+                details={"gpu_fence": True, "gpu_indices": indices},
+            )
+        return f"{why}: the node is drained instead."
+    node_services.record_event(
+        node.pk,
+        EventKind.NOTE,
+        actor=ACTOR,
+        reason=f"GPU {named}: {why}."[:1000],
+        details={"gpu_fence": fenced, "gpu_indices": indices, "ok": False},
+    )
+    return why
+
+
+def react_to_gpu_fence(node_id: int, indices: list[int], fenced: bool, reason: str) -> None:
+    """The registered reaction (``nodes.followups.on_gpu_fence_change``): queue the scheduler call,
+    so a slow scheduler never holds up the request or task that fenced the GPU."""
+    from .tasks import apply_gpu_fence as task
+
+    task.delay(node_id, indices, fenced, reason)
