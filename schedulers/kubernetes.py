@@ -182,17 +182,22 @@ class KubernetesAdapter(SchedulerAdapter):
         fenced = recorded | indices if add else recorded - indices
         if not capacity or any(index >= capacity for index in fenced):
             return not add  # no GPUs known to Kubernetes: nothing to fence, nothing to give back
+        allocatable = str(capacity - len(fenced))
+        now = (current.status and current.status.allocatable) or {}
+        if fenced == recorded and now.get(GPU_RESOURCE) == allocatable:
+            return True  # in place already: the minute's re-apply writes nothing
         value = ",".join(map(str, sorted(fenced))) or None  # null deletes the annotation
-        self._patch_node(
-            name,
-            {
-                "metadata": {
-                    "resourceVersion": _meta(current).resource_version,
-                    "annotations": {FENCED_GPUS_ANNOTATION: value},
-                }
-            },
-        )
-        status = {"status": {"allocatable": {GPU_RESOURCE: str(capacity - len(fenced))}}}
+        if fenced != recorded:
+            self._patch_node(
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": _meta(current).resource_version,
+                        "annotations": {FENCED_GPUS_ANNOTATION: value},
+                    }
+                },
+            )
+        status = {"status": {"allocatable": {GPU_RESOURCE: allocatable}}}
         self._call(
             "patch_node_status",
             name,

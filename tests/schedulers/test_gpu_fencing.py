@@ -13,13 +13,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import override_settings
 
 from fleet.choices import SchedulerKind
 from nodes import services
 from nodes.choices import GpuHealth, NodeState
-from nodes.models import NodeEvent
+from nodes.models import GPU, NodeEvent
 from schedulers.base import NoScheduler, UnregisteredScheduler
 from schedulers.kubernetes import FENCED_GPUS_ANNOTATION, KubernetesAdapter
+from schedulers.reactions import follow_drains
 from schedulers.slurm import SlurmAdapter
 from tests.factories import ClusterFactory, GPUFactory, NodeFactory
 from tests.validation.conftest import eager  # noqa: F401
@@ -158,14 +160,34 @@ def test_kubernetes_fence_lowers_allocatable_and_records_the_indices(kube, kube_
     assert raw["status"]["allocatable"]["nvidia.com/gpu"] == "7"
 
 
-def test_kubernetes_fence_is_applied_again_after_the_kubelet_rewrites_allocatable(kube, kube_cluster):
-    add_gpu_node(kube, "gpu-k-01", 8)
-    node = NodeFactory.build(hostname="gpu-k-01.east.example.net", cluster=kube_cluster)
-    adapter = KubernetesAdapter(kube_cluster)
-    adapter.fence_gpus(node, [5], reason="XID 79")
-    add_gpu_node(kube, "gpu-k-01", 8)  # the device plugin restarted: allocatable 8 again, annotation gone
-    adapter.fence_gpus(node, [5], reason="XID 79")
-    assert kube.node("gpu-k-01")["status"]["allocatable"]["nvidia.com/gpu"] == "7"
+def kubelet_rewrites_allocatable(kube, name: str) -> None:
+    """A device-plugin or kubelet restart: allocatable is the plugin's count again; annotations stay."""
+
+    def put() -> None:
+        raw = kube.emulator.objects[NODES, None, name].raw
+        status = {**raw["status"], "allocatable": dict(raw["status"]["capacity"])}
+        kube.emulator.objects[NODES, None, name] = {**raw, "status": status}
+
+    kube._on_loop(put)
+
+
+def test_the_drain_follower_applies_a_fence_again_after_the_kubelet_rewrote_allocatable(kube, db):
+    add_gpu_node(kube, "gpu-k-03", 4)
+    cluster = ClusterFactory(name="gpu-east", scheduler_kind="kubernetes", scheduler_endpoint=kube.url)
+    node = NodeFactory(hostname="gpu-k-03.east.example.net", cluster=cluster, state=NodeState.PRODUCTION)
+    GPUFactory(node=node, index=1)
+    GPU.objects.filter(node=node, index=1).update(health=GpuHealth.FENCED)  # as fence_gpu left it
+    with override_settings(NODEWARDEN_KUBERNETES_TOKENS={"gpu-east": "t0ken"}):
+        assert follow_drains()["fences"] == 1
+        assert kube.node("gpu-k-03")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+        kubelet_rewrites_allocatable(kube, "gpu-k-03")
+        assert kube.node("gpu-k-03")["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+        follow_drains()
+        assert kube.node("gpu-k-03")["status"]["allocatable"]["nvidia.com/gpu"] == "3"
+        writes = len(kube.requests("PATCH"))
+        follow_drains()  # in place: nothing written
+        assert len(kube.requests("PATCH")) == writes
+    assert kube.node("gpu-k-03")["metadata"]["annotations"][FENCED_GPUS_ANNOTATION] == "1"
 
 
 def test_kubernetes_node_without_gpus_cannot_be_fenced(kube, kube_cluster):
