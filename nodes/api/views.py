@@ -28,7 +28,7 @@ from nodewarden.filters import FilterBackend
 from . import serializers
 
 _Row = TypeVar("_Row")  # what the queryset yields: nodes, or values() rows
-T = TypeVar("T")
+T = TypeVar("T", bound=Callable[..., Any])  # a view method the schema decorates
 
 # Joined into every node row: each is named in the serializer.
 NODE_RELATIONS = ("site", "cluster", "rack", "tenant", "hardware_profile", "persona")

@@ -159,6 +159,7 @@ NOT_PORTAL_SETTINGS = {
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
     "CELERY_BEAT_SCHEDULE": "a setting in nodewarden/settings.py (the beat schedule), not read from the environment",
+    "RESET_GPU": "NVIDIA's name of a recovery action (docs/health.md, the XID catalog), not a variable",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")
 
