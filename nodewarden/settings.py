@@ -300,6 +300,12 @@ NODEWARDEN_BMC_RETRY_BACKOFF_MS = env.int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500
 NODEWARDEN_BMC_POWER_TIMEOUT = env.int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
 NODEWARDEN_BMC_POLL_INTERVAL = env.int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
 
+# --- GPU fencing -----------------------------------------------------------------------------
+# A fenced GPU reaches the node's scheduler as a GPU fence (Slurm: the gpu GRES count; Kubernetes:
+# allocatable nvidia.com/gpu) when true; when false, or where the scheduler cannot fence one GPU
+# safely, the node is drained instead (docs/health.md "GPU health").
+NODEWARDEN_GPU_FENCING = env.bool("NODEWARDEN_GPU_FENCING", True)
+
 # --- InfiniBand fabric -------------------------------------------------------------------
 # Run infiniband-diags from this host every NODEWARDEN_FABRIC_COLLECT_HOURS and compare with the
 # cabling plan; off where the portal host is not on the fabric (then upload the tools' output to

@@ -17,6 +17,16 @@ each pod (policy/v1 Eviction, so PodDisruptionBudgets are honoured).
 Every write re-reads the node and sends its ``resourceVersion`` (compare-and-swap): a 409 from a
 concurrent writer is retried on a fresh read, as client-go's ``RetryOnConflict`` does.
 
+Fencing GPUs (``fence_gpus``): the indices go in the annotation ``nodewarden.io/fenced-gpus``
+("2,5", the record) and the node's ``status.allocatable["nvidia.com/gpu"]`` is lowered to the
+capacity less the fenced count, through the status subresource, so the scheduler places no more
+GPU requests than the healthy GPUs. The kubelet owns that status: it rewrites allocatable from
+its device plugin (on a device-plugin or kubelet restart, and at its status updates), so the
+annotation is what says the fence and ``fence_gpus`` is idempotent, to be applied again. A node
+without ``nvidia.com/gpu`` capacity answers False (the caller drains it). The count does not tell
+the kubelet which device: the device plugin's own health check is what keeps the named GPU from
+a new pod.
+
 Credentials: ``settings.NODEWARDEN_KUBERNETES_TOKENS`` maps cluster name -> bearer token; the API
 server URL is ``Cluster.scheduler_endpoint``.
 """
@@ -49,6 +59,8 @@ T = TypeVar("T")
 TAINT_KEY = "nodewarden.io/maintenance"
 OWNER_ANNOTATION = "nodewarden.io/cordoned-by"
 REASON_ANNOTATION = "nodewarden.io/cordon-reason"
+FENCED_GPUS_ANNOTATION = "nodewarden.io/fenced-gpus"  # "2,5": the GPU indices Nodewarden fenced
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # static pods: the kubelet runs them from files
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 SOMEONE_ELSE = "someone else"  # the owner of a cordon that names none
@@ -175,6 +187,46 @@ class KubernetesAdapter(SchedulerAdapter):
             owner=owner,
             detail=self._detail(name, current, pods, owner),
         )
+
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Record the fenced indices in our annotation and lower allocatable GPUs to match."""
+        name = self.node_name(node)
+        return retry_on_conflict(lambda: self._set_fenced(name, set(indices), add=True))
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Drop the indices from our annotation and raise allocatable GPUs to match."""
+        name = self.node_name(node)
+        return retry_on_conflict(lambda: self._set_fenced(name, set(indices), add=False))
+
+    def _set_fenced(self, name: str, indices: set[int], *, add: bool) -> bool:
+        current = self._read_node(name)
+        capacity = int(((current.status and current.status.capacity) or {}).get(GPU_RESOURCE, "0") or 0)
+        recorded = _fenced_gpus(current)
+        fenced = recorded | indices if add else recorded - indices
+        if not capacity or any(index >= capacity for index in fenced):
+            return not add  # no GPUs known to Kubernetes: nothing to fence, nothing to give back
+        allocatable = str(capacity - len(fenced))
+        now = (current.status and current.status.allocatable) or {}
+        if fenced == recorded and now.get(GPU_RESOURCE) == allocatable:
+            return True  # in place already: the minute's re-apply writes nothing
+        value = ",".join(map(str, sorted(fenced))) or None  # null deletes the annotation
+        if fenced != recorded:
+            self._patch_node(
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": _meta(current).resource_version,
+                        "annotations": {FENCED_GPUS_ANNOTATION: value},
+                    }
+                },
+            )
+        status = {"status": {"allocatable": {GPU_RESOURCE: allocatable}}}
+        self._call(
+            "patch_node_status",
+            name,
+            lambda **kw: self.core.patch_node_status(name, status, _content_type=MERGE_PATCH, **kw),
+        )
+        return True
 
     # --- cordon and uncordon, one attempt each (retried on 409) ------------------------------
 
@@ -360,6 +412,12 @@ def _meta(obj: client.V1Pod | client.V1Node) -> client.V1ObjectMeta:
 
 def _annotations(node: client.V1Node) -> dict[str, str]:
     return dict(node.metadata.annotations or {}) if node.metadata else {}
+
+
+def _fenced_gpus(node: client.V1Node) -> set[int]:
+    """The GPU indices our annotation records as fenced (a malformed entry is ignored)."""
+    words = _annotations(node).get(FENCED_GPUS_ANNOTATION, "").split(",")
+    return {int(word) for word in words if word.strip().isdigit()}
 
 
 def _owner(node: client.V1Node) -> str | None:

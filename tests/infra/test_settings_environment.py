@@ -83,6 +83,7 @@ WIRED: dict[str, Wired] = {
         "NODEWARDEN_KUBERNETES_CA_CERT_HASHES", json.dumps({"kube": HASH}), {"kube": HASH}, "kube=" + HASH
     ),
     # --- fabric
+    "NODEWARDEN_GPU_FENCING": Wired("NODEWARDEN_GPU_FENCING", "false", False, "sometimes"),
     "NODEWARDEN_FABRIC_COLLECT": Wired("NODEWARDEN_FABRIC_COLLECT", "yes", True, "maybe"),
     "NODEWARDEN_FABRIC_COLLECT_HOURS": Wired("NODEWARDEN_FABRIC_COLLECT_HOURS", "0.5", 0.5, "1x5"),
     "NODEWARDEN_FABRIC_TOOL_TIMEOUT": Wired("NODEWARDEN_FABRIC_TOOL_TIMEOUT", "30", 30, "long"),
@@ -161,6 +162,7 @@ NOT_PORTAL_SETTINGS = {
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
     "CELERY_BEAT_SCHEDULE": "a setting in nodewarden/settings.py (the beat schedule), not read from the environment",
+    "RESET_GPU": "NVIDIA's name of a recovery action (docs/health.md, the XID catalog), not a variable",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")
 
