@@ -36,6 +36,7 @@ PROMISED: dict[str, Any] = {
     "trends.tasks.evaluate_trends": crontab(hour=3, minute=30),
     "validation.tasks.advance_day1_stages": 15.0,
     "audit.tasks.audit_fleet": 300.0,
+    "health.tasks.resend_alerts_to_alertmanager": 60.0,
 }
 
 

@@ -105,6 +105,17 @@ WIRED: dict[str, Wired] = {
     # --- Prometheus
     "NODEWARDEN_METRICS_TOKEN": Wired("NODEWARDEN_METRICS_TOKEN", "scrape-me", "scrape-me"),
     "NODEWARDEN_METRICS_NETWORKS": Wired("[str(n) for n in NODEWARDEN_METRICS_NETWORKS]", "10.0.0.0/8", ["10.0.0.0/8"]),
+    # --- Alertmanager
+    "NODEWARDEN_ALERTMANAGER_URL": Wired(
+        "NODEWARDEN_ALERTMANAGER_URLS",
+        "http://am1.example:9093, http://am2.example:9093",
+        ["http://am1.example:9093", "http://am2.example:9093"],
+        "am1.example:9093",
+    ),
+    "NODEWARDEN_ALERTMANAGER_TIMEOUT": Wired("NODEWARDEN_ALERTMANAGER_TIMEOUT", "2.5", 2.5, "5s"),
+    "NODEWARDEN_ALERTMANAGER_RESEND_SECONDS": Wired(
+        'CELERY_BEAT_SCHEDULE["resend-alerts-to-alertmanager"]["schedule"]', "30", 30.0, "0"
+    ),
     # --- the fleet auditor
     "NODEWARDEN_AUDIT_MINUTES": Wired("NODEWARDEN_AUDIT_MINUTES", "1", 1.0, "often"),
     "NODEWARDEN_AUDIT_SEVERITY": Wired("NODEWARDEN_AUDIT_SEVERITY", "catastrophic", "catastrophic", "high"),
