@@ -169,6 +169,7 @@ NOT_PORTAL_SETTINGS = {
     "NODEWARDEN_TOKEN": "the node agent's (agent/README.md), its bearer token",
     "NODEWARDEN_CONFIG": "the node agent's (agent/README.md), its JSON config file",
     "NODEWARDEN_WORKLOADS": "the node agent's (agent/README.md), what its training-step check may run",
+    "NODEWARDEN_CHECK_WATCH": "the node agent's (agent/README.md), how often it asks whether a running check is still wanted",
     "BIN_TEST_WORKERS": "bin/test's own (docs/development.md): pytest-xdist workers",
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
