@@ -8,6 +8,9 @@ installed apps registered (``fleet/schedulerkinds.py``; Slurm and Kubernetes in 
 - ``evict``: move work off now (the node is failing anyway);
 - ``drain_state``: where a drain stands (drained yet? how many jobs left? who owns it?);
 - ``work_summary``: what customer work holds the node ("" when none), for the idleness answer;
+- ``apply_many``: one reaction (evict, drain, cordon, resume) for many nodes of the cluster at once,
+  each node with its own reason and its own outcome; adapters batch it (Slurm: host lists and one
+  ``scontrol`` per batch), the default asks node by node;
 - ``hold_for_check`` / ``release_check_hold``: keep new work off while an active check runs on a
   node in production, then give the node back. The hold is Nodewarden's cordon with a reason that
   starts with ``CHECK_HOLD`` ("active check"), so anyone (an admin, the fleet auditor, the lifecycle)
@@ -21,6 +24,7 @@ it (``SchedulerConflict``), and every cordon it sets records it as the owner.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,6 +86,20 @@ class SchedulerAdapter(ABC):
 
     @abstractmethod
     def drain_state(self, node: Any) -> DrainState: ...
+
+    def apply_many(self, reaction: str, items: Sequence[tuple[Any, str]]) -> dict[int, SchedulerError | None]:
+        """Carry out ``reaction`` ("evict", "drain", "cordon" or "resume": ``schedulers.reactions``) for
+        each (node, reason); per node pk, None (done) or the SchedulerError it met. One node's failure
+        never stops the others. This default asks node by node; adapters that can, batch."""
+        verb = {"evict": self.evict, "drain": self.drain, "cordon": self.cordon, "resume": self.uncordon}[reaction]
+        outcome: dict[int, SchedulerError | None] = {}
+        for node, reason in items:
+            try:
+                verb(node, reason=reason)
+                outcome[node.pk] = None
+            except SchedulerError as exc:
+                outcome[node.pk] = exc
+        return outcome
 
     def work_summary(self, node: Any) -> str:
         """What customer work holds the node, in the scheduler's words; "" when none."""
