@@ -48,10 +48,11 @@ Safety rails, and why the figures are not flattered by switching them off:
   other nodes exist in the database only (serving, never touched), not in slurm.conf.
   The script checks afterwards that no breaker tripped and nothing was queued.
 - A bench-only ``RemediationPolicy`` (XID 79: cordon now, first rung repair) is used
-  for (a) and (b): after the cordon the node is handed to a repair ticket in the same
-  task (nothing for the BMC to do, so 250 power cycles do not occupy the workers for
-  minutes). That hand-off runs before the worker takes the next finding, so it counts
-  against (b), as the default rung's start would. (c) switches to a second policy (XID 79: cordon now, first rung BMC power
+  for (a) and (b): after the cordon the node is handed to a repair ticket by the rung's
+  own task (``remediation.tasks.start_rung``, queued when the cordon commits; nothing for
+  the BMC to do, so 250 power cycles do not occupy the workers for minutes). Those tasks
+  share the workers and the cores with the cordons, so they count against (b) as the
+  default rung's start would. (c) switches to a second policy (XID 79: cordon now, first rung BMC power
   cycle). remediation/ itself is not changed or patched.
 
 Targets (issue 6): (a) p99 < 1 s; (b) >= 50 cordons/s; (c) the controller's own share
@@ -667,7 +668,9 @@ def report(
         f"{ms(statistics.median(lat['ingest']))}; finding -> cordon committed {ms(statistics.median(lat['decide']))}; "
         f"cordon committed -> seen drained in Slurm {ms(statistics.median(lat['to_slurm']))}"
     )
-    print(f"    consider_finding in the worker (cordon, evict, hand-off): p50 {ms(statistics.median(lat['task']))}")
+    print(
+        f"    consider_finding in the worker (the cordon; the rung starts in its own task): p50 {ms(statistics.median(lat['task']))}"
+    )
     n = len(burst["per_node"])
     print(f"\n(b) {n} findings committed at once -> all {n} drained in Slurm (nodes without slurmd):")
     print(

@@ -101,7 +101,9 @@ def reconcile(now: datetime | None = None) -> dict[str, int]:
     def queued(rem: Remediation) -> str:
         if rem.node.state == S.TRIAGE and services.cleared_by_itself(rem):
             return "stood_down" if services.stand_down(rem.pk).status == Status.CLEARED else ""
-        return "admitted" if services.admit(rem.pk, now=now).status != Status.QUEUED else ""
+        rem = services.admit(rem.pk, now=now)
+        # Admitted: out of the queue, or taken out now with its rung starting in its own task (no reason to wait).
+        return "admitted" if rem.status != Status.QUEUED or not rem.queued_reason else ""
 
     def stranded(rem: Remediation) -> str:
         services.start_rung(rem.pk, now=now)

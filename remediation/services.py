@@ -317,7 +317,12 @@ def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediati
     """Take the admitted node out of production as its urgency says, then start its rung."""
     if node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING) and rem.urgency == Urgency.NOW:
         _take_out_now(rem, actor)
-        return start_rung(rem.pk, now=now)
+        # The rung starts in its own task once the cordon has committed: in a burst of findings every
+        # node is taken out first, not after the rungs (and hand-offs) of those considered before it.
+        # A start that is lost leaves the remediation queued on a node in triage: the reconciler admits it.
+        _decide(rem, "cordoned: the rung starts once the cordon has committed", event=False)
+        transaction.on_commit(lambda: queue_start_rung(rem.pk))
+        return rem
     if node.state == S.PRODUCTION and rem.urgency == Urgency.WHEN_IDLE:
         move(rem, Status.DRAINING)
         _decide(rem, "draining: the node leaves production when its current job ends", event=False)
@@ -395,6 +400,12 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
         _decide(rem, f"{Rung(rem.rung).label.lower()} started", event=False)
         transaction.on_commit(lambda: queue_step(step.pk))
     return rem
+
+
+def queue_start_rung(remediation_id: int) -> None:
+    from .tasks import start_rung as start_rung_task
+
+    start_rung_task.apply_async(args=(remediation_id,), queue="remediation")
 
 
 def queue_step(step_id: int) -> None:

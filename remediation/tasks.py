@@ -14,6 +14,14 @@ def consider_finding(finding_id: int) -> str:
 
 
 @shared_task(ignore_result=True, acks_late=True)
+def start_rung(remediation_id: int) -> str:
+    """Start the rung of a remediation whose node was just cordoned (idempotent: a started rung,
+    a finished remediation or a node no longer in triage is left alone)."""
+    rem = services.start_rung(remediation_id)
+    return f"remediation {rem.pk}: {rem.status}"
+
+
+@shared_task(ignore_result=True, acks_late=True)
 def run_step(step_id: int) -> str:
     return ladder.run(step_id)
 

@@ -13,6 +13,9 @@ installed apps registered (``fleet/schedulerkinds.py``; Slurm and Kubernetes in 
 - ``fence_gpus`` / ``unfence_gpus``: the scheduler stops (starts again) handing out some GPUs of a
   node by index, the rest of the node serving on; False where it cannot do that safely, and the
   caller drains the node instead (``nodes.services.fence_gpu`` via ``schedulers.reactions``);
+- ``apply_many``: one reaction (evict, drain, cordon, resume) for many nodes of the cluster at once,
+  each node with its own reason and its own outcome; adapters batch it (Slurm: host lists and one
+  ``scontrol`` per batch), the default asks node by node;
 - ``hold_for_check`` / ``release_check_hold``: keep new work off while an active check runs on a
   node in production, then give the node back. The hold is Nodewarden's cordon with a reason that
   starts with ``CHECK_HOLD`` ("active check"), so anyone (an admin, the fleet auditor, the lifecycle)
@@ -26,6 +29,7 @@ it (``SchedulerConflict``), and every cordon it sets records it as the owner.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +91,20 @@ class SchedulerAdapter(ABC):
 
     @abstractmethod
     def drain_state(self, node: Any) -> DrainState: ...
+
+    def apply_many(self, reaction: str, items: Sequence[tuple[Any, str]]) -> dict[int, SchedulerError | None]:
+        """Carry out ``reaction`` ("evict", "drain", "cordon" or "resume": ``schedulers.reactions``) for
+        each (node, reason); per node pk, None (done) or the SchedulerError it met. One node's failure
+        never stops the others. This default asks node by node; adapters that can, batch."""
+        verb = {"evict": self.evict, "drain": self.drain, "cordon": self.cordon, "resume": self.uncordon}[reaction]
+        outcome: dict[int, SchedulerError | None] = {}
+        for node, reason in items:
+            try:
+                verb(node, reason=reason)
+                outcome[node.pk] = None
+            except SchedulerError as exc:
+                outcome[node.pk] = exc
+        return outcome
 
     def work_summary(self, node: Any) -> str:
         """What customer work holds the node, in the scheduler's words; "" when none."""

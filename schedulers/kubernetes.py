@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import urllib3
@@ -64,6 +65,7 @@ GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # static pods: the kubelet runs them from files
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 SOMEONE_ELSE = "someone else"  # the owner of a cordon that names none
+POOL_SIZE = 8  # concurrent API calls for a batch of nodes (apply_many): the API server's rate limits stay far
 REQUEST_TIMEOUT = (5.0, 30.0)  # seconds: connect, read; every call carries it
 # The client's default for a dict body is a strategic merge. A JSON merge patch does the same to a
 # node (taints have no merge key, so both replace the whole list; annotations merge, null deletes)
@@ -122,6 +124,19 @@ class KubernetesAdapter(SchedulerAdapter):
             if refusal:
                 refused.append(refusal)
         self._refused[name] = refused
+
+    def apply_many(self, reaction: str, items: Sequence[tuple[Any, str]]) -> dict[int, SchedulerError | None]:
+        """Kubernetes has no many-node write: the nodes are asked concurrently (``POOL_SIZE`` at a
+        time) over this adapter's one API client, so its connection pool serves the whole batch."""
+        if len(items) < 2:
+            return super().apply_many(reaction, items)
+        try:
+            self.core  # noqa: B018 - one client, built before the threads share it
+        except SchedulerError as exc:  # no URL or token: the same answer for every node
+            return {node.pk: exc for node, _reason in items}
+        with ThreadPoolExecutor(max_workers=min(POOL_SIZE, len(items))) as pool:
+            parts = list(pool.map(lambda item: super(KubernetesAdapter, self).apply_many(reaction, [item]), items))
+        return {pk: outcome for part in parts for pk, outcome in part.items()}
 
     def uncordon(self, node: Any, *, reason: str) -> None:
         name = self.node_name(node)

@@ -1,8 +1,11 @@
 """What Nodewarden still owes a workload scheduler.
 
-A lifecycle reaction (``schedulers.reactions``) that could not reach the scheduler is kept
-here, one row per node, until a later attempt succeeds: the drain follower retries it with
-back-off, so an operator's cordon reaches Slurm even when slurmctld was down at the time.
+Every lifecycle reaction (``schedulers.reactions``) is queued here by its transition, in the same
+transaction, one row per node (``attempts`` 0: not tried yet); the transition's follow-up carries
+out all that is queued for the cluster at once (one batch, a few scheduler calls) and deletes the
+rows. One that could not reach the scheduler stays until a later attempt succeeds: the drain
+follower retries it with back-off, so an operator's cordon reaches Slurm even when slurmctld was
+down at the time.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from django.utils import timezone
 
 
 class PendingReaction(models.Model):
-    """A node's scheduler reaction that failed and is to be tried again (deleted once it succeeds)."""
+    """A node's scheduler reaction queued or failed, to be carried out (deleted once it succeeds)."""
 
     node = models.OneToOneField("nodes.Node", on_delete=models.CASCADE, related_name="pending_reaction")
     reaction = models.CharField(max_length=20)

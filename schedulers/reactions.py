@@ -34,13 +34,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services as node_services
 from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
-from nodes.followups import followup
+from nodes.followups import followup, on_state_change
 from nodes.models import GPU, Node, NodeEvent
 
 from . import base
@@ -166,13 +166,7 @@ def apply(node: Node, reaction: str, reason: str) -> str:
             adapter.uncordon(node, reason=reason)
     except SchedulerConflict as exc:  # someone else's cordon: theirs to lift, not retried
         PendingReaction.objects.filter(node=node).delete()
-        node_services.record_event(
-            node.pk,
-            EventKind.NOTE,
-            actor=ACTOR,
-            reason=f"The scheduler keeps the node out: {exc}",
-            details={"scheduler_reaction": reaction, "conflict": True},
-        )
+        _note_conflict(node, reaction, exc)
         return f"The scheduler keeps the node out: {exc}"
     except SchedulerError as exc:
         _owe(node, reaction, reason, str(exc))
@@ -181,44 +175,160 @@ def apply(node: Node, reaction: str, reason: str) -> str:
     return "" if adapter.kind == "none" else f"{adapter.kind}: {reaction}."
 
 
+def _note_conflict(node: Node, reaction: str, exc: SchedulerError) -> None:
+    node_services.record_event(
+        node.pk,
+        EventKind.NOTE,
+        actor=ACTOR,
+        reason=f"The scheduler keeps the node out: {exc}",
+        details={"scheduler_reaction": reaction, "conflict": True},
+    )
+
+
+def _note_owed(node: Node, reaction: str, error: str) -> None:
+    node_services.record_event(
+        node.pk,
+        EventKind.ACTION,
+        actor=ACTOR,
+        reason=f"The scheduler could not be asked to {reaction}: {error}"[:1000],
+        details={"scheduler_reaction": reaction, "ok": False},
+    )
+
+
 def _owe(node: Node, reaction: str, reason: str, error: str, now: datetime | None = None) -> None:
     now = now or timezone.now()
     owed = PendingReaction.objects.filter(node=node).first()
     if owed is None:
-        PendingReaction.objects.create(
-            node=node,
-            reaction=reaction,
-            reason=reason,
-            last_error=error[:2000],
-            next_attempt_at=now + timedelta(minutes=1),
-        )
-        node_services.record_event(
-            node.pk,
-            EventKind.ACTION,
-            actor=ACTOR,
-            reason=f"The scheduler could not be asked to {reaction}: {error}"[:1000],
-            details={"scheduler_reaction": reaction, "ok": False},
-        )
-        return
+        owed = PendingReaction(node=node, attempts=0)
+    first = owed.attempts == 0  # never tried before (or queued by a transition and not carried out yet)
+    owed.reaction, owed.reason = reaction, reason
+    _back_off(owed, error, now)
+    if first:
+        _note_owed(node, reaction, error)
+
+
+def _back_off(owed: PendingReaction, error: str, now: datetime) -> None:
+    """One more failed attempt: try again in 1, 2, 4 ... minutes (at most RETRY_MAX)."""
     owed.attempts += 1
-    owed.reaction, owed.reason, owed.last_error = reaction, reason, error[:2000]
-    owed.next_attempt_at = now + min(timedelta(minutes=2 ** min(owed.attempts, 10)), RETRY_MAX)
-    owed.save(update_fields=["attempts", "reaction", "reason", "last_error", "next_attempt_at"])
+    owed.last_error = error[:2000]
+    if owed.attempts == 1:
+        owed.first_failed_at, owed.next_attempt_at = now, now + timedelta(minutes=1)
+    else:
+        owed.next_attempt_at = now + min(timedelta(minutes=2 ** min(owed.attempts, 10)), RETRY_MAX)
+    owed.save()
 
 
 def react(node: Node, event: NodeEvent) -> str:
-    """The scheduler reaction of a committed transition (see the module docstring)."""
+    """The scheduler reaction of a committed transition (see the module docstring): the transition
+    queued it (``queue_reaction``); this carries out all that is queued for the node's cluster, so a
+    burst of transitions reaches the scheduler in a few batched calls. Returns once the node's own
+    reaction is done, whoever did it: what follows (the drain road) sees it in the scheduler."""
     reaction = reaction_for(event.transition, event.target_state)
     if reaction is None:
         return ""
     node = Node.objects.select_related("cluster").get(pk=node.pk)  # the state now, not at the event
     if not still_wanted(reaction, node.state):
         return f"Scheduler {reaction} superseded: the node is now {node.get_state_display()}."
-    return apply(node, reaction, scheduler_reason(event.target_state, event.reason))
+    return flush(node.cluster_id, for_node=node.pk) if node.cluster_id else ""
 
 
 for _verb in REACTIONS:
     followup(_verb, even_if_moved_on=True)(react)
+
+
+@on_state_change
+def queue_reaction(event: NodeEvent) -> None:
+    """Inside the transition's transaction: queue what it asks of the node's scheduler (one row per
+    node, the latest reaction wins, except that an eviction not yet carried out stays an eviction
+    under a later cordon or drain: the job must still be moved off)."""
+    reaction = reaction_for(event.transition, event.target_state)
+    node = event.node
+    if reaction is None or node is None or node.cluster_id is None:
+        return
+    reason, now = scheduler_reason(event.target_state, event.reason), timezone.now()
+    owed = PendingReaction.objects.select_for_update().filter(node_id=node.pk).first()
+    if owed is None:
+        PendingReaction.objects.create(
+            node_id=node.pk, reaction=reaction, reason=reason, attempts=0, next_attempt_at=now
+        )
+        return
+    if owed.reaction == R.EVICT and reaction in (R.CORDON, R.DRAIN):
+        reaction = R.EVICT
+    owed.reaction, owed.reason, owed.next_attempt_at = reaction, reason, now
+    owed.save(update_fields=["reaction", "reason", "next_attempt_at"])
+
+
+def flush(cluster_id: int, *, for_node: int | None = None, now: datetime | None = None) -> str:
+    """Carry out the reactions due in the cluster, in batches (``SchedulerAdapter.apply_many``).
+
+    Each batch is claimed with ``FOR UPDATE SKIP LOCKED``, so concurrent workers split the work; rows
+    stay locked while the scheduler is asked, and a transition queueing a reaction for one of them
+    waits for that batch. With ``for_node``: that node's summary, after waiting for the batch that
+    holds it if another worker took it."""
+    summaries: dict[int, str] = {}
+    while True:
+        batch, later = _flush_batch(cluster_id, now)
+        summaries.update(batch)
+        for record in later:
+            record()
+        if not batch:
+            break
+    if for_node is None or for_node in summaries:
+        return summaries.get(for_node, "") if for_node else ""
+    with transaction.atomic():  # another worker's batch holds it: wait for that batch to commit
+        owed = PendingReaction.objects.select_for_update().filter(node_id=for_node).first()
+    if owed is None:
+        return "Scheduler reaction carried out in a batch."
+    if owed.attempts:
+        return f"The scheduler could not be asked to {owed.reaction} ({owed.last_error}); asking again later."
+    return flush(cluster_id, for_node=for_node, now=now)  # queued again meanwhile: this worker does it
+
+
+def _flush_batch(cluster_id: int, now: datetime | None) -> tuple[dict[int, str], list[Callable[[], None]]]:
+    """One batch: claim, ask the scheduler once per reaction, settle each row. History rows are
+    written after the commit (returned as callables): inserting them while the batch holds its locks
+    could deadlock with a transition on one of its nodes."""
+    summaries: dict[int, str] = {}
+    later: list[Callable[[], None]] = []
+    with transaction.atomic():
+        rows = list(
+            PendingReaction.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(node__cluster_id=cluster_id, next_attempt_at__lte=now or timezone.now())
+            .select_related("node__cluster")
+            .order_by("pk")[:BATCH]
+        )
+        if not rows:
+            return summaries, later
+        adapter = base.adapter_for(rows[0].node.cluster)  # looked up late: tests stand a scheduler in
+        groups: dict[str, list[PendingReaction]] = {}
+        for row in rows:
+            if still_wanted(row.reaction, row.node.state):
+                groups.setdefault(row.reaction, []).append(row)
+            else:
+                summaries[row.node_id] = f"Scheduler {row.reaction} superseded: the node is now {row.node.state}."
+                row.delete()
+        for reaction, group in groups.items():
+            outcome = adapter.apply_many(reaction, [(row.node, row.reason) for row in group])
+            for row in group:
+                summaries[row.node_id] = _settle(row, adapter.kind, outcome.get(row.node_id), later)
+    return summaries, later
+
+
+def _settle(row: PendingReaction, kind: str, error: SchedulerError | None, later: list[Callable[[], None]]) -> str:
+    """Record one node's outcome of a batch as ``apply`` does for one node."""
+    node, reaction = row.node, row.reaction
+    if error is None:
+        row.delete()
+        return "" if kind == "none" else f"{kind}: {reaction}."
+    if isinstance(error, SchedulerConflict):
+        row.delete()
+        later.append(lambda: _note_conflict(node, reaction, error))
+        return f"The scheduler keeps the node out: {error}"
+    first = row.attempts == 0
+    _back_off(row, str(error), timezone.now())
+    if first:
+        later.append(lambda: _note_owed(node, reaction, str(error)))
+    return f"The scheduler could not be asked to {reaction} ({error}); asking again later."
 
 
 # --- The drain road -------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ import logging
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,8 @@ NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 FENCE_RE = re.compile(r"\s*nodewarden-gpu-fence: (?P<indices>\d+(?:,\d+)*) of (?P<total>\d+)")
 # One gpu GRES entry: "gpu:8", "gpu:a100:8", "gpu:a100:8(S:0-1)".
 GPU_GRES_RE = re.compile(r"^gpu(?::(?P<type>[^:,()]+))?:(?P<count>\d+)(?:\([^)]*\))?$")
+# Node names per ``scontrol``/``squeue`` call: a batch of thousands stays well under the argument limit.
+NAMES_PER_CALL = 500
 # "admin: bad DIMM [root@2026-11-22T07:40:57]": who set the reason and when.
 REASON_RE = re.compile(r"^(?P<text>.*?)(?: \[(?P<user>[^@\]\s]+)@(?P<when>[^\]\s]+)\])?$")
 
@@ -179,30 +182,24 @@ class SlurmAdapter(SchedulerAdapter):
         ``sinfo --json`` ignores ``-n`` and returns every node of the cluster.)
         """
         name = self.slurm_name(node)
-        fields: dict[str, str] = {}
-        reason = ""
-        for line in self._run("scontrol", "show", "node", name).splitlines():
-            line = line.strip()
-            if line.startswith("Reason="):
-                reason = line.removeprefix("Reason=")
-                continue
-            for token in line.split():
-                key, sep, value = token.partition("=")
-                if sep:
-                    fields.setdefault(key, value)
-        if fields.get("NodeName") != name:
+        info = self.show_nodes([name]).get(name)
+        if info is None:
             raise SchedulerError(f"scontrol show node {name}: no such node in its answer")
-        match = REASON_RE.match(reason)
-        assert match is not None  # noqa: S101 - the pattern matches every string
-        return SlurmNode(
-            name=name,
-            state=fields.get("State", "UNKNOWN"),
-            alloc_cpus=int(fields.get("CPUAlloc", "0") or 0),
-            reason=match["text"],
-            reason_user=match["user"],
-            reason_time=match["when"],
-            partitions=tuple(filter(None, fields.get("Partitions", "").split(","))),
-        )
+        return info
+
+    def show_nodes(self, names: Sequence[str], *, strict: bool = True) -> dict[str, SlurmNode]:
+        """``scontrol show node a,b,c``: one call for many nodes (a name list, never a hostlist
+        expression: names were checked by ``slurm_name``). With ``strict=False`` a name Slurm does not
+        know is left out of the answer instead of failing the call for all."""
+        found: dict[str, SlurmNode] = {}
+        for start in range(0, len(names), NAMES_PER_CALL):
+            chunk = ",".join(names[start : start + NAMES_PER_CALL])
+            result = self._exec(("scontrol", "show", "node", chunk))
+            if result.returncode != 0 and (strict or "NodeName=" not in result.stdout):
+                raise _failed(("scontrol", "show", "node", chunk), result, self._where())
+            for record in _node_records(result.stdout):
+                found[record.name] = record
+        return found
 
     def wants_node(self, node: Any) -> str | None:
         """A pending job that would start on the node if it were given back, or None.
@@ -306,16 +303,8 @@ class SlurmAdapter(SchedulerAdapter):
                 logger.warning("job %s on %s cannot be requeued, cancelling it: %s", job, name, exc)
                 self._run("scancel", job)
                 cancelled.append(job)
-        if requeued or cancelled:
-            summary = "; ".join(
-                filter(
-                    None,
-                    [
-                        f"requeued {','.join(requeued)}" if requeued else "",
-                        f"cancelled {','.join(cancelled)} (not requeueable)" if cancelled else "",
-                    ],
-                )
-            )
+        summary = _evicted(requeued, cancelled)
+        if summary:
             logger.info("evicted %s: %s", name, summary)
             if self.show_node(node).ours:
                 # The reason is the record Slurm's own admins see (sinfo -R) and drain_state's detail.
@@ -391,6 +380,179 @@ class SlurmAdapter(SchedulerAdapter):
         comment = " ".join(filter(None, [gres.other_comment, record]))
         self._run("scontrol", "update", f"nodename={gres.name}", f"comment={comment}")
 
+    # --- Many nodes at once --------------------------------------------------------------------------
+    def apply_many(self, reaction: str, items: Sequence[tuple[Any, str]]) -> dict[int, SchedulerError | None]:
+        """The reaction for many nodes with a handful of commands whatever their number: one
+        ``scontrol show node`` for all, one ``scontrol`` reading an update per line (one line per
+        distinct reason, each node keeps its own in ``sinfo -R``), and for evict one ``squeue`` and one
+        ``scontrol requeue``. The rules are those of the single-node verbs. A batch that fails falls
+        back to one command per node, so one bad node costs only itself."""
+        if reaction not in ("evict", "drain", "cordon", "resume") or len(items) < 2:
+            return super().apply_many(reaction, items)
+        outcome: dict[int, SchedulerError | None] = {}
+        named: list[tuple[Any, str, str]] = []
+        for node, reason in items:
+            try:
+                named.append((node, self.slurm_name(node), reason))
+            except SchedulerError as exc:
+                outcome[node.pk] = exc
+        try:
+            infos = self.show_nodes([name for _, name, _ in named], strict=False)
+        except SchedulerError:  # slurmctld unreachable, or worse: each node on its own says which
+            return {**outcome, **super().apply_many(reaction, [(node, reason) for node, _, reason in named])}
+        known = []
+        for node, name, reason in named:
+            if name in infos:
+                known.append((node, infos[name], reason))
+            else:
+                outcome[node.pk] = SchedulerError(f"scontrol show node {name}: no such node in its answer")
+        if reaction == "resume":
+            outcome.update(self._resume_many(known))
+        else:
+            outcome.update(self._drain_many(known))
+            if reaction == "evict":
+                self._evict_many(
+                    [(node, info, reason) for node, info, reason in known if outcome[node.pk] is None], outcome
+                )
+        return outcome
+
+    def _drain_many(self, known: list[tuple[Any, SlurmNode, str]]) -> dict[int, SchedulerError | None]:
+        """``drain`` for each node (another's drain kept, ours re-reasoned), in one scontrol call."""
+        wanted: dict[str, str] = {}  # name -> raw reason
+        for _node, info, reason in known:
+            if info.drain_flag and not info.ours:
+                logger.info("%s is already drained by %s (%s); leaving it", info.name, info.reason_user, info.reason)
+            elif not (info.drain_flag and info.reason == _reason_text(reason)):
+                wanted[info.name] = reason
+        errors = self._set_drains(wanted)
+        return {node.pk: errors.get(info.name) for node, info, _ in known}
+
+    def _set_drains(self, wanted: dict[str, str]) -> dict[str, SchedulerError]:
+        """Drain each node with its reason: one ``scontrol`` reading one update line per distinct
+        reason (a reason with a quote or a newline goes alone). Checked afterwards when scontrol
+        reports an error: the nodes that did not take it are retried one by one for their own error."""
+        groups: dict[str, list[str]] = {}
+        alone = []
+        for name, reason in wanted.items():
+            text = _reason_text(reason)
+            if '"' in text:
+                alone.append(name)
+            else:
+                groups.setdefault(text, []).append(name)
+        errors: dict[str, SchedulerError] = {}
+        if groups:
+            script = "".join(
+                f'update nodename={",".join(names)} state=drain reason="{text}"\n' for text, names in groups.items()
+            )
+            if self._exec(("scontrol",), script).returncode != 0:
+                names = [name for group in groups.values() for name in group]
+                now = self.show_nodes(names, strict=False)
+                alone += [n for n in names if not (n in now and now[n].reason == _reason_text(wanted[n]))]
+        for name in alone:
+            try:
+                self._set_drain(name, wanted[name])
+            except SchedulerError as exc:
+                errors[name] = exc
+        return errors
+
+    def _evict_many(self, drained: list[tuple[Any, SlurmNode, str]], outcome: dict[int, SchedulerError | None]) -> None:
+        """Requeue (or cancel) the jobs on the drained nodes: one squeue, one requeue of all jobs;
+        each node's drain reason then says what was moved off it, as ``evict`` does."""
+        if not drained:
+            return
+        names = [info.name for _, info, _ in drained]
+        try:
+            jobs = self._jobs_by_node(names)
+        except SchedulerError:  # each node on its own
+            for node, _info, reason in drained:
+                try:
+                    self.evict(node, reason=reason)
+                except SchedulerError as exc:
+                    outcome[node.pk] = exc
+            return
+        moved = self._requeue_all(sorted({job for ids in jobs.values() for job in ids}))
+        reasons: dict[str, str] = {}
+        for node, info, reason in drained:
+            requeued = [job for job in jobs.get(info.name, []) if moved.get(job) == "requeued"]
+            cancelled = [job for job in jobs.get(info.name, []) if moved.get(job) == "cancelled"]
+            failed = [moved[job] for job in jobs.get(info.name, []) if isinstance(moved.get(job), SchedulerError)]
+            if failed and isinstance(failed[0], SchedulerError):
+                outcome[node.pk] = failed[0]
+            summary = _evicted(requeued, cancelled)
+            if summary:
+                logger.info("evicted %s: %s", info.name, summary)
+                if info.ours or not info.drain_flag:  # ours now (set above), not an admin's
+                    reasons[info.name] = f"{reason} (evicted: {summary})"
+        for name, error in self._set_drains(reasons).items():
+            logger.warning("evicted %s but could not say so in its reason: %s", name, error)
+
+    def _jobs_by_node(self, names: list[str]) -> dict[str, list[str]]:
+        """Evictable jobs per node, from one squeue per chunk of names (a job on several nodes is
+        listed under each; its node list may be a hostlist expression, expanded by scontrol)."""
+        found: dict[str, list[str]] = {}
+        wanted = set(names)
+        for start in range(0, len(names), NAMES_PER_CALL):
+            chunk = ",".join(names[start : start + NAMES_PER_CALL])
+            out = self._run("squeue", "-h", "-w", chunk, "-t", EVICTABLE_JOB_STATES, "-o", "%A %N")
+            for line in out.splitlines():
+                job, _, hosts = line.strip().partition(" ")
+                expanded = (
+                    self._run("scontrol", "show", "hostnames", hosts).split() if "[" in hosts else hosts.split(",")
+                )
+                for host in expanded:
+                    if host in wanted:
+                        found.setdefault(host, []).append(job)
+        return found
+
+    def _requeue_all(self, jobs: list[str]) -> dict[str, str | SchedulerError]:
+        """Requeue the jobs in one call; if that fails, each alone, cancelling what cannot be requeued."""
+        if not jobs:
+            return {}
+        if self._exec(("scontrol", "requeue", ",".join(jobs))).returncode == 0:
+            return dict.fromkeys(jobs, "requeued")
+        moved: dict[str, str | SchedulerError] = {}
+        for job in jobs:
+            try:
+                self._run("scontrol", "requeue", job)
+                moved[job] = "requeued"
+            except SchedulerError as exc:
+                logger.warning("job %s cannot be requeued, cancelling it: %s", job, exc)
+                try:
+                    self._run("scancel", job)
+                    moved[job] = "cancelled"
+                except SchedulerError as cancel_exc:
+                    moved[job] = cancel_exc
+        return moved
+
+    def _resume_many(self, known: list[tuple[Any, SlurmNode, str]]) -> dict[int, SchedulerError | None]:
+        """``uncordon`` for each node: only our own drains are lifted, in one ``scontrol update``."""
+        outcome: dict[int, SchedulerError | None] = {}
+        ours = []
+        for node, info, reason in known:
+            outcome[node.pk] = None
+            if info.drain_flag and not info.ours:
+                outcome[node.pk] = SchedulerConflict(
+                    f"{info.name} was drained by {info.reason_user or 'someone else'}"
+                    f"{' at ' + info.reason_time if info.reason_time else ''} with reason {info.reason!r}; "
+                    f"{OWNER} lifts only its own drains"
+                )
+            elif info.drain_flag:
+                ours.append((node, info, reason))
+        if not ours:
+            return outcome
+        names = [info.name for _, info, _ in ours]
+        if self._exec(("scontrol", "update", f"nodename={','.join(names)}", "state=resume")).returncode != 0:
+            # Slurm resumes the nodes it can and names one error for all: each still drained, alone.
+            now = self.show_nodes(names, strict=False)
+            for node, info, reason in ours:
+                if info.name not in now or now[info.name].drain_flag:
+                    try:
+                        self._resume(node, info, reason)
+                    except SchedulerError as exc:
+                        outcome[node.pk] = exc
+        logger.info("resumed %s", ",".join(names))
+        return outcome
+
     # --- Plumbing -------------------------------------------------------------------------------
     def slurm_name(self, node: Any) -> str:
         name = self.node_name(node)
@@ -421,30 +583,88 @@ class SlurmAdapter(SchedulerAdapter):
             env["SLURM_CONF"] = endpoint
         return env
 
-    def _run(self, *command: str) -> str:
+    def _where(self) -> str:
+        endpoint = str(getattr(self.cluster, "scheduler_endpoint", "") or "")
+        return f" (SLURM_CONF={endpoint})" if endpoint.startswith("/") else ""
+
+    def _run(self, *command: str, script: str | None = None) -> str:
         """Run one Slurm command; its stdout, or SchedulerError saying what failed and how."""
+        result = self._exec(command, script)
+        if result.returncode != 0:
+            raise _failed(command, result, self._where())
+        return result.stdout
+
+    def _exec(self, command: Sequence[str], script: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Every Slurm command goes through here (tests count the calls): ``script`` is fed to its
+        stdin (``scontrol`` then runs one command a line). SchedulerError only when it could not run."""
         env = self._env()
-        where = f" (SLURM_CONF={env['SLURM_CONF']})" if "SLURM_CONF" in env else ""
         shown = " ".join(command)
         try:
-            result = subprocess.run(
+            return subprocess.run(
                 list(command),
                 env=env,
                 capture_output=True,
                 text=True,
                 timeout=self.command_timeout,
-                stdin=subprocess.DEVNULL,
+                input=script,
+                stdin=None if script is not None else subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:
-            raise SchedulerError(f"{shown}{where} timed out after {self.command_timeout:g} s") from exc
+            raise SchedulerError(f"{shown}{self._where()} timed out after {self.command_timeout:g} s") from exc
         except OSError as exc:
-            raise SchedulerError(f"{shown}{where} could not run: {exc}") from exc
-        if result.returncode != 0:
-            stderr = result.stderr.strip() or result.stdout.strip() or "(no output)"
-            raise SchedulerError(f"{shown}{where} exited {result.returncode}: {stderr}")
-        return result.stdout
+            raise SchedulerError(f"{shown}{self._where()} could not run: {exc}") from exc
 
 
 def _reason_text(reason: str) -> str:
     """The drain reason as Slurm keeps it: ours marked, on one line (scontrol keeps it verbatim)."""
     return " ".join(f"{REASON_PREFIX} {reason}".split())
+
+
+def _node_records(out: str) -> list[SlurmNode]:
+    """The nodes of a ``scontrol show node`` answer: one record per "NodeName=" line and the
+    indented lines under it. Reason= is read whole: it may hold spaces."""
+    records: list[list[str]] = []
+    for line in out.splitlines():
+        if line.startswith("NodeName="):
+            records.append([])
+        if records:
+            records[-1].append(line.strip())
+    return [_parse_node(lines) for lines in records]
+
+
+def _parse_node(lines: list[str]) -> SlurmNode:
+    fields: dict[str, str] = {}
+    reason = ""
+    for line in lines:
+        if line.startswith("Reason="):
+            reason = line.removeprefix("Reason=")
+            continue
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep:
+                fields.setdefault(key, value)
+    match = REASON_RE.match(reason)
+    assert match is not None  # noqa: S101 - the pattern matches every string
+    return SlurmNode(
+        name=fields.get("NodeName", ""),
+        state=fields.get("State", "UNKNOWN"),
+        alloc_cpus=int(fields.get("CPUAlloc", "0") or 0),
+        reason=match["text"],
+        reason_user=match["user"],
+        reason_time=match["when"],
+        partitions=tuple(filter(None, fields.get("Partitions", "").split(","))),
+    )
+
+
+def _failed(command: Sequence[str], result: subprocess.CompletedProcess[str], where: str) -> SchedulerError:
+    stderr = result.stderr.strip() or result.stdout.strip() or "(no output)"
+    return SchedulerError(f"{' '.join(command)}{where} exited {result.returncode}: {stderr}")
+
+
+def _evicted(requeued: list[str], cancelled: list[str]) -> str:
+    """What an eviction moved off a node, for its drain reason ("" when nothing)."""
+    parts = [
+        f"requeued {','.join(requeued)}" if requeued else "",
+        f"cancelled {','.join(cancelled)} (not requeueable)" if cancelled else "",
+    ]
+    return "; ".join(filter(None, parts))

@@ -177,6 +177,9 @@ def test_skipping_a_rung_is_no_approval(operator, django_capture_on_commit_callb
     assert (rem.status, rem.rung, node.state) == (S.AWAITING_APPROVAL, Rung.POWER_CYCLE, NodeState.PRODUCTION)
     with django_capture_on_commit_callbacks(execute=True):
         services.approve(rem.pk, actor=services.Actor(user=operator), reason="go")
+    node.refresh_from_db()
+    assert node.state == NodeState.TRIAGE  # cordoned; the rung starts in its own task, as a worker does here:
+    services.start_rung(rem.pk)
     rem.refresh_from_db()
     node.refresh_from_db()
     assert rem.status == S.RUNNING and node.state == NodeState.REMEDIATING
@@ -199,7 +202,10 @@ def test_skipping_the_rung_of_a_queued_remediation_leaves_it_to_the_safety_rails
     assert (rem.status, rem.rung) == (S.QUEUED, Rung.POWER_CYCLE) and "hold" in rem.queued_reason.lower()
     services.release_hold(hold.pk, actor=actor, reason="campaign done")
     with django_capture_on_commit_callbacks(execute=False):
-        reconciler.reconcile()
+        assert reconciler.reconcile()["admitted"] == 1
+    node.refresh_from_db()
+    assert node.state == NodeState.TRIAGE  # cordoned; the rung starts in its own task, as a worker does here:
+    services.start_rung(rem.pk)
     rem.refresh_from_db()
     node.refresh_from_db()
     assert rem.status == S.RUNNING and node.state == NodeState.REMEDIATING

@@ -351,3 +351,24 @@ def test_a_forbidden_write_names_the_call_the_node_and_the_answer(adapter, node,
         'in API group "" at the cluster scope'
     )
     assert raised.value.status == 403
+
+
+def test_many_nodes_are_cordoned_over_one_client_each_with_its_reason_and_a_missing_one_fails_alone(
+    adapter, cluster, kube
+):
+    names = [f"gpu-node-{i:02d}" for i in range(10, 16)]
+    for name in names:
+        kube.add_node(name)
+    nodes = [
+        NodeFactory.build(id=100 + i, hostname=f"{name}.east.example.net", cluster=cluster)
+        for i, name in enumerate(names)
+    ]
+    ghost = NodeFactory.build(id=99, hostname="gpu-node-99.east.example.net", cluster=cluster)
+    outcome = adapter.apply_many("cordon", [(node, f"Triage: XID 79 on {node.hostname}") for node in [*nodes, ghost]])
+    assert isinstance(outcome.pop(ghost.pk), SchedulerError)
+    assert outcome == {node.pk: None for node in nodes}
+    for node, name in zip(nodes, names, strict=True):
+        state = kube.node(name)
+        assert state["spec"]["unschedulable"] is True
+        assert state["metadata"]["annotations"][REASON_ANNOTATION] == f"Triage: XID 79 on {node.hostname}"
+    assert adapter._api is not None  # the one client the batch shared
