@@ -24,4 +24,4 @@ ENV PYTHONPATH=/app \
 # Celery warns about running as root; nothing here needs it.
 USER nodewarden
 EXPOSE 8000
-CMD ["gunicorn", "nodewarden.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "2"]
+CMD ["gunicorn", "nodewarden.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "2", "--threads", "16"]

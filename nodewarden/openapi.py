@@ -57,6 +57,8 @@ ERROR_DESCRIPTIONS = {
     "413": "The body is larger than the endpoint accepts.",
     "415": "Unsupported Content-Type.",
     "429": "Too many failed credentials from this address (or a login locked out): retry after Retry-After.",
+    "503": "The portal is behind (its ingest queue is full) or could not store the request: nothing of it was "
+    "stored; resend after Retry-After.",
 }
 
 CUSTOMER_ABSENT = "Staff only: a customer's user is answered 404, as if this did not exist (x-customer-view: absent)."
@@ -106,6 +108,7 @@ def _agent_paths() -> dict[str, Any]:
     from telemetry.schema import MAX_REPORTS_PER_REQUEST
 
     agent_errors = {code: _error(code) for code in ("400", "401", "403", "413", "429")}
+    report_errors = {**agent_errors, "503": _error("503")}
     reports = {
         "post": {
             "operationId": "agent_reports_create",
@@ -115,7 +118,9 @@ def _agent_paths() -> dict[str, Any]:
                 "The body may be gzip-compressed (`Content-Encoding: gzip`). A report whose `report_id` was "
                 "already accepted is counted in `duplicates` and changes nothing, so resending is safe. "
                 "400: the body does not decode (the message names the field, e.g. `at $.reports[0].gpus[1].index`); "
-                "403: a report names another node's hostname; 413: body over the limit."
+                "403: a report names another node's hostname; 413: body over the limit; 503: the portal's "
+                "ingest queue is full or the reports could not be stored (none of them were): resend after "
+                "Retry-After. A 200 comes only once the reports are committed."
             ),
             "tags": ["agent"],
             "security": [{"nodeAgentToken": []}],
@@ -148,7 +153,7 @@ def _agent_paths() -> dict[str, Any]:
                         }
                     },
                 },
-                **agent_errors,
+                **report_errors,
             },
         },
     }

@@ -181,7 +181,21 @@ TELEMETRY_XID_RETENTION_DAYS = env.int("TELEMETRY_XID_RETENTION_DAYS", 365)
 TELEMETRY_HOURLY_RETENTION_DAYS = env.int("TELEMETRY_HOURLY_RETENTION_DAYS", 730)
 TELEMETRY_MAX_BODY_BYTES = env.int("TELEMETRY_MAX_BODY_BYTES", 8 * 1024 * 1024)
 NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env.int("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS", 300)
+# Group commit (telemetry.groupcommit): concurrent agent requests of one web process share one
+# transaction. A lone request waits up to NODEWARDEN_INGEST_GROUP_WAIT_MS for company (0: every
+# request commits on its own); a group holds at most NODEWARDEN_INGEST_GROUP_MAX reports; past
+# NODEWARDEN_INGEST_QUEUE_LIMIT waiting reports per process the endpoint answers 503 + Retry-After.
+NODEWARDEN_INGEST_GROUP_WAIT_MS = env.int("NODEWARDEN_INGEST_GROUP_WAIT_MS", 2)
+NODEWARDEN_INGEST_GROUP_MAX = env.int("NODEWARDEN_INGEST_GROUP_MAX", 100)
+NODEWARDEN_INGEST_QUEUE_LIMIT = env.int("NODEWARDEN_INGEST_QUEUE_LIMIT", 5000)
+# Writer threads per web process, each with its own database connection.
+NODEWARDEN_INGEST_WRITERS = env.int("NODEWARDEN_INGEST_WRITERS", 4)
+if NODEWARDEN_INGEST_GROUP_WAIT_MS < 0:
+    raise ImproperlyConfigured("NODEWARDEN_INGEST_GROUP_WAIT_MS must be 0 or more (0 turns group commit off)")
 for _name in (
+    "NODEWARDEN_INGEST_GROUP_MAX",
+    "NODEWARDEN_INGEST_QUEUE_LIMIT",
+    "NODEWARDEN_INGEST_WRITERS",
     "TELEMETRY_RAW_RETENTION_DAYS",
     "TELEMETRY_REPORT_RETENTION_DAYS",
     "TELEMETRY_XID_RETENTION_DAYS",

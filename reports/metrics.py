@@ -43,6 +43,7 @@ from nodes.scoping import is_operator_view
 from nodewarden.throttling import AuthFailureThrottle, client_ip
 from remediation.choices import LADDER, OPEN
 from remediation.models import CircuitBreaker, Remediation, RemediationStep
+from telemetry import groupcommit
 from telemetry.models import NodeHealth, NodeReport
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,12 @@ class FleetCollector(Collector):
         if queues is not None:
             yield queues
         yield self._ingest_rate(now)
+        yield CounterMetricFamily(
+            "nodewarden_ingest_busy",
+            "Agent report requests answered 503 + Retry-After because the ingest queue was full "
+            "(every web process, since the shared cache started).",
+            value=groupcommit.busy_total(),
+        )
         yield self._fabric_tickets()
         yield from self._audit()
         yield from self._check_coverage(now)

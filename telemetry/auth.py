@@ -1,9 +1,12 @@
 """How a node agent proves which node it is: a bearer token bound to one node.
 
 Tokens look like ``nwa_<43 url-safe characters>``; only their SHA-256 is stored. The
-lookup is cached in-process for a short while because ingest is the hottest path in
-the portal (one fleet of 90,000 nodes at 30 s is 3,000 reports a second): a revoked
-token stops working within ``CACHE_SECONDS``.
+lookup is cached in-process because ingest is the hottest path in the portal (one fleet
+of 90,000 nodes at 30 s is 3,000 reports a second). Revocation is honoured in every
+process within ``GENERATION_CHECK_SECONDS``: revoking bumps a generation counter in the
+shared cache, and each process reads it at most once per that interval (one cache round
+trip a second, not one per request), dropping its cached tokens when it moved. Should the
+shared cache be unreachable, a cached token still expires after ``CACHE_SECONDS``.
 
 Wrong tokens are counted per client address (``nodewarden.throttling``): a client that has sent
 too many is answered 429 before its next token is looked up. A token found valid in the
@@ -13,23 +16,30 @@ in-process cache skips that count entirely, so the hot path costs no round trip 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.cache import cache
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from nodewarden.throttling import AuthFailureThrottle
 
+log = logging.getLogger(__name__)
+
 TOKEN_PREFIX = "nwa_"  # noqa: S105 - the public prefix of every agent token
 # Longer than the agents' 30 s interval, or nearly every report would miss; revocation waits this long.
 CACHE_SECONDS = 120.0
+GENERATION_CHECK_SECONDS = 1.0
+GENERATION_KEY = "telemetry:agent-token-generation"
 # last_used is a convenience for operators, not an audit trail: one write per token per 5 min.
 LAST_USED_EVERY_SECONDS = 300.0
 
 _cache: dict[str, tuple[float, AgentIdentity | None]] = {}
+_generation: list[Any] = [0.0, None]  # [when last read (monotonic), the shared generation then]
 
 
 class AgentAuthError(Exception):
@@ -96,6 +106,7 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
     token = token.strip()
     key_hash = hash_token(token)
     now = time.monotonic()
+    _follow_revocations(now)
     cached = _cache.get(key_hash)
     if cached is not None and cached[0] > now and cached[1] is not None:
         return cached[1]  # a known good token: the hot path, nothing to count
@@ -118,9 +129,30 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
     return identity
 
 
+def _follow_revocations(now: float) -> None:
+    """Drop the cached tokens when another process revoked one (at most one read per interval)."""
+    if now - _generation[0] < GENERATION_CHECK_SECONDS:
+        return
+    _generation[0] = now
+    try:
+        current = cache.get(GENERATION_KEY)
+    except Exception:  # the shared cache is down: CACHE_SECONDS still bounds a revoked token
+        log.warning("could not read the agent token generation", exc_info=True)
+        return
+    if current != _generation[1]:
+        _cache.clear()
+        _generation[1] = current
+
+
 def forget_cached_tokens() -> None:
-    """Drop the in-process cache (after a revocation, and between tests)."""
+    """Drop the cached tokens here, and (through the shared generation) in every other process."""
     _cache.clear()
+    try:
+        cache.incr(GENERATION_KEY)
+    except ValueError:  # no generation yet (or the cache was flushed)
+        cache.add(GENERATION_KEY, 1, timeout=None)
+    except Exception:
+        log.warning("could not bump the agent token generation", exc_info=True)
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):

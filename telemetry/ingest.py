@@ -129,6 +129,67 @@ def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "a
     return IngestResult(accepted=len(new), duplicates=duplicates, accepted_ids=[r.report_id for r in new])
 
 
+def ingest_many(
+    batches: list[tuple[int, list[AgentReport]]], *, source: str = "agent"
+) -> list[IngestResult | IngestRefused | Node.DoesNotExist]:
+    """Inside the caller's transaction (telemetry.groupcommit): ``ingest_reports`` for several
+    nodes' batches, each node at most once. On PostgreSQL one read, one insert of the reports,
+    one upsert each of the latest GPU and node rows and one COPY of the samples serve all of
+    them, where ``ingest_reports`` sends about three statements per node; XID lines and the
+    rules go node by node, as there. Returns, per batch, its result or why it was refused
+    (nothing of it stored); a database error propagates and the caller rolls back the whole.
+    """
+    if connection.vendor != "postgresql":
+        return [_ingest_or_refusal(node_id, reports, source) for node_id, reports in batches]
+    received_at = timezone.now()
+    outcomes: list[IngestResult | IngestRefused | Node.DoesNotExist] = []
+    work = []
+    for node_id, reports in batches:
+        try:
+            vet_reports(reports, now=received_at)
+        except IngestRefused as exc:
+            outcomes.append(exc)
+            continue
+        outcomes.append(IngestResult())
+        work.append((len(outcomes) - 1, node_id, *_unique_in_batch(reports)))
+    consumer = consumers.CONSUMER
+    extra = consumer.read_with_node if consumer is not None else None
+    snapshots = store.read_nodes([w[1] for w in work], extra)
+    nodes = []
+    for index, node_id, unique, duplicates in work:
+        snapshot = snapshots.get(node_id)
+        if snapshot is None:
+            outcomes[index] = Node.DoesNotExist(f"Node {node_id} does not exist.")
+            continue
+        latest = _latest(snapshot.node, snapshot.gpus)
+        _unpin_latest(node_id, latest, received_at)
+        firing = consumer.rows_to_objects(snapshot.extra) if consumer is not None and extra is not None else None
+        nodes.append((index, node_id, unique, duplicates, snapshot.node, latest, firing))
+    rows = [_report_row(n[1], r, received_at, source) for n in nodes for r in n[2]]
+    new_keys = store.insert_new_reports_of_nodes(rows)
+    news = [sorted((r for r in n[2] if (n[1], r.report_id) in new_keys), key=lambda r: r.collected_at) for n in nodes]
+    written = [(n, new) for n, new in zip(nodes, news, strict=True) if new]
+    store.upsert_gpu_states([row for n, new in written for row in _gpu_state_rows(n[1], new[-1], n[5])])
+    store.upsert_node_healths([_health_row(n[1], new[-1], received_at, source) for n, new in written])
+    store.store_samples([row for n, new in written for row in _sample_rows(n[1], new)])
+    for (index, node_id, unique, duplicates, node, latest, firing), new in zip(nodes, news, strict=True):
+        evaluated = _store_xids(node_id, new, latest, source)
+        _evaluate(node_id, _contexts(node, evaluated, latest, source), source, firing)
+        outcomes[index] = IngestResult(
+            accepted=len(new), duplicates=duplicates + len(unique) - len(new), accepted_ids=[r.report_id for r in new]
+        )
+    return outcomes
+
+
+def _ingest_or_refusal(
+    node_id: int, reports: list[AgentReport], source: str
+) -> IngestResult | IngestRefused | Node.DoesNotExist:
+    try:
+        return ingest_reports(node_id, reports, source=source)  # a savepoint in the caller's transaction
+    except (IngestRefused, Node.DoesNotExist) as exc:
+        return exc
+
+
 def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int]:
     # A report_id or an instant seen twice in one batch is a resend within the batch.
     ids: set[str] = set()
@@ -239,8 +300,16 @@ def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source
     """GPU samples and XID lines of the new reports. Returns the new reports as the rules
     must see them: with only the XID events stored now (an event stored by an earlier
     request, or earlier in this batch, was already evaluated)."""
+    store.store_samples(_sample_rows(node_id, new))
+    return _store_xids(node_id, new, latest, source)
+
+
+def _sample_rows(node_id: int, new: list[AgentReport]) -> list[tuple[Any, ...]]:
     # In store.SAMPLE_COLUMNS order: the key columns, then SAMPLE_FIELDS.
-    store.store_samples([(node_id, r.collected_at, g.index, *_sample_values(g)) for r in new for g in r.gpus])
+    return [(node_id, r.collected_at, g.index, *_sample_values(g)) for r in new for g in r.gpus]
+
+
+def _store_xids(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> list[AgentReport]:
     if not any(r.xid_events for r in new):
         return new
     known_buses = {normalise_bus_id(g.get("pci_bus_id")): i for i, g in latest.gpus.items()}

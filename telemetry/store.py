@@ -382,7 +382,7 @@ def _node_row_type(extra: NodeRows | None) -> type[msgspec.Struct]:
 
 _pg_statements: dict[str, str] = {}  # built on first use, as _sql() builds the others
 # The node read per consumer's extra rows: its text and decoder, built on first use.
-_node_reads: dict[NodeRows | None, tuple[str, Callable[[str], Any]]] = {}
+_node_reads: dict[Any, tuple[str, Callable[[str], Any]]] = {}
 
 
 @dataclass(frozen=True)
@@ -439,6 +439,49 @@ def read_node(node_id: int, extra: NodeRows | None = None) -> NodeSnapshot | Non
         gpus=[msgspec.structs.asdict(g) for g in row.gpus or ()],
         extra=[msgspec.structs.astuple(a) for a in getattr(row, "extra", None) or ()],
     )
+
+
+def read_nodes(node_ids: Sequence[int], extra: NodeRows | None = None) -> dict[int, NodeSnapshot]:
+    """PostgreSQL only: ``read_node`` for many nodes in one statement (telemetry.groupcommit);
+    a node that does not exist is missing from the answer."""
+    key = ("many", extra)
+    if key not in _node_reads:
+        sql = _node_read_sql(extra)
+        head, _, tail = sql.rpartition(" = %s) r")
+        _node_reads[key] = (f"{head} = ANY(%s)) r{tail}", msgspec.json.Decoder(_node_row_type(extra)).decode)
+    sql, decode = _node_reads[key]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [list(node_ids)] if extra is None else [extra.state, list(node_ids)])
+        found = cursor.fetchall()
+    snapshots = {}
+    for (text,) in found:
+        row = decode(text)
+        snapshots[row.id] = NodeSnapshot(
+            node={c: getattr(row, c) for c in NODE_COLUMNS},
+            gpus=[msgspec.structs.asdict(g) for g in row.gpus or ()],
+            extra=[msgspec.structs.astuple(a) for a in getattr(row, "extra", None) or ()],
+        )
+    return snapshots
+
+
+def insert_new_reports_of_nodes(rows: Sequence[Row]) -> set[tuple[int, str]]:
+    """PostgreSQL only: ``insert_new_reports`` for reports of many nodes in one statement;
+    returns the new (node_id, report_id) pairs (two nodes may send the same report_id)."""
+    if not rows:
+        return set()
+    sql = _pg_statements.get("reports-of-nodes") or _pg_statements.setdefault(
+        "reports-of-nodes", _sql().reports.json.replace("RETURNING report_id", "RETURNING node_id, report_id")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [_encode(rows).decode()])
+        return {(node_id, report_id) for node_id, report_id in cursor.fetchall()}
+
+
+def upsert_node_healths(rows: Sequence[Row]) -> None:
+    """``upsert_node_health`` for many nodes (each once) in one statement."""
+    if rows:
+        with connection.cursor() as cursor:
+            _write(cursor, _sql().health, rows)
 
 
 def _reports_with_latest_sql() -> str:

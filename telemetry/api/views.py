@@ -6,12 +6,14 @@ needs none of DRF's content negotiation, parsers or throttles (msgspec validates
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -35,12 +37,15 @@ from nodewarden.bounds import timestamp_problem
 
 from .. import commands, dcgm_exporter
 from ..auth import AgentAuthError, AgentIdentity, AgentThrottled, AgentTokenAuthentication, identify_agent
-from ..ingest import IngestRefused, ingest_reports
+from ..groupcommit import RETRY_AFTER_SECONDS, IngestBusy, ingest_request
+from ..ingest import IngestRefused
 from ..models import AgentCommand, GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
 from ..schema import MAX_GPUS, decode_batch
 from ..series import FIELDS, MAX_WINDOW, gpu_series
 from . import serializers
+
+log = logging.getLogger(__name__)
 
 
 @csrf_exempt  # agents authenticate with a bearer token, never a cookie
@@ -75,14 +80,26 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
         detail = f"This token belongs to {agent.hostname!r}; the batch has reports for {', '.join(map(repr, foreign))}."
         return refuse(403, "wrong node", detail, body)
     try:
-        result = ingest_reports(agent.node_id, reports, source="agent")
+        result = ingest_request(agent.node_id, reports, source="agent")  # returns after the commit
     except IngestRefused as exc:
         return refuse(400, "invalid report", str(exc), body)
     except Node.DoesNotExist:
         return JsonResponse(
             error_body("The token's node no longer exists.", "unauthorized", error="unauthorized"), status=401
         )
+    except IngestBusy as exc:
+        return _unavailable("The portal's ingest queue is full; resend after Retry-After.", exc.retry_after)
+    except DatabaseError:
+        # Nothing of this request was committed: the agent keeps the reports and resends them.
+        log.exception("ingest failed for node %s", agent.node_id)
+        return _unavailable("The reports could not be stored; resend after Retry-After.", RETRY_AFTER_SECONDS)
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+
+
+def _unavailable(detail: str, retry_after: int) -> JsonResponse:
+    response = JsonResponse(error_body(detail, "unavailable", error="unavailable"), status=503)
+    response["Retry-After"] = str(retry_after)
+    return response
 
 
 def _refuser(

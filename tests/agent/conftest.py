@@ -76,6 +76,7 @@ class FakePortal:
 
     def __init__(self):
         self.mode = "ok"  # "ok", "down" (503), "auth" (401)
+        self.retry_after: int | None = None  # the Retry-After of a 503
         self.reject_ids: set = set()
         self.received: list = []  # accepted reports, in arrival order
         self.requests: list = []  # (method, path, number of reports)
@@ -95,6 +96,8 @@ class FakePortal:
             def _reply(self, status, body):
                 data = json.dumps(body).encode()
                 self.send_response(status)
+                if status == 503 and portal.retry_after is not None:
+                    self.send_header("Retry-After", str(portal.retry_after))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

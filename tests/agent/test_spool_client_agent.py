@@ -116,6 +116,21 @@ def test_it_delivers_every_report_in_order_after_an_outage(tmp_path, portal, ib_
     assert len(agent.spool) == 0
 
 
+def test_a_busy_portal_s_retry_after_is_honoured(tmp_path, portal, ib_root):
+    portal.mode, portal.retry_after = "down", 600  # the portal's ingest queue is full: "come back in 10 min"
+    with pytest.raises(PortalUnavailable) as busy:
+        PortalClient(portal.url, TOKEN, timeout=5).post_reports([_report(1)])
+    assert busy.value.status == 503 and busy.value.retry_after == 600
+    agent = _agent(tmp_path, portal.url, ib_root)
+    agent.collect()
+    assert agent.flush() == 0  # its own first backoff would be 5 s
+    portal.mode = "ok"
+    _later(agent, 300.0)
+    assert agent.flush() == 0, "the portal asked for 600 s"
+    _later(agent, 301.0)
+    assert agent.flush() == 1 and len(agent.spool) == 0
+
+
 def test_it_keeps_reports_when_the_token_is_refused(tmp_path, portal, ib_root):
     agent = _agent(tmp_path, portal.url, ib_root)
     portal.mode = "auth"

@@ -220,7 +220,7 @@ def test_the_agent_report_is_documented_by_the_type_that_decodes_it(schema):
         "default": None,
     }
     assert post["security"] == [{"nodeAgentToken": []}]
-    assert set(post["responses"]) == {"200", "400", "401", "403", "413", "429"}
+    assert set(post["responses"]) == {"200", "400", "401", "403", "413", "429", "503"}
 
 
 def test_the_join_is_documented(schema):

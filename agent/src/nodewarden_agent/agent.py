@@ -83,7 +83,7 @@ class Agent:
             try:
                 sent += self._send(batch)
             except (PortalUnavailable, PortalAuthError) as exc:
-                delay = self.backoff.failed()
+                delay = self.backoff.failed(at_least=exc.retry_after)
                 level = logging.ERROR if isinstance(exc, PortalAuthError) else logging.WARNING
                 log.log(
                     level,

@@ -24,9 +24,10 @@ REJECT_STATUSES = {400, 413, 422}
 class PortalError(Exception):
     """Base: the portal did not accept the request."""
 
-    def __init__(self, message: str, status: int | None = None, body: Any = None):
+    def __init__(self, message: str, status: int | None = None, body: Any = None, retry_after: float = 0.0):
         super().__init__(message)
         self.status, self.body = status, body
+        self.retry_after = retry_after  # seconds the portal asked us to wait (Retry-After), 0 if it did not
 
 
 class PortalRejected(PortalError):
@@ -72,7 +73,9 @@ class PortalClient:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the Request above
                 return _body(response.read())
         except urllib.error.HTTPError as exc:
-            raise self._error(exc.code, _body(exc.read())) from exc
+            error = self._error(exc.code, _body(exc.read()))
+            error.retry_after = retry_after_seconds(exc.headers.get("Retry-After"))
+            raise error from exc
         except (urllib.error.URLError, OSError) as exc:  # refused, DNS, TLS, timeout
             raise PortalUnavailable(f"{method} {path}: {getattr(exc, 'reason', exc)}") from exc
 
@@ -108,6 +111,15 @@ class PortalClient:
         return self._request("POST", f"/api/agent/commands/{int(command_id)}/result/", result)
 
 
+def retry_after_seconds(value: str | None) -> float:
+    """A Retry-After header in seconds (the portal sends delta-seconds); 0 for none or a date,
+    capped at an hour so a broken proxy cannot silence the agent for days."""
+    try:
+        return min(3600.0, max(0.0, float(value or 0)))
+    except ValueError:
+        return 0.0
+
+
 class Backoff:
     """Exponential backoff with full jitter, capped: 5 s, 10 s, 20 s ... 5 min.
 
@@ -130,11 +142,12 @@ class Backoff:
     def ready(self) -> bool:
         return self.clock() >= self.not_before
 
-    def failed(self) -> float:
-        """Record a failure; returns the delay before the next attempt."""
+    def failed(self, at_least: float = 0.0) -> float:
+        """Record a failure; returns the delay before the next attempt (never under ``at_least``,
+        the portal's Retry-After)."""
         self.failures += 1
         ceiling = min(self.maximum, self.minimum * 2 ** (self.failures - 1))
-        delay = self.minimum + (ceiling - self.minimum) * self.rand()
+        delay = max(at_least, self.minimum + (ceiling - self.minimum) * self.rand())
         self.not_before = self.clock() + delay
         return delay
 
