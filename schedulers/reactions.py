@@ -246,16 +246,19 @@ def queue_reaction(event: NodeEvent) -> None:
     if reaction is None or node is None or node.cluster_id is None:
         return
     reason, now = scheduler_reason(event.target_state, event.reason), timezone.now()
-    owed = PendingReaction.objects.select_for_update().filter(node_id=node.pk).first()
-    if owed is None:
-        PendingReaction.objects.create(
-            node_id=node.pk, reaction=reaction, reason=reason, attempts=0, next_attempt_at=now
-        )
-        return
-    if owed.reaction == R.EVICT and reaction in (R.CORDON, R.DRAIN):
-        reaction = R.EVICT
-    owed.reaction, owed.reason, owed.next_attempt_at = reaction, reason, now
-    owed.save(update_fields=["reaction", "reason", "next_attempt_at"])
+    # savepoint=False: inside the transition's transaction this costs nothing; a caller that
+    # records an event outside one (fixtures, scripts) still gets the row lock it needs.
+    with transaction.atomic(savepoint=False):
+        owed = PendingReaction.objects.select_for_update().filter(node_id=node.pk).first()
+        if owed is None:
+            PendingReaction.objects.create(
+                node_id=node.pk, reaction=reaction, reason=reason, attempts=0, next_attempt_at=now
+            )
+            return
+        if owed.reaction == R.EVICT and reaction in (R.CORDON, R.DRAIN):
+            reaction = R.EVICT
+        owed.reaction, owed.reason, owed.next_attempt_at = reaction, reason, now
+        owed.save(update_fields=["reaction", "reason", "next_attempt_at"])
 
 
 def flush(cluster_id: int, *, for_node: int | None = None, now: datetime | None = None) -> str:
