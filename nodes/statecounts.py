@@ -86,13 +86,12 @@ def daily_counts(
     since: datetime,
     until: datetime,
     *,
-    by: str | tuple[str, ...] | None = None,
+    by: str | None = None,
     scope: dict[str, Any] | None = None,
     buckets: Mapping[str, Sequence[str]] | None = None,
 ) -> list[DayCount]:
     """Per day in [since, until), state and ``by`` (a snapshot field such as ``cluster__name``), the
-    node-hours of the snapshots taken in the period, of the ``scope`` (snapshot filters); ``by`` a
-    tuple of fields groups by all of them (the group is then the tuple of values). Finished
+    node-hours of the snapshots taken in the period, of the ``scope`` (snapshot filters). Finished
     days wholly inside the period come from the roll-up; the rest from the hourly snapshots.
 
     With ``buckets`` (a name -> its states), the states are summed per bucket in the database and a
@@ -107,7 +106,7 @@ def daily_counts(
     end_full = min(timezone.localtime(until).date(), rolled_through + DAY) if rolled_through else first_full
     if _midnight(end_full) > until:
         end_full -= DAY
-    fields = [by] if isinstance(by, str) else list(by or ())
+    fields = [by] if by else []
     counts: list[DayCount] = []
     if end_full > first_full:
         rolled = (
@@ -116,20 +115,13 @@ def daily_counts(
             .annotate(hours=Sum("node_hours"), samples=Max("samples"))
             .order_by()
         )
-        counts += [DayCount(r["day"], r["bucket"], _group(r, by), r["hours"], r["samples"]) for r in rolled]
+        counts += [DayCount(r["day"], r["bucket"], r[by] if by else None, r["hours"], r["samples"]) for r in rolled]
         live = Q(taken_at__gte=since, taken_at__lt=_midnight(first_full)) | Q(
             taken_at__gte=_midnight(end_full), taken_at__lt=until
         )
     else:
         live = Q(taken_at__gte=since, taken_at__lt=until)
-    return counts + _live(_bucketed(StateCountSnapshot.objects.filter(live, **scope), buckets), by)
-
-
-def _group(row: Mapping[str, Any], by: str | tuple[str, ...] | None) -> Any:
-    """The value of the field (or the tuple of the fields) grouped by; None when not grouped."""
-    if by is None:
-        return None
-    return row[by] if isinstance(by, str) else tuple(row[f] for f in by)
+    return counts + _live(_bucketed(StateCountSnapshot.objects.filter(live, **scope), buckets), fields)
 
 
 def _bucketed(rows: QuerySet[Any], buckets: Mapping[str, Sequence[str]] | None) -> QuerySet[Any]:
@@ -147,13 +139,12 @@ def _bucketed(rows: QuerySet[Any], buckets: Mapping[str, Sequence[str]] | None) 
     return by_bucket
 
 
-def _live(snapshots: QuerySet[Any], by: str | tuple[str, ...] | None) -> list[DayCount]:
+def _live(snapshots: QuerySet[Any], fields: Sequence[str]) -> list[DayCount]:
     """Hourly snapshots summed per day in Python (a day or two of them: a few hundred rows)."""
-    fields = [by] if isinstance(by, str) else list(by or ())
     hours: dict[tuple[date, str, Any], int] = defaultdict(int)
     taken: dict[date, set[datetime]] = defaultdict(set)
     for r in snapshots.values("taken_at", "bucket", *fields).annotate(n=Sum("count")).order_by():
         day = timezone.localtime(r["taken_at"]).date()
         taken[day].add(r["taken_at"])
-        hours[(day, r["bucket"], _group(r, by))] += r["n"]
+        hours[(day, r["bucket"], r[fields[0]] if fields else None)] += r["n"]
     return [DayCount(day, state, group, n, len(taken[day])) for (day, state, group), n in hours.items()]

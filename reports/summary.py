@@ -99,19 +99,15 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
     ].query.sql_with_params()
     node, cluster = (connection.ops.quote_name(m._meta.db_table) for m in (Node, Cluster))
     began = "COALESCE(CASE WHEN r.finding_id IS NOT NULL THEN r.finding_created END, r.created)"
-    # Grouped by the cluster's id (names are unique), the names joined to the dozen result rows:
-    # sorting tens of thousands of recoveries by an integer, not by text, for the percentiles.
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH r (node_id, finding_id, finding_created, created, finished) AS MATERIALIZED ({sql}) "  # noqa: S608 - Django's compiled query (its params apart) and table names
-            "SELECT g.total, COALESCE(c.name, ''), g.n, g.median, g.p90 FROM ("
-            "SELECT GROUPING(s.cluster_id) AS total, s.cluster_id, COUNT(*) AS n, "
-            "percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds) AS median, "
-            "percentile_cont(0.9) WITHIN GROUP (ORDER BY s.seconds) AS p90 FROM ("
-            "SELECT n.cluster_id, "
+            "SELECT GROUPING(s.cluster), s.cluster, COUNT(*), percentile_cont(0.5) WITHIN GROUP (ORDER BY s.seconds), "
+            "percentile_cont(0.9) WITHIN GROUP (ORDER BY s.seconds) FROM ("
+            "SELECT COALESCE(c.name, '') AS cluster, "
             f"GREATEST(EXTRACT(EPOCH FROM r.finished - {began}), 0)::float8 AS seconds "
-            f"FROM r JOIN {node} n ON n.id = r.node_id"
-            f") AS s GROUP BY ROLLUP (s.cluster_id)) AS g LEFT JOIN {cluster} c ON c.id = g.cluster_id",
+            f"FROM r JOIN {node} n ON n.id = r.node_id LEFT JOIN {cluster} c ON c.id = n.cluster_id"
+            ") AS s GROUP BY ROLLUP (s.cluster)",
             params,
         )
         return {

@@ -9,7 +9,6 @@ Every queryset starts from ``nodes.scoping``; every read is a fixed number of qu
 from __future__ import annotations
 
 import csv
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -110,18 +109,15 @@ class FleetScope:
         )
         return rows
 
-    def daily_counts(self, *by: str) -> list[list[statecounts.DayCount]]:
-        """Node-hours per day and availability bucket of the scope in the period (daily roll-ups), one
-        list per field of ``by``: read grouped by all of them at once, then summed per field (one
-        read of the roll-ups and snapshots, not one per chart)."""
-        counts = statecounts.daily_counts(
+    def daily_counts(self, by: str) -> list[statecounts.DayCount]:
+        """Node-hours per day, availability bucket and ``by`` of the scope in the period (daily roll-ups)."""
+        return statecounts.daily_counts(
             self.period.since,
             self.period.until,
             by=by,
             scope={k: v for k, v in self.ids.items() if v is not None},
             buckets=charts.AVAILABILITY_BUCKETS,
         )
-        return [_summed_by(counts, i) for i in range(len(by))]
 
     def transition_counts(self) -> list[dict[str, Any]]:
         """The period's flows: the fleet's from the daily roll-up, a cluster's or tenant's from the changes."""
@@ -143,21 +139,6 @@ class FleetScope:
         )
 
 
-def _summed_by(counts: list[statecounts.DayCount], i: int) -> list[statecounts.DayCount]:
-    """``counts`` grouped by a tuple of fields, summed per the ``i``-th field alone (the day's number of
-    snapshots is the same in every group of the day)."""
-    hours: dict[tuple[Any, str, Any], int] = defaultdict(int)
-    samples: dict[tuple[Any, str, Any], int] = defaultdict(int)
-    for c in counts:
-        key = (c.day, c.state, c.group[i])
-        hours[key] += c.node_hours
-        samples[key] = max(samples[key], c.samples)
-    return [
-        statecounts.DayCount(day, state, group, n, samples[(day, state, group)])
-        for (day, state, group), n in hours.items()
-    ]
-
-
 @staff_only
 def overview(request: HttpRequest) -> HttpResponse:
     """The fleet's reports for a period, optionally for one cluster and/or tenant."""
@@ -166,7 +147,6 @@ def overview(request: HttpRequest) -> HttpResponse:
         return _bad(request, form, "reports/overview.html")
     scope = FleetScope(form.period(), form.cleaned_data.get("cluster"), form.cleaned_data.get("tenant"))
     period, remediations = scope.period, scope.of_nodes(Remediation)
-    by_cluster, by_tenant = scope.daily_counts("cluster__name", "tenant__name")
     transitions = scope.transition_counts()
     for flow in transitions:
         flow["url"] = scope.flow_link(flow["source"], flow["target"])
@@ -180,8 +160,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "period": period,
             "cluster": scope.cluster,
             "tenant": scope.tenant,
-            "availability_clusters": charts.availability_over_time(by_cluster),
-            "availability_tenants": charts.availability_over_time(by_tenant),
+            "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
+            "availability_tenants": charts.availability_over_time(scope.daily_counts("tenant__name")),
             "mttr": summary.mttr(remediations, period),
             "causes": causes,
             "components": summary.failures_by_component(causes),

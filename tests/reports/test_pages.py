@@ -226,31 +226,12 @@ def test_a_preset_wins_over_an_exact_period_and_ends_where_it_ended():
     assert period_of(None, None, None, now=NOW).since == NOW - 30 * D
 
 
-def test_the_availability_charts_of_the_page_are_those_of_each_grouping_read_alone(client, operator, week, frozen):
-    # The page reads the roll-ups once, grouped by cluster and tenant together, and sums per chart.
-    for hour in range(3):
-        at = NOW - 2 * D + hour * H
-        StateCountSnapshot.objects.create(taken_at=at, state="production", cluster=week.east, tenant=week.acme, count=3)
-        StateCountSnapshot.objects.create(taken_at=at, state="triage", cluster=week.east, tenant=None, count=1)
-        StateCountSnapshot.objects.create(taken_at=at, state="production", cluster=week.west, tenant=week.acme, count=2)
-    statecounts.roll_up(today=NOW.date())
-    html = page(client, operator, days=7).content.decode()
-    buckets = charts.AVAILABILITY_BUCKETS
-    for name, by in (("availability-clusters-data", "cluster__name"), ("availability-tenants-data", "tenant__name")):
-        alone = charts.availability_over_time(statecounts.daily_counts(NOW - 7 * D, NOW, by=by, buckets=buckets))
-        assert figure(html, name) == json.loads(json.dumps(alone))
-    assert {t["name"]: t["y"] for t in figure(html, "availability-tenants-data")["data"]} == {
-        "Acme AI": [100.0],
-        "(none)": [0.0],
-    }
-
-
 def test_the_report_reads_the_same_few_queries_for_a_week_a_month_and_a_quarter(client, operator, week, frozen):
     statecounts.roll_up(today=NOW.date())
     client.force_login(operator)
     counts = [_queries(client, reverse("report-overview"), {"days": days}) for days in (7, 30, 90)]
-    # Session, user, form, and the figures: availability (both charts from one read of the daily
-    # roll-up and one of the hourly snapshots; it was a read each), flows, recoveries, causes,
-    # rungs, Day 1, downtime. The same whatever the period: finished days come from roll-ups.
+    # Session, user, form, and the figures: availability per cluster and per tenant (the latest
+    # roll-up, the finished days, the hours of the rest), flows, recoveries, causes, rungs, Day 1,
+    # downtime. The same whatever the period: finished days come from the roll-ups.
     # (PostgreSQL adds the settings of the downtime statement's transaction.)
-    assert counts == [19 if connection.vendor == "postgresql" else 18] * 3
+    assert counts == [21 if connection.vendor == "postgresql" else 20] * 3
