@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> None:
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
     took = ingest_day(nodes, day, args.xids, args.seed)
     raw = sizes()
+    packed = packed_samples_size()
     # The retention beat once the day is past the raw window: samples become hours.
     later = day + timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS + 1, hours=1)
     rolled = roll_up_and_prune(now=later, max_batches=10**6)
@@ -158,6 +159,49 @@ def run(args: argparse.Namespace) -> None:
     print(f"{'total':24} {sum(measured.values()) / args.nodes:15,.0f} {'':10} {total / 1e12:15.2f} TB")
     verdict = "met" if total < goal else "MISSED"
     print(f"\ngoal: a year of {args.fleet:,} nodes under {args.goal_tb:g} TB: {total / goal:.2f} of it ({verdict})")
+    per_day = {name: n / args.nodes for name, n in measured.items()}
+    raw_days = settings.TELEMETRY_RAW_RETENTION_DAYS
+    year_long = sum(per_day[m.__name__] * getattr(settings, s) for m, s in tables() if m.__name__ not in _RAW)
+    raw_day = per_day["GpuSample"] + per_day["NodeReport"]
+    fit = (goal / args.fleet - year_long) / raw_day
+    print(
+        f"what-ifs: reports kept the raw window ({raw_days} d) too: "
+        f"{(year_long + raw_day * raw_days) * args.fleet / 1e12:.2f} TB; the raw window (samples and reports) "
+        f"that fits the goal: {f'{fit:.1f} days' if fit > 0 else 'none (the year-long tables alone exceed it)'}"
+    )
+    packed_day = packed / args.nodes
+    print(
+        f"          samples packed one row per node, GPU and hour (arrays, TOAST-compressed): "
+        f"{packed_day:,.0f} bytes/node-day ({per_day['GpuSample'] / packed_day:.1f}x smaller); with reports kept "
+        f"the raw window too: {(year_long + (packed_day + per_day['NodeReport']) * raw_days) * args.fleet / 1e12:.2f} TB"
+    )
+
+
+_RAW = ("GpuSample", "NodeReport")
+
+
+def packed_samples_size() -> int:
+    """What the raw samples would take packed as one row per node, GPU and hour, each metric an array
+    of the hour's values in time order (PostgreSQL compresses such rows in TOAST): a layout to weigh,
+    built from the stored samples and measured with its primary key, then dropped."""
+    from telemetry.models import GpuSample
+
+    table = GpuSample._meta.db_table
+    metrics = [
+        f.column for f in GpuSample._meta.concrete_fields if f.column not in ("node_id", "collected_at", "gpu_index")
+    ]
+    arrays = ", ".join(f"array_agg({c} ORDER BY collected_at) AS {c}" for c in metrics)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE bench_packed_samples AS SELECT node_id, gpu_index, date_trunc('hour', collected_at) AS hour, "  # noqa: S608 - the model's table and columns
+            f"array_agg(collected_at ORDER BY collected_at) AS collected_at, {arrays} FROM {table} "
+            "GROUP BY node_id, gpu_index, date_trunc('hour', collected_at)"
+        )
+        cursor.execute("ALTER TABLE bench_packed_samples ADD PRIMARY KEY (node_id, hour, gpu_index)")
+        cursor.execute("SELECT pg_total_relation_size('bench_packed_samples')")
+        size: int = cursor.fetchone()[0]
+        cursor.execute("DROP TABLE bench_packed_samples")
+    return size
 
 
 def main() -> None:
