@@ -46,6 +46,7 @@ def arm(gpu_rungs: bool) -> tuple[Simulation, dict]:
         repair_hours=(3, 6),
         rma_days=(0.5, 1),
         nodes_per_emulator=NODES,
+        tick_minutes=1,  # beat moves the stages every 15 s: at 5 min a tick, the few minutes a reset saves vanish
         gpu_rungs=gpu_rungs,
     )
     sim = Simulation(config)
@@ -104,12 +105,23 @@ def test_a_reset_cures_only_its_own_gpu_and_only_when_idle():
     assert A.command_outcome(node, reset, busy=False)[1] == "failed"
 
 
+def test_a_hosts_nth_repair_takes_as_long_in_both_arms():
+    """Technicians' and vendors' times are drawn per host and ticket, not from the generator the checks
+    and reports share: otherwise what one arm did moves every later repair, and the comparison shows
+    node-hours the rungs did not save (14.7 of 126 on 256 nodes in 14 days, with no reset succeeding)."""
+    one, other = Simulation(SimConfig(nodes=8, seed=3)), Simulation(SimConfig(nodes=8, seed=3))
+    other.rng.random()  # the other arm drew one check figure more before the ticket
+    assert one._draw("ticket", "sim-00001").random() == other._draw("ticket", "sim-00001").random()
+    assert one._draw("ticket", "sim-00001").random() != one._draw("ticket", "sim-00001").random()  # the next ticket
+    assert one._draw("rma", "sim-00002").random() == other._draw("rma", "sim-00002").random()
+
+
 def test_a_reset_cures_what_it_cures_and_the_report_says_what_that_saved(arms):
     """The faults a GPU reset is the least that cures (the two planted ones) are cured by the reset in
     one arm and by a reboot in the other, and the node is back in production no later. What that saves
     is small: after either rung the node goes through the same re-validation (burn-in, fabric check,
     a 30 min soak), which dominates; the report gives the exact node-hours so the gain is not hidden
-    in hourly samples."""
+    in hourly samples (16 nodes, 2 days, 1 min ticks: 0.58 h against 0.68 h for each such fault)."""
     if getattr(settings, "NODEWARDEN_GPU_RESET", None) is None:
         pytest.skip("the product's reset rung is not there yet (no NODEWARDEN_GPU_RESET setting: h16reset)")
     with_rungs, without = arms["with"][1], arms["without"][1]
@@ -122,7 +134,8 @@ def test_a_reset_cures_what_it_cures_and_the_report_says_what_that_saved(arms):
     assert curable_without["cured_by"]["gpu_reset"] == 0, text
     assert curable_without["cured_by"]["reboot"] == curable_without["faults"], text  # the reset rung off climbs
     assert curable_with["out_hours"]["count"] == curable_without["out_hours"]["count"] == curable_with["faults"]
-    assert curable_with["node_hours_out"] <= curable_without["node_hours_out"], text
+    # A reset spares the host's restart (8 min, against the reset's 2); re-validation is the same after both.
+    assert curable_with["node_hours_out"] < curable_without["node_hours_out"], text
     assert lost_with["node_hours_out_of_production"] <= lost_without["node_hours_out_of_production"] + 0.1, text
     if hasattr(SchedulerAdapter, "fence_gpus") and getattr(settings, "NODEWARDEN_GPU_FENCING", None) is not None:
         assert lost_with["gpu_hours_lost"] < lost_without["gpu_hours_lost"], text
