@@ -24,9 +24,9 @@ from django.db.models import Q
 
 from health.choices import SEVERITY_RANK, AlertState
 from health.models import Alert
-from nodes.choices import DAY1_STAGES, STAGE_KINDS, NodeState
+from nodes.choices import DAY1_STAGES, STAGE_KINDS, GpuHealth, NodeState
 from nodes.choices import OPEN as OPEN_RUNS
-from nodes.models import Node, Run
+from nodes.models import GPU, Node, Run
 from remediation.choices import OPEN, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
 
@@ -272,7 +272,8 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
     production, with no open remediation on the node: nothing acts on it. An event last seen
     before the node entered production is the loop's verdict already given (an XID alert waits
     out its quiet period); a condition the reports evaluate that has not been seen to clear is not.
-    Excused: silenced alerts, and alerts whose finding an explicit policy only watches."""
+    Excused: silenced alerts, alerts whose finding an explicit policy only watches, and alerts that
+    name a GPU now fenced (the fence is what acts on it: the node serves on without that GPU)."""
     from health.gates import blocks
     from remediation.services import match_policy
 
@@ -289,6 +290,7 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
         alerts, outcome.complete = alerts[:LIST_LIMIT], False
     node_ids = {a.node_id for a in alerts}
     handled = set(Remediation.objects.filter(node_id__in=node_ids, status__in=OPEN).values_list("node_id", flat=True))
+    fenced = set(GPU.objects.filter(node_id__in=node_ids, health=GpuHealth.FENCED).values_list("node_id", "index"))
     last: dict[int, Remediation] = {}
     for rem in (
         Remediation.objects.filter(node_id__in=node_ids - handled)
@@ -306,6 +308,9 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
             outcome.unsure.add(alert.node_id)
             continue
         if alert.silenced_until is not None and alert.silenced_until > ctx.now:
+            outcome.excused += 1
+            continue
+        if alert.gpu_index is not None and (alert.node_id, alert.gpu_index) in fenced:
             outcome.excused += 1
             continue
         policy = match_policy(alert.last_finding) if alert.last_finding is not None else None

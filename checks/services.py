@@ -12,6 +12,13 @@ check ...", a Kubernetes cordon + taint), so no job lands on top of a burn-in; t
 given back after the result commits, the run expires or the sweep finds it left over
 (``give_back_check_hold``). Runs with ``scheduler_hold`` set are the ones whose hold may
 still be in the scheduler.
+
+A held check gives way: when the scheduler wants the node (a pending job could run there,
+``SchedulerAdapter.wants_node``, asked by ``preempt_wanted_checks`` every few seconds) or the
+node's customer or staff ask for it back (``give_back_node``), the run is preempted
+(``preempt_check``: cancelled, ``details["preempted"]``), the hold is given back after the
+commit, and the agent, which asks about its running check every few seconds
+(``run_is_wanted``), kills the check. Its late result is acknowledged and not recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from health.choices import Severity
 from health.services import raise_finding
 from nodes.choices import ACTIVE_KINDS, AGENT_OUTCOMES, EventKind, NodeState, RunKind, RunStatus
 from nodes.models import OPERATE, OUTPUT_MAX_BYTES, Node, Run
+from nodes.scoping import user_tenant_id
 from nodes.services import Actor, clean_reason, record_event
 from schedulers import base as schedulers  # through the module: tests replace adapter_for
 from schedulers.base import CHECK_HOLD, SchedulerError
@@ -53,6 +61,8 @@ CLAIM_BATCH = 20
 RELEASE_BATCH = 100
 # pg_try_advisory_lock(HOLD_LOCK_SPACE, node id): taking and giving back one node's hold never overlap.
 HOLD_LOCK_SPACE = 0x6E77
+# Nodes with a held running check that one preemption sweep asks their scheduler about.
+PREEMPT_BATCH = 100
 HOLD_LOCK_WAIT = 10.0  # seconds a poll or a release waits for the other (a scheduler call or two)
 
 logger = logging.getLogger(__name__)
@@ -314,6 +324,10 @@ def record_check_result(run_id: int, node_id: int, *, result: CheckResult) -> tu
             .select_related("node__hardware_profile")
             .get(pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS)
         )
+        if run.details.get("preempted"):
+            # A preempted run's late result is acknowledged (the agent drops it) but never recorded:
+            # the check was killed part-way, its verdict says nothing about the hardware.
+            return run, False
         if run.kind == RunKind.TRAINING_STEP:
             # Before the comparison: a repeated post is judged the same and matches the verdict stored.
             result = judge(run.node, str(run.params.get("workload", "")), result)
@@ -372,6 +386,124 @@ def _record_outcome(run: Run) -> None:
         reason=f"{label} {run.get_status_display().lower()}" + (f": {run.summary}" if run.summary else ""),
         details={"check_run": run.pk, "check_status": run.status, "figures": run.figures},
     )
+
+
+def preempt_check(run_id: int, *, actor: Actor, reason: str) -> Run:
+    """Abort a running check so the node goes back to its workload now.
+
+    In one transaction: the run becomes cancelled with ``details["preempted"]`` (who, why, when)
+    and the node's history says so; the scheduler hold is given back after the commit (through
+    ``give_back_check_hold``). The agent learns it from ``run_is_wanted`` and kills the check.
+    A preempted run does not count as fresh: the freshness scheduler asks for it again later.
+    Raises ``Run.DoesNotExist``, ``ReasonRequired``, ``CheckForbidden`` (neither an operator
+    nor the node's tenant) or ``CheckConflict`` (the run is not running).
+    """
+    reason = clean_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update(of=("self",)).select_related("node").get(pk=run_id, kind__in=ACTIVE_KINDS)
+        _require_give_back_permission(actor, run.node)
+        details = {**run.details, "preempted": {"by": actor.name, "reason": reason, "at": now.isoformat()}}
+        # Compare-and-swap: a result that lands meanwhile wins, and the run is not preempted.
+        if not Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.CANCELLED, finished=now, summary=f"Preempted: {reason}"[:300], details=details
+        ):
+            raise CheckConflict(f"Only a running check can be preempted; this one is {run.get_status_display()}.")
+        record_event(
+            run.node_id,
+            EventKind.ACTION,
+            actor=actor,
+            reason=f"{RunKind(run.kind).label} preempted: {reason}",
+            details={"check_preempted": run.kind, "check_run": run.pk},
+        )
+        if run.scheduler_hold:
+            transaction.on_commit(lambda: give_back_check_hold(run.node_id))
+    run.refresh_from_db()
+    return run
+
+
+def _require_give_back_permission(actor: Actor, node: Node) -> None:
+    """Operators (staff who may operate nodes) and the node's own tenant may ask for the node back;
+    the system may. Staff who may only look (viewers) may not."""
+    user = actor.user
+    if user is None or user.has_perm(OPERATE):
+        return
+    if node.tenant_id is None or user_tenant_id(user) != node.tenant_id:
+        raise CheckForbidden(f"{actor.name} may not take this node back from its checks.")
+
+
+def give_back_node(node_id: int, *, actor: Actor, reason: str) -> list[Run]:
+    """Preempt every running active check on the node (a customer or staff wants it back now).
+
+    Returns the runs preempted; ``CheckConflict`` when no check runs there.
+    """
+    node = Node.objects.get(pk=node_id)
+    _require_give_back_permission(actor, node)
+    reason = clean_reason(reason)
+    pks = list(
+        Run.objects.filter(node_id=node_id, kind__in=ACTIVE_KINDS, status=RunStatus.RUNNING).values_list(
+            "pk", flat=True
+        )[:CLAIM_BATCH]
+    )
+    preempted = []
+    for pk in pks:
+        try:
+            preempted.append(preempt_check(pk, actor=actor, reason=reason))
+        except CheckConflict:
+            continue  # finished meanwhile: nothing left to abort
+    if not preempted:
+        raise CheckConflict(f"No active check is running on {node.hostname}.")
+    return preempted
+
+
+def run_is_wanted(run_id: int, node_id: int) -> tuple[Run, bool, str]:
+    """What the agent asks while its check runs: the run, whether to carry on, and why not.
+
+    Only the owning node's agent may ask (another node's run is ``Run.DoesNotExist``).
+    """
+    run = Run.objects.only("id", "node_id", "status", "summary", "details").get(
+        pk=run_id, node_id=node_id, kind__in=ACTIVE_KINDS
+    )
+    if run.status == RunStatus.RUNNING:
+        return run, True, "The check is still wanted."
+    preempted = run.details.get("preempted")
+    if preempted:
+        return run, False, f"Preempted by {preempted.get('by')}: {preempted.get('reason')}"
+    return run, False, f"The run is {run.get_status_display().lower()}" + (f": {run.summary}" if run.summary else "")
+
+
+def preempt_wanted_checks() -> int:
+    """Preempt the held checks on nodes their scheduler wants back (a pending job could run there).
+
+    Bounded: at most ``PREEMPT_BATCH`` nodes with a held running check are asked about per
+    sweep, each scheduler once per node. A scheduler that cannot be asked leaves the check
+    running (the hold expires with the run's deadline anyway). Returns how many runs were preempted.
+    """
+    node_ids = list(
+        Run.objects.filter(status=RunStatus.RUNNING, scheduler_hold=True, kind__in=ACTIVE_KINDS)
+        .order_by()
+        .values_list("node_id", flat=True)
+        .distinct()[:PREEMPT_BATCH]
+    )
+    preempted = 0
+    for node in Node.objects.filter(pk__in=node_ids).select_related("cluster").order_by("pk"):
+        try:
+            why = schedulers.adapter_for(node.cluster).wants_node(node)
+        except SchedulerError as exc:
+            logger.warning("could not ask whether the scheduler wants %s back: %s", node.hostname, exc)
+            continue
+        if not why:
+            continue
+        runs = Run.objects.filter(node=node, status=RunStatus.RUNNING, scheduler_hold=True, kind__in=ACTIVE_KINDS)
+        for pk in runs.values_list("pk", flat=True):
+            try:
+                preempt_check(
+                    pk, actor=Actor.system("scheduler"), reason=f"The workload scheduler wants the node: {why}"
+                )
+            except CheckConflict:
+                continue  # its result landed meanwhile; the hold goes back through the result
+            preempted += 1
+    return preempted
 
 
 def expire_stale_checks(now: datetime | None = None) -> int:

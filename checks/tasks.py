@@ -17,6 +17,16 @@ def expire_stale_checks() -> int:
 
 
 @shared_task
+def preempt_wanted_checks() -> int:
+    """Abort held active checks on nodes their workload scheduler wants back (a job is pending).
+
+    Bounded (``services.PREEMPT_BATCH`` nodes, one scheduler question each) and safe to overlap:
+    each run is preempted with a compare-and-swap update, a second sweep finds it no longer running.
+    """
+    return services.preempt_wanted_checks()
+
+
+@shared_task
 def keep_checks_fresh() -> int:
     """Request the stalest due active check on idle production nodes, per cluster (``checks.freshness``).
 

@@ -4,7 +4,9 @@ Alertmanager posts webhook JSON version 4 (``alerts[]`` with status, labels, ann
 startsAt, endsAt, fingerprint, generatorURL). Each alert is matched to a node by its
 ``hostname``, ``Hostname``, ``node``, ``nodename`` or ``instance`` label (port stripped; the
 node's full hostname or its short name). Alerts that match no node are stored as
-``UnroutedAlert`` and listed in the response: never silently dropped.
+``UnroutedAlert`` and listed in the response: never silently dropped. Alerts Nodewarden itself
+pushed (``health.alertmanager_push``, label ``nodewarden_alert_id``) and an Alertmanager route sent
+back are skipped: they are findings already, and taking them again would loop.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from nodes.models import Node
 from nodes.services import Actor
 from telemetry.schema import refuse_nul
 
+from .alertmanager_push import OWN_LABEL
 from .choices import RecommendedAction, Severity
 from .models import UnroutedAlert
 from .ruleconfig import rule_config
@@ -151,6 +154,8 @@ def receive(hook: Webhook, *, actor: Actor) -> Outcome:
     unrouted = []
     cfg = rule_config(RULE)
     for alert in hook.alerts:
+        if OWN_LABEL in alert.labels:
+            continue
         node_id, why = _match(alert, index)
         name = alert.labels.get("alertname", "")
         if node_id is None:

@@ -18,6 +18,7 @@ from nodes.services import Actor, clean_reason, record_event
 from nodewarden.errors import TransitionForbidden
 
 from .choices import AlertState
+from .followups import queue_alert_followups
 from .models import Alert
 from .services import resolve_alert_locked
 
@@ -50,6 +51,7 @@ def _note(alert: Alert, actor: Actor, verb: str, reason: str, **details: Any) ->
         reason=f"Alert {verb}: {gpu}{alert.summary} ({reason})",
         details={"alert_id": alert.pk, "rule": alert.rule, "alert_verb": verb, **details},
     )
+    queue_alert_followups(alert.pk)  # every verb here changes what Alertmanager should be told
 
 
 def acknowledge(alert_id: int, *, actor: Actor, note: str) -> Alert:

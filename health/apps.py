@@ -17,15 +17,18 @@ class HealthConfig(AppConfig):
         from . import ruleconfig, xid
         from .choices import AlertState
         from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
-        from .followups import on_new_finding
+        from .followups import on_alert_changed, on_new_finding
         from .gpus import suspect_named_gpu
         from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
+        from .tasks import queue_alertmanager_push
 
         post_migrate.connect(ensure_health_defaults, sender=self)
 
         # A new finding that names a GPU makes that GPU suspect (nodes.services), after its commit.
         on_new_finding(suspect_named_gpu)
+        # Every change of an alert is pushed to Alertmanager (health.alertmanager_push), after its commit.
+        on_alert_changed(queue_alertmanager_push)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

@@ -283,3 +283,19 @@ class UnroutedAlert(AppendOnlyModel):
 
     def __str__(self) -> str:
         return f"{self.alertname or self.fingerprint}: {self.reason}"
+
+
+class AlertmanagerTally(models.Model):
+    """Pushes to one Alertmanager (``health.alertmanager_push``): counters for /metrics, shared by
+    every worker process. The URL is kept without its credentials."""
+
+    receiver = models.CharField(max_length=300, unique=True)
+    pushes = models.PositiveBigIntegerField(default=0, help_text="POSTs Alertmanager accepted.")
+    failures = models.PositiveBigIntegerField(default=0, help_text="POSTs refused or unanswered.")
+    alerts_sent = models.PositiveBigIntegerField(default=0)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_failure_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=300, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.receiver}: {self.pushes} pushed, {self.failures} failed"

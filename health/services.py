@@ -31,7 +31,7 @@ from nodes.models import Node
 from nodes.services import Actor, record_event
 
 from .choices import SEVERITY_RANK, AlertState, RecommendedAction, Severity
-from .followups import queue_finding_followups
+from .followups import queue_alert_followups, queue_finding_followups
 from .models import Alert, Finding
 
 HEALTH = Actor.system("health")
@@ -109,6 +109,8 @@ def raise_finding(
         alert.last_finding = finding
         alert.save(update_fields=["last_finding", "severity", "summary", "recommended_action"])
         queue_finding_followups(finding.pk)  # after commit: remediation considers it (health.followups)
+        if is_new or escalated:
+            queue_alert_followups(alert.pk)  # after commit: Alertmanager hears of it
     return finding
 
 
@@ -193,6 +195,7 @@ def resolve_alert_locked(alert: Alert, *, reason: str, actor: Actor, at: datetim
         reason=f"Alert resolved: {gpu}{alert.summary} ({reason})",
         details={"alert_id": alert.pk, "rule": alert.rule, "gpu_index": alert.gpu_index, "resolved": True},
     )
+    queue_alert_followups(alert.pk)
     return alert
 
 

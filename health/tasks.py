@@ -1,4 +1,5 @@
-"""Periodic health work: missing heartbeats, and resolving XID alerts that went quiet."""
+"""Periodic health work: missing heartbeats, resolving XID alerts that went quiet, and telling
+Alertmanager about alerts (on each change, and again every interval)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery import shared_task
+from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
 from nodes.choices import DAY1_STAGES, NodeState
 from telemetry.models import NodeHealth
 
+from . import alertmanager_push
 from .choices import AlertState
 from .models import Alert
 from .ruleconfig import RuleBook
@@ -150,3 +153,28 @@ def _resolve_quiet_xids(now: datetime, book: RuleBook) -> int:
         ):
             resolved += 1
     return resolved
+
+
+@shared_task
+def push_alerts_to_alertmanager(alert_ids: list[int]) -> dict[str, int]:
+    """Tell every configured Alertmanager about these alerts as they are now (a verb changed them).
+    A failure is counted on /metrics and healed by the next ``resend_alerts_to_alertmanager``."""
+    return alertmanager_push.push_alerts(alert_ids)
+
+
+@shared_task
+def resend_alerts_to_alertmanager() -> dict[str, int]:
+    """Every firing and lately resolved alert, to every configured Alertmanager again (beat,
+    NODEWARDEN_ALERTMANAGER_RESEND_SECONDS): a restarted Alertmanager learns the state again."""
+    return alertmanager_push.resend()
+
+
+def queue_alertmanager_push(alert_id: int) -> None:
+    """The alert changed and its transaction committed: queue its push (a no-op with no
+    Alertmanager configured). A broker that is down loses nothing: the resend sends it."""
+    if not settings.NODEWARDEN_ALERTMANAGER_URLS:
+        return
+    try:
+        push_alerts_to_alertmanager.delay([alert_id])
+    except Exception:  # kombu's errors vary by transport; the alert's own transaction is done
+        log.exception("alertmanager: could not queue the push of alert %s", alert_id)

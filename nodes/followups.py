@@ -17,6 +17,10 @@ rolled-up day counts) are not follow-up work: they are rewritten in the transact
 records the change, so they never lag it. ``nodes.services`` records every change of state and
 calls ``state_changed``; the admin's inventory edit calls ``cluster_changed``. The deriving app
 registers its recorders in its ``AppConfig.ready`` (nodes sits below it and never imports it).
+
+A GPU fenced or given back (``fence_gpu``, ``clear_gpu`` of a fenced GPU) is not a transition: it
+reaches the node's scheduler after commit through ``gpu_fence_changed``, which the schedulers app
+fills (``schedulers.reactions.react_to_gpu_fence``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,24 @@ def on_cluster_change(fn: PlacementRecorder) -> PlacementRecorder:
     """Register ``fn(node)``, run inside the transaction that moves a node to another cluster."""
     ON_CLUSTER_CHANGE.append(fn)
     return fn
+
+
+# --- After commit: a GPU fenced or given back ------------------------------------------------------
+GpuFenceReaction = Callable[[int, list[int], bool, str], None]
+ON_GPU_FENCE_CHANGE: list[GpuFenceReaction] = []
+
+
+def on_gpu_fence_change(fn: GpuFenceReaction) -> GpuFenceReaction:
+    """Register ``fn(node_id, indices, fenced, reason)``, run after a GPU fence or its clearing commits
+    (the schedulers app tells the node's scheduler; nodes sits below it and never imports it)."""
+    ON_GPU_FENCE_CHANGE.append(fn)
+    return fn
+
+
+def gpu_fence_changed(node_id: int, indices: list[int], *, fenced: bool, reason: str) -> None:
+    """GPUs of a node were fenced (``fenced``) or given back, and that has committed."""
+    for react in ON_GPU_FENCE_CHANGE:
+        react(node_id, indices, fenced, reason)
 
 
 def state_changed(event: NodeEvent) -> None:

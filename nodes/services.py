@@ -346,15 +346,38 @@ def mark_gpu_suspect(
         return None
 
 
-def fence_gpu(node_id: int, index: int, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
-    """Take one GPU out of service without draining its node; the reason is required (the
-    operator says why) and the node's own state does not change."""
-    return _change_gpu_health(node_id, index, "fence_gpu", actor=actor, reason=reason, correlation_id=correlation_id)
+def fence_gpu(
+    node_id: int,
+    index: int,
+    *,
+    actor: Actor,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+) -> NodeEvent:
+    """Take one GPU out of service without draining its node; the reason is required and the
+    node's own state does not change. After commit the node's scheduler is told
+    (``followups.gpu_fence_changed``): it fences that GPU, or the node is drained where it cannot."""
+    with transaction.atomic():
+        event = _change_gpu_health(
+            node_id, index, "fence_gpu", actor=actor, reason=reason, details=details, correlation_id=correlation_id
+        )
+        transaction.on_commit(lambda: followups.gpu_fence_changed(node_id, [index], fenced=True, reason=event.reason))
+    return event
 
 
 def clear_gpu(node_id: int, index: int, *, actor: Actor, reason: str, correlation_id: str = "") -> NodeEvent:
-    """The GPU is trusted again (healthy), from suspect or fenced."""
-    return _change_gpu_health(node_id, index, "clear_gpu", actor=actor, reason=reason, correlation_id=correlation_id)
+    """The GPU is trusted again (healthy), from suspect or fenced; a fenced one is given back to its
+    node's scheduler after commit. A node drained in its stead stays drained: an operator cancels it."""
+    with transaction.atomic():
+        event = _change_gpu_health(
+            node_id, index, "clear_gpu", actor=actor, reason=reason, correlation_id=correlation_id
+        )
+        if event.details.get("from") == GpuHealth.FENCED:
+            transaction.on_commit(
+                lambda: followups.gpu_fence_changed(node_id, [index], fenced=False, reason=event.reason)
+            )
+    return event
 
 
 def clear_suspect_gpus(node_id: int, *, actor: Actor, reason: str) -> list[NodeEvent]:

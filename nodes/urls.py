@@ -12,4 +12,5 @@ urlpatterns = [
     path("nodes/<int:pk>/history/", views.node_history, name="node-history"),
     path("nodes/<int:pk>/transitions/<slug:name>/", views.node_transition, name="node-transition"),
     path("nodes/<int:pk>/notes/", views.node_note, name="node-note"),
+    path("nodes/<int:pk>/gpus/<int:index>/<slug:verb>/", views.node_gpu_action, name="node-gpu-action"),
 ]

@@ -287,3 +287,26 @@ def node_note(request: HttpRequest, pk: int) -> HttpResponse:
     else:
         messages.success(request, "Note added.")
     return redirect("node-detail", pk=node.pk)
+
+
+# The node page's per-GPU buttons: verb in the URL -> the service that carries it out.
+GPU_ACTIONS = {"fence": services.fence_gpu, "clear": services.clear_gpu}
+
+
+@login_required
+@require_POST
+def node_gpu_action(request: HttpRequest, pk: int, index: int, verb: str) -> HttpResponse:
+    """Fence or clear one GPU from the node page (operate permission, a reason required)."""
+    node = _visible_node_or_404(request, pk)
+    action = GPU_ACTIONS.get(verb)
+    if action is None or not node.gpus.filter(index=index).exists():
+        raise Http404("No such GPU action")
+    try:
+        action(node.pk, index, actor=services.Actor(user=request.user), reason=request.POST.get("reason", ""))
+    except TransitionForbidden as exc:
+        return HttpResponseForbidden(str(exc))
+    except (ReasonRequired, TransitionNotAllowed) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"GPU {index} of {node.hostname}: {'fenced' if verb == 'fence' else 'cleared'}.")
+    return redirect("node-detail", pk=node.pk)

@@ -300,6 +300,12 @@ NODEWARDEN_BMC_RETRY_BACKOFF_MS = env.int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500
 NODEWARDEN_BMC_POWER_TIMEOUT = env.int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
 NODEWARDEN_BMC_POLL_INTERVAL = env.int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
 
+# --- GPU fencing -----------------------------------------------------------------------------
+# A fenced GPU reaches the node's scheduler as a GPU fence (Slurm: the gpu GRES count; Kubernetes:
+# allocatable nvidia.com/gpu) when true; when false, or where the scheduler cannot fence one GPU
+# safely, the node is drained instead (docs/health.md "GPU health").
+NODEWARDEN_GPU_FENCING = env.bool("NODEWARDEN_GPU_FENCING", True)
+
 # --- InfiniBand fabric -------------------------------------------------------------------
 # Run infiniband-diags from this host every NODEWARDEN_FABRIC_COLLECT_HOURS and compare with the
 # cabling plan; off where the portal host is not on the fabric (then upload the tools' output to
@@ -472,6 +478,21 @@ NODEWARDEN_METRICS_NETWORKS = _networks("NODEWARDEN_METRICS_NETWORKS")
 # The scrapers' bearer token for /metrics (or NODEWARDEN_METRICS_TOKEN_FILE); "": none accepted.
 NODEWARDEN_METRICS_TOKEN = env.str("NODEWARDEN_METRICS_TOKEN", "").strip()
 
+# Prometheus Alertmanager (docs/alerting.md): base URLs (comma-separated; "": off) that firing and
+# resolved alerts are pushed to (POST /api/v2/alerts); credentials may sit in the URL (basic auth).
+NODEWARDEN_ALERTMANAGER_URLS = env.list("NODEWARDEN_ALERTMANAGER_URL", default=[])
+for _url in NODEWARDEN_ALERTMANAGER_URLS:
+    if not _url.startswith(("http://", "https://")):
+        raise ImproperlyConfigured(f"NODEWARDEN_ALERTMANAGER_URL: {_url!r} is not an http(s) URL")
+NODEWARDEN_ALERTMANAGER_TIMEOUT = env.float("NODEWARDEN_ALERTMANAGER_TIMEOUT", 5.0)  # seconds per POST
+# Every firing alert is posted again this often, with endsAt = now + 4 intervals: a restarted
+# Alertmanager learns the state again, and one that stops hearing from us resolves our alerts.
+NODEWARDEN_ALERTMANAGER_RESEND_SECONDS = env.int("NODEWARDEN_ALERTMANAGER_RESEND_SECONDS", 60)
+if NODEWARDEN_ALERTMANAGER_RESEND_SECONDS < 1 or NODEWARDEN_ALERTMANAGER_TIMEOUT <= 0:
+    raise ImproperlyConfigured(
+        "NODEWARDEN_ALERTMANAGER_RESEND_SECONDS and NODEWARDEN_ALERTMANAGER_TIMEOUT must be positive"
+    )
+
 # The OpenAPI schema and Swagger UI: "public", "authenticated" (default: any signed-in user or
 # API token) or "off" (not served).
 NODEWARDEN_API_DOCS = env.str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
@@ -519,6 +540,8 @@ CELERY_BEAT_SCHEDULE = {
     "expire-agent-commands": {"task": "telemetry.tasks.expire_agent_commands", "schedule": 60.0},
     # A check claimed by an agent that never reported back becomes an error after its deadline.
     "expire-stale-checks": {"task": "checks.tasks.expire_stale_checks", "schedule": 60.0},
+    # A job pending for a node held by an active check preempts the check within seconds.
+    "preempt-wanted-checks": {"task": "checks.tasks.preempt_wanted_checks", "schedule": 10.0},
     # Idle-time validation: the stalest due check on idle production nodes (NODEWARDEN_FRESHNESS_SHARE).
     "keep-checks-fresh": {"task": "checks.tasks.keep_checks_fresh", "schedule": 300.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
@@ -544,6 +567,11 @@ CELERY_BEAT_SCHEDULE = {
     },
     # What transitions owe the workload schedulers (retried), and drains moved on as they report.
     "follow-drains": {"task": "schedulers.tasks.follow_drains", "schedule": 60.0, "options": {"queue": "remediation"}},
+    # Every firing (and lately resolved) alert posted to Alertmanager again (NODEWARDEN_ALERTMANAGER_URL).
+    "resend-alerts-to-alertmanager": {
+        "task": "health.tasks.resend_alerts_to_alertmanager",
+        "schedule": float(NODEWARDEN_ALERTMANAGER_RESEND_SECONDS),
+    },
     # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
     "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
     # Trends: degrading figures, peer underperformers and lemon nodes, once a day.

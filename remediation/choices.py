@@ -54,12 +54,13 @@ class Status(models.TextChoices):
     HANDED_OFF = "handed_off", "Handed to repair or RMA"
     SUCCEEDED = "succeeded", "Back in production"
     CLEARED = "cleared", "Cleared by itself before the job ended: stood down"
+    FENCED = "fenced", "GPU fenced: the node serves on with fewer GPUs"
     STOPPED = "stopped", "Stopped by an operator"
     FAILED = "failed", "Failed"
 
 
 OPEN = (Status.AWAITING_APPROVAL, Status.QUEUED, Status.DRAINING, Status.RUNNING, Status.VALIDATING)
-DONE = (Status.HANDED_OFF, Status.SUCCEEDED, Status.CLEARED, Status.STOPPED, Status.FAILED)
+DONE = (Status.HANDED_OFF, Status.SUCCEEDED, Status.CLEARED, Status.FENCED, Status.STOPPED, Status.FAILED)
 # What the operator verbs accept (remediation.services guards; the node panel offers the same).
 APPROVABLE = (Status.AWAITING_APPROVAL,)
 SKIPPABLE = (Status.RUNNING, Status.QUEUED, Status.AWAITING_APPROVAL)
@@ -85,6 +86,7 @@ STATUS_COLOURS: dict[str, str] = {
     Status.HANDED_OFF: "#c0392b",
     Status.SUCCEEDED: "#2e9e5b",
     Status.CLEARED: "#7fb89a",
+    Status.FENCED: "#5a8f7b",
     Status.STOPPED: "#555c66",
     Status.FAILED: "#8e2a20",
 }

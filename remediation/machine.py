@@ -7,9 +7,10 @@ another reads the code for any other write of a status (tests/remediation/test_m
 The tables say what the services do (remediation.services names the verb of each move):
 
 - a remediation is created QUEUED (``consider_finding``); it waits for approval, is admitted
-  (DRAINING, or RUNNING once the node is out), is queued again by a rail (hold, window,
+  (DRAINING, or RUNNING once the node is out; or FENCED, when one GPU is fenced instead of
+  draining the node: ``services.fence_instead``), is queued again by a rail (hold, window,
   confirmation), runs a rung, re-validates, climbs (RUNNING again), and ends HANDED_OFF,
-  SUCCEEDED, CLEARED (stood down), STOPPED (operator, other hands, shadow policy) or FAILED;
+  SUCCEEDED, CLEARED (stood down), FENCED, STOPPED (operator, other hands, shadow policy) or FAILED;
 - a step is created RUNNING (``start_rung``); its action done it VERIFYING, and re-validation
   passes or fails it; a stop or a skip skips it.
 """
@@ -30,7 +31,7 @@ S = Status
 # with a new reason or rung (a queued one queued again, a climb from a running rung).
 MOVES: Mapping[str, frozenset[str]] = {
     S.QUEUED: frozenset(
-        {S.QUEUED, S.AWAITING_APPROVAL, S.DRAINING, S.RUNNING, S.HANDED_OFF, S.CLEARED, S.STOPPED, S.FAILED}
+        {S.QUEUED, S.AWAITING_APPROVAL, S.DRAINING, S.RUNNING, S.HANDED_OFF, S.CLEARED, S.FENCED, S.STOPPED, S.FAILED}
     ),
     # Approved, it is queued (then admitted as any queued one): never straight to acting.
     S.AWAITING_APPROVAL: frozenset({S.QUEUED, S.STOPPED, S.FAILED}),
@@ -40,6 +41,7 @@ MOVES: Mapping[str, frozenset[str]] = {
     S.HANDED_OFF: frozenset(),
     S.SUCCEEDED: frozenset(),
     S.CLEARED: frozenset(),
+    S.FENCED: frozenset(),
     S.STOPPED: frozenset(),
     S.FAILED: frozenset(),
 }

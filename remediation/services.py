@@ -5,7 +5,8 @@ urgency and the rung, explains why on the node's history, and either acts, queue
 (a hold, a tripped breaker, a blast-radius limit, a closed window), or waits for an
 operator's approval. Acting:
 - now (catastrophic): cordon (out of production at once, the scheduler evicts), then the rung;
-- when idle (degraded): drain (the node leaves when its job ends), then the rung;
+- when idle (degraded): drain (the node leaves when its job ends), then the rung; or, for a
+  finding that names one GPU while a job runs, fence that GPU instead (``remediation.fencing``);
 - a rung: GPU reset, reboot, BMC power cycle, reimage (``remediation.ladder`` runs it in a
   task), then re-validation (the Day 1 stages for "back from remediation"); a pass brings
   the node back to production, a failure climbs the ladder; repair and RMA hand off to a
@@ -36,12 +37,12 @@ from health.ruleconfig import rule_config
 from health.rules import REGISTRY
 from health.tasks import QUIET_RULES
 from nodes import services as node_services
-from nodes.choices import EventKind, NodeState
+from nodes.choices import EventKind, GpuHealth, NodeState
 from nodes.models import GPU, OPERATE, Node
 from nodes.services import Actor, clean_reason, record_event
 from repairs import services as repairs
 
-from . import safety
+from . import fencing, safety
 from .choices import (
     APPROVABLE,
     DISRUPTIVE,
@@ -276,6 +277,9 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
     if rem.status != Status.QUEUED:  # awaiting approval: ``approve`` queues it first
         return rem
     node = rem.node
+    gpu = fencing.fence_candidate(rem, node, now)  # asks the scheduler: outside the lock below
+    if gpu is not None:
+        return _fence_instead(rem, gpu)
     with transaction.atomic():
         # One admission at a time per cluster: the limits are counted and the node taken out
         # under the same lock, so a burst of findings cannot overshoot a blast-radius limit.
@@ -290,6 +294,23 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
             return rem
         rem.queued_reason = ""
         return _act(rem, node, actor, now)
+
+
+def _fence_instead(rem: Remediation, gpu: GPU) -> Remediation:
+    """The scheduler fenced the finding's GPU: record the fence and end, the node in production."""
+    with transaction.atomic():
+        if gpu.health != GpuHealth.FENCED:
+            node_services.fence_gpu(
+                rem.node_id,
+                gpu.index,
+                actor=fencing.FENCE_ACTOR,
+                reason=fencing.fence_reason(rem),
+                details={"remediation": rem.pk},
+            )
+        move(rem, Status.FENCED)
+        rem.finished = timezone.now()
+        _decide(rem, f"GPU {gpu.index} fenced: the node stays in production with one GPU fewer", gpu_index=gpu.index)
+    return rem
 
 
 def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediation:

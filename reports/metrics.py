@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,14 +34,15 @@ from audit.models import AuditRun
 from checks import freshness
 from fabric.choices import DiscrepancyKind, TicketStatus
 from fabric.models import Ticket
+from fleet.models import Cluster
 from health.choices import AlertState, Severity
-from health.models import Alert, Finding
+from health.models import Alert, AlertmanagerTally, Finding
 from nodes.choices import ACTIVE_KINDS, NodeState
 from nodes.models import Node
 from nodes.scoping import is_operator_view
 from nodewarden.throttling import AuthFailureThrottle, client_ip
 from remediation.choices import LADDER, OPEN
-from remediation.models import Remediation, RemediationStep
+from remediation.models import CircuitBreaker, Remediation, RemediationStep
 from telemetry.models import NodeHealth, NodeReport
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,8 @@ class FleetCollector(Collector):
         yield self._fabric_tickets()
         yield from self._audit()
         yield from self._check_coverage(now)
+        yield self._breakers()
+        yield from self._alertmanager()
 
     def _nodes(self) -> Iterator[Metric]:
         by_state = GaugeMetricFamily("nodewarden_nodes", "Nodes per lifecycle state.", labels=["state"])
@@ -276,6 +279,43 @@ class FleetCollector(Collector):
         yield ratio
         yield stale
         yield profiles
+
+    @staticmethod
+    def _breakers() -> Metric:
+        """1 for a cluster whose circuit breaker is tripped (automated actions stopped there), else 0."""
+        tripped = Exists(CircuitBreaker.objects.filter(cluster=OuterRef("pk"), reset_at__isnull=True))
+        family = GaugeMetricFamily(
+            "nodewarden_remediation_breaker_tripped",
+            "1 while the cluster's remediation circuit breaker is tripped, else 0.",
+            labels=["cluster"],
+        )
+        for name, is_tripped in Cluster.objects.values_list("name", tripped).order_by("name"):
+            family.add_metric([name], 1 if is_tripped else 0)
+        return family
+
+    @staticmethod
+    def _alertmanager() -> Iterator[Metric]:
+        """Pushes of alerts to each Alertmanager (health.alertmanager_push), counted by every worker."""
+        pushes = CounterMetricFamily(
+            "nodewarden_alertmanager_pushes", "POSTs of alerts Alertmanager accepted.", labels=["receiver"]
+        )
+        failures = CounterMetricFamily(
+            "nodewarden_alertmanager_push_failures",
+            "POSTs of alerts Alertmanager refused or did not answer (the next resend heals them).",
+            labels=["receiver"],
+        )
+        last = GaugeMetricFamily(
+            "nodewarden_alertmanager_last_success_timestamp_seconds",
+            "When Alertmanager last accepted a push (Unix time; 0: never).",
+            labels=["receiver"],
+        )
+        for row in AlertmanagerTally.objects.order_by("receiver")[:50]:
+            pushes.add_metric([row.receiver], row.pushes)
+            failures.add_metric([row.receiver], row.failures)
+            last.add_metric([row.receiver], row.last_success_at.timestamp() if row.last_success_at else 0)
+        yield pushes
+        yield failures
+        yield last
 
 
 def registry(now: datetime | None = None) -> CollectorRegistry:

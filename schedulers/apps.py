@@ -27,8 +27,11 @@ class SchedulersConfig(AppConfig):
     def ready(self) -> None:
         from fleet.choices import SchedulerKind
         from fleet.schedulerkinds import register_scheduler_kind
+        from nodes.followups import on_gpu_fence_change
 
-        from . import reactions  # noqa: F401  registers the scheduler reactions of every transition
+        from . import reactions  # registers the scheduler reactions of every transition
+
+        on_gpu_fence_change(reactions.react_to_gpu_fence)  # a fenced GPU reaches the scheduler
 
         # The product's schedulers; other apps register theirs the same way (the sandbox's simulator).
         register_scheduler_kind(SchedulerKind.SLURM.value, SchedulerKind.SLURM.label, slurm_adapter)

@@ -8,6 +8,11 @@ installed apps registered (``fleet/schedulerkinds.py``; Slurm and Kubernetes in 
 - ``evict``: move work off now (the node is failing anyway);
 - ``drain_state``: where a drain stands (drained yet? how many jobs left? who owns it?);
 - ``work_summary``: what customer work holds the node ("" when none), for the idleness answer;
+- ``wants_node``: would the scheduler start waiting work on the node now (why, or None)? Asked
+  about nodes held for an active check, which then gives way (``checks.services.preempt_check``);
+- ``fence_gpus`` / ``unfence_gpus``: the scheduler stops (starts again) handing out some GPUs of a
+  node by index, the rest of the node serving on; False where it cannot do that safely, and the
+  caller drains the node instead (``nodes.services.fence_gpu`` via ``schedulers.reactions``);
 - ``hold_for_check`` / ``release_check_hold``: keep new work off while an active check runs on a
   node in production, then give the node back. The hold is Nodewarden's cordon with a reason that
   starts with ``CHECK_HOLD`` ("active check"), so anyone (an admin, the fleet auditor, the lifecycle)
@@ -87,6 +92,11 @@ class SchedulerAdapter(ABC):
         """What customer work holds the node, in the scheduler's words; "" when none."""
         return "customer work is running" if self.is_running_work(node) else ""
 
+    def wants_node(self, node: Any) -> str | None:
+        """Why the scheduler wants the node for waiting work now (a pending job that could run
+        there), in its own words; None when nothing waits for it (or the scheduler cannot tell)."""
+        return None
+
     @abstractmethod
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
         """Keep new work off the node while an active check runs (current work is not touched).
@@ -103,6 +113,20 @@ class SchedulerAdapter(ABC):
         True: lifted, or no cordon at all. False: the cordon there now is not the check's (a
         lifecycle cordon or someone else's took it over) and stays.
         """
+
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Stop handing out these GPUs of the node (by index); the rest of the node serves on.
+
+        True: the scheduler no longer hands them out (now, or already). False: it cannot do that
+        safely here (no GPU resource known to it, work holding GPUs, a scheduler that cannot say
+        which GPU), and the caller must drain the node instead. A scheduler without the notion
+        answers False: this default.
+        """
+        return False
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Hand these GPUs out again. True: done, or nothing of ours fenced them; False: it cannot."""
+        return False
 
 
 class NoScheduler(SchedulerAdapter):
@@ -130,6 +154,12 @@ class NoScheduler(SchedulerAdapter):
 
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
         return False  # no scheduler starts work here: nothing to hold, nothing to give back
+
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        return True  # nothing hands GPUs out here but what Nodewarden's own record says
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        return True
 
     def release_check_hold(self, node: Any, *, reason: str) -> bool:
         return True
@@ -165,6 +195,9 @@ class UnregisteredScheduler(SchedulerAdapter):
         raise self._refuse()
 
     def drain_state(self, node: Any) -> DrainState:
+        raise self._refuse()
+
+    def wants_node(self, node: Any) -> str | None:
         raise self._refuse()
 
     def hold_for_check(self, node: Any, *, reason: str) -> bool:

@@ -17,6 +17,16 @@ each pod (policy/v1 Eviction, so PodDisruptionBudgets are honoured).
 Every write re-reads the node and sends its ``resourceVersion`` (compare-and-swap): a 409 from a
 concurrent writer is retried on a fresh read, as client-go's ``RetryOnConflict`` does.
 
+Fencing GPUs (``fence_gpus``): the indices go in the annotation ``nodewarden.io/fenced-gpus``
+("2,5", the record) and the node's ``status.allocatable["nvidia.com/gpu"]`` is lowered to the
+capacity less the fenced count, through the status subresource, so the scheduler places no more
+GPU requests than the healthy GPUs. The kubelet owns that status: it rewrites allocatable from
+its device plugin (on a device-plugin or kubelet restart, and at its status updates), so the
+annotation is what says the fence and ``fence_gpus`` is idempotent, to be applied again. A node
+without ``nvidia.com/gpu`` capacity answers False (the caller drains it). The count does not tell
+the kubelet which device: the device plugin's own health check is what keeps the named GPU from
+a new pod.
+
 Credentials: ``settings.NODEWARDEN_KUBERNETES_TOKENS`` maps cluster name -> bearer token; the API
 server URL is ``Cluster.scheduler_endpoint``.
 """
@@ -49,6 +59,8 @@ T = TypeVar("T")
 TAINT_KEY = "nodewarden.io/maintenance"
 OWNER_ANNOTATION = "nodewarden.io/cordoned-by"
 REASON_ANNOTATION = "nodewarden.io/cordon-reason"
+FENCED_GPUS_ANNOTATION = "nodewarden.io/fenced-gpus"  # "2,5": the GPU indices Nodewarden fenced
+GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # static pods: the kubelet runs them from files
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 SOMEONE_ELSE = "someone else"  # the owner of a cordon that names none
@@ -59,6 +71,7 @@ REQUEST_TIMEOUT = (5.0, 30.0)  # seconds: connect, read; every call carries it
 MERGE_PATCH = "application/merge-patch+json"
 TAINT_VALUE_MAX = 63  # a taint value is a label value: 63 chars of [A-Za-z0-9._-], alnum at both ends
 REASON_MAX = 1024
+PENDING_PODS_READ = 500  # pending pods one wants_node question reads
 PODS_NAMED_MAX = 5  # how many leftover pods drain_state's detail names
 
 
@@ -125,6 +138,28 @@ class KubernetesAdapter(SchedulerAdapter):
         more = f" and {len(pods) - PODS_NAMED_MAX} more" if len(pods) > PODS_NAMED_MAX else ""
         return f"{len(pods)} work pod(s) on {name}: {named}{more}"
 
+    def wants_node(self, node: Any) -> str | None:
+        """A pending pod the scheduler could not place that would fit the node's labels, or None.
+
+        Kept simple: an unscheduled pod (phase Pending, no node, ``PodScheduled=False`` with reason
+        Unschedulable) whose ``nodeSelector`` the node's labels satisfy. Affinity, resources and
+        tolerations are not weighed: a pod waiting for capacity in the node's pool takes the node back.
+        """
+        name = self.node_name(node)
+        labels = _meta(self._read_node(name)).labels or {}
+        pods = self._call(
+            "list_pod_for_all_namespaces",
+            name,
+            lambda **kw: self.core.list_pod_for_all_namespaces(
+                field_selector="status.phase=Pending,spec.nodeName=", limit=PENDING_PODS_READ, **kw
+            ),
+        )
+        for pod in pods.items:
+            selector = (pod.spec.node_selector if pod.spec is not None else None) or {}
+            if _unschedulable(pod) and all(labels.get(key) == value for key, value in selector.items()):
+                return f"pod {_meta(pod).namespace}/{_meta(pod).name} is pending: {_unschedulable(pod)}"
+        return None
+
     def hold_for_check(self, node: Any, *, reason: str) -> bool:
         """Cordon + taint + owner annotation, the reason starting "active check"; an existing
         cordon is left as it is (True only when it is already a check's hold)."""
@@ -152,6 +187,46 @@ class KubernetesAdapter(SchedulerAdapter):
             owner=owner,
             detail=self._detail(name, current, pods, owner),
         )
+
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Record the fenced indices in our annotation and lower allocatable GPUs to match."""
+        name = self.node_name(node)
+        return retry_on_conflict(lambda: self._set_fenced(name, set(indices), add=True))
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Drop the indices from our annotation and raise allocatable GPUs to match."""
+        name = self.node_name(node)
+        return retry_on_conflict(lambda: self._set_fenced(name, set(indices), add=False))
+
+    def _set_fenced(self, name: str, indices: set[int], *, add: bool) -> bool:
+        current = self._read_node(name)
+        capacity = int(((current.status and current.status.capacity) or {}).get(GPU_RESOURCE, "0") or 0)
+        recorded = _fenced_gpus(current)
+        fenced = recorded | indices if add else recorded - indices
+        if not capacity or any(index >= capacity for index in fenced):
+            return not add  # no GPUs known to Kubernetes: nothing to fence, nothing to give back
+        allocatable = str(capacity - len(fenced))
+        now = (current.status and current.status.allocatable) or {}
+        if fenced == recorded and now.get(GPU_RESOURCE) == allocatable:
+            return True  # in place already: the minute's re-apply writes nothing
+        value = ",".join(map(str, sorted(fenced))) or None  # null deletes the annotation
+        if fenced != recorded:
+            self._patch_node(
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": _meta(current).resource_version,
+                        "annotations": {FENCED_GPUS_ANNOTATION: value},
+                    }
+                },
+            )
+        status = {"status": {"allocatable": {GPU_RESOURCE: allocatable}}}
+        self._call(
+            "patch_node_status",
+            name,
+            lambda **kw: self.core.patch_node_status(name, status, _content_type=MERGE_PATCH, **kw),
+        )
+        return True
 
     # --- cordon and uncordon, one attempt each (retried on 409) ------------------------------
 
@@ -339,6 +414,12 @@ def _annotations(node: client.V1Node) -> dict[str, str]:
     return dict(node.metadata.annotations or {}) if node.metadata else {}
 
 
+def _fenced_gpus(node: client.V1Node) -> set[int]:
+    """The GPU indices our annotation records as fenced (a malformed entry is ignored)."""
+    words = _annotations(node).get(FENCED_GPUS_ANNOTATION, "").split(",")
+    return {int(word) for word in words if word.strip().isdigit()}
+
+
 def _owner(node: client.V1Node) -> str | None:
     return _annotations(node).get(OWNER_ANNOTATION) or None
 
@@ -359,6 +440,17 @@ def _is_work(pod: client.V1Pod, name: str) -> bool:
     if MIRROR_ANNOTATION in (_meta(pod).annotations or {}):
         return False
     return not any(ref.kind == "DaemonSet" for ref in _meta(pod).owner_references or [])
+
+
+def _unschedulable(pod: client.V1Pod) -> str:
+    """The scheduler's message when it could not place this pending pod; "" for any other pod."""
+    # Re-checked here: the field selector may be ignored (a proxy, the test stand-in).
+    if pod.spec is None or pod.spec.node_name or pod.status is None or pod.status.phase != "Pending":
+        return ""
+    for condition in pod.status.conditions or []:
+        if condition.type == "PodScheduled" and condition.status == "False" and condition.reason == "Unschedulable":
+            return condition.message or "Unschedulable"
+    return ""
 
 
 def _taint_value(reason: str) -> str:

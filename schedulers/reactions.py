@@ -17,23 +17,31 @@ The reactions:
   the node's state, so ``sinfo -R`` never says "Drain pending" for a node in triage;
 - resume: take work again, lifting only a cordon Nodewarden set (back to production, a drain
   cancelled).
+
+A GPU fenced or given back (``nodes.services.fence_gpu`` / ``clear_gpu``) is no transition; it
+arrives here after commit through ``nodes.followups.gpu_fence_changed`` (``react_to_gpu_fence``,
+a Celery task): the adapter fences the GPU (``fence_gpus``), and where it answers False, fails,
+or ``NODEWARDEN_GPU_FENCING`` is off, a node in production is drained the normal road
+(``request_drain``) with the fence's reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services as node_services
-from nodes.choices import DAY1_STAGES, EventKind, NodeState
+from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
 from nodes.followups import followup
-from nodes.models import Node, NodeEvent
+from nodes.models import GPU, Node, NodeEvent
 
 from . import base
 from .base import SchedulerConflict, SchedulerError
@@ -262,7 +270,8 @@ def drain_on(node: Node, event: NodeEvent) -> str:
 
 def follow_drains(now: datetime | None = None) -> dict[str, int]:
     """Celery beat, every minute: retry the reactions owed to schedulers, re-ask drains that did not
-    reach the scheduler, and move drain-pending and draining nodes on as their schedulers allow."""
+    reach the scheduler, move drain-pending and draining nodes on as their schedulers allow, and
+    re-apply GPU fences (``reapply_gpu_fences``)."""
     now = now or timezone.now()
     counts = {"retried": 0, "still_owed": 0, "moved": 0}
     for owed in PendingReaction.objects.filter(next_attempt_at__lte=now).select_related("node__cluster")[:BATCH]:
@@ -283,4 +292,97 @@ def follow_drains(now: datetime | None = None) -> dict[str, int]:
     )
     for node in draining:
         counts["moved"] += advance_drain(node) in MOVED
+    counts["fences"] = reapply_gpu_fences()
     return counts
+
+
+def reapply_gpu_fences() -> int:
+    """Ask each production node's scheduler again for the GPU fences Nodewarden holds (a kubelet
+    rewrites allocatable from its device plugin); one that no longer takes drains the node. Quiet
+    when the fence is in place: no history row per minute. Returns how many nodes were asked."""
+    fenced: dict[int, list[int]] = {}
+    rows = (
+        GPU.objects.filter(health=GpuHealth.FENCED, node__state=S.PRODUCTION)
+        .order_by("node_id", "index")
+        .values_list("node_id", "index")[: BATCH * 8]
+    )
+    for node_id, index in rows:
+        fenced.setdefault(node_id, []).append(index)
+    for node in Node.objects.filter(pk__in=fenced).select_related("cluster"):
+        try:
+            held = base.adapter_for(node.cluster).fence_gpus(node, fenced[node.pk], reason="fence re-applied")
+        except SchedulerError:
+            held = False
+        if not held:
+            apply_gpu_fence(node.pk, fenced[node.pk], fenced=True, reason="the fence no longer holds in the scheduler")
+    return len(fenced)
+
+
+# --- A GPU fenced or given back ---------------------------------------------------------------------
+
+
+def apply_gpu_fence(node_id: int, indices: list[int], *, fenced: bool, reason: str) -> str:
+    """Tell the node's scheduler that these GPUs are fenced (or given back), as they are now.
+
+    Only the GPUs still fenced (or no longer fenced) are sent: a clear that overtook its fence
+    wins. A fence the scheduler cannot take drains a node in production instead.
+    """
+    node = Node.objects.select_related("cluster").filter(pk=node_id).first()
+    if node is None:
+        return ""
+    health = GpuHealth.FENCED if fenced else GpuHealth.HEALTHY
+    indices = sorted(
+        set(GPU.objects.filter(node=node, index__in=indices, health=health).values_list("index", flat=True))
+    )
+    if not indices:
+        return ""
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    verb = "fence" if fenced else "give back"
+    done, why = False, "GPU fencing is off (NODEWARDEN_GPU_FENCING)"
+    if settings.NODEWARDEN_GPU_FENCING or not fenced:
+        try:
+            done = (
+                adapter.fence_gpus(node, indices, reason=reason)
+                if fenced
+                else adapter.unfence_gpus(node, indices, reason=reason)
+            )
+            why = f"{adapter.kind} cannot {verb} single GPUs of this node safely"
+        except SchedulerError as exc:
+            why = f"{adapter.kind} could not be asked to {verb} GPU(s): {exc}"
+    named = ", ".join(map(str, indices))
+    if done:
+        summary = f"{adapter.kind}: GPU {named} {'fenced' if fenced else 'given back'}."
+        node_services.record_event(
+            node.pk,
+            EventKind.ACTION,
+            actor=ACTOR,
+            reason=summary,
+            details={"gpu_fence": fenced, "gpu_indices": indices, "ok": True},
+        )
+        return summary
+    if fenced and node.state == S.PRODUCTION:
+        # Moved on meanwhile: out of production, the scheduler cordons it anyway.
+        with contextlib.suppress(TransitionNotAllowed, ConcurrentTransition):
+            node_services.request_drain(
+                node.pk,
+                actor=ACTOR,
+                reason=f"GPU {named} fenced ({reason}); {why}: draining the node instead."[:1000],
+                details={"gpu_fence": True, "gpu_indices": indices},
+            )
+        return f"{why}: the node is drained instead."
+    node_services.record_event(
+        node.pk,
+        EventKind.NOTE,
+        actor=ACTOR,
+        reason=f"GPU {named}: {why}."[:1000],
+        details={"gpu_fence": fenced, "gpu_indices": indices, "ok": False},
+    )
+    return why
+
+
+def react_to_gpu_fence(node_id: int, indices: list[int], fenced: bool, reason: str) -> None:
+    """The registered reaction (``nodes.followups.on_gpu_fence_change``): queue the scheduler call,
+    so a slow scheduler never holds up the request or task that fenced the GPU."""
+    from .tasks import apply_gpu_fence as task
+
+    task.delay(node_id, indices, fenced, reason)

@@ -29,6 +29,18 @@ already read; a reservation would need its own name, account ACL and IGNORE_JOBS
 and would not show in the node's state). A lifecycle drain or cordon on a held node replaces the
 reason, so the check's release (``release_check_hold``) then finds the drain no longer its own
 and leaves it.
+
+Fencing one GPU (``fence_gpus``): ``scontrol update nodename=N gres=gpu:<count less the fenced>``,
+the fenced indices recorded in the node's Comment ("nodewarden-gpu-fence: 2 of 8", kept beside
+any comment of the admins'). It answers False (and the caller drains the node) when the node has
+no single gpu GRES, when a job holds GPUs there (a count cannot say which GPU the job has, so
+lowering it could leave the job on the fenced one while Slurm believes otherwise), or when
+slurmctld refuses the new count. Slurm 22.05 refuses it on every node whose GPUs come from
+gres.conf ``File=`` lines ("Attempt to change gres/gpu Count ... invalid with File configuration";
+a GPU without a File is dropped by slurmd, so every real GPU node has them): there the answer is
+False and the node is drained, the issue's "drained when that cannot be done safely". A per-index
+fence on such a node is a gres.conf edit on the node and a slurmd restart, which is configuration
+management's, not a controller command.
 """
 
 from __future__ import annotations
@@ -53,8 +65,18 @@ ACTIVE_JOB_STATES = "R,CG,CF,S"
 ALLOCATED_JOB_STATES = "R,CG,CF,S,ST,SO,SI,RS"
 # Jobs that evict moves off (completing ones are already on their way out).
 EVICTABLE_JOB_STATES = "R,CF,S"
+# Why a pending job waits, when giving a held node back would let it start: its nodes are
+# unavailable (drained by the hold) or busy. Dependency, BeginTime, held jobs, QOS/association
+# limits and the like would not start on the node anyway.
+WAITING_FOR_NODES = ("ReqNodeNotAvail", "Resources", "Nodes_required_for_job", "Priority")
+# Pending jobs one question reads (squeue lists them by priority, the likeliest to start first).
+PENDING_JOBS_READ = 500
 # A Slurm node name, never a hostlist expression: "gpu[01-04]" or "a,b" would act on many nodes.
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# The fenced GPUs in the node's Comment: "nodewarden-gpu-fence: 2,5 of 8" (indices, configured count).
+FENCE_RE = re.compile(r"\s*nodewarden-gpu-fence: (?P<indices>\d+(?:,\d+)*) of (?P<total>\d+)")
+# One gpu GRES entry: "gpu:8", "gpu:a100:8", "gpu:a100:8(S:0-1)".
+GPU_GRES_RE = re.compile(r"^gpu(?::(?P<type>[^:,()]+))?:(?P<count>\d+)(?:\([^)]*\))?$")
 # "admin: bad DIMM [root@2026-11-22T07:40:57]": who set the reason and when.
 REASON_RE = re.compile(r"^(?P<text>.*?)(?: \[(?P<user>[^@\]\s]+)@(?P<when>[^\]\s]+)\])?$")
 
@@ -69,6 +91,7 @@ class SlurmNode:
     reason: str  # without the "[user@time]" suffix
     reason_user: str | None
     reason_time: str | None
+    partitions: tuple[str, ...] = ()
 
     @property
     def flags(self) -> set[str]:
@@ -100,6 +123,19 @@ class SlurmNode:
             if self.reason_user:
                 text += f" [{self.reason_user}@{self.reason_time}]"
         return text
+
+
+@dataclass(frozen=True)
+class SlurmGres:
+    """A node's gpu GRES as ``scontrol -d show node`` has it, with our fence record."""
+
+    name: str
+    entry: str  # "gpu:a100:8(S:0-1)"
+    gpu_type: str | None
+    total: int  # configured GPUs, before any fence of ours
+    fenced: set[int]
+    used: int  # GPUs allocated to jobs now (GresUsed)
+    other_comment: str  # the Comment without our record: an admin's words, kept
 
 
 class SlurmAdapter(SchedulerAdapter):
@@ -165,7 +201,40 @@ class SlurmAdapter(SchedulerAdapter):
             reason=match["text"],
             reason_user=match["user"],
             reason_time=match["when"],
+            partitions=tuple(filter(None, fields.get("Partitions", "").split(","))),
         )
+
+    def wants_node(self, node: Any) -> str | None:
+        """A pending job that would start on the node if it were given back, or None.
+
+        A job wants the node when it names it (``-w``: squeue's requested node list) or, naming
+        none, runs in one of the node's partitions, and waits for nodes (``WAITING_FOR_NODES``:
+        a job held by a dependency or a limit would not start anyway) and does not exclude it.
+        Slurm names ReqNodeNotAvail before an unmet dependency, so the dependency (%E) is read too.
+        """
+        info = self.show_node(node)
+        out = self._run("squeue", "-h", "-t", "PD", "--sort=-p", "-o", "%i|%P|%n|%x|%E|%r")
+        for line in out.splitlines()[:PENDING_JOBS_READ]:
+            job, partitions, requested, excluded, dependency, why = (line.split("|", 5) + [""] * 6)[:6]
+            if not why.startswith(WAITING_FOR_NODES) or dependency.strip() not in ("", "(null)"):
+                continue
+            if info.name in self._hostnames(excluded):
+                continue
+            if requested.strip():
+                if info.name in self._hostnames(requested):
+                    return f"Slurm job {job} asks for {info.name} and is pending ({why})"
+            elif set(partitions.split(",")) & set(info.partitions):
+                return f"Slurm job {job} in partition {partitions} is pending ({why})"
+        return None
+
+    def _hostnames(self, expression: str) -> set[str]:
+        """A Slurm hostlist ("gpu-s-[01-03]") as names; plain names without asking scontrol."""
+        expression = expression.strip()
+        if not expression or expression == "(null)":
+            return set()
+        if "[" not in expression:
+            return set(expression.split(","))
+        return set(self._run("scontrol", "show", "hostnames", expression).split())
 
     def jobs_on(self, node: Any, states: str) -> list[str]:
         """Ids of the jobs on the node in the given squeue states (%A: one id per array task)."""
@@ -251,6 +320,76 @@ class SlurmAdapter(SchedulerAdapter):
             if self.show_node(node).ours:
                 # The reason is the record Slurm's own admins see (sinfo -R) and drain_state's detail.
                 self._set_drain(name, f"{reason} (evicted: {summary})")
+
+    # --- GPUs -------------------------------------------------------------------------------------
+    def fence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Lower the node's gpu GRES count by the newly fenced GPUs and record their indices in its
+        Comment; False where that is not safe or slurmctld refuses (see the module docstring)."""
+        gres = self._gres(node)
+        if gres is None:
+            return False
+        fenced, total = gres.fenced, gres.total
+        wanted = fenced | set(indices)
+        if wanted == fenced:
+            return True  # already fenced by us
+        if any(index >= total for index in wanted) or gres.used:
+            logger.info(
+                "%s: GPU fence refused (indices %s of %s, GPUs in use: %s)", gres.name, wanted, total, gres.used
+            )
+            return False
+        try:
+            self._set_gpus(gres, wanted)
+        except SchedulerError as exc:
+            logger.info("%s: slurmctld refuses to fence GPUs %s: %s", gres.name, sorted(indices), exc)
+            return False
+        logger.info("%s: fenced GPUs %s (%s)", gres.name, sorted(wanted), reason)
+        return True
+
+    def unfence_gpus(self, node: Any, indices: list[int], *, reason: str) -> bool:
+        """Give back the GPUs our Comment records as fenced; True when none of these is recorded."""
+        gres = self._gres(node)
+        if gres is None or not gres.fenced & set(indices):
+            return True  # nothing of ours to undo
+        try:
+            self._set_gpus(gres, gres.fenced - set(indices))
+        except SchedulerError as exc:
+            logger.info("%s: slurmctld refuses to give GPUs %s back: %s", gres.name, sorted(indices), exc)
+            return False
+        return True
+
+    def _gres(self, node: Any) -> SlurmGres | None:
+        """The node's one gpu GRES, GPUs in use and our fence record; None without a single gpu GRES."""
+        name = self.slurm_name(node)
+        fields: dict[str, str] = {}
+        for line in self._run("scontrol", "-d", "show", "node", name).splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and key in ("Gres", "GresUsed", "Comment"):
+                fields[key] = value
+        gpus = [entry for entry in fields.get("Gres", "").split(",") if GPU_GRES_RE.match(entry)]
+        if len(gpus) != 1:
+            return None
+        match = GPU_GRES_RE.match(gpus[0])
+        assert match is not None  # noqa: S101 - filtered above
+        comment = "" if fields.get("Comment", "(null)") == "(null)" else fields["Comment"]
+        record = FENCE_RE.search(comment)
+        used = sum(int(m["count"]) for e in fields.get("GresUsed", "").split(",") if (m := GPU_GRES_RE.match(e)))
+        return SlurmGres(
+            name=name,
+            entry=gpus[0],
+            gpu_type=match["type"],
+            total=int(record["total"]) if record else int(match["count"]),
+            fenced={int(i) for i in record["indices"].split(",")} if record else set(),
+            used=used,
+            other_comment=FENCE_RE.sub("", comment).strip(),
+        )
+
+    def _set_gpus(self, gres: SlurmGres, fenced: set[int]) -> None:
+        """The gpu count less the fenced ones, then the Comment that records them."""
+        kind = f"gpu:{gres.gpu_type}" if gres.gpu_type else "gpu"
+        self._run("scontrol", "update", f"nodename={gres.name}", f"gres={kind}:{gres.total - len(fenced)}")
+        record = f"nodewarden-gpu-fence: {','.join(map(str, sorted(fenced)))} of {gres.total}" if fenced else ""
+        comment = " ".join(filter(None, [gres.other_comment, record]))
+        self._run("scontrol", "update", f"nodename={gres.name}", f"comment={comment}")
 
     # --- Plumbing -------------------------------------------------------------------------------
     def slurm_name(self, node: Any) -> str:

@@ -8,6 +8,12 @@ from . import reactions
 
 
 @shared_task(ignore_result=True)
+def apply_gpu_fence(node_id: int, indices: list[int], fenced: bool, reason: str) -> str:
+    """Tell a node's scheduler of GPUs fenced or given back; re-reads their health (idempotent)."""
+    return reactions.apply_gpu_fence(node_id, indices, fenced=fenced, reason=reason)
+
+
+@shared_task(ignore_result=True)
 def follow_drains() -> dict[str, int]:
     """Retry reactions owed to schedulers and move drains on (beat, every minute)."""
     return reactions.follow_drains()

@@ -83,6 +83,7 @@ def busy_scheduler(monkeypatch):
         kind = "busy"
         calls: list[tuple[str, str]] = []
         running = True
+        fences = False  # whether it can fence single GPUs (base adapter: it cannot)
 
         def is_running_work(self, node):
             return Busy.running
@@ -106,6 +107,14 @@ def busy_scheduler(monkeypatch):
         def release_check_hold(self, node, *, reason):
             Busy.calls.append(("release_check_hold", node.hostname))
             return True
+
+        def fence_gpus(self, node, indices, *, reason):
+            Busy.calls.append(("fence_gpus", node.hostname))
+            return Busy.fences
+
+        def unfence_gpus(self, node, indices, *, reason):
+            Busy.calls.append(("unfence_gpus", node.hostname))
+            return Busy.fences
 
         def drain_state(self, node):
             return base.DrainState(

@@ -172,3 +172,24 @@ class CheckResultAnswerSerializer(serializers.Serializer[Any]):
 
     id = serializers.IntegerField()
     status = serializers.CharField()
+
+
+class GiveBackSerializer(serializers.Serializer[Any]):
+    """Why the node is wanted back now; kept in the node's history."""
+
+    reason = serializers.CharField(allow_blank=False, max_length=500)
+
+
+class GiveBackAnswerSerializer(serializers.Serializer[Any]):
+    """The checks that were running on the node and are now preempted (the node is being given back)."""
+
+    preempted = CheckRunSerializer(many=True)
+
+
+class AgentRunStateSerializer(serializers.Serializer[Any]):
+    """What the agent asks while a check runs: carry on (``wanted``), or kill the check and post nothing."""
+
+    id = serializers.IntegerField()
+    status = serializers.CharField(help_text=", ".join(RunStatus.values))
+    wanted = serializers.BooleanField()
+    reason = serializers.CharField()

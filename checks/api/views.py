@@ -138,6 +138,25 @@ class CancelCheckView(generics.GenericAPIView[Run]):
         return Response(serializers.CheckRunSerializer(run).data)
 
 
+class GiveBackNodeView(APIView):
+    """The node's customer or an operator wants the node back now: its running checks are preempted."""
+
+    @extend_schema(
+        summary="Take the node back from its running active checks",
+        request=serializers.GiveBackSerializer,
+        responses={200: serializers.GiveBackAnswerSerializer, **ERRORS},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        node = visible_node_or_404(request.user, pk)
+        body = serializers.GiveBackSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        with refusals_as_http():
+            runs = services.give_back_node(
+                node.pk, actor=Actor(user=request.user), reason=body.validated_data["reason"]
+            )
+        return Response(serializers.GiveBackAnswerSerializer({"preempted": runs}).data)
+
+
 def _agent_node_id(request: Request) -> int:
     """The node of the agent that called (IsNodeAgent lets agents in only)."""
     agent = request.user
@@ -160,6 +179,27 @@ class AgentChecksView(APIView):
             claim = services.claim_checks_for_agent(_agent_node_id(request))
         data = {"idle": claim.idle, "reason": claim.reason, "checks": claim.runs}
         return Response(serializers.AgentClaimSerializer(data).data)
+
+
+class AgentRunStateView(APIView):
+    """The node agent asks, every few seconds while a check runs, whether the run is still wanted."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+
+    @extend_schema(
+        summary="Agent: is this running check still wanted?",
+        operation_id="agent_checks_state",
+        responses={
+            200: serializers.AgentRunStateSerializer,
+            404: OpenApiResponse(DetailSerializer, description="Not a run of this node."),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        with refusals_as_http():
+            run, wanted, reason = services.run_is_wanted(pk, _agent_node_id(request))
+        data = {"id": run.pk, "status": run.status, "wanted": wanted, "reason": reason}
+        return Response(serializers.AgentRunStateSerializer(data).data)
 
 
 class AgentCheckResultView(APIView):

@@ -147,6 +147,14 @@ class TransitionResultSerializer(serializers.Serializer[dict[str, Any]]):
     event = NodeEventSerializer()
 
 
+class GpuActionResultSerializer(serializers.Serializer[dict[str, Any]]):
+    """The GPU as it is now, how many of the node's GPUs take work, and the history row written."""
+
+    gpu = GPUSerializer()
+    usable_gpu_count = serializers.IntegerField()
+    event = NodeEventSerializer()
+
+
 class DetailSerializer(serializers.Serializer[dict[str, Any]]):
     """An error with a human-readable message."""
 

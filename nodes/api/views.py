@@ -1,4 +1,4 @@
-"""REST endpoints for nodes: list and detail, history, and lifecycle transitions.
+"""REST endpoints for nodes: list and detail, history, lifecycle transitions, and fencing one GPU.
 
 Every queryset starts from ``nodes.scoping``, so another tenant's node answers
 404; every change of state goes through ``nodes.services``.
@@ -6,7 +6,8 @@ Every queryset starts from ``nodes.scoping``, so another tenant's node answers
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import QuerySet
@@ -19,7 +20,7 @@ from rest_framework.response import Response
 
 from nodes import services
 from nodes.filters import NodeFilterSet
-from nodes.models import Node, NodeEvent
+from nodes.models import GPU, Node, NodeEvent
 from nodes.permissions import CanOperateObject
 from nodes.scoping import visible_events, visible_nodes
 from nodewarden.filters import FilterBackend
@@ -27,11 +28,37 @@ from nodewarden.filters import FilterBackend
 from . import serializers
 
 _Row = TypeVar("_Row")  # what the queryset yields: nodes, or values() rows
+T = TypeVar("T", bound=Callable[..., Any])  # a view method the schema decorates
 
 # Joined into every node row: each is named in the serializer.
 NODE_RELATIONS = ("site", "cluster", "rack", "tenant", "hardware_profile", "persona")
 REQUEST_ID_HEADER = "X-Request-ID"
 CORRELATION_ID_MAX = 100  # NodeEvent.correlation_id's max_length
+
+
+GPU_INDEX_MAX = 32767  # GPU.index is a small integer: a larger one names no GPU (404, not a database error)
+
+
+def _gpu_action_schema(verb: str, summary: str, description: str) -> Callable[[T], T]:
+    """The OpenAPI description shared by the two GPU verbs."""
+    return extend_schema(
+        operation_id=f"nodes_gpus_{verb}",
+        summary=summary,
+        description=f"{description} The node's own state is unchanged; the reason is kept in its history.",
+        parameters=[
+            OpenApiParameter("index", OpenApiTypes.INT, OpenApiParameter.PATH, description="The GPU's index."),
+            OpenApiParameter(REQUEST_ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False),
+        ],
+        request=serializers.TransitionReasonSerializer,
+        examples=[OpenApiExample("Reason", value={"reason": "XID 79 on GPU 3"}, request_only=True)],
+        responses={
+            201: serializers.GpuActionResultSerializer,
+            400: OpenApiResponse(serializers.ReasonErrorSerializer, description="The reason is missing or blank."),
+            403: OpenApiResponse(serializers.DetailSerializer, description="The user may not operate nodes."),
+            404: OpenApiResponse(serializers.DetailSerializer, description="No such node visible, or no such GPU."),
+            409: OpenApiResponse(serializers.DetailSerializer, description=f"The GPU's health does not allow {verb}."),
+        },
+    )
 
 
 @extend_schema_view(
@@ -121,6 +148,43 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
         event = _run_transition(node, name, request, body.validated_data["reason"])
         result = {"node": Node.objects.get(pk=node.pk), "event": event}
         return Response(serializers.TransitionResultSerializer(result).data, status=status.HTTP_201_CREATED)
+
+    @_gpu_action_schema(
+        "fence", "Fence one GPU", "The scheduler stops handing the GPU out (or, where it cannot, the node is drained)."
+    )
+    @action(detail=True, methods=["post"], url_path=r"gpus/(?P<index>[0-9]+)/fence", filter_backends=[])
+    def fence_gpu(self, request: Request, index: str, pk: str | None = None) -> Response:
+        return self._gpu_action(request, index, services.fence_gpu)
+
+    @_gpu_action_schema("clear", "Clear one GPU", "The GPU is trusted again and given back to the scheduler.")
+    @action(detail=True, methods=["post"], url_path=r"gpus/(?P<index>[0-9]+)/clear", filter_backends=[])
+    def clear_gpu(self, request: Request, index: str, pk: str | None = None) -> Response:
+        return self._gpu_action(request, index, services.clear_gpu)
+
+    def _gpu_action(self, request: Request, index: str, verb: Any) -> Response:
+        node = self.get_object()
+        body = serializers.TransitionReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if int(index) > GPU_INDEX_MAX:
+            raise exceptions.NotFound(f"No GPU {index} on this node.")
+        correlation_id = request.headers.get(REQUEST_ID_HEADER, "")[:CORRELATION_ID_MAX]
+        try:
+            event = verb(
+                node.pk,
+                int(index),
+                actor=services.Actor(user=request.user),
+                reason=body.validated_data["reason"],
+                correlation_id=correlation_id,
+            )
+        except GPU.DoesNotExist as exc:
+            raise exceptions.NotFound(f"No GPU {index} on this node.") from exc
+        gpus = list(GPU.objects.filter(node=node))
+        result = {
+            "gpu": next(g for g in gpus if g.index == int(index)),
+            "usable_gpu_count": services.usable_gpu_count(gpus),
+            "event": event,
+        }
+        return Response(serializers.GpuActionResultSerializer(result).data, status=status.HTTP_201_CREATED)
 
 
 def _run_transition(node: Node, name: str, request: Request, reason: str) -> NodeEvent:

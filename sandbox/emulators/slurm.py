@@ -7,8 +7,12 @@ shared/reference/real-components.md section 4, with these changes:
 
 * every port is a free one picked at start (never fixed), so parallel test workers and
   the demo each run their own cluster side by side;
-* no GRES (the adapter never asks for GPUs), and ``SlurmdParameters=config_overrides``
-  so the node layout in slurm.conf is used whatever ``slurmd -C`` says on this machine;
+* no GRES unless ``gpus=N`` is given: then ``GresTypes=gpu``, ``Gres=gpu:N`` on every node and a
+  gres.conf naming one fake device file per GPU (``mknod`` in the cluster's directory: gres/gpu drops
+  GPUs without a file, even with ``Flags=CountOnly``, and slurmctld then marks the node INVAL), as
+  on a real GPU node. slurmctld refuses to change such a node's GPU count (``scontrol update
+  Gres=gpu:3``: "Attempt to change gres/gpu Count ... invalid with File configuration"); ``SlurmdParameters=config_overrides`` so the node layout in
+  slurm.conf is used whatever ``slurmd -C`` says on this machine;
 * short scheduler and ping intervals: a job starts within ~1 s, a resumed node answers in ~1 s;
 * optional ``cloud_nodes``: in slurm.conf with ``State=CLOUD`` and no slurmd (the recipe's
   "Extra nodes without a slurmd"): they show ``idle~``, and drain and resume both succeed
@@ -39,6 +43,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -94,7 +99,7 @@ KillWait=1
 # Seconds a finished job stays visible to "scontrol show job" (default 300).
 MinJobAge=10
 SlurmdParameters=config_overrides
-{cloud_settings}NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000
+{cloud_settings}{gres_types}NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000{gres}
 NodeName=DEFAULT State=UNKNOWN
 {node_lines}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -132,6 +137,7 @@ class SlurmCluster:
         scheduler_parameters: str = "",
         dead_nodes: Sequence[str] = (),
         cloud_nodes: Sequence[str] = (),
+        gpus: int = 0,
     ) -> None:
         self.nodes = list(nodes)
         # Nodes in slurm.conf without a slurmd: their port has no listener (they show ``unk*``/``down*``).
@@ -139,6 +145,8 @@ class SlurmCluster:
         # Nodes without a slurmd that drain and resume cleanly (State=CLOUD: ``idle~``).
         self.cloud_nodes = list(cloud_nodes)
         self.cpus = cpus
+        # GPUs per node (gres/gpu), each backed by a fake device file: 0 means no GRES at all.
+        self.gpus = gpus
         self.slurmd_timeout = slurmd_timeout
         self.scheduler_parameters = scheduler_parameters
         self.dir: Path | None = None
@@ -277,6 +285,8 @@ class SlurmCluster:
                 for n in self.cloud_nodes
             ]
         params = ",".join(filter(None, [FAST_SCHEDULING, self.scheduler_parameters]))
+        if self.gpus:
+            self._write_gres_conf()
         self.conf_path.write_text(
             SLURM_CONF.format(
                 cluster_name=f"nw{os.getpid()}n{next(_CLUSTER_NUMBERS)}",
@@ -289,8 +299,21 @@ class SlurmCluster:
                 scheduler_parameters=params,
                 node_lines="\n".join(lines),
                 cloud_settings=CLOUD_SETTINGS if self.cloud_nodes else "",
+                gres_types="GresTypes=gpu\n" if self.gpus else "",
+                gres=f" Gres=gpu:{self.gpus}" if self.gpus else "",
             )
         )
+
+    def _write_gres_conf(self) -> None:
+        """One character device per GPU (major 195, as /dev/nvidiaN) and a gres.conf naming them."""
+        assert self.dir is not None
+        dev = self.dir / "dev"
+        dev.mkdir()
+        for index in range(self.gpus):
+            os.mknod(dev / f"nvidia{index}", 0o600 | stat.S_IFCHR, os.makedev(195, index))
+        last = self.gpus - 1
+        files = f"{dev}/nvidia[0-{last}]" if last else f"{dev}/nvidia0"
+        (self.dir / "gres.conf").write_text(f"Name=gpu File={files}\n")
 
     def _start_munged(self) -> None:
         assert self.dir is not None

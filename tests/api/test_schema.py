@@ -13,6 +13,7 @@ from drf_spectacular.validation import validate_schema
 from telemetry.schema import ReportBatch
 
 TRANSITION = "/api/nodes/{id}/transitions/{name}/"
+GPU_ACTIONS = tuple(f"/api/nodes/{{id}}/gpus/{{index}}/{verb}/" for verb in ("fence", "clear"))
 ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
 REPAIR_ACTIONS = tuple(f"/api/repairs/{{id}}/{verb}/" for verb in ("start", "resolve", "cancel"))
 RMA_ACTIONS = tuple(f"/api/rma/{{id}}/{verb}/" for verb in ("ship", "receive", "close", "cancel"))
@@ -44,6 +45,7 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/history/",
         "/api/nodes/{id}/transitions/",
         TRANSITION,
+        *GPU_ACTIONS,
         "/api/sites/",
         "/api/sites/{id}/",
         "/api/clusters/",
@@ -77,7 +79,9 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/checks/",
         "/api/checks/{id}/",
         "/api/checks/{id}/cancel/",
+        "/api/nodes/{id}/give-back/",
         "/api/agent/checks/",
+        "/api/agent/checks/{id}/",
         "/api/agent/checks/{id}/result/",
         # Day 0 (the agent's POST /api/agent/join/ is a lean plain view, like its reports)
         "/api/agent/join/",
@@ -137,6 +141,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
         (path, "post")
         for path in (
             TRANSITION,
+            *GPU_ACTIONS,
             *ALERT_ACTIONS,
             "/api/agent/reports/",
             "/api/agent/join/",
@@ -144,6 +149,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
             "/api/ingest/dcgm-exporter/",
             "/api/nodes/{id}/checks/",
             "/api/checks/{id}/cancel/",
+            "/api/nodes/{id}/give-back/",
             "/api/agent/checks/{id}/result/",
             "/api/nodes/{id}/commands/",
             "/api/agent/commands/{id}/result/",

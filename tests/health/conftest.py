@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -134,3 +142,82 @@ def feed(node):
 
 def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
+
+
+class ThrowawayAlertmanager:
+    """A real Prometheus Alertmanager (Debian's prometheus-alertmanager) on a free loopback port,
+    clustering off, routing everything to a receiver that notifies nobody. Each test gets its
+    own (about 1 s to start): tests restart it, and xdist workers' alert ids must not meet."""
+
+    CONFIG = 'route: {receiver: "nobody"}\nreceivers:\n  - name: "nobody"\n'
+
+    def __init__(self, binary: str, folder: Path) -> None:
+        self.binary, self.folder = binary, folder
+        (folder / "am.yml").write_text(self.CONFIG)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        """Start it with a fresh, empty storage folder: it knows no alert."""
+        self.starts += 1
+        log = (self.folder / f"am-{self.starts}.log").open("wb")
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                f"--config.file={self.folder / 'am.yml'}",
+                f"--storage.path={self.folder / f'data-{self.starts}'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--cluster.listen-address=",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1):  # noqa: S310 - our own http:// URL
+                    return
+            except OSError:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.05)
+        raise RuntimeError(f"Alertmanager did not start: {(self.folder / f'am-{self.starts}.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+    def alerts(self, **labels: str) -> list[dict[str, Any]]:
+        """GET /api/v2/alerts (active, silenced, inhibited: every alert not yet ended), filtered by labels."""
+        query = "&".join(f"filter={urllib.parse.quote(f'{k}={json.dumps(v)}')}" for k, v in labels.items())
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts?{query}", timeout=5) as response:  # noqa: S310 - ours
+            return json.loads(response.read())
+
+
+@pytest.fixture
+def alertmanager(tmp_path, settings):
+    """A fresh Alertmanager that Nodewarden pushes to (NODEWARDEN_ALERTMANAGER_URL), and Celery
+    eager so the push queued on commit runs in the test. bin/test installs the Debian package;
+    without it the test skips, and fails in CI."""
+    from nodewarden.celery import app as celery_app
+    from tests.conftest import IN_CI
+
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        if IN_CI:
+            pytest.fail("prometheus-alertmanager is required in CI (bin/test installs it)")
+        pytest.skip("prometheus-alertmanager is not installed; bin/test installs it")
+    server = ThrowawayAlertmanager(binary, tmp_path)
+    server.start()
+    settings.NODEWARDEN_ALERTMANAGER_URLS = [server.url]
+    celery_app.conf.task_always_eager = True
+    try:
+        yield server
+    finally:
+        celery_app.conf.task_always_eager = False
+        server.stop()

@@ -25,6 +25,7 @@ PROMISED: dict[str, Any] = {
     "checks.tasks.expire_stale_checks": 60.0,
     "telemetry.tasks.expire_agent_commands": 60.0,
     "checks.tasks.keep_checks_fresh": 300.0,
+    "checks.tasks.preempt_wanted_checks": 10.0,
     "telemetry.tasks.roll_up_and_prune": crontab(minute=7),
     "provisioning.tasks.fail_stuck_day0": 300.0,
     "fabric.tasks.collect_fabric": 4 * 3600.0,
@@ -35,6 +36,7 @@ PROMISED: dict[str, Any] = {
     "trends.tasks.evaluate_trends": crontab(hour=3, minute=30),
     "validation.tasks.advance_day1_stages": 15.0,
     "audit.tasks.audit_fleet": 300.0,
+    "health.tasks.resend_alerts_to_alertmanager": 60.0,
 }
 
 

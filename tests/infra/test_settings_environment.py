@@ -83,6 +83,7 @@ WIRED: dict[str, Wired] = {
         "NODEWARDEN_KUBERNETES_CA_CERT_HASHES", json.dumps({"kube": HASH}), {"kube": HASH}, "kube=" + HASH
     ),
     # --- fabric
+    "NODEWARDEN_GPU_FENCING": Wired("NODEWARDEN_GPU_FENCING", "false", False, "sometimes"),
     "NODEWARDEN_FABRIC_COLLECT": Wired("NODEWARDEN_FABRIC_COLLECT", "yes", True, "maybe"),
     "NODEWARDEN_FABRIC_COLLECT_HOURS": Wired("NODEWARDEN_FABRIC_COLLECT_HOURS", "0.5", 0.5, "1x5"),
     "NODEWARDEN_FABRIC_TOOL_TIMEOUT": Wired("NODEWARDEN_FABRIC_TOOL_TIMEOUT", "30", 30, "long"),
@@ -104,6 +105,17 @@ WIRED: dict[str, Wired] = {
     # --- Prometheus
     "NODEWARDEN_METRICS_TOKEN": Wired("NODEWARDEN_METRICS_TOKEN", "scrape-me", "scrape-me"),
     "NODEWARDEN_METRICS_NETWORKS": Wired("[str(n) for n in NODEWARDEN_METRICS_NETWORKS]", "10.0.0.0/8", ["10.0.0.0/8"]),
+    # --- Alertmanager
+    "NODEWARDEN_ALERTMANAGER_URL": Wired(
+        "NODEWARDEN_ALERTMANAGER_URLS",
+        "http://am1.example:9093, http://am2.example:9093",
+        ["http://am1.example:9093", "http://am2.example:9093"],
+        "am1.example:9093",
+    ),
+    "NODEWARDEN_ALERTMANAGER_TIMEOUT": Wired("NODEWARDEN_ALERTMANAGER_TIMEOUT", "2.5", 2.5, "5s"),
+    "NODEWARDEN_ALERTMANAGER_RESEND_SECONDS": Wired(
+        'CELERY_BEAT_SCHEDULE["resend-alerts-to-alertmanager"]["schedule"]', "30", 30.0, "0"
+    ),
     # --- the fleet auditor
     "NODEWARDEN_AUDIT_MINUTES": Wired("NODEWARDEN_AUDIT_MINUTES", "1", 1.0, "often"),
     "NODEWARDEN_AUDIT_SEVERITY": Wired("NODEWARDEN_AUDIT_SEVERITY", "catastrophic", "catastrophic", "high"),
@@ -157,10 +169,12 @@ NOT_PORTAL_SETTINGS = {
     "NODEWARDEN_TOKEN": "the node agent's (agent/README.md), its bearer token",
     "NODEWARDEN_CONFIG": "the node agent's (agent/README.md), its JSON config file",
     "NODEWARDEN_WORKLOADS": "the node agent's (agent/README.md), what its training-step check may run",
+    "NODEWARDEN_CHECK_WATCH": "the node agent's (agent/README.md), how often it asks whether a running check is still wanted",
     "BIN_TEST_WORKERS": "bin/test's own (docs/development.md): pytest-xdist workers",
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
     "CELERY_BEAT_SCHEDULE": "a setting in nodewarden/settings.py (the beat schedule), not read from the environment",
+    "RESET_GPU": "NVIDIA's name of a recovery action (docs/health.md, the XID catalog), not a variable",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db.models.signals import post_delete, post_save
 
-from health.followups import ON_NEW_FINDING
+from health.followups import ON_ALERT_CHANGE, ON_NEW_FINDING
 from health.models import Alert, Finding
 from nodes.followups import EVEN_IF_MOVED_ON, FOLLOWUPS, ON_CLUSTER_CHANGE, ON_STATE_CHANGE
 from nodes.models import Node, NodeEvent, Run
@@ -34,6 +34,10 @@ def test_a_state_change_keeps_the_reports_rows_in_step_in_its_transaction():
 
 def test_a_new_finding_marks_its_gpu_suspect_and_is_considered_by_remediation_after_commit():
     assert names(ON_NEW_FINDING) == ["health.gpus.suspect_named_gpu", "remediation.followups.queue_consideration"]
+
+
+def test_every_change_of_an_alert_is_pushed_to_alertmanager_after_commit():
+    assert names(ON_ALERT_CHANGE) == ["health.tasks.queue_alertmanager_push"]
 
 
 def test_a_reimaged_nodes_join_is_awaited_by_remediation():

@@ -27,6 +27,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     (S.QUEUED, S.RUNNING): "admit -> start_rung (act now)",
     (S.QUEUED, S.HANDED_OFF): "admit -> start_rung on a repair or RMA rung",
     (S.QUEUED, S.CLEARED): "stand_down: cleared while confirming in triage",
+    (S.QUEUED, S.FENCED): "admit -> fence_instead: the finding's GPU fenced, the node serves on",
     (S.QUEUED, S.STOPPED): "stop, end_superseded, or a shadow policy",
     (S.QUEUED, S.FAILED): "skip_rung on the last rung",
     (S.AWAITING_APPROVAL, S.QUEUED): "approve",

@@ -16,9 +16,10 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from fabric.models import Ticket
+from fleet.models import Cluster
 from health.models import Alert, Finding
 from remediation.choices import Rung, Status, StepStatus, Urgency
-from remediation.models import Remediation, RemediationStep
+from remediation.models import CircuitBreaker, Remediation, RemediationStep
 from telemetry.models import NodeHealth, NodeReport
 from tests.conftest import require_service
 from tests.factories import ClusterFactory, NodeFactory
@@ -136,6 +137,18 @@ def test_it_counts_findings_alerts_remediations_and_actions(client, fleet):
     }
     tickets = metrics["nodewarden_fabric_tickets_open"]
     assert (one(tickets, kind="link_down"), one(tickets, kind="miswired")) == (2, 0)
+
+
+def test_a_tripped_breaker_is_one_for_its_cluster_until_reset(client, fleet):
+    east = fleet  # the fixture returns the "east" cluster
+    CircuitBreaker.objects.create(cluster=east, reason="findings spiked")
+    CircuitBreaker.objects.create(
+        cluster=Cluster.objects.get(name="west"), reason="earlier", reset_at=timezone.now(), reset_by="alice"
+    )
+    assert values(scrape(client)["nodewarden_remediation_breaker_tripped"]) == {
+        (("cluster", "east"),): 1,
+        (("cluster", "west"),): 0,
+    }
 
 
 def test_the_ingest_rate_is_reports_of_the_last_five_minutes_per_second(client, fleet):
@@ -257,4 +270,6 @@ def test_a_scrape_costs_the_same_queries_for_10_and_for_200_nodes(client, settin
     grow(10)
     small = _scrape_queries(client)
     grow(190)
-    assert _scrape_queries(client) == small <= 11  # 8, and 3 for the check coverage (nodes, targets, last passes)
+    # 8, 3 for the check coverage (nodes, targets, last passes), 1 for the breakers per cluster
+    # and 1 for the Alertmanager pushes.
+    assert _scrape_queries(client) == small <= 13

@@ -64,3 +64,20 @@ def slurm_node(slurm_cluster):
         return NodeFactory(hostname=f"{name}.dc1.example.net", cluster=slurm_cluster)
 
     return make
+
+
+GPU_NODES = ["gpu-f-01", "gpu-f-02"]
+
+
+@pytest.fixture(scope="session")
+def slurm_gpu_session():
+    """A second cluster whose nodes have 4 GPUs each (gres/gpu backed by fake device files)."""
+    require_slurm()
+    with SlurmCluster(GPU_NODES, gpus=4) as slurm:
+        yield slurm
+
+
+@pytest.fixture
+def slurm_gpus(slurm_gpu_session):
+    yield slurm_gpu_session
+    slurm_gpu_session.reset()

@@ -128,6 +128,7 @@ class KubeStandIn:
         unschedulable: bool = False,
         annotations: dict[str, str] | None = None,
         taints: list[dict[str, Any]] | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         spec: dict[str, Any] = {"unschedulable": True} if unschedulable else {}
         if taints:
@@ -135,7 +136,12 @@ class KubeStandIn:
         node = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "resourceVersion": "1", "annotations": dict(annotations or {})},
+            "metadata": {
+                "name": name,
+                "resourceVersion": "1",
+                "annotations": dict(annotations or {}),
+                "labels": dict(labels or {}),
+            },
             "spec": spec,
         }
         self._on_loop(lambda: self.emulator.objects.__setitem__((NODES, None, name), node))
@@ -149,7 +155,9 @@ class KubeStandIn:
         phase: str = "Running",
         owner_kind: str | None = "Job",
         mirror: bool = False,
+        node_selector: dict[str, str] | None = None,
     ) -> None:
+        """A pod bound to ``node``; with node="" and phase="Pending", one the scheduler could not place."""
         metadata: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": "1"}
         if owner_kind:
             metadata["ownerReferences"] = [
@@ -170,6 +178,13 @@ class KubeStandIn:
             "spec": {"nodeName": node, "containers": [{"name": "main", "image": "trainer:1"}]},
             "status": {"phase": phase},
         }
+        if node_selector:
+            pod["spec"]["nodeSelector"] = node_selector
+        if not node and phase == "Pending":
+            message = "0/4 nodes are available: 4 node(s) were unschedulable."
+            pod["status"]["conditions"] = [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            ]
         self._on_loop(lambda: self.emulator.objects.__setitem__((PODS, namespace, name), pod))
 
     def end_pod(self, name: str, namespace: str = "ml") -> None:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .checks import CheckEnv, run_check
+from .checks import CheckEnv
+from .checks.isolated import CheckProcess
 from .client import Backoff, PortalAuthError, PortalClient, PortalError, PortalRejected, PortalUnavailable
 from .collectors import Collector
 from .commands import CommandEnv, execute
@@ -137,10 +138,42 @@ class Agent:
 
     def _run_checks(self, checks: list[dict[str, Any]]) -> None:
         for check in checks:
-            log.info("running check %s (%s)", check.get("id"), check.get("kind"))
-            result = run_check(str(check.get("kind")), check.get("params") or {}, self.check_env)
-            # Kept on disk until the portal has it: a check result is not regenerated cheaply.
-            atomic_write_json(self.results_dir / f"{int(check['id']):012d}.json", result)
+            run_id = int(check["id"])
+            wanted, why = self._still_wanted(run_id)
+            if not wanted:  # preempted before it began (the scheduler wants the node): nothing to run
+                log.warning("check %s no longer wanted, not started: %s", run_id, why)
+                continue
+            log.info("running check %s (%s)", run_id, check.get("kind"))
+            result = self._run_watched(run_id, str(check.get("kind")), check.get("params") or {})
+            if result is not None:
+                # Kept on disk until the portal has it: a check result is not regenerated cheaply.
+                atomic_write_json(self.results_dir / f"{run_id:012d}.json", result)
+
+    def _run_watched(self, run_id: int, kind: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """Run one check in its own process group, asking the portal every ``check_watch_s`` whether
+        the run is still wanted; kill the group and return None (nothing to post) when it is not."""
+        process = CheckProcess(kind, params, self.check_env)
+        while True:
+            result = process.wait(self.config.check_watch_s)
+            if result is not None:
+                return result
+            wanted, why = self._still_wanted(run_id)
+            if not wanted:
+                log.warning("check %s preempted, killing its processes: %s", run_id, why)
+                process.kill()
+                return None
+
+    def _still_wanted(self, run_id: int) -> tuple[bool, str]:
+        """Whether the portal still wants the run; a portal that cannot answer lets the check go on
+        (the run's deadline ends it, and a result for an unwanted run is acknowledged, not recorded)."""
+        if self.client is None:
+            return True, "no portal"
+        try:
+            answer = self.client.check_state(run_id)
+        except PortalError as exc:
+            log.warning("could not ask whether check %s is still wanted: %s", run_id, exc)
+            return True, str(exc)
+        return answer.get("wanted") is not False, str(answer.get("reason", ""))
 
     def _post_results(self) -> bool:
         """Post stored check results; False when the portal is not taking them now."""

@@ -93,6 +93,10 @@ class PortalClient:
         """GET /api/agent/checks/ -> {"idle": bool, "checks": [...]}."""
         return self._request("GET", "/api/agent/checks/") or {}
 
+    def check_state(self, check_id: int) -> dict[str, Any]:
+        """GET /api/agent/checks/<id>/ -> {"wanted": bool, "status": ..., "reason": ...}."""
+        return self._request("GET", f"/api/agent/checks/{int(check_id)}/") or {}
+
     def post_check_result(self, check_id: int, result: dict[str, Any]) -> Any:
         return self._request("POST", f"/api/agent/checks/{int(check_id)}/result/", result)
 

@@ -62,6 +62,7 @@ class Config:
     spool_max_bytes: int = 512 * 1024 * 1024
     batch_size: int = 100
     check_poll_cycles: int = 4  # ask for active checks every 4th cycle (2 min at 30 s)
+    check_watch_s: float = 5.0  # while a check runs, ask this often whether the portal still wants it
     request_timeout_s: float = 15.0
     backoff_min_s: float = 5.0
     backoff_max_s: float = 300.0
@@ -128,6 +129,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "spool_max_bytes": _positive(int),
     "batch_size": _positive(int),
     "check_poll_cycles": _positive(int),
+    "check_watch": _positive(float),
     "request_timeout": _positive(float),
     "backoff_min": _positive(float),
     "backoff_max": _positive(float),
@@ -139,6 +141,7 @@ _FIELDS = {
     "request_timeout": "request_timeout_s",
     "backoff_min": "backoff_min_s",
     "backoff_max": "backoff_max_s",
+    "check_watch": "check_watch_s",
 }
 
 
