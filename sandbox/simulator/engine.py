@@ -322,10 +322,20 @@ class Simulation:
         heapq.heappush(self.events, (at, next(self._order), kind, payload))
 
     def plant(
-        self, after: timedelta, key: str, host: str, *, cure: str | None = None, gpu: int = 0, xid: int | None = None
+        self,
+        after: timedelta,
+        key: str,
+        host: str,
+        *,
+        cure: str | None = None,
+        gpu: int = 0,
+        xid: int | None = None,
+        interrupts: bool | None = None,
     ) -> None:
-        """Schedule one fault of class ``key`` on ``host`` at ``after`` into the run (scenarios, tests)."""
-        self._push(self.config.start + after, "planted", (key, host, cure, gpu, xid))
+        """Schedule one fault of class ``key`` on ``host`` at ``after`` into the run (scenarios, tests).
+        ``interrupts=False``: the fault has not crashed the job (yet), e.g. a GPU running hot with its
+        clocks slowed; None: as its class says."""
+        self._push(self.config.start + after, "planted", (key, host, cure, gpu, xid, interrupts))
 
     def _inject(self, key: str, now: datetime, planted: tuple[Any, ...] | None = None) -> None:
         fault = F.BY_KEY[key]
@@ -334,7 +344,7 @@ class Simulation:
             node = self.nodes[self.hostname(rng.randrange(self.config.nodes))]
             cure, gpu, hca, xid = fault.draw_cure(rng), rng.randrange(8), rng.randrange(8), fault.draw_xid(rng)
         else:
-            _, host, cure, gpu, xid = planted
+            _, host, cure, gpu, xid, _interrupts = planted  # interrupts: read below
             node = self.nodes[host]
             cure = fault.cures[0][0] if cure is None else cure
             hca, xid = gpu, fault.xids[0] if xid is None and fault.xids else xid
@@ -353,7 +363,7 @@ class Simulation:
                 self._push(now + lasts, "report", node.hostname)
         elif fault.signature != F.NONE or signal.cure:
             node.fault = signal
-        if fault.interrupts_job:
+        if fault.interrupts_job if planted is None or planted[5] is None else planted[5]:
             self.job.interrupt(now, node.hostname, key)
         self._report(node, now)
 
