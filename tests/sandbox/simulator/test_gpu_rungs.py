@@ -6,10 +6,11 @@ busy node: what fencing is for), runs twice from one seed: once with NODEWARDEN_
 NODEWARDEN_GPU_FENCING on, once with both off. Nothing is mocked: the virtual agents take their
 node's commands through the agent API and answer them with what the simulated hardware does.
 
-Live now: both arms meet the same faults, the off arm resets and fences nothing, and neither arm
-leaves a task error or an audit breach. Conditional on the product: that the on arm actually
-resets (the reset rung issues reset_gpu, so NODEWARDEN_GPU_RESET exists) and loses fewer
-node-hours; skipped, saying why, until those pieces are on main.
+Both arms meet the same faults, the off arm resets and fences nothing, and neither arm leaves a
+task error or an audit breach; with the rungs on, the reset-curable faults are cured by the reset
+(by a reboot with it off) and their nodes are out less, and the hot GPU is fenced. The product
+pieces are checked for (NODEWARDEN_GPU_RESET, SchedulerAdapter.fence_gpus) and skipped, saying
+why, where a branch lacks them.
 """
 
 from __future__ import annotations
