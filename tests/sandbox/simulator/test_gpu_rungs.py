@@ -141,4 +141,6 @@ def test_a_reset_cures_what_it_cures_and_the_report_says_what_that_saved(arms):
     assert curable_with["node_hours_out"] < curable_without["node_hours_out"], text
     assert lost_with["node_hours_out_of_production"] <= lost_without["node_hours_out_of_production"] + 0.1, text
     if hasattr(SchedulerAdapter, "fence_gpus") and getattr(settings, "NODEWARDEN_GPU_FENCING", None) is not None:
+        assert lost_with["gpus_fenced"] >= 1, text  # the hot GPU on the busy node: fenced, not the node drained
+        assert lost_with["node_hours_out_of_production"] < lost_without["node_hours_out_of_production"], text
         assert lost_with["gpu_hours_lost"] < lost_without["gpu_hours_lost"], text
