@@ -157,11 +157,13 @@ def failures_by_component(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def remediations_by_rung(remediations: QuerySet[Remediation], period: Period) -> list[dict[str, Any]]:
     """Remediations begun in the period by the rung they ended on (or are on), with how many succeeded:
     one query."""
+    # COUNT(*) and COUNT(status), not COUNT(id): the index on created holds rung and status but not the id,
+    # and then answers alone (an index-only scan; counting ids reads every remediation of the period).
     counts = {
         r["rung"]: r
         for r in remediations.filter(created__gte=period.since, created__lt=period.until)
         .values("rung")
-        .annotate(n=Count("id"), ok=Count("id", filter=Q(status=Status.SUCCEEDED)))
+        .annotate(n=Count("*"), ok=Count("status", filter=Q(status=Status.SUCCEEDED)))
         .order_by()
     }
     return [

@@ -4,19 +4,30 @@ The tables are designed for it (time in every primary key, nothing references th
 so switching it on is a one-off rewrite: rename, create the partitioned parent, copy,
 drop the old table, restore the primary key and the BRIN index. A DEFAULT partition
 catches anything outside the monthly ones; ``ensure_future_partitions`` (called by the
-hourly retention task) adds next months before rows for them arrive.
+hourly retention task) adds next months before rows for them arrive, and
+``drop_expired_partitions`` (called by retention) drops whole months past their table's
+window: one catalogue change instead of deleting a month of rows one by one.
 """
 
 from __future__ import annotations
 
-from datetime import date, datetime
+import re
+from datetime import UTC, date, datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from .models import GpuSample, NodeReport, XidRecord
 
 MONTHS_AHEAD = 2
+# table -> the setting naming how many days its rows are kept
+WINDOWS = {
+    NodeReport._meta.db_table: "TELEMETRY_REPORT_RETENTION_DAYS",
+    GpuSample._meta.db_table: "TELEMETRY_RAW_RETENTION_DAYS",
+    XidRecord._meta.db_table: "TELEMETRY_XID_RETENTION_DAYS",
+}
+_MONTHLY = re.compile(r"_p(\d{4})_(\d{2})$")
 # table, partition column, primary key columns
 TABLES = [
     (NodeReport._meta.db_table, "collected_at", ("node_id", "collected_at")),
@@ -96,3 +107,44 @@ def ensure_future_partitions(now: datetime | None = None) -> int:
             for month in months:
                 cursor.execute(_partition_ddl(table, month))
     return len(tables) * len(months)
+
+
+def _monthly_partitions(table: str) -> dict[str, date]:
+    """The monthly partitions of ``table`` (name -> first day of the month); DEFAULT is not one."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = %s",
+            [table],
+        )
+        names = [row[0] for row in cursor.fetchall()]
+    return {
+        name: date(int(m.group(1)), int(m.group(2)), 1)
+        for name in names
+        if name.startswith(f"{table}_p") and (m := _MONTHLY.search(name))
+    }
+
+
+def drop_expired_partitions(now: datetime | None = None) -> list[str]:
+    """Drop the monthly partitions whose whole month is older than their table's window; returns
+    their names. Raw samples are rolled up before they may go: a sample partition is dropped only
+    once empty (retention rolls and deletes its rows first), so no hour is lost from the roll-ups."""
+    now = now or timezone.now()
+    dropped = []
+    for table in sorted(partitioned_tables()):
+        cutoff = now - timedelta(days=getattr(settings, WINDOWS[table]))
+        for name, month in sorted(_monthly_partitions(table).items()):
+            # The bounds were written as dates, read in the connection's time zone (UTC, TIME_ZONE).
+            end = datetime.combine(_months(month, 2)[1], datetime.min.time(), tzinfo=UTC)
+            if end > cutoff or (table == GpuSample._meta.db_table and _holds_rows(name)):
+                continue
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP TABLE {connection.ops.quote_name(name)}")
+            dropped.append(name)
+    return dropped
+
+
+def _holds_rows(partition: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {connection.ops.quote_name(partition)})")  # noqa: S608 - a partition name read from the catalogue
+        return bool(cursor.fetchone()[0])

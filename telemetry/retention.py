@@ -6,8 +6,9 @@ next one carries on. Rolling up and deleting the same rows share a transaction, 
 a roll-up into an hour that already has one merges (weighted by ``n``): running it
 twice, or over late rows of an old hour, never counts a sample twice.
 
-On a partitioned database (``manage.py telemetry_partitioning``) dropping whole month
-partitions is cheaper than these deletes; they stay correct either way.
+On a partitioned database (``manage.py telemetry_partitioning``) whole month partitions past
+their window are dropped first (``partitioning.drop_expired_partitions``), far cheaper than
+deleting their rows; the deletes then only see the rest of the window's edge month.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min, Model
 from django.utils import timezone
 
+from . import partitioning
 from .models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 
 log = logging.getLogger(__name__)
@@ -64,12 +66,14 @@ class RetentionResult:
 
     rolled_up: int = 0
     deleted: dict[str, int] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
     finished: bool = True
 
 
 def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) -> RetentionResult:
-    """Roll raw samples past TELEMETRY_RAW_RETENTION_DAYS into hours, then prune reports,
-    XID records and roll-ups past their own windows. At most ``max_batches`` batches."""
+    """Roll raw samples past TELEMETRY_RAW_RETENTION_DAYS into hours, drop whole partitions past
+    their windows, then prune reports, XID records and roll-ups past their own windows. At most
+    ``max_batches`` batches."""
     now = now or timezone.now()
     result = RetentionResult()
     budget = [max_batches]
@@ -78,6 +82,7 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
     )  # whole hours only: an hour is never half raw, half rolled
     while budget[0] > 0 and (hour := _oldest_hour(raw_cutoff)) is not None:
         result.rolled_up += _roll_up_hour(hour, budget)
+    result.dropped = partitioning.drop_expired_partitions(now)
     for model, column, name in (
         (NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
         (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),

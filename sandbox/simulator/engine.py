@@ -180,6 +180,7 @@ class Simulation:
         self.technician: Any = None
         self.operator: Any = None  # the simulated operator (an Actor), made when first needed
         self.due: dict[tuple[str, int], datetime] = {}
+        self._drawn: Counter[tuple[str, str]] = Counter()  # tickets and RMA cases drawn per (kind, host)
         self._news: set[str] = set()
         self.by_id: dict[int, A.VirtualNode] = {}
         self.end = config.start + timedelta(days=config.days)
@@ -321,10 +322,20 @@ class Simulation:
         heapq.heappush(self.events, (at, next(self._order), kind, payload))
 
     def plant(
-        self, after: timedelta, key: str, host: str, *, cure: str | None = None, gpu: int = 0, xid: int | None = None
+        self,
+        after: timedelta,
+        key: str,
+        host: str,
+        *,
+        cure: str | None = None,
+        gpu: int = 0,
+        xid: int | None = None,
+        interrupts: bool | None = None,
     ) -> None:
-        """Schedule one fault of class ``key`` on ``host`` at ``after`` into the run (scenarios, tests)."""
-        self._push(self.config.start + after, "planted", (key, host, cure, gpu, xid))
+        """Schedule one fault of class ``key`` on ``host`` at ``after`` into the run (scenarios, tests).
+        ``interrupts=False``: the fault has not crashed the job (yet), e.g. a GPU running hot with its
+        clocks slowed; None: as its class says."""
+        self._push(self.config.start + after, "planted", (key, host, cure, gpu, xid, interrupts))
 
     def _inject(self, key: str, now: datetime, planted: tuple[Any, ...] | None = None) -> None:
         fault = F.BY_KEY[key]
@@ -333,7 +344,7 @@ class Simulation:
             node = self.nodes[self.hostname(rng.randrange(self.config.nodes))]
             cure, gpu, hca, xid = fault.draw_cure(rng), rng.randrange(8), rng.randrange(8), fault.draw_xid(rng)
         else:
-            _, host, cure, gpu, xid = planted
+            _, host, cure, gpu, xid, _interrupts = planted  # interrupts: read below
             node = self.nodes[host]
             cure = fault.cures[0][0] if cure is None else cure
             hca, xid = gpu, fault.xids[0] if xid is None and fault.xids else xid
@@ -352,7 +363,7 @@ class Simulation:
                 self._push(now + lasts, "report", node.hostname)
         elif fault.signature != F.NONE or signal.cure:
             node.fault = signal
-        if fault.interrupts_job:
+        if fault.interrupts_job if planted is None or planted[5] is None else planted[5]:
             self.job.interrupt(now, node.hostname, key)
         self._report(node, now)
 
@@ -604,20 +615,31 @@ class Simulation:
         """Simulated technicians and vendors: tickets resolved after repair_hours, RMA cases after rma_days."""
         tickets = RepairTicket.objects.filter(node__cluster_id=self.cluster_id, state__in=("open", "in_progress"))
         for ticket_id, hostname in tickets.values_list("pk", "node__hostname"):
-            due = self.due.setdefault(
-                ("ticket", ticket_id), now + timedelta(hours=self.rng.uniform(*self.config.repair_hours))
-            )
+            if ("ticket", ticket_id) not in self.due:
+                hours = self._draw("ticket", hostname).uniform(*self.config.repair_hours)
+                self.due[("ticket", ticket_id)] = now + timedelta(hours=hours)
+            due = self.due[("ticket", ticket_id)]
             if now >= due:
                 del self.due[("ticket", ticket_id)]
                 self._by_technician(partial(self._repair, ticket_id), self.nodes[hostname], now, "technician")
                 self.ledger.repairs_done += 1
         cases = RmaCase.objects.filter(node__cluster_id=self.cluster_id, state__in=("opened", "shipped", "returned"))
         for case_id, hostname, status in cases.values_list("pk", "node__hostname", "state"):
-            due = self.due.setdefault(("rma", case_id), now + timedelta(days=self.rng.uniform(*self.config.rma_days)))
+            if ("rma", case_id) not in self.due:
+                days = self._draw("rma", hostname).uniform(*self.config.rma_days)
+                self.due[("rma", case_id)] = now + timedelta(days=days)
+            due = self.due[("rma", case_id)]
             if now >= due:
                 del self.due[("rma", case_id)]
                 self._by_technician(partial(self._close_rma, case_id, status), self.nodes[hostname], now, "RMA")
                 self.ledger.rmas_done += 1
+
+    def _draw(self, kind: str, host: str) -> random.Random:
+        """A generator for the n-th ticket (or RMA case) of this host: the same repair time for the same
+        fault in both arms of a comparison, whatever else each arm drew (checks, reports) before it."""
+        n = self._drawn[(kind, host)]
+        self._drawn[(kind, host)] += 1
+        return random.Random(f"{self.config.seed}:{kind}:{host}:{n}")
 
     def _repair(self, ticket_id: int) -> None:
         repairs.start_repair(ticket_id, actor=self.technician, reason="Simulated technician on site")

@@ -109,12 +109,15 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     repaired: dict[str, list[float]] = defaultdict(list)
     never_out: Counter[str] = Counter()
     still_out: Counter[str] = Counter()
+    fault_hours: dict[int, float] = {}  # fault id -> hours from the fault to the node back in production
     for fault in real:
         if not fault.cure and fault.fault.signature == F.NONE:
             continue  # nothing wrong with the node: the job restarts, the node stays
         outs = left.get(fault.host, [])
         i = bisect.bisect_left(outs, fault.at - timedelta(minutes=1))
-        if i == len(outs):
+        # A take-out after the fault was cured (by a technician a person called, say) is a later
+        # fault's: this one Nodewarden never took out.
+        if i == len(outs) or (fault.cured_at is not None and outs[i] > fault.cured_at):
             never_out[fault.fault.key] += 1
             continue
         backs = back.get(fault.host, [])
@@ -123,6 +126,7 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
             still_out[fault.fault.key] += 1
             continue
         repaired[fault.fault.key].append((backs[j] - fault.at).total_seconds() / 3600)
+        fault_hours[fault.id] = repaired[fault.fault.key][-1]
     mttr = {F.BY_KEY[k].component: _stats(v) for k, v in sorted(repaired.items(), key=lambda kv: -len(kv[1]))}
     everything = [h for v in repaired.values() for h in v]
 
@@ -215,7 +219,7 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
             "hourly": [{"at": at.isoformat(), **counts} for at, counts in ledger.states],
         },
         "audit": _audit(sim),
-        "gpu_rungs": _lost(sim),
+        "gpu_rungs": _lost(sim, fault_hours),
         "run": {
             "wall_seconds": round(wall_seconds, 1),
             "speedup": round(duration.total_seconds() / wall_seconds) if wall_seconds else None,
@@ -231,23 +235,58 @@ def build(sim: Simulation, *, wall_seconds: float, policy_about: str = "") -> di
     }
 
 
-def _lost(sim: Simulation) -> dict[str, Any]:
-    """Capacity lost, integrated over the hourly state samples (each holds until the next one):
-    node-hours out of production and in remediation, and GPU-hours (8 per node out, plus fenced
-    GPUs on nodes still in production); with the GPU-level rungs' own counts."""
-    ledger, nodes = sim.ledger, sim.config.nodes
-    out = remediating = fenced = 0.0
+CURED_BY = ("gpu_reset", "reboot", "power_cycle", "reimage", "technician", "RMA")  # Simulation._cure's "by", last word
+
+
+def _out_hours(sim: Simulation) -> tuple[float, float]:
+    """Node-hours out of production and in the remediating state, exact: integrated over every node's
+    state transitions (the history rows), not over hourly samples, which cannot see the minutes a
+    GPU reset saves against a host restart."""
+    from nodes.models import NodeEvent
+
+    start, end = sim.config.start, sim.end
+    out = remediating = 0.0
+    since: dict[str, dict[str, datetime]] = defaultdict(dict)  # host -> {"out"/"remediating": since when}
+    rows = (
+        NodeEvent.objects.filter(kind="transition", node__cluster_id=sim.cluster_id, created__lte=end)
+        .order_by("created", "pk")
+        .values_list("hostname", "target_state", "created")
+    )
+    for host, target, at in rows.iterator():
+        at = max(at, start)
+        opened = since[host]
+        for key, inside in (("out", target != "production"), ("remediating", target == "remediating")):
+            if inside and key not in opened:
+                opened[key] = at
+            elif not inside and key in opened:
+                hours = (at - opened.pop(key)).total_seconds() / 3600
+                out, remediating = (out + hours, remediating) if key == "out" else (out, remediating + hours)
+    for opened in since.values():
+        for key, at in opened.items():
+            hours = (end - at).total_seconds() / 3600
+            out, remediating = (out + hours, remediating) if key == "out" else (out, remediating + hours)
+    return out, remediating
+
+
+def _lost(sim: Simulation, fault_hours: dict[int, float]) -> dict[str, Any]:
+    """Capacity lost: node-hours out of production and in remediation (exact, from the transitions),
+    GPU-hours (8 per node out, plus fenced GPUs on nodes still in production, from the hourly
+    samples); the GPU-level rungs' own counts; and the faults a GPU reset is the least that cures
+    (HBM, SRAM, some GSP): what cured them and how long each node was out."""
+    ledger = sim.ledger
+    out, remediating = _out_hours(sim)
+    fenced = 0.0
     samples = ledger.states
-    for i, (at, counts) in enumerate(samples[:-1]):
+    for i, (at, _counts) in enumerate(samples[:-1]):
         hours = (samples[i + 1][0] - at).total_seconds() / 3600
-        out += (nodes - counts.get("production", 0)) * hours
-        remediating += counts.get("remediating", 0) * hours
         fenced += (ledger.fenced_gpus[i] if i < len(ledger.fenced_gpus) else 0) * hours
     resets = Counter(outcome for _, _, outcome, _ in ledger.resets)
+    curable = [f for f in ledger.faults if f.cure == F.RESET]
+    cured = Counter(f.cured_by.split(" ")[-1] if f.cured_by else "not cured" for f in curable)
     return {
         "gpu_reset_setting": sim.config.gpu_rungs,
-        "node_hours_out_of_production": round(out, 1),
-        "node_hours_in_remediation": round(remediating, 1),
+        "node_hours_out_of_production": round(out, 2),
+        "node_hours_in_remediation": round(remediating, 2),
         "gpu_hours_lost": round(out * 8 + fenced, 1),
         "fenced_gpu_hours": round(fenced, 1),
         "resets_done": resets.get("succeeded", 0),
@@ -257,6 +296,12 @@ def _lost(sim: Simulation) -> dict[str, Any]:
         "gpus_unfenced": ledger.unfences,
         "agent_commands": dict(ledger.commands.most_common()),
         "faults_drawn": len(ledger.drawn),
+        "reset_curable": {
+            "faults": len(curable),
+            "cured_by": {by: cured.get(by, 0) for by in CURED_BY} | dict(cured),
+            "out_hours": _stats([fault_hours[f.id] for f in curable if f.id in fault_hours]),
+            "node_hours_out": round(sum(fault_hours.get(f.id, 0.0) for f in curable), 2),
+        },
     }
 
 
@@ -273,6 +318,12 @@ GPU_RUNG_ROWS = (
     ("GPU resets failed", ("gpu_rungs", "resets_failed")),
     ("GPUs fenced", ("gpu_rungs", "gpus_fenced")),
     ("MTTR all causes, median hours", ("mttr", "all", "median_h")),
+    ("faults a GPU reset cures (HBM, SRAM, some GSP)", ("gpu_rungs", "reset_curable", "faults")),
+    ("  cured by a GPU reset", ("gpu_rungs", "reset_curable", "cured_by", "gpu_reset")),
+    ("  cured by a reboot", ("gpu_rungs", "reset_curable", "cured_by", "reboot")),
+    ("  cured by a technician (a person took it out)", ("gpu_rungs", "reset_curable", "cured_by", "technician")),
+    ("  fault -> back in production, mean hours", ("gpu_rungs", "reset_curable", "out_hours", "mean_h")),
+    ("  their node-hours out of production", ("gpu_rungs", "reset_curable", "node_hours_out")),
 )
 
 

@@ -224,3 +224,14 @@ def test_a_preset_wins_over_an_exact_period_and_ends_where_it_ended():
     preset = period_of(NOW - 3 * D, NOW - D, 7)
     assert (preset.since, preset.until, preset.days) == (NOW - 8 * D, NOW - D, 7)
     assert period_of(None, None, None, now=NOW).since == NOW - 30 * D
+
+
+def test_the_report_reads_the_same_few_queries_for_a_week_a_month_and_a_quarter(client, operator, week, frozen):
+    statecounts.roll_up(today=NOW.date())
+    client.force_login(operator)
+    counts = [_queries(client, reverse("report-overview"), {"days": days}) for days in (7, 30, 90)]
+    # Session, user, form, and the figures: availability per cluster and per tenant (the latest
+    # roll-up, the finished days, the hours of the rest), flows, recoveries, causes, rungs, Day 1,
+    # downtime. The same whatever the period: finished days come from the roll-ups.
+    # (PostgreSQL adds the settings of the downtime statement's transaction.)
+    assert counts == [21 if connection.vendor == "postgresql" else 20] * 3

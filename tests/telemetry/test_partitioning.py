@@ -7,13 +7,23 @@ from io import StringIO
 
 import msgspec
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.test import override_settings
 
 from telemetry.ingest import ingest_reports
-from telemetry.models import GpuSample, NodeReport, XidRecord
-from telemetry.partitioning import ensure_future_partitions, partition_ddl, partitioned_tables
+from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, XidRecord
+from telemetry.partitioning import (
+    _monthly_partitions,
+    apply_partitioning,
+    ensure_future_partitions,
+    partition_ddl,
+    partitioned_tables,
+)
+from telemetry.retention import roll_up_and_prune
 from telemetry.schema import AgentReport
+from telemetry.tasks import roll_up_and_prune as roll_up_task
 from telemetry.testing import make_report
 
 from .conftest import T0
@@ -72,3 +82,56 @@ def test_apply_on_postgresql_partitions_the_tables_and_ingest_still_works(node):
     assert ensure_future_partitions() == 9
     with pytest.raises(CommandError, match="Already partitioned"):
         call_command("telemetry_partitioning", "--apply", stdout=StringIO())
+
+
+def _partitioned_with_old_and_recent_rows(node):
+    """Reports with an XID in July and at T0, partitioned by month from July, the clock at T0."""
+    for at in (T0 - timedelta(days=130), T0):
+        ingest_reports(node.pk, [msgspec.convert(make_report(node.hostname, collected_at=at, xid=79), AgentReport)])
+    apply_partitioning(since=date(2026, 7, 1))
+
+
+def _months_of(table):
+    return sorted(month.strftime("%Y_%m") for month in _monthly_partitions(table).values())
+
+
+@override_settings(TELEMETRY_RAW_RETENTION_DAYS=14, TELEMETRY_REPORT_RETENTION_DAYS=30, TELEMETRY_XID_RETENTION_DAYS=60)
+def test_beats_retention_drops_whole_months_past_each_window_and_keeps_the_rest(node):
+    if connection.vendor != "postgresql":
+        pytest.skip("partitioning is PostgreSQL-only; bin/test runs this on PostgreSQL")
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        _partitioned_with_old_and_recent_rows(node)
+        result = roll_up_task()
+    # Reports keep October (it ends after T0 - 30 days); XIDs keep September on (T0 - 60 days:
+    # 21 September); samples only November (rolled up, then their emptied months dropped).
+    assert _months_of("telemetry_nodereport") == ["2026_10", "2026_11", "2026_12", "2027_01"]
+    assert _months_of("telemetry_xidrecord") == ["2026_09", "2026_10", "2026_11", "2026_12", "2027_01"]
+    assert _months_of("telemetry_gpusample") == ["2026_11", "2026_12", "2027_01"]
+    assert "telemetry_gpusample_p2026_07" in result["dropped"]
+    assert "telemetry_nodereport_p2026_07" in result["dropped"]
+    # The July rows left with their partitions; T0's stayed; July's samples live on as hours.
+    assert list(NodeReport.objects.values_list("collected_at", flat=True)) == [T0]
+    assert list(XidRecord.objects.values_list("observed_at", flat=True)) == [T0]
+    assert set(GpuSample.objects.values_list("collected_at", flat=True)) == {T0}
+    assert GpuSampleHourly.objects.filter(hour=T0 - timedelta(days=130)).count() == 8
+
+
+def test_a_sample_month_is_not_dropped_before_its_rows_are_rolled_up(node):
+    if connection.vendor != "postgresql":
+        pytest.skip("partitioning is PostgreSQL-only; bin/test runs this on PostgreSQL")
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        _partitioned_with_old_and_recent_rows(node)
+        result = roll_up_and_prune(max_batches=0)  # no batch left to roll July up
+    assert "telemetry_gpusample_p2026_07" not in result.dropped
+    assert "telemetry_gpusample_p2026_08" in result.dropped  # empty: nothing to roll up
+    assert GpuSample.objects.filter(collected_at=T0 - timedelta(days=130)).count() == 8
+
+
+def test_ensure_ahead_creates_the_coming_months_of_every_table(node):
+    if connection.vendor != "postgresql":
+        pytest.skip("partitioning is PostgreSQL-only; bin/test runs this on PostgreSQL")
+    with time_machine.travel(T0 + timedelta(hours=1), tick=False):
+        _partitioned_with_old_and_recent_rows(node)
+    assert ensure_future_partitions(now=T0 + timedelta(days=70)) == 9  # January 2027 and two after
+    for table in ("telemetry_nodereport", "telemetry_gpusample", "telemetry_xidrecord"):
+        assert _months_of(table)[-3:] == ["2027_01", "2027_02", "2027_03"]

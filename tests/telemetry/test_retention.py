@@ -97,3 +97,19 @@ def test_the_celery_task_runs_the_same_roll_up(node):
     with time_machine.travel(T0 + timedelta(days=15), tick=False):
         result = roll_up_task()
     assert result["rolled_up"] == 8
+
+
+def test_by_default_roll_ups_are_kept_a_year_and_raw_samples_two_weeks(node):
+    # Issue 17: raw samples for a configurable window (14 days), roll-ups for a year.
+    now = T0 + timedelta(days=400)
+    for days in (366, 364):
+        GpuSampleHourly.objects.create(node=node, hour=now - timedelta(days=days), gpu_index=0, n=120)
+    with time_machine.travel(now, tick=False):
+        send(node, now - timedelta(days=14, hours=2), 1)  # past the raw window: rolled up
+        send(node, now - timedelta(days=13), 1)  # inside it: stays raw
+        roll_up_and_prune()
+    assert sorted(GpuSampleHourly.objects.values_list("hour", flat=True).distinct()) == [
+        now - timedelta(days=364),
+        (now - timedelta(days=14, hours=2)).replace(minute=0),
+    ]
+    assert set(GpuSample.objects.values_list("collected_at", flat=True)) == {now - timedelta(days=13)}
