@@ -142,13 +142,30 @@ def test_a_bad_history_filter_still_renders_the_page_and_says_why(client, operat
     assert client.get(reverse("node-history", args=[node.pk]), params).status_code == 400
 
 
-def test_the_api_history_filters_by_kind_and_refuses_a_bad_filter(client, operator):
-    node = NodeFactory(state=S.PRODUCTION)
-    services.record_event(node.pk, EventKind.NOTE, actor=SCHEDULER, reason="a note")
-    services.request_drain(node.pk, actor=services.Actor(user=operator), reason="drain")
+def _queries(client, url: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_the_header_costs_the_same_however_much_history_alerts_and_steps_there_are(client, operator):
+    node = NodeFactory(state=S.PRODUCTION, cluster=ClusterFactory())
+    BmcEndpoint.objects.create(node=node, address="10.0.0.9", username="u")
+    _failed_check_to_triage(node)
+    services.start_remediation(node.pk, actor=services.Actor.system("remediation"), reason="Remediation: reboot")
+    rem = Remediation.objects.create(node=node, status=Status.RUNNING, urgency=Urgency.NOW, rung=Rung.REBOOT)
+    RemediationStep.objects.create(remediation=rem, rung=Rung.REBOOT, deadline=timezone.now())
     client.force_login(operator)
-    url = f"/api/nodes/{node.pk}/history/"
-    assert [e["kind"] for e in client.get(url, {"kind": "note"}).json()["results"]] == ["note"]
-    assert len(client.get(url, {"range": "24h"}).json()["results"]) == 2
-    assert client.get(url, {"since": "soon"}).status_code == 400
-    assert client.get(url, {"kind": "run"}).status_code == 200
+    url = reverse("node-detail", args=[node.pk])
+    few = _queries(client, url)
+    for i, rung in enumerate([Rung.GPU_RESET, Rung.POWER_CYCLE, Rung.REIMAGE, Rung.REPAIR, Rung.RMA]):
+        raise_finding(node.pk, rule="xid", severity="warning", subject=f"x{i}", summary=f"s{i}", every_event=True)
+        services.fail_remediation(node.pk, actor=SCHEDULER, reason="r")
+        services.start_remediation(node.pk, actor=SCHEDULER, reason="r")
+        RemediationStep.objects.create(remediation=rem, rung=rung, deadline=timezone.now())
+    assert _queries(client, url) == few
+    header = _header(client.get(url))
+    assert "6 firing" in header and 'data-fact="remediation"' in header and "fail_remediation" not in header
