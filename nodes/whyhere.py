@@ -116,11 +116,16 @@ def actor_shown(event: NodeEvent, operator: bool) -> str:
 
 def _bmc_fact(node: Node, operator: bool) -> Fact:
     """The BMC as last seen: no live call from a page render (a BMC may take seconds to answer)."""
-    bmc = BmcEndpoint.objects.filter(node=node).only("last_contact_at", "last_error").first()
+    fields = ("last_contact_at", "last_error", "last_power_state", "last_power_state_at")
+    bmc = BmcEndpoint.objects.filter(node=node).only(*fields).first()
     if bmc is None:
         return Fact("bmc", "BMC", "No BMC endpoint configured.")
-    seen = f"last answered {bmc.last_contact_at:%Y-%m-%d %H:%M} UTC" if bmc.last_contact_at else "never contacted"
-    text = f"Power state not polled; {seen}."
+    if bmc.last_power_state and bmc.last_power_state_at:
+        text = f"Power {bmc.last_power_state} (read {bmc.last_power_state_at:%Y-%m-%d %H:%M} UTC)."
+    else:
+        text = "Power state not read yet."
+    if bmc.last_contact_at is None:
+        text += " Never contacted."
     if bmc.last_error and operator:
         return Fact("bmc", "BMC", f"{text} Last error: {bmc.last_error[:200]}", tone="warning")
     return Fact("bmc", "BMC", text)

@@ -88,12 +88,20 @@ def test_the_header_shows_the_open_remediation_its_rung_next_step_and_eta(client
 
 def test_a_customer_sees_the_header_without_staff_names_or_errors(client, operator, customer, tenant):
     node = NodeFactory(state=S.PRODUCTION, tenant=tenant)
-    BmcEndpoint.objects.create(node=node, address="10.0.0.9", username="u", last_error="TLS handshake failed")
+    BmcEndpoint.objects.create(
+        node=node,
+        address="10.0.0.9",
+        username="u",
+        last_error="TLS handshake failed",
+        last_power_state="off",
+        last_power_state_at=timezone.now(),
+    )
     _operator_drain(node, operator, "Swap the PSU in rack B3")
     client.force_login(customer)
     header = _header(client.get(reverse("node-detail", args=[node.pk])))
     assert 'id="why-actor">an operator<' in header and "Swap the PSU in rack B3" in header
     assert ">operator<" not in header and "TLS handshake failed" not in header
+    assert 'data-fact="bmc" data-tone="info">Power off (read ' in header  # the BMC's view, as last read
     client.force_login(operator)
     assert "TLS handshake failed" in _header(client.get(reverse("node-detail", args=[node.pk])))
 
