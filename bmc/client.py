@@ -103,7 +103,7 @@ def read_power_state(endpoint: BmcEndpoint, *, timeout: float | None = None, ret
     is "unknown" this run and asked again on the next)."""
     driver = driver_for(endpoint, timeout=timeout)
     with _recorded(endpoint):
-        return _retrying(driver.power_state) if retry else driver.power_state()
+        return _noted(endpoint, _retrying(driver.power_state) if retry else driver.power_state())
 
 
 def power(
@@ -124,8 +124,8 @@ def power(
     with _recorded(endpoint):
         _request_power(driver, action, timeout)
         if not wait:
-            return _retrying(driver.power_state)
-        return _wait_for_power(driver, action, EXPECTED_POWER_STATE[action], timeout)
+            return _noted(endpoint, _retrying(driver.power_state))
+        return _noted(endpoint, _wait_for_power(driver, action, EXPECTED_POWER_STATE[action], timeout))
 
 
 # --- Internals ------------------------------------------------------------------
@@ -175,6 +175,15 @@ def _retrying(call: Callable[[], T]) -> T:
             logger.warning("bmc: try %d of %d failed, again in %.2f s: %s", attempt, retries + 1, delay, exc)
             time.sleep(delay)
             attempt += 1
+
+
+def _noted(endpoint: BmcEndpoint, state: PowerState) -> PowerState:
+    """Keep the power state just read on the endpoint: the node page shows it without a live call."""
+    endpoint.last_power_state, endpoint.last_power_state_at = state.value, timezone.now()
+    BmcEndpoint.objects.filter(pk=endpoint.pk).update(
+        last_power_state=endpoint.last_power_state, last_power_state_at=endpoint.last_power_state_at
+    )
+    return state
 
 
 @contextmanager

@@ -25,7 +25,8 @@ class BmcEndpoint(models.Model):
     ``host:port`` for IPMI. ``system_id`` picks the Redfish ComputerSystem when a
     BMC serves several (its Id, UUID or ``/redfish/v1/Systems/<id>``); blank means
     the only one. ``last_contact_at`` and ``last_error`` are written by
-    ``bmc.client`` after every call.
+    ``bmc.client`` after every call; ``last_power_state`` (and when) after every call that
+    read the power state, so pages show it without asking the BMC live.
     """
 
     node = models.OneToOneField("nodes.Node", on_delete=models.CASCADE, related_name="bmc")
@@ -45,6 +46,8 @@ class BmcEndpoint(models.Model):
     verify_tls = models.BooleanField(default=True, verbose_name="verify TLS certificate")
     last_contact_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    last_power_state = models.CharField(max_length=10, blank=True, help_text="on, off or unknown, as last read.")
+    last_power_state_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     last_updated = models.DateTimeField(auto_now=True)
 

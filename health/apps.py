@@ -12,6 +12,7 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_migrate, post_save
 
+        from nodes.whyhere import why_here_fact
         from telemetry.consumers import NodeRows, ReportConsumer, consumes_reports
 
         from . import ruleconfig, xid
@@ -22,6 +23,7 @@ class HealthConfig(AppConfig):
         from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
         from .tasks import queue_alertmanager_push
+        from .whyhere import firing_alerts
 
         post_migrate.connect(ensure_health_defaults, sender=self)
 
@@ -29,6 +31,8 @@ class HealthConfig(AppConfig):
         on_new_finding(suspect_named_gpu)
         # Every change of an alert is pushed to Alertmanager (health.alertmanager_push), after its commit.
         on_alert_changed(queue_alertmanager_push)
+        # The node page's header names the firing alerts (nodes.whyhere; nodes never imports health).
+        why_here_fact(firing_alerts)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

@@ -21,6 +21,7 @@ from django.http import (
     HttpResponse,
     HttpResponseBase,
     HttpResponseForbidden,
+    QueryDict,
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
@@ -36,9 +37,10 @@ from nodewarden.errors import ReasonRequired, TransitionForbidden
 from . import charts, services, statecounts
 from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
 from .filters import NodeFilterSet
-from .history import history_page
+from .history import NO_FILTER, HistoryFilter, HistoryFilterForm, history_page
 from .models import Node, NodeEvent
 from .scoping import is_operator_view, user_tenant_id, visible_events, visible_nodes
+from .whyhere import why_here
 
 LIST_PAGE_SIZE = 50
 CHART_DAYS = 90
@@ -210,6 +212,7 @@ def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One node's life: state, inventory, actions, timeline, lifecycle graph and history."""
     node = _visible_node_or_404(request, pk)
+    history_form, where = _history_filter(request)
     gpus = list(node.gpus.all())
     changes = list(
         NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
@@ -227,9 +230,29 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "can_note": request.user.has_perm("nodes.operate_node"),
             "timeline_chart": charts.state_timeline(node, changes),
             "graph_chart": charts.lifecycle_graph(changes, node.state),
-            "history": history_page(node),
+            "history": history_page(node, where=where),
+            "history_form": history_form,
+            "history_query": _history_query(history_form),
+            "why": why_here(node, operator=is_operator_view(request.user)),
         },
     )
+
+
+def _history_filter(request: HttpRequest) -> tuple[HistoryFilterForm, HistoryFilter]:
+    """The history filter from the GET parameters; an invalid one filters nothing (the form says why)."""
+    form = HistoryFilterForm(request.GET if any(k in request.GET for k in HistoryFilterForm.base_fields) else None)
+    return form, form.window() if form.is_bound and form.is_valid() else NO_FILTER
+
+
+def _history_query(form: HistoryFilterForm) -> str:
+    """The valid filter as GET parameters, carried by the "older history" button."""
+    if not (form.is_bound and form.is_valid()):
+        return ""
+    query = QueryDict(mutable=True)
+    for name in HistoryFilterForm.base_fields:
+        if form.data.get(name):
+            query[name] = form.data[name]
+    return query.urlencode()
 
 
 @login_required
@@ -237,7 +260,11 @@ def node_history(request: HttpRequest, pk: int) -> HttpResponse:
     """One more page of merged history (htmx partial)."""
     node = _visible_node_or_404(request, pk)
     before = _parse_cursor(request.GET.get("before", ""))
-    return render(request, "nodes/_history_rows.html", {"node": node, "history": history_page(node, before)})
+    form, where = _history_filter(request)
+    if form.is_bound and not form.is_valid():
+        return HttpResponse(f"Invalid history filter: {form.errors.as_text()}", status=400, content_type="text/plain")
+    context = {"node": node, "history": history_page(node, before, where=where), "history_query": _history_query(form)}
+    return render(request, "nodes/_history_rows.html", context)
 
 
 def _parse_cursor(raw: str) -> datetime | None:

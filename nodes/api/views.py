@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from nodes import services
 from nodes.filters import NodeFilterSet
+from nodes.history import KIND_CHOICES, RANGES, RUN_KIND, HistoryFilterForm, filter_events
 from nodes.models import GPU, Node, NodeEvent
 from nodes.permissions import CanOperateObject
 from nodes.scoping import visible_events, visible_nodes
@@ -36,6 +37,15 @@ REQUEST_ID_HEADER = "X-Request-ID"
 CORRELATION_ID_MAX = 100  # NodeEvent.correlation_id's max_length
 
 
+# The node page's history filter, documented for the API (runs are not in the API's history).
+HISTORY_PARAMETERS = [
+    OpenApiParameter(
+        "kind", OpenApiTypes.STR, enum=[k for k, _ in KIND_CHOICES if k and k != RUN_KIND], description="Event kind."
+    ),
+    OpenApiParameter("range", OpenApiTypes.STR, enum=list(RANGES), description="Only the last 24h, 7d, 30d, or all."),
+    OpenApiParameter("since", OpenApiTypes.DATETIME, description="Only events at or after this time."),
+    OpenApiParameter("until", OpenApiTypes.DATETIME, description="Only events at or before this time."),
+]
 GPU_INDEX_MAX = 32767  # GPU.index is a small integer: a larger one names no GPU (404, not a database error)
 
 
@@ -92,12 +102,23 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
         # Sorting by state or site alone leaves ties; hostname keeps offset pages stable.
         return queryset.order_by(*order, "hostname") if order else queryset
 
-    @extend_schema(summary="A node's history, newest first", responses=serializers.NodeEventSerializer(many=True))
+    @extend_schema(
+        summary="A node's history, newest first",
+        description="Filter by ``kind`` and by time (``range``, or ``since``/``until`` in ISO 8601), as the "
+        "node page's history does; an invalid filter answers 400.",
+        parameters=HISTORY_PARAMETERS,
+        responses=serializers.NodeEventSerializer(many=True),
+    )
     @action(detail=True, filter_backends=[])
     def history(self, request: Request, pk: str | None = None) -> Response:
         node = self.get_object()
+        form = HistoryFilterForm(request.query_params)
+        if not form.is_valid():
+            raise exceptions.ValidationError(form.errors.get_json_data())
         # No joins needed: each row carries copies of the actor's name and the hostname.
-        events = visible_events(request.user).filter(node=node).order_by("-created", "-id")
+        events = filter_events(visible_events(request.user).filter(node=node), form.window()).order_by(
+            "-created", "-id"
+        )
         # DRF paginates any queryset; its stubs tie paginate_queryset to the viewset's model (Node).
         page: list[NodeEvent] | None = self.paginate_queryset(events)  # type: ignore[arg-type]
         return self.get_paginated_response(serializers.NodeEventSerializer(page, many=True).data)

@@ -74,3 +74,15 @@ def test_available_transitions_never_offer_the_admin_override(api_as, fleet_admi
     node = NodeFactory(state=S.PRODUCTION)
     names = {t["name"] for t in api_as(fleet_admin).get(f"/api/nodes/{node.pk}/transitions/").json()}
     assert "force_state" not in names and "cordon" in names
+
+
+def test_the_api_history_filters_by_kind_and_refuses_a_bad_filter(api_as, operator):
+    node = NodeFactory(state=S.PRODUCTION)
+    services.record_event(node.pk, EventKind.NOTE, actor=SYSTEM, reason="a note")
+    services.request_drain(node.pk, actor=services.Actor(user=operator), reason="drain")
+    client = api_as(operator)
+    url = f"/api/nodes/{node.pk}/history/"
+    assert [e["kind"] for e in client.get(url, {"kind": "note"}).json()["results"]] == ["note"]
+    assert len(client.get(url, {"range": "24h"}).json()["results"]) == 2
+    assert client.get(url, {"since": "soon"}).status_code == 400
+    assert client.get(url, {"kind": "run"}).status_code == 200

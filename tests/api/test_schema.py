@@ -184,7 +184,7 @@ def test_history_is_documented_as_a_paginated_list_of_events(schema):
     get = schema["paths"]["/api/nodes/{id}/history/"]["get"]
     page = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
     assert page.endswith("/PaginatedNodeEventList")
-    assert {p["name"] for p in get["parameters"]} == {"id", "limit", "offset"}
+    assert {p["name"] for p in get["parameters"]} == {"id", "limit", "offset", "kind", "range", "since", "until"}
 
 
 def test_the_node_list_documents_the_node_list_filters(schema):

@@ -31,6 +31,15 @@ def test_a_successful_call_records_the_contact_and_clears_the_last_error(redfish
     assert stored.last_contact_at is not None and stored.last_error == ""
 
 
+def test_every_power_read_is_kept_on_the_endpoint_for_the_node_page(redfish_endpoint):
+    client.power(redfish_endpoint, PowerAction.FORCE_OFF)
+    stored = BmcEndpoint.objects.get(pk=redfish_endpoint.pk)
+    assert stored.last_power_state == "off" and stored.last_power_state_at is not None
+    client.power(redfish_endpoint, PowerAction.ON, wait=False)
+    assert client.read_power_state(redfish_endpoint) is PowerState.ON
+    assert BmcEndpoint.objects.get(pk=redfish_endpoint.pk).last_power_state == "on"
+
+
 def test_it_powers_off_and_on_and_waits_for_each_state(redfish_endpoint, redfish_emulator):
     assert client.power(redfish_endpoint, PowerAction.FORCE_OFF) is PowerState.OFF
     assert redfish_emulator.system()["PowerState"] == "Off"
