@@ -84,6 +84,7 @@ def advance_horizon(now: datetime | None = None) -> int:
         horizon = FeedHorizon.objects.select_for_update(skip_locked=True).filter(pk=1).first()
         if horizon is None:
             return FeedHorizon.objects.get(pk=1).last_id
+        before = (horizon.last_id, horizon.pending_max_id)
         _settle(horizon, now)
         ids = list(
             NodeEvent.objects.filter(pk__gt=horizon.last_id).order_by("pk").values_list("pk", flat=True)[:HORIZON_SCAN]
@@ -92,7 +93,8 @@ def advance_horizon(now: datetime | None = None) -> int:
             horizon.pending_max_id, horizon.pending_seen_at = ids[-1], now
             if _settle(horizon, now):  # a settle time of 0: the gap is settled at once
                 _walk(horizon, ids)
-        horizon.save()
+        if (horizon.last_id, horizon.pending_max_id) != before:  # readers poll: no write when idle
+            horizon.save()
         return horizon.last_id
 
 

@@ -4,8 +4,6 @@ subscribe to their own tenant's events only; another tenant's subscription answe
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, permissions, status, viewsets
@@ -14,8 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.scoping import is_operator_view
 from nodes.api.serializers import DetailSerializer
+from nodes.permissions import CanOperateOrOwnTenant
 from nodes.scoping import visible_events, visible_tenants
 
 from .. import events as feed
@@ -68,18 +66,6 @@ class EventsView(APIView):
         return Response(serializers.EventPageSerializer(body).data)
 
 
-class CanSubscribe(permissions.BasePermission):
-    """Reading: any signed-in user (scoped). Writing: staff who may operate nodes, or a customer's
-    user (for its own tenant, checked by the service)."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if not request.user.is_authenticated:
-            return False
-        if request.method in permissions.SAFE_METHODS:
-            return True
-        return not is_operator_view(request.user) or request.user.has_perm("nodes.operate_node")
-
-
 @extend_schema_view(
     list=extend_schema(summary="List webhook subscriptions to node events"),
     retrieve=extend_schema(summary="One webhook subscription"),
@@ -88,7 +74,7 @@ class SubscriptionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, view
     """Webhook subscriptions: CloudEvents of node events, signed, filtered by tenant, cluster and type."""
 
     serializer_class = serializers.SubscriptionSerializer
-    permission_classes = [permissions.IsAuthenticated, CanSubscribe]
+    permission_classes = [permissions.IsAuthenticated, CanOperateOrOwnTenant]
 
     def get_queryset(self) -> QuerySet[Subscription]:
         # tenant, cluster: one join for the page (their slug and name are listed).
@@ -124,7 +110,7 @@ class DeadLetterViewSet(viewsets.ReadOnlyModelViewSet[DeadLetter]):
     """Events given up after NODEWARDEN_FEED_MAX_ATTEMPTS failures, newest first, with the last error."""
 
     serializer_class = serializers.DeadLetterSerializer
-    permission_classes = [permissions.IsAuthenticated, CanSubscribe]
+    permission_classes = [permissions.IsAuthenticated, CanOperateOrOwnTenant]
 
     def get_queryset(self) -> QuerySet[DeadLetter]:
         return visible_dead_letters(self.request.user).order_by("-id")

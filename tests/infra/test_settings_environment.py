@@ -317,7 +317,7 @@ def test_every_variable_settings_reads_is_documented(load, monkeypatch):
 
 # --- nobody else reads the environment ----------------------------------------------------------
 PRODUCT = ("nodewarden", "fleet", "nodes", "checks", "fabric", "telemetry", "health", "bmc", "provisioning")
-PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit")
+PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit", "feeds")
 # (module, what it reads) -> why it may
 ALLOWED_READS = {
     ("nodewarden/env.py", "*"): "the one reader",
