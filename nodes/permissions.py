@@ -91,3 +91,14 @@ class StaffOnly(_Permission):
         if not is_operator_view(request.user):
             raise exceptions.NotFound()
         return _writes_allowed(request, view) or self.refuse(view)
+
+
+class CanOperateOrOwnTenant(_Permission):
+    """Records a customer keeps about its own tenant (e.g. event-feed subscriptions): reads for
+    whoever is signed in (the view's queryset is scoped); writes need the operate permission from
+    staff, while a customer's user writes for its own tenant only (the service binds it)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not _signed_in(request):
+            return False
+        return not is_operator_view(request.user) or _writes_allowed(request, view) or self.refuse(view)

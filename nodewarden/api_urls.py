@@ -41,4 +41,5 @@ urlpatterns = [
     path("", include("trends.api.urls")),
     path("", include("fabric.api.urls")),
     path("", include("reports.api.urls")),
+    path("", include("feeds.api.urls")),
 ]

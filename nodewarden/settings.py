@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "trends",
     "reports",
     "audit",
+    "feeds",
 ]
 
 MIDDLEWARE = [
@@ -288,6 +289,7 @@ SPECTACULAR_SETTINGS = {
         "NodeStateEnum": "nodes.choices.NodeState",
         "DiscrepancyKindEnum": "fabric.choices.DiscrepancyKind",
         "RmaOutcomeEnum": "repairs.choices.RmaOutcome",
+        "CloudEventTypeEnum": "feeds.events.TYPES",
     },
 }
 
@@ -507,6 +509,26 @@ if NODEWARDEN_ALERTMANAGER_RESEND_SECONDS < 1 or NODEWARDEN_ALERTMANAGER_TIMEOUT
         "NODEWARDEN_ALERTMANAGER_RESEND_SECONDS and NODEWARDEN_ALERTMANAGER_TIMEOUT must be positive"
     )
 
+# The event feed (feeds/): node events as signed CloudEvents webhooks and a cursor API. A gap in
+# the event ids is waited for NODEWARDEN_FEED_SETTLE_SECONDS (a transaction that took an id may
+# still commit) before readers pass it; the sweep runs every NODEWARDEN_FEED_INTERVAL_SECONDS and
+# posts batches of at most NODEWARDEN_FEED_BATCH events, retried after NODEWARDEN_FEED_RETRY_SECONDS
+# (doubling, at most 10 min) until NODEWARDEN_FEED_MAX_ATTEMPTS failures make them dead letters.
+NODEWARDEN_FEED_SETTLE_SECONDS = env.int("NODEWARDEN_FEED_SETTLE_SECONDS", 30)
+NODEWARDEN_FEED_INTERVAL_SECONDS = env.int("NODEWARDEN_FEED_INTERVAL_SECONDS", 5)
+NODEWARDEN_FEED_BATCH = env.int("NODEWARDEN_FEED_BATCH", 100)
+NODEWARDEN_FEED_RETRY_SECONDS = env.int("NODEWARDEN_FEED_RETRY_SECONDS", 5)
+NODEWARDEN_FEED_MAX_ATTEMPTS = env.int("NODEWARDEN_FEED_MAX_ATTEMPTS", 8)
+if NODEWARDEN_FEED_SETTLE_SECONDS < 0:
+    raise ImproperlyConfigured("NODEWARDEN_FEED_SETTLE_SECONDS must be 0 or more")
+for _name in (
+    "NODEWARDEN_FEED_INTERVAL_SECONDS",
+    "NODEWARDEN_FEED_BATCH",
+    "NODEWARDEN_FEED_RETRY_SECONDS",
+    "NODEWARDEN_FEED_MAX_ATTEMPTS",
+):
+    _positive(_name, globals()[_name])
+
 # The OpenAPI schema and Swagger UI: "public", "authenticated" (default: any signed-in user or
 # API token) or "off" (not served).
 NODEWARDEN_API_DOCS = env.str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
@@ -588,6 +610,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     # Repair tickets and RMA cases: outgoing webhook deliveries that are due (retries with back-off).
     "send-due-webhooks": {"task": "repairs.tasks.send_due_webhooks", "schedule": 60.0},
+    # The event feed: advance the settled horizon, one batch per due webhook subscription.
+    "deliver-events": {"task": "feeds.tasks.deliver_events", "schedule": float(NODEWARDEN_FEED_INTERVAL_SECONDS)},
     # Trends: degrading figures, peer underperformers and lemon nodes, once a day.
     "evaluate-trends": {"task": "trends.tasks.evaluate_trends", "schedule": crontab(hour=3, minute=30)},
     # Day 1: poll open stages (burn-in checks, soak, waiting for the agent) and fail stuck ones.

@@ -82,6 +82,8 @@ ID_MODELS = {
     "circuit-breakers": "remediation.CircuitBreaker",
     "fabric/runs": "fabric.DiscoveryRun",
     "fabric/tickets": "fabric.Ticket",
+    "event-subscriptions": "feeds.Subscription",
+    "event-dead-letters": "feeds.DeadLetter",
 }
 
 CASES: Counter[str] = Counter()

@@ -12,7 +12,7 @@ import nodes.permissions
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("nodewarden", "fleet", "nodes", "checks", "fabric", "telemetry", "health", "bmc", "provisioning")
-APPS += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit")
+APPS += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit", "feeds")
 
 
 def _is_drf_permission(base: str) -> bool:

@@ -23,6 +23,11 @@ REMEDIATION_ACTIONS = (
     "/api/holds/{id}/release/",
     "/api/circuit-breakers/{id}/reset/",
 )
+FEED_ACTIONS = (
+    "/api/event-subscriptions/",
+    "/api/event-subscriptions/{id}/deactivate/",
+    "/api/event-dead-letters/{id}/redeliver/",
+)
 
 
 @pytest.fixture
@@ -126,6 +131,12 @@ def test_it_documents_every_endpoint(schema):
         "/api/trends/lemons/",
         "/api/reports/availability/",
         "/api/reports/flows/",  # Reports
+        # The event feed
+        "/api/events/",
+        "/api/event-subscriptions/{id}/",
+        "/api/event-dead-letters/",
+        "/api/event-dead-letters/{id}/",
+        *FEED_ACTIONS,
     }
 
 
@@ -167,6 +178,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
             "/api/nodes/{id}/repairs/",
             "/api/nodes/{id}/rma/",
             *REMEDIATION_ACTIONS,
+            *FEED_ACTIONS,
         )
     }
 

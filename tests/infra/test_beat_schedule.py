@@ -37,6 +37,7 @@ PROMISED: dict[str, Any] = {
     "validation.tasks.advance_day1_stages": 15.0,
     "audit.tasks.audit_fleet": 300.0,
     "health.tasks.resend_alerts_to_alertmanager": 60.0,
+    "feeds.tasks.deliver_events": 5.0,
 }
 
 

@@ -104,6 +104,11 @@ WIRED: dict[str, Wired] = {
     "NODEWARDEN_BREAKER_MIN_NODES": Wired("NODEWARDEN_BREAKER_MIN_NODES", "20", 20, "few"),
     "NODEWARDEN_BREAKER_WINDOW_SECONDS": Wired("NODEWARDEN_BREAKER_WINDOW_SECONDS", "60", 60, "10m"),
     "NODEWARDEN_WEBHOOK_MAX_ATTEMPTS": Wired("NODEWARDEN_WEBHOOK_MAX_ATTEMPTS", "3", 3, "three"),
+    "NODEWARDEN_FEED_INTERVAL_SECONDS": Wired('CELERY_BEAT_SCHEDULE["deliver-events"]["schedule"]', "2", 2.0, "0"),
+    "NODEWARDEN_FEED_BATCH": Wired("NODEWARDEN_FEED_BATCH", "10", 10, "-1"),
+    "NODEWARDEN_FEED_RETRY_SECONDS": Wired("NODEWARDEN_FEED_RETRY_SECONDS", "30", 30, "soon"),
+    "NODEWARDEN_FEED_MAX_ATTEMPTS": Wired("NODEWARDEN_FEED_MAX_ATTEMPTS", "3", 3, "0"),
+    "NODEWARDEN_FEED_SETTLE_SECONDS": Wired("NODEWARDEN_FEED_SETTLE_SECONDS", "0", 0, "-1"),
     "NODEWARDEN_LEMON_REPAIR_SCORE": Wired("NODEWARDEN_LEMON_REPAIR_SCORE", "45", 45.0, "high"),
     "NODEWARDEN_RELEASE_BLOCKING_SEVERITY": Wired("NODEWARDEN_RELEASE_BLOCKING_SEVERITY", "warning", "warning", "bad"),
     # --- Prometheus
@@ -312,7 +317,7 @@ def test_every_variable_settings_reads_is_documented(load, monkeypatch):
 
 # --- nobody else reads the environment ----------------------------------------------------------
 PRODUCT = ("nodewarden", "fleet", "nodes", "checks", "fabric", "telemetry", "health", "bmc", "provisioning")
-PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit")
+PRODUCT += ("validation", "schedulers", "repairs", "remediation", "trends", "reports", "audit", "feeds")
 # (module, what it reads) -> why it may
 ALLOWED_READS = {
     ("nodewarden/env.py", "*"): "the one reader",
