@@ -32,9 +32,11 @@ from django.conf import settings
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from fleet.scoping import is_operator_view
 from nodes.models import NodeEvent
 
 from . import events as feed
+from .addresses import AddressRefused, check_public
 from .choices import DeadLetterStatus
 from .models import DeadLetter, Subscription
 
@@ -129,7 +131,7 @@ def deliver(subscription_id: int, now: datetime | None = None) -> str:
         _settle(subscription_id, cursor=max(cursor, subscription.cursor))
         return "idle"
     cloudevents = [feed.cloudevent(e) for e in batch]
-    error = post(subscription.url, subscription.secret, body_of(cloudevents))
+    error = refused_address(subscription) or post(subscription.url, subscription.secret, body_of(cloudevents))
     if error is None:
         _settle(
             subscription_id,
@@ -159,6 +161,19 @@ def deliver(subscription_id: int, now: datetime | None = None) -> str:
     )
     _settle(subscription_id, cursor=cursor, last_error=error)
     return "dead"
+
+
+def refused_address(subscription: Subscription) -> str | None:
+    """Why a customer's subscription may not be sent to now (its host resolves to a non-public
+    address: ``feeds.addresses``), or None. Staff-made subscriptions are trusted."""
+    creator = subscription.created_by
+    if creator is not None and is_operator_view(creator):
+        return None
+    try:
+        check_public(subscription.url)
+    except AddressRefused as exc:
+        return f"Not sent: {exc}"
+    return None
 
 
 def _settle(subscription_id: int, **fields: Any) -> None:

@@ -10,12 +10,13 @@ import secrets
 from typing import Any
 
 from django.db import transaction
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from fleet.models import Cluster, Tenant
 from fleet.scoping import is_operator_view, user_tenant_id
 
 from . import delivery
+from .addresses import AddressRefused, check_public
 from .events import horizon
 from .models import DeadLetter, Subscription
 
@@ -38,6 +39,10 @@ def subscribe(
         if own is None or (tenant is not None and tenant.pk != own):
             raise PermissionDenied("A customer may subscribe to its own tenant's events only.")
         tenant = Tenant.objects.get(pk=own)
+        try:
+            check_public(url)
+        except AddressRefused as exc:
+            raise ValidationError({"url": [str(exc)]}) from None
     return Subscription.objects.create(
         url=url,
         tenant=tenant,

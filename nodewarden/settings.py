@@ -519,6 +519,9 @@ NODEWARDEN_FEED_INTERVAL_SECONDS = env.int("NODEWARDEN_FEED_INTERVAL_SECONDS", 5
 NODEWARDEN_FEED_BATCH = env.int("NODEWARDEN_FEED_BATCH", 100)
 NODEWARDEN_FEED_RETRY_SECONDS = env.int("NODEWARDEN_FEED_RETRY_SECONDS", 5)
 NODEWARDEN_FEED_MAX_ATTEMPTS = env.int("NODEWARDEN_FEED_MAX_ATTEMPTS", 8)
+# Host names customers' webhooks may point at although they resolve to non-public addresses
+# (feeds/addresses.py: everything else private, loopback or link-local is refused for customers).
+NODEWARDEN_FEED_PRIVATE_HOSTS = env.list("NODEWARDEN_FEED_PRIVATE_HOSTS", default=[])
 if NODEWARDEN_FEED_SETTLE_SECONDS < 0:
     raise ImproperlyConfigured("NODEWARDEN_FEED_SETTLE_SECONDS must be 0 or more")
 for _name in (

@@ -95,7 +95,7 @@ def test_a_bad_cursor_limit_or_filter_is_a_400_naming_it(api_as, operator, query
 
 def test_a_customer_subscribes_to_its_own_tenant_only(api_as, customer, tenant, other_tenant):
     client = api_as(customer)
-    created = client.post("/api/event-subscriptions/", {"url": "http://127.0.0.1:9/hook"}, format="json")
+    created = client.post("/api/event-subscriptions/", {"url": "http://93.184.215.14/hook"}, format="json")
     assert created.status_code == 201, created.json()
     assert created.json()["tenant"] == "acme" and len(created.json()["secret"]) >= 16
     refused = client.post(
@@ -108,10 +108,12 @@ def test_a_customer_subscribes_to_its_own_tenant_only(api_as, customer, tenant, 
 def test_a_customer_lists_only_its_tenants_subscriptions_and_cannot_touch_others(
     api_as, customer, operator, other_tenant
 ):
-    subscribe(customer, url="http://127.0.0.1:9/mine")
+    subscribe(customer, url="http://93.184.215.14/mine")
     theirs = subscribe(operator, url="http://127.0.0.1:9/theirs", tenant=other_tenant)
     client = api_as(customer)
-    assert [s["url"] for s in client.get("/api/event-subscriptions/").json()["results"]] == ["http://127.0.0.1:9/mine"]
+    assert [s["url"] for s in client.get("/api/event-subscriptions/").json()["results"]] == [
+        "http://93.184.215.14/mine"
+    ]
     assert client.post(f"/api/event-subscriptions/{theirs.pk}/deactivate/").status_code == 404
     assert "secret" not in client.get("/api/event-subscriptions/").json()["results"][0]
 
@@ -131,3 +133,42 @@ def test_deactivate_and_redeliver_are_named_actions(api_as, operator):
 def test_a_viewer_may_not_subscribe(api_as, viewer):
     response = api_as(viewer).post("/api/event-subscriptions/", {"url": "http://127.0.0.1:9/hook"}, format="json")
     assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/hook",  # the portal itself
+        "http://10.1.2.3/hook",
+        "http://169.254.169.254/latest/meta-data/",  # cloud metadata
+        "http://[::1]/hook",
+        "http://localhost/hook",
+        "ftp://93.184.215.14/hook",
+    ],
+)
+def test_a_customer_may_not_point_a_webhook_inside_our_network(api_as, customer, url):
+    refused = api_as(customer).post("/api/event-subscriptions/", {"url": url}, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert "url" in str(refused.json())
+    assert not Subscription.objects.exists()
+
+
+def test_an_allowed_private_host_is_accepted_and_the_check_runs_again_before_sending(
+    api_as, customer, settings, receiver, production_node
+):
+    from feeds import delivery
+    from feeds.events import advance_horizon
+    from nodes.services import Actor, perform
+
+    settings.NODEWARDEN_FEED_PRIVATE_HOSTS = ["localhost"]
+    url = receiver.url.replace("127.0.0.1", "localhost")
+    created = api_as(customer).post("/api/event-subscriptions/", {"url": url}, format="json")
+    assert created.status_code == 201, created.json()
+    settings.NODEWARDEN_FEED_PRIVATE_HOSTS = []  # the site takes it back: nothing more is sent there
+    perform(production_node.pk, "cordon", actor=Actor.system("tests"), reason="XID 79")
+    advance_horizon()
+    subscription = Subscription.objects.get()
+    assert delivery.deliver(subscription.pk) in ("retry", "dead")
+    subscription.refresh_from_db()
+    assert "not a public address" in subscription.last_error
+    assert receiver.attempts == []
