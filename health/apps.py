@@ -29,6 +29,14 @@ class HealthConfig(AppConfig):
         on_new_finding(suspect_named_gpu)
         # Every change of an alert is pushed to Alertmanager (health.alertmanager_push), after its commit.
         on_alert_changed(queue_alertmanager_push)
+        # Findings and alerts shown in the node's workload scheduler (health.scheduler_status).
+        from schedulers.conditions import problem_view
+
+        from .scheduler_status import report_alert_change, report_new_finding, worst_open_problem
+
+        problem_view(worst_open_problem)
+        on_new_finding(report_new_finding)
+        on_alert_changed(report_alert_change)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

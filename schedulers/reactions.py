@@ -43,7 +43,7 @@ from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
 from nodes.followups import followup, on_state_change
 from nodes.models import GPU, Node, NodeEvent
 
-from . import base
+from . import base, conditions
 from .base import SchedulerConflict, SchedulerError
 from .models import PendingReaction
 
@@ -232,8 +232,35 @@ def react(node: Node, event: NodeEvent) -> str:
     return flush(node.cluster_id, for_node=node.pk) if node.cluster_id else ""
 
 
+def report_transition(node: Node, event: NodeEvent) -> str:
+    """After the reaction: show the node's health as it is now where its scheduler can (Kubernetes:
+    the condition, labels and a ``NodewardenTransition`` Event; ``schedulers.conditions``)."""
+    message = f"{event.get_source_state_display()} -> {event.get_target_state_display()}: {event.reason}"
+    note = conditions.NodeEventNote(conditions.TRANSITION_EVENT, message, warning=event.target_state != S.PRODUCTION)
+    return report_health(node.pk, note)
+
+
+def report_health(node_id: int, note: conditions.NodeEventNote | None = None) -> str:
+    """Show the node's health in its scheduler (``schedulers.conditions``). Best effort: a failure is
+    logged, and the next transition, finding or alert change shows the state then."""
+    node = Node.objects.select_related("cluster", "persona").filter(pk=node_id).first()
+    if node is None or node.cluster is None or STATE_REACTION.get(node.state) is None:
+        return ""  # not in a scheduler (yet)
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    if not adapter.reports_health:
+        return ""
+    report = conditions.health_report(node, event=note)
+    try:
+        adapter.report_health(node, report)
+    except SchedulerError as exc:
+        log.warning("could not show node %s's health in its scheduler: %s", node.hostname, exc)
+        return f"The scheduler could not be shown the node's health ({exc})."
+    return f"{adapter.kind}: {conditions.CONDITION_NAME}={report.healthy} ({report.reason})."
+
+
 for _verb in REACTIONS:
     followup(_verb, even_if_moved_on=True)(react)
+    followup(_verb, even_if_moved_on=True)(report_transition)
 
 
 @on_state_change
