@@ -37,6 +37,13 @@ class HealthConfig(AppConfig):
         problem_view(worst_open_problem)
         on_new_finding(report_new_finding)
         on_alert_changed(report_alert_change)
+        # A customer's open report of a bad node is answered when the node is back in production.
+        from nodes.followups import followup
+
+        from .customer_reports import answer_reports
+
+        for verb in ("release_to_production", "cancel_drain", "force_state"):
+            followup(verb)(answer_reports)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

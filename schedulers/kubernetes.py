@@ -312,7 +312,7 @@ class KubernetesAdapter(SchedulerAdapter):
     def _post_event(self, name: str, note: Any) -> None:
         """A core/v1 Event on the Node, in namespace default, as the kubelet and NPD post theirs."""
         now = _rfc3339()
-        body = {
+        body: Any = {  # a dict as the API spells it; the client sends it as it is
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},

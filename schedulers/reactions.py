@@ -49,6 +49,7 @@ from .models import PendingReaction
 
 log = logging.getLogger(__name__)
 S = NodeState
+STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
 ACTOR = node_services.Actor.system("scheduler")
 BATCH = 200  # nodes per run of the drain follower; the next run takes the rest
 RETRY_MAX = timedelta(hours=1)
@@ -124,9 +125,38 @@ def still_wanted(reaction: str, state: str) -> bool:
     return STATE_REACTION.get(state) is not None and state != S.PRODUCTION
 
 
-def scheduler_reason(state: str, reason: str) -> str:
-    """The reason the scheduler shows (``sinfo -R``, the Kubernetes annotation): the node's state first."""
-    return " ".join(f"{NodeState(state).label}: {reason}".split())[:200]
+REASON_MAX = 200  # Slurm keeps more, but ``sinfo -R`` and a taint value are read in one glance
+CAUSE_MIN = 60  # at least this much of the transition's own reason stays when the cause is long
+
+
+def scheduler_reason(state: str, reason: str, cause: str = "") -> str:
+    """The reason the scheduler shows (``sinfo -R``, the Kubernetes annotation): the node's state
+    first, then the transition's reason, then what took the node out of production (``cause``: the
+    reason of the move out, e.g. remediation's "Remediation 4: XID 79 ..." naming the finding), so a
+    node in triage or remediating still says why it is out."""
+    head = " ".join(f"{NodeState(state).label}: {reason}".split())
+    cause = " ".join(cause.split())
+    if not cause or cause in head:
+        return head[:REASON_MAX]
+    tail = f" (out for: {cause})"
+    return (head[: max(CAUSE_MIN, REASON_MAX - len(tail))] + tail)[:REASON_MAX]
+
+
+def out_of_production_cause(node_id: int, event: NodeEvent) -> str:
+    """The reason of the transition that took the node out of production (this one, or the latest
+    earlier one; "" in production or where none is recorded). Index (node, -created)."""
+    if event.target_state == S.PRODUCTION:
+        return ""
+    if event.source_state == S.PRODUCTION:
+        return event.reason
+    reason = (
+        NodeEvent.objects.filter(node_id=node_id, source_state=S.PRODUCTION, kind__in=STATE_CHANGES)
+        .exclude(target_state=S.PRODUCTION)
+        .order_by("-created", "-pk")
+        .values_list("reason", flat=True)
+        .first()
+    )
+    return reason or ""
 
 
 # --- Drain holds ---------------------------------------------------------------------------------
@@ -272,7 +302,8 @@ def queue_reaction(event: NodeEvent) -> None:
     node = event.node
     if reaction is None or node is None or node.cluster_id is None:
         return
-    reason, now = scheduler_reason(event.target_state, event.reason), timezone.now()
+    cause = out_of_production_cause(node.pk, event)
+    reason, now = scheduler_reason(event.target_state, event.reason, cause), timezone.now()
     # savepoint=False: inside the transition's transaction this costs nothing; a caller that
     # records an event outside one (fixtures, scripts) still gets the row lock it needs.
     with transaction.atomic(savepoint=False):

@@ -58,3 +58,11 @@ def test_remediation_moves_on_with_the_lifecycle_after_commit():
     assert "remediation.followups.remediation_done" in registered["release_to_production"]
     assert "remediation.followups.climb_after_failed_validation" in registered["fail_validation"]
     assert all(handlers for handlers in EVEN_IF_MOVED_ON.values())
+
+
+def test_every_transition_shows_the_nodes_health_in_its_scheduler_and_a_return_answers_customer_reports():
+    for verb, handlers in EVEN_IF_MOVED_ON.items():
+        assert names(handlers) == ["schedulers.reactions.react", "schedulers.reactions.report_transition"], verb
+    registered = {name: names(handlers) for name, handlers in FOLLOWUPS.items()}
+    for verb in ("release_to_production", "cancel_drain", "force_state"):
+        assert "health.customer_reports.answer_reports" in registered[verb]
