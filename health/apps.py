@@ -33,6 +33,21 @@ class HealthConfig(AppConfig):
         on_alert_changed(queue_alertmanager_push)
         # The node page's header names the firing alerts (nodes.whyhere; nodes never imports health).
         why_here_fact(firing_alerts)
+        # Findings and alerts shown in the node's workload scheduler (health.scheduler_status).
+        from schedulers.conditions import problem_view
+
+        from .scheduler_status import report_alert_change, report_new_finding, worst_open_problem
+
+        problem_view(worst_open_problem)
+        on_new_finding(report_new_finding)
+        on_alert_changed(report_alert_change)
+        # A customer's open report of a bad node is answered when the node is back in production.
+        from nodes.followups import followup
+
+        from .customer_reports import answer_reports
+
+        for verb in ("release_to_production", "cancel_drain", "force_state"):
+            followup(verb)(answer_reports)
 
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).

@@ -21,6 +21,7 @@ from nodes.services import Actor
 from nodewarden.errors import ReasonRequired
 
 from . import alerts as verbs
+from . import customer_reports
 from .choices import SEVERITY_COLOURS, AlertState, Severity
 from .filters import AlertFilterSet
 from .scoping import visible_alerts, visible_findings
@@ -114,7 +115,29 @@ def node_alerts(request: HttpRequest, pk: int) -> HttpResponse:
         visible_alerts(request.user).filter(node=node, state=AlertState.FIRING).order_by("-severity_rank", "-last_seen")
     )
     findings = visible_findings(request.user).filter(node=node, shadow=False)[:NODE_FINDINGS]
-    return render(request, "health/_node_alerts.html", {"node": node, "alerts": open_alerts, "findings": findings})
+    can_report = customer_reports.may_report(request.user, node)
+    context = {"node": node, "alerts": open_alerts, "findings": findings, "can_report": can_report}
+    return render(request, "health/_node_alerts.html", context)
+
+
+@require_POST
+def report_bad_node(request: HttpRequest, pk: int) -> HttpResponse:
+    """The node page's "Report this node as bad" form (``health.customer_reports``)."""
+    node = visible_node_or_404(request.user, pk)
+    if not customer_reports.may_report(request.user, node):
+        return HttpResponseForbidden("Only the node's tenant can report it as bad.")
+    try:
+        report = customer_reports.report_bad_node(
+            node.pk, user=request.user, reason=request.POST.get("reason"), job_id=request.POST.get("job_id")
+        )
+    except ValueError as exc:  # ReasonRequired too
+        messages.error(request, str(exc))
+    except ObjectDoesNotExist as exc:
+        raise Http404("No such node") from exc
+    else:
+        done = "Your report is already open; this one was added to the node's history."
+        messages.success(request, done if report.duplicate else "Thank you: the node will be checked.")
+    return redirect("node-detail", pk=node.pk)
 
 
 def alert_summary(request: HttpRequest) -> HttpResponse:

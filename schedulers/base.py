@@ -146,6 +146,14 @@ class SchedulerAdapter(ABC):
         """Hand these GPUs out again. True: done, or nothing of ours fenced them; False: it cannot."""
         return False
 
+    # Whether the scheduler shows the node's health beyond the cordon (``schedulers.conditions``).
+    reports_health = False
+
+    def report_health(self, node: Any, report: Any) -> None:
+        """Show ``report`` (a ``conditions.HealthReport``) on the node: a condition, labels, an Event.
+        This default has nowhere to show it (Slurm's reason is the cordon's own reason)."""
+        return
+
 
 class NoScheduler(SchedulerAdapter):
     """A cluster without a workload scheduler: nothing can run there that we do not know of."""

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import urllib3
@@ -54,6 +56,7 @@ from .base import (
     SchedulerError,
     check_hold_reason,
 )
+from .conditions import CONDITION_NAME as CONDITION
 
 T = TypeVar("T")
 
@@ -75,6 +78,7 @@ TAINT_VALUE_MAX = 63  # a taint value is a label value: 63 chars of [A-Za-z0-9._
 REASON_MAX = 1024
 PENDING_PODS_READ = 500  # pending pods one wants_node question reads
 PODS_NAMED_MAX = 5  # how many leftover pods drain_state's detail names
+EVENT_NAMESPACE = "default"  # where the kubelet and node-problem-detector post a Node's Events
 
 
 class KubernetesApiError(SchedulerError):
@@ -242,6 +246,92 @@ class KubernetesAdapter(SchedulerAdapter):
             lambda **kw: self.core.patch_node_status(name, status, _content_type=MERGE_PATCH, **kw),
         )
         return True
+
+    # --- the node's health, as node-problem-detector shows it ------------------------------------
+
+    reports_health = True
+
+    def report_health(self, node: Any, report: Any) -> None:
+        """Labels, the ``NodewardenHealthy`` condition (through the status subresource) and an Event.
+
+        The condition is written as node-problem-detector writes its own: the whole conditions list
+        sent back with the read's ``resourceVersion`` (a JSON merge patch replaces a list; the kubelet's
+        own conditions are kept and a concurrent write of theirs is a 409, retried on a fresh read).
+        Nothing is written when the node shows this already (``lastTransitionTime`` moves only when
+        the status flips)."""
+        name = self.node_name(node)
+        retry_on_conflict(lambda: self._label_once(name, report.labels))
+        retry_on_conflict(lambda: self._condition_once(name, report))
+        if report.event is not None:
+            self._post_event(name, report.event)
+
+    def _label_once(self, name: str, labels: dict[str, str | None]) -> None:
+        current = self._read_node(name)
+        now = _meta(current).labels or {}
+        changed = {key: value for key, value in labels.items() if now.get(key) != value}
+        if not changed:
+            return
+        patch = {"metadata": {"resourceVersion": _meta(current).resource_version, "labels": changed}}
+        self._patch_node(name, patch)
+
+    def _condition_once(self, name: str, report: Any) -> None:
+        current = self._read_node(name)
+        conditions = [
+            self.core.api_client.sanitize_for_serialization(condition)
+            for condition in (current.status and current.status.conditions) or []
+        ]
+        ours = next((c for c in conditions if c.get("type") == CONDITION), None)
+        status = "True" if report.healthy else "False"
+        if ours and (ours.get("status"), ours.get("reason"), ours.get("message")) == (
+            status,
+            report.reason,
+            report.message,
+        ):
+            return  # shown already: no write, and lastTransitionTime stays
+        now = _rfc3339()
+        changed = not ours or ours.get("status") != status
+        condition = {
+            "type": CONDITION,
+            "status": status,
+            "reason": report.reason,
+            "message": report.message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now if changed else _kept_transition_time(current) or now,
+        }
+        others = [c for c in conditions if c.get("type") != CONDITION]
+        patch = {
+            "metadata": {"resourceVersion": _meta(current).resource_version},
+            "status": {"conditions": [*others, condition]},
+        }
+        self._call(
+            "patch_node_status",
+            name,
+            lambda **kw: self.core.patch_node_status(name, patch, _content_type=MERGE_PATCH, **kw),
+        )
+
+    def _post_event(self, name: str, note: Any) -> None:
+        """A core/v1 Event on the Node, in namespace default, as the kubelet and NPD post theirs."""
+        now = _rfc3339()
+        body: Any = {  # a dict as the API spells it; the client sends it as it is
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
+            # The kubelet names its node by name in uid too: kubectl describe node finds them so.
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": name, "uid": name},
+            "reason": note.reason,
+            "message": " ".join(note.message.split())[:REASON_MAX],
+            "type": "Warning" if note.warning else "Normal",
+            "source": {"component": OWNER},
+            "reportingComponent": OWNER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call(
+            "create_namespaced_event",
+            name,
+            lambda **kw: self.core.create_namespaced_event(EVENT_NAMESPACE, body, **kw),
+        )
 
     # --- cordon and uncordon, one attempt each (retried on 409) ------------------------------
 
@@ -472,6 +562,19 @@ def _taint_value(reason: str) -> str:
     """A short, valid taint value from a free-text reason (the annotation keeps it whole)."""
     value = re.sub(r"[^A-Za-z0-9._-]+", "-", reason)[:TAINT_VALUE_MAX]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def _kept_transition_time(node: client.V1Node) -> str | None:
+    """Our condition's lastTransitionTime as the API spells it (the client reads it into a datetime)."""
+    for condition in (node.status and node.status.conditions) or []:
+        if condition.type == CONDITION and condition.last_transition_time:
+            return _rfc3339(condition.last_transition_time)
+    return None
+
+
+def _rfc3339(when: datetime | None = None) -> str:
+    """A time (now by default) as the API spells times (seconds, Z)."""
+    return (when or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _answer(exc: ApiException) -> str:

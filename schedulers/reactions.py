@@ -43,12 +43,13 @@ from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
 from nodes.followups import followup, on_state_change
 from nodes.models import GPU, Node, NodeEvent
 
-from . import base
+from . import base, conditions
 from .base import SchedulerConflict, SchedulerError
 from .models import PendingReaction
 
 log = logging.getLogger(__name__)
 S = NodeState
+STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
 ACTOR = node_services.Actor.system("scheduler")
 BATCH = 200  # nodes per run of the drain follower; the next run takes the rest
 RETRY_MAX = timedelta(hours=1)
@@ -124,9 +125,38 @@ def still_wanted(reaction: str, state: str) -> bool:
     return STATE_REACTION.get(state) is not None and state != S.PRODUCTION
 
 
-def scheduler_reason(state: str, reason: str) -> str:
-    """The reason the scheduler shows (``sinfo -R``, the Kubernetes annotation): the node's state first."""
-    return " ".join(f"{NodeState(state).label}: {reason}".split())[:200]
+REASON_MAX = 200  # Slurm keeps more, but ``sinfo -R`` and a taint value are read in one glance
+CAUSE_MIN = 60  # at least this much of the transition's own reason stays when the cause is long
+
+
+def scheduler_reason(state: str, reason: str, cause: str = "") -> str:
+    """The reason the scheduler shows (``sinfo -R``, the Kubernetes annotation): the node's state
+    first, then the transition's reason, then what took the node out of production (``cause``: the
+    reason of the move out, e.g. remediation's "Remediation 4: XID 79 ..." naming the finding), so a
+    node in triage or remediating still says why it is out."""
+    head = " ".join(f"{NodeState(state).label}: {reason}".split())
+    cause = " ".join(cause.split())
+    if not cause or cause in head:
+        return head[:REASON_MAX]
+    tail = f" (out for: {cause})"
+    return (head[: max(CAUSE_MIN, REASON_MAX - len(tail))] + tail)[:REASON_MAX]
+
+
+def out_of_production_cause(node_id: int, event: NodeEvent) -> str:
+    """The reason of the transition that took the node out of production (this one, or the latest
+    earlier one; "" in production or where none is recorded). Index (node, -created)."""
+    if event.target_state == S.PRODUCTION:
+        return ""
+    if event.source_state == S.PRODUCTION:
+        return event.reason
+    reason = (
+        NodeEvent.objects.filter(node_id=node_id, source_state=S.PRODUCTION, kind__in=STATE_CHANGES)
+        .exclude(target_state=S.PRODUCTION)
+        .order_by("-created", "-pk")
+        .values_list("reason", flat=True)
+        .first()
+    )
+    return reason or ""
 
 
 # --- Drain holds ---------------------------------------------------------------------------------
@@ -232,8 +262,35 @@ def react(node: Node, event: NodeEvent) -> str:
     return flush(node.cluster_id, for_node=node.pk) if node.cluster_id else ""
 
 
+def report_transition(node: Node, event: NodeEvent) -> str:
+    """After the reaction: show the node's health as it is now where its scheduler can (Kubernetes:
+    the condition, labels and a ``NodewardenTransition`` Event; ``schedulers.conditions``)."""
+    message = f"{event.get_source_state_display()} -> {event.get_target_state_display()}: {event.reason}"
+    note = conditions.NodeEventNote(conditions.TRANSITION_EVENT, message, warning=event.target_state != S.PRODUCTION)
+    return report_health(node.pk, note)
+
+
+def report_health(node_id: int, note: conditions.NodeEventNote | None = None) -> str:
+    """Show the node's health in its scheduler (``schedulers.conditions``). Best effort: a failure is
+    logged, and the next transition, finding or alert change shows the state then."""
+    node = Node.objects.select_related("cluster", "persona").filter(pk=node_id).first()
+    if node is None or node.cluster is None or STATE_REACTION.get(node.state) is None:
+        return ""  # not in a scheduler (yet)
+    adapter = base.adapter_for(node.cluster)  # looked up late: tests stand a scheduler in
+    if not adapter.reports_health:
+        return ""
+    report = conditions.health_report(node, event=note)
+    try:
+        adapter.report_health(node, report)
+    except SchedulerError as exc:
+        log.warning("could not show node %s's health in its scheduler: %s", node.hostname, exc)
+        return f"The scheduler could not be shown the node's health ({exc})."
+    return f"{adapter.kind}: {conditions.CONDITION_NAME}={report.healthy} ({report.reason})."
+
+
 for _verb in REACTIONS:
     followup(_verb, even_if_moved_on=True)(react)
+    followup(_verb, even_if_moved_on=True)(report_transition)
 
 
 @on_state_change
@@ -245,7 +302,8 @@ def queue_reaction(event: NodeEvent) -> None:
     node = event.node
     if reaction is None or node is None or node.cluster_id is None:
         return
-    reason, now = scheduler_reason(event.target_state, event.reason), timezone.now()
+    cause = out_of_production_cause(node.pk, event)
+    reason, now = scheduler_reason(event.target_state, event.reason, cause), timezone.now()
     # savepoint=False: inside the transition's transaction this costs nothing; a caller that
     # records an event outside one (fixtures, scripts) still gets the row lock it needs.
     with transaction.atomic(savepoint=False):

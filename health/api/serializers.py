@@ -157,3 +157,18 @@ class WebhookResultSerializer(serializers.Serializer[Any]):
     accepted = serializers.IntegerField()
     resolved = serializers.IntegerField()
     unmatched = serializers.ListField(child=serializers.DictField())
+
+
+class ReportBadNodeSerializer(serializers.Serializer[Any]):
+    """A customer's report of a bad node: why (required), and the job that suffered (optional)."""
+
+    reason = serializers.CharField(allow_blank=False, max_length=1000)
+    job_id = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
+
+
+class ReportBadNodeAnswerSerializer(serializers.Serializer[Any]):
+    """What the report became: a new finding, or (``duplicate``) a note on the open report."""
+
+    duplicate = serializers.BooleanField()
+    finding = serializers.IntegerField(allow_null=True, help_text="The finding recorded (null for a duplicate).")
+    event = serializers.IntegerField(help_text="The node's history row that records the report.")

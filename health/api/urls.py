@@ -13,5 +13,6 @@ router.register("xid-catalog", views.XidDefinitionViewSet, basename="xid")
 
 urlpatterns = [
     *router.urls,
+    path("nodes/<int:pk>/report-bad/", views.ReportBadNodeView.as_view(), name="node-report-bad"),
     path("ingest/alertmanager/", views.AlertmanagerWebhookView.as_view(), name="alertmanager-webhook"),
 ]

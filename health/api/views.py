@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
@@ -20,11 +20,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from nodes.api.serializers import DetailSerializer
 from nodes.permissions import CanOperate, CanOperateObject
+from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
 from nodewarden.api import error_body, read_bounded
 
-from .. import alertmanager
+from .. import alertmanager, customer_reports
 from .. import alerts as verbs
 from ..filters import AlertFilterSet, FindingFilterSet
 from ..models import Alert, Finding, HealthRule, XidDefinition
@@ -152,3 +154,40 @@ class AlertmanagerWebhookView(APIView):
             )
         outcome = alertmanager.receive(hook, actor=Actor(user=request.user))
         return Response({"accepted": outcome.accepted, "resolved": outcome.resolved, "unmatched": outcome.unmatched})
+
+
+class ReportBadNodeView(APIView):
+    """A customer reports a node they believe is bad: a finding with them as its source
+    (``health.customer_reports``); a second report while one is open is a note on the history."""
+
+    @extend_schema(
+        summary="Report a node as bad (a customer's finding)",
+        request=serializers.ReportBadNodeSerializer,
+        responses={
+            201: serializers.ReportBadNodeAnswerSerializer,
+            200: OpenApiResponse(serializers.ReportBadNodeAnswerSerializer, description="A report is open: noted."),
+            403: OpenApiResponse(DetailSerializer, description="Only the node's tenant (or an operator) reports it."),
+            404: OpenApiResponse(DetailSerializer, description="No such node visible to the user."),
+        },
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        node = visible_node_or_404(request.user, pk)
+        if not customer_reports.may_report(request.user, node):  # before the body: 403 whatever was sent
+            raise exceptions.PermissionDenied("Only the node's tenant can report it as bad.")
+        body = serializers.ReportBadNodeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            report = customer_reports.report_bad_node(node.pk, user=request.user, **body.validated_data)
+        except customer_reports.NotYourNode as exc:
+            raise exceptions.PermissionDenied(str(exc)) from exc
+        except ObjectDoesNotExist as exc:  # gone between the lookup and the lock
+            raise exceptions.NotFound() from exc
+        except ValueError as exc:  # ReasonRequired too: a reason of blanks only
+            raise exceptions.ValidationError({"reason": [str(exc)]}) from exc
+        answer = {
+            "duplicate": report.duplicate,
+            "finding": report.finding.pk if report.finding else None,
+            "event": report.event.pk,
+        }
+        code = status.HTTP_200_OK if report.duplicate else status.HTTP_201_CREATED
+        return Response(serializers.ReportBadNodeAnswerSerializer(answer).data, status=code)

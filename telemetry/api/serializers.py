@@ -128,3 +128,11 @@ class CommandResultAnswerSerializer(serializers.Serializer[dict[str, Any]]):
     id = serializers.IntegerField()
     status = serializers.CharField()
     changed = serializers.BooleanField(help_text="False when the command had already finished (a resent result).")
+
+
+class AgentStateSerializer(serializers.Serializer[Any]):
+    """The node's lifecycle state, for the agent's scheduler hooks."""
+
+    state = serializers.CharField()
+    in_production = serializers.BooleanField(help_text="False: the node must take no new work.")
+    reason = serializers.CharField(help_text="Why it is out, as the scheduler shows it; empty in production.")

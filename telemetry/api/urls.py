@@ -9,6 +9,7 @@ from . import views
 
 urlpatterns = [
     path("agent/reports/", views.agent_reports, name="agent-reports"),
+    path("agent/state/", views.AgentStateView.as_view(), name="agent-state"),
     path("agent/commands/", views.AgentCommandsView.as_view(), name="agent-commands"),
     path("agent/commands/<int:pk>/result/", views.AgentCommandResultView.as_view(), name="agent-command-result"),
     path("ingest/dcgm-exporter/", views.DcgmExporterPushView.as_view(), name="dcgm-exporter-push"),

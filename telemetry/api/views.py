@@ -28,12 +28,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nodes.api.serializers import DetailSerializer
+from nodes.choices import NodeState
 from nodes.models import OPERATE, Node
 from nodes.permissions import IsNodeAgent, IsStaffOperator
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
 from nodewarden.api import error_body
 from nodewarden.bounds import timestamp_problem
+from schedulers.conditions import last_transition
+from schedulers.reactions import out_of_production_cause, scheduler_reason
 
 from .. import commands, dcgm_exporter
 from ..auth import AgentAuthError, AgentIdentity, AgentThrottled, AgentTokenAuthentication, identify_agent
@@ -303,6 +306,26 @@ class AgentCommandsView(APIView):
     def get(self, request: Request) -> Response:
         taken = commands.deliver_commands(_agent_node_id(request))
         return Response(serializers.AgentCommandsSerializer({"commands": taken}).data)
+
+
+class AgentStateView(APIView):
+    """GET /api/agent/state/: the node's lifecycle state as Nodewarden has it, for the agent's
+    scheduler hooks (``nodewarden-slurm-check``: a prolog or HealthCheckProgram refuses work on a
+    node out of production). ``reason`` is what the scheduler shows (``scheduler_reason``)."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+
+    @extend_schema(summary="Agent: the node's lifecycle state", responses=serializers.AgentStateSerializer)
+    def get(self, request: Request) -> Response:
+        node = Node.objects.only("id", "state").get(pk=_agent_node_id(request))
+        in_production = node.state == NodeState.PRODUCTION
+        last = last_transition(node)
+        reason = ""
+        if last is not None and not in_production:
+            reason = scheduler_reason(node.state, last.reason, out_of_production_cause(node.pk, last))
+        answer = {"state": node.state, "in_production": in_production, "reason": reason}
+        return Response(serializers.AgentStateSerializer(answer).data)
 
 
 class AgentCommandResultView(APIView):

@@ -68,6 +68,7 @@ def test_it_documents_every_endpoint(schema):
         "/api/ingest/dcgm-exporter/",
         "/api/nodes/{id}/commands/",
         "/api/agent/commands/",
+        "/api/agent/state/",
         "/api/agent/commands/{id}/result/",
         # Health
         "/api/findings/",
@@ -80,6 +81,7 @@ def test_it_documents_every_endpoint(schema):
         "/api/xid-catalog/",
         "/api/xid-catalog/{xid}/",
         "/api/ingest/alertmanager/",
+        "/api/nodes/{id}/report-bad/",
         # Active checks
         "/api/nodes/{id}/checks/",
         "/api/checks/{id}/",
@@ -157,6 +159,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
             "/api/agent/reports/",
             "/api/agent/join/",
             "/api/ingest/alertmanager/",
+            "/api/nodes/{id}/report-bad/",
             "/api/ingest/dcgm-exporter/",
             "/api/nodes/{id}/checks/",
             "/api/checks/{id}/cancel/",

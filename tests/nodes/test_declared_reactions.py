@@ -34,11 +34,18 @@ def test_a_state_change_queues_its_reaction_and_keeps_the_reports_rows_in_step_i
 
 
 def test_a_new_finding_marks_its_gpu_suspect_and_is_considered_by_remediation_after_commit():
-    assert names(ON_NEW_FINDING) == ["health.gpus.suspect_named_gpu", "remediation.followups.queue_consideration"]
+    assert names(ON_NEW_FINDING) == [
+        "health.gpus.suspect_named_gpu",
+        "health.scheduler_status.report_new_finding",  # a Kubernetes Event and the node's condition
+        "remediation.followups.queue_consideration",
+    ]
 
 
 def test_every_change_of_an_alert_is_pushed_to_alertmanager_after_commit():
-    assert names(ON_ALERT_CHANGE) == ["health.tasks.queue_alertmanager_push"]
+    assert names(ON_ALERT_CHANGE) == [
+        "health.tasks.queue_alertmanager_push",
+        "health.scheduler_status.report_alert_change",  # the Kubernetes node's condition follows its alerts
+    ]
 
 
 def test_a_reimaged_nodes_join_is_awaited_by_remediation():
@@ -51,3 +58,11 @@ def test_remediation_moves_on_with_the_lifecycle_after_commit():
     assert "remediation.followups.remediation_done" in registered["release_to_production"]
     assert "remediation.followups.climb_after_failed_validation" in registered["fail_validation"]
     assert all(handlers for handlers in EVEN_IF_MOVED_ON.values())
+
+
+def test_every_transition_shows_the_nodes_health_in_its_scheduler_and_a_return_answers_customer_reports():
+    for verb, handlers in EVEN_IF_MOVED_ON.items():
+        assert names(handlers) == ["schedulers.reactions.react", "schedulers.reactions.report_transition"], verb
+    registered = {name: names(handlers) for name, handlers in FOLLOWUPS.items()}
+    for verb in ("release_to_production", "cancel_drain", "force_state"):
+        assert "health.customer_reports.answer_reports" in registered[verb]

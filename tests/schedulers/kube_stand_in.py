@@ -16,6 +16,11 @@ Where kmock differs from a real API server, and what stands in for the real beha
 - Patches are plain JSON merges whatever their Content-Type, with no ``resourceVersion``
   precondition: the 409 a real server answers to a stale write is served from
   ``RECORDED.conflict``. A write reaches kmock's store even when a reaction answers it instead.
+- The node status subresource (``PATCH /api/v1/nodes/{name}/status``) is unknown to it: the
+  stand-in serves it, merging the patch's ``status`` into the node (RFC 7386, as a real server
+  does for a JSON merge patch: a list is replaced whole, null deletes) and ignoring the rest.
+- Events (``POST /api/v1/namespaces/default/events``) are stored as any object; ``events(node)``
+  reads those whose involvedObject is the node.
 - Its error bodies say ``reason: "Object Not Found"`` with a kmock hint for a message;
   ``RECORDED`` holds the bodies a real API server sends (``kube-apiserver`` 1.30, as
   ``kubectl -v=8`` prints them and ``k8s.io/apimachinery/pkg/api/errors`` builds them).
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -39,6 +45,8 @@ T = TypeVar("T")
 # resource objects, not "v1/pods" strings: kmock's `key in objects` does not parse strings
 NODES = kmock.resource("v1/nodes")
 PODS = kmock.resource("v1/pods")
+EVENTS = kmock.resource("v1/events")
+STATUS_PATH = re.compile(r"/api/v1/nodes/(?P<name>[^/]+)/status")
 EVICTION_PATH = re.compile(r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/eviction")
 
 
@@ -221,6 +229,32 @@ class KubeStandIn:
             found = [r for r in found if path.fullmatch(r.url.path)]
         return found
 
+    def events(self, node: str) -> list[dict[str, Any]]:
+        """The Events posted about the Node, oldest first."""
+
+        def read() -> list[dict[str, Any]]:
+            found = [obj.raw for key, obj in self.emulator.objects.items() if key[0] == EVENTS and not obj.deleted]
+            return [e for e in found if e.get("involvedObject", {}).get("name") == node]
+
+        return self._on_loop(read)
+
+    def condition(self, node: str, kind: str) -> dict[str, Any] | None:
+        """The node's condition of this type, or None."""
+        conditions = self.node(node).get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c.get("type") == kind), None)
+
+    def _answer_status(self, request: kmock.Request) -> kmock.Response:
+        """The node status subresource: merge the patch's status into the node (runs on the loop)."""
+        where = STATUS_PATH.fullmatch(request.url.path)
+        assert where is not None
+        key = (NODES, None, where["name"])
+        if key not in self.emulator.objects:
+            return kmock.Response(status=404, payload=RECORDED.not_found("nodes", where["name"]))
+        raw = self.emulator.objects[key].raw
+        status = _merge(raw.get("status") or {}, json.loads(request.body).get("status") or {})
+        self.emulator.objects[key] = {**raw, "status": status}
+        return kmock.Response(status=200, payload=self.emulator.objects[key].raw)
+
     def _answer_eviction(self, request: kmock.Request) -> kmock.Response:
         """The eviction subresource: delete the pod, unless a "PDB" refuses (runs on the loop)."""
         where = EVICTION_PATH.fullmatch(request.url.path)
@@ -236,6 +270,19 @@ class KubeStandIn:
         return kmock.Response(status=201, payload=RECORDED.eviction_accepted())
 
 
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(merged.get(key), value)
+    return merged
+
+
 @contextlib.contextmanager
 def running_stand_in() -> Iterator[KubeStandIn]:
     """Start the emulator and its HTTP server on a loop in a background thread; stop both after."""
@@ -249,9 +296,11 @@ def running_stand_in() -> Iterator[KubeStandIn]:
         server = await stack.enter_async_context(kmock.Server(emulator))
         stand_in = KubeStandIn(loop=loop, emulator=emulator, url=str(server.url).rstrip("/"))
         emulator["post", EVICTION_PATH] << stand_in._answer_eviction
+        emulator["patch", STATUS_PATH] << stand_in._answer_status
         # Declared, so that lists answer [] (not kmock's 404) while no pod exists yet.
         emulator.resources[PODS] = {}
         emulator.resources[NODES] = {}
+        emulator.resources[EVENTS] = {}
         return stand_in
 
     try:

@@ -4,13 +4,10 @@ Slurm: against a real Slurm 22.05 whose nodes have 4 GPUs from gres.conf ``File=
 device files, as every real GPU node has them). slurmctld refuses to change such a node's GPU
 count, so ``fence_gpus`` answers False and the node is drained instead; the tests pin what the
 real ``scontrol`` accepts. Kubernetes: against kmock's emulator (``kube_stand_in``), over real HTTP;
-kmock does not know the node status subresource, so the stand-in serves it (a merge into the node,
-as a real API server does).
+kmock does not know the node status subresource, so the stand-in serves it (``kube_stand_in``).
 """
 
 from __future__ import annotations
-
-import json
 
 import pytest
 from django.test import override_settings
@@ -124,23 +121,6 @@ def add_gpu_node(kube, name: str, gpus: int) -> None:
         kube.emulator.objects[NODES, None, name] = {**raw, "status": {"capacity": resources, "allocatable": resources}}
 
     kube._on_loop(put)
-    serve_status_subresource(kube, name)
-
-
-def serve_status_subresource(kube, name: str) -> None:
-    """kmock has no status subresource: merge the patch's status into the node, as the API server does."""
-    import kmock
-
-    def answer(request: kmock.Request) -> kmock.Response:
-        patch = json.loads(request.body)
-        raw = kube.emulator.objects[NODES, None, name].raw
-        status = {**raw.get("status", {})}
-        for key, value in patch.get("status", {}).items():
-            status[key] = {**status.get(key, {}), **value}
-        kube.emulator.objects[NODES, None, name] = {**raw, "status": status}
-        return kmock.Response(status=200, payload=kube.emulator.objects[NODES, None, name].raw)
-
-    kube.emulator["patch", f"/api/v1/nodes/{name}/status"] << answer
 
 
 def test_kubernetes_fence_lowers_allocatable_and_records_the_indices(kube, kube_cluster):

@@ -155,3 +155,27 @@ def test_a_reaction_that_cannot_reach_slurm_is_owed_and_retried(slurm, slurm_clu
     info = SlurmAdapter(slurm_cluster).show_node(node)
     assert info.drain_flag and info.reason.startswith("nodewarden: Triage:")
     assert slurm.job_state(job) in ("PD", "CA", "CG")  # the eviction owed was still an eviction
+
+
+def test_slurms_reason_names_the_finding_while_the_node_is_out_and_is_cleared_on_return(slurm, slurm_cluster, eager):  # noqa: F811
+    node = NodeFactory(hostname="gpu-s-02.dc1.example.net", cluster=slurm_cluster, state=S.PRODUCTION)
+    finding = "Remediation 7: XID 79: GPU 2 has fallen off the bus"
+    adapter = SlurmAdapter(slurm_cluster)
+    with eager():
+        services.request_drain(node.pk, actor=ACTOR, reason=finding)
+    node.refresh_from_db()
+    assert node.state == S.TRIAGE  # idle: drained at once; the later moves' reasons name no finding
+    info = adapter.show_node(node)
+    assert info.drain_flag and info.reason.startswith("nodewarden: Triage: The workload scheduler reports")
+    assert finding in info.reason, info.describe()
+    with eager():
+        services.start_remediation(node.pk, actor=ACTOR, reason="GPU reset (remediation 7)")
+    info = adapter.show_node(node)
+    assert info.reason.startswith("nodewarden: Remediation in progress: GPU reset") and finding in info.reason, (
+        info.describe()
+    )
+
+    with eager():
+        services.force_state(node.pk, S.PRODUCTION, actor=ACTOR, reason="re-validated")
+    info = adapter.show_node(node)
+    assert not info.drain_flag and not info.reason, info.describe()

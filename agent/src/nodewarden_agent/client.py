@@ -103,6 +103,10 @@ class PortalClient:
     def post_check_result(self, check_id: int, result: dict[str, Any]) -> Any:
         return self._request("POST", f"/api/agent/checks/{int(check_id)}/result/", result)
 
+    def agent_state(self) -> Any:
+        """GET /api/agent/state/ -> {"state", "in_production", "reason"}."""
+        return self._request("GET", "/api/agent/state/") or {}
+
     def fetch_commands(self) -> dict[str, Any]:
         """GET /api/agent/commands/ -> {"commands": [{"id", "verb", "args", "expires_at"}, ...]}."""
         return self._request("GET", "/api/agent/commands/") or {}
