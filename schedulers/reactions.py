@@ -521,8 +521,11 @@ def apply_gpu_fence(node_id: int, indices: list[int], *, fenced: bool, reason: s
         except SchedulerError as exc:
             why = f"{adapter.kind} could not be asked to {verb} GPU(s): {exc}"
     named = ", ".join(map(str, indices))
+    if not fenced:
+        _cancel_fence_drain(node, named)
     if done:
-        summary = f"{adapter.kind}: GPU {named} {'fenced' if fenced else 'given back'}."
+        who = "no workload scheduler hands GPUs out here" if adapter.kind == "none" else adapter.kind
+        summary = f"{who}: GPU {named} {'fenced' if fenced else 'given back'}."
         node_services.record_event(
             node.pk,
             EventKind.ACTION,
@@ -549,6 +552,21 @@ def apply_gpu_fence(node_id: int, indices: list[int], *, fenced: bool, reason: s
         details={"gpu_fence": fenced, "gpu_indices": indices, "ok": False},
     )
     return why
+
+
+def _cancel_fence_drain(node: Node, named: str) -> None:
+    """A GPU given back whose fence had drained the node instead (the scheduler could not fence it):
+    while that drain is still pending and no other GPU is fenced, the node goes back to production
+    (``cancel_drain``). Once draining, work has moved off and the node goes on through triage."""
+    if node.state != S.DRAIN_PENDING or GPU.objects.filter(node=node, health=GpuHealth.FENCED).exists():
+        return
+    last = NodeEvent.objects.filter(node=node, kind=EventKind.TRANSITION).order_by("-created", "-id").first()
+    if last is None or last.transition != "request_drain" or not (last.details or {}).get("gpu_fence"):
+        return  # someone else's drain: theirs to cancel
+    with contextlib.suppress(TransitionNotAllowed, ConcurrentTransition):
+        node_services.cancel_drain(
+            node.pk, actor=ACTOR, reason=f"GPU {named} cleared: the drain its fence caused is no longer needed."
+        )
 
 
 def react_to_gpu_fence(node_id: int, indices: list[int], fenced: bool, reason: str) -> None:

@@ -89,6 +89,29 @@ def test_a_gpu_fence_slurm_cannot_take_drains_the_production_node(slurm_gpus, gp
     assert "GPU 2 fenced (XID 79 on GPU 2)" in drain.reason and "cannot fence" in drain.reason
     assert slurm_gpus.node_state("gpu-f-01") == "draining"  # the job carries on, nothing new starts
 
+    # Cleared while the drain still waits for the job: the drain the fence caused is called off.
+    with eager():
+        services.clear_gpu(node.pk, 2, actor=ACTOR, reason="false alarm: the XID was the job's")
+    node.refresh_from_db()
+    assert node.state == NodeState.PRODUCTION
+    cancel = NodeEvent.objects.get(node=node, transition="cancel_drain")
+    assert "GPU 2 cleared" in cancel.reason
+    assert slurm_gpus.node_state("gpu-f-01") != "draining"
+
+
+def test_clearing_a_gpu_leaves_someone_elses_drain_alone(gpu_cluster, eager, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(SlurmAdapter, "unfence_gpus", lambda *a, **k: False)
+    node = NodeFactory(hostname="gpu-f-03.dc1.example.net", cluster=gpu_cluster, state=NodeState.PRODUCTION)
+    GPUFactory(node=node, index=1)
+    monkeypatch.setattr(SlurmAdapter, "is_running_work", lambda *a: True)
+    with eager():
+        services.request_drain(node.pk, actor=ACTOR, reason="operator: rack maintenance on Friday")
+    GPU.objects.filter(node=node, index=1).update(health=GpuHealth.FENCED)
+    with eager():
+        services.clear_gpu(node.pk, 1, actor=ACTOR, reason="replaced")
+    node.refresh_from_db()
+    assert node.state == NodeState.DRAIN_PENDING
+
 
 def test_gpu_fencing_off_drains_instead_of_asking_the_scheduler(gpu_cluster, eager, settings, monkeypatch):  # noqa: F811
     settings.NODEWARDEN_GPU_FENCING = False
