@@ -4,7 +4,7 @@ A single-report request costs about a commit (a WAL flush) plus a round trip per
 agent's steady state is one report every 30 s, so at fleet scale nearly every request is that
 small. Each request thread hands its decoded, vetted reports to this process's writer thread
 and waits. The writer takes whatever has queued (up to NODEWARDEN_INGEST_GROUP_MAX reports;
-after NODEWARDEN_INGEST_GROUP_WAIT_MS when it finds only one request waiting), runs each
+once the first request in line has waited NODEWARDEN_INGEST_GROUP_WAIT_MS when the group is not full), runs each
 request's reports through the existing ``ingest_reports`` inside ONE transaction, commits, and
 only then wakes each request with its own result. While it commits, the next group queues.
 
@@ -68,6 +68,7 @@ class _Request:
     reports: list[AgentReport]
     source: str
     done: threading.Event = field(default_factory=threading.Event)
+    queued_at: float = field(default_factory=time.monotonic)
     result: IngestResult | None = None
     error: BaseException | None = None
 
@@ -131,10 +132,13 @@ class GroupCommitter:
                 if self._stopping:
                     return None
                 self._wake.wait()
-            if len(self._queue) == 1 and wait > 0:
-                # A lone request: give concurrent ones a moment to join. Under load the queue
-                # refills while the previous group commits, so this wait is not taken.
-                deadline = time.monotonic() + wait
+            if wait > 0:
+                # Give concurrent requests a moment to join, until the group is full or the first
+                # request in line has waited NODEWARDEN_INGEST_GROUP_WAIT_MS: no request waits
+                # longer for company, and under load (a full queue, or an old first request) the
+                # wait is not taken. Counted from the request, not from the writer's waking: a
+                # writer that wakes late must not split what arrived together.
+                deadline = self._queue[0].queued_at + wait
                 while self._queued_reports < limit and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
             group: list[_Request] = []

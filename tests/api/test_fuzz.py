@@ -37,7 +37,6 @@ from telemetry.auth import forget_cached_tokens
 from telemetry.ingest import ingest_reports
 from telemetry.schema import decode_batch
 from telemetry.services import issue_agent_token
-from tests.conftest import IN_CI
 from tests.factories import GPUFactory, NodeFactory, TenantFactory, UserFactory
 
 MAX_EXAMPLES = 5  # per operation and role (each also sent on real ids): ~1200 cases, ~30 s on one core
@@ -201,8 +200,12 @@ def test_every_operation(case: schemathesis.Case, role: str, fleet: dict[str, An
 
 
 def test_case_counts_are_reported() -> None:
-    """Not a check: prints the fuzzer's case counts per role (pytest -s, or the -ra summary)."""
+    """Prints the fuzzer's case counts per role in this process (pytest -s, or the -ra summary).
+
+    Under pytest-xdist the cases may have run in another worker, so what is checked is that the
+    fuzzer has operations to run at all: a document with none collects no case and passes silently.
+    """
     total = sum(CASES.values())
-    print(f"schemathesis cases: {dict(CASES)} total {total} in {time.monotonic() - STARTED:.0f}s")
-    if IN_CI:
-        assert total, "the fuzzer ran no case"
+    print(f"schemathesis cases here: {dict(CASES)} total {total} in {time.monotonic() - STARTED:.0f}s")
+    operations = [op for op in schema.get_all_operations() if op.ok()]
+    assert len(operations) >= 50, f"the fuzzer has only {len(operations)} operations to run"

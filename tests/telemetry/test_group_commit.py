@@ -158,6 +158,8 @@ def test_the_endpoint_answers_503_not_200_when_the_commit_fails(nodes, commit_fa
 # One writer that waits up to 5 s for the group to fill (6 reports): the three requests are one group.
 @override_settings(NODEWARDEN_INGEST_GROUP_WAIT_MS=5000, NODEWARDEN_INGEST_GROUP_MAX=6, NODEWARDEN_INGEST_WRITERS=1)
 def test_concurrent_requests_are_answered_after_one_shared_commit(nodes):
+    # One writer that waits (up to 5 s) for the six reports of the three requests: on a loaded
+    # machine the default 2 ms, or a second writer taking the second request, would split the group.
     postgresql_only("group commit is off on SQLite, whose one writer would lock the others out")
     tokens = [issue_agent_token(node.pk, actor=Actor.system("test")) for node in nodes]
     answers: dict[int, Any] = {}
