@@ -81,13 +81,13 @@ class NodeFilterSet(FilterSet):
             return queryset
         # nvidia-smi's UUIDs start "GPU-"; an operator often pastes only what follows it.
         uuid = Q(uuid__istartswith=value) | Q(uuid__istartswith=f"GPU-{value}")
-        gpu_nodes = GPU.objects.filter(uuid).values("node_id")
-        return queryset.filter(
-            Q(hostname__istartswith=value)
-            | Q(serial__istartswith=value)
-            | Q(bmc_address__istartswith=value)
-            | Q(pk__in=gpu_nodes)
+        own = Node.objects.filter(
+            Q(hostname__istartswith=value) | Q(serial__istartswith=value) | Q(bmc_address__istartswith=value)
         )
+        # A UNION of the two index reads, not one OR: an OR with a subquery on GPUs makes
+        # PostgreSQL read every node row and probe the subquery for each.
+        matches = own.order_by().values("pk").union(GPU.objects.filter(uuid).order_by().values("node_id"))
+        return queryset.filter(pk__in=matches)
 
     def filter_phase(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
         return queryset.filter(state__in=[s for s, p in STATE_PHASE.items() if p == value]) if value else queryset

@@ -89,3 +89,21 @@ def test_the_filters_stay_in_the_url(client, operator):
     assert 'value="rack7"' in form
     assert '<option value="triage" selected>' in form
     assert "?q=rack7&amp;state=triage" in html or "?q=rack7&state=triage" in html  # export link
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the pattern indexes are PostgreSQL's (migration 0008)")
+def test_the_search_reads_the_prefix_indexes_not_every_row(operator, rf):
+    from nodes.filters import NodeFilterSet
+    from nodes.models import Node
+
+    for _ in range(3):
+        GPUFactory(node=NodeFactory())
+    request = rf.get("/nodes/")
+    request.user = operator
+    queryset = NodeFilterSet({"q": "7f3a91c2"}, queryset=Node.objects.all(), request=request).qs
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny table is read whole otherwise
+        plan = queryset.explain()
+    for index in ("hostname", "serial", "bmc_address"):
+        assert f"nodes_node_{index}_upper_like" in plan, plan
+    assert "nodes_gpu_uuid_upper_like" in plan, plan
