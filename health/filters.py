@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from fleet.models import Cluster, Site, Tenant
@@ -14,6 +14,7 @@ from nodewarden.bounds import INT_MAX, SMALLINT_MAX
 from nodewarden.filters import FilterSet, IntegerFilter, IsoDateTimeFilter
 
 from .choices import AlertState, Severity
+from .counts import silenced_q
 from .models import Alert, Finding
 
 
@@ -65,7 +66,7 @@ class AlertFilterSet(FilterSet):
     def filter_silenced(self, queryset: QuerySet[Alert], name: str, value: bool | None) -> QuerySet[Alert]:
         if value:
             return queryset
-        return queryset.filter(Q(silenced_until__isnull=True) | Q(silenced_until__lte=timezone.now()))
+        return queryset.exclude(silenced_q(timezone.now()))  # the rule health.counts counts by
 
     @property
     def qs(self) -> QuerySet[Alert]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.paginator import Paginator
-from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -23,6 +22,7 @@ from nodewarden.errors import ReasonRequired
 from . import alerts as verbs
 from . import customer_reports
 from .choices import SEVERITY_COLOURS, AlertState, Severity
+from .counts import firing_counts
 from .filters import AlertFilterSet
 from .scoping import visible_alerts, visible_findings
 
@@ -60,6 +60,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
         "health/alert_list.html",
         {
             "filterset": filterset,
+            "firing": firing_counts(visible_alerts(request.user)),
             "page": page,
             "query": query.urlencode(),
             "errors": filterset.errors,
@@ -141,10 +142,10 @@ def report_bad_node(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def alert_summary(request: HttpRequest) -> HttpResponse:
-    """The fleet overview's alert tiles (loaded with htmx): firing alerts per severity, one query."""
-    firing = visible_alerts(request.user).filter(state=AlertState.FIRING)
-    counts = dict(firing.values_list("severity").annotate(n=Count("id")).order_by())
+    """The fleet overview's alert tiles (loaded with htmx): firing alerts per severity (``health.counts``)."""
+    counts = firing_counts(visible_alerts(request.user))
     tiles = [
-        {"severity": s, "label": s.label, "count": counts.get(s, 0), "colour": SEVERITY_COLOURS[s]} for s in Severity
+        {"severity": s, "label": s.label, "count": counts.by_severity[s], "colour": SEVERITY_COLOURS[s]}
+        for s in Severity
     ]
-    return render(request, "health/_alert_summary.html", {"tiles": tiles, "total": sum(counts.values())})
+    return render(request, "health/_alert_summary.html", {"tiles": tiles, "firing": counts})

@@ -36,6 +36,7 @@ from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import charts, services, statecounts
 from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
+from .counts import node_counts
 from .filters import NodeFilterSet
 from .history import NO_FILTER, HistoryFilter, HistoryFilterForm, history_page
 from .models import Node, NodeEvent
@@ -57,12 +58,12 @@ class HtmxHttpRequest(HttpRequest):
 def fleet_overview(request: HtmxHttpRequest) -> HttpResponse:
     """Counts by state, by site and cluster, recent changes, and counts over time."""
     nodes = visible_nodes(request.user)
-    counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
+    counts = node_counts(nodes)
     tiles = [
         {
             "state": s,
             "label": s.label,
-            "count": counts.get(s, 0),
+            "count": counts.by_state[s],
             "colour": STATE_COLOURS[s],
             "trouble": s in TROUBLE_STATES,
         }
@@ -77,8 +78,8 @@ def fleet_overview(request: HtmxHttpRequest) -> HttpResponse:
     )
     context = {
         "tiles": tiles,
-        "total": sum(counts.values()),
-        "in_trouble": sum(counts.get(s, 0) for s in TROUBLE_STATES),
+        "total": counts.total,
+        "in_trouble": counts.in_trouble,
         "recent": recent,
         "by_cluster": _counts_by_cluster(nodes),
         "phases": [(PHASE_SHORT[p], p.label) for p in Phase],

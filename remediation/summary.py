@@ -145,12 +145,20 @@ def actions_for(rem: Remediation | None) -> list[dict[str, str]]:
 # --- The fleet -----------------------------------------------------------------------------------
 
 
+def open_by_status_and_rung(remediations: QuerySet[Remediation]) -> dict[tuple[str, str], int]:
+    """The open remediation records (status in ``OPEN``) per (status, rung), in one query: the one
+    definition of "open remediations" the remediation page, the overview and /metrics share. Not the
+    nodes in the Remediation lifecycle state (``nodes.counts``): a record may be open while its node
+    is still in triage or draining, and a handed-off record is closed while its node is in repair."""
+    rows = remediations.filter(status__in=OPEN).values_list("status", "rung").annotate(n=Count("id")).order_by()
+    return {(status, rung): n for status, rung, n in rows}
+
+
 def open_counts(remediations: QuerySet[Remediation]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Open remediations per status and per rung (tiles), from one query."""
-    rows = remediations.filter(status__in=OPEN).values_list("status", "rung").annotate(n=Count("id")).order_by()
     by_status: Counter[str] = Counter()
     by_rung: Counter[str] = Counter()
-    for status, rung, n in rows:
+    for (status, rung), n in open_by_status_and_rung(remediations).items():
         by_status[status] += n
         by_rung[rung] += n
     return (

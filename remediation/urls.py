@@ -6,6 +6,7 @@ from . import views
 
 urlpatterns = [
     path("remediation/", views.overview, name="remediation-overview"),
+    path("remediation/summary/", views.remediation_summary, name="remediation-summary"),
     path("remediation/holds/", views.hold_place, name="remediation-hold-place"),
     path("remediation/holds/<int:pk>/release/", views.hold_release, name="remediation-hold-release"),
     path("remediation/breakers/<int:pk>/reset/", views.breaker_reset, name="remediation-breaker-reset"),

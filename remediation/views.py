@@ -24,8 +24,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleet.models import Cluster
+from nodes.counts import node_counts
 from nodes.models import OPERATE, Node, StateCountSnapshot
-from nodes.scoping import is_operator_view, staff_only, visible_node_or_404
+from nodes.scoping import is_operator_view, staff_only, visible_node_or_404, visible_nodes
 from nodes.services import Actor
 from nodewarden.errors import ReasonRequired
 
@@ -143,6 +144,19 @@ def _open_list(request: HttpRequest) -> tuple[RemediationFilterSet, Any, str]:
     return filterset, page, query.urlencode()
 
 
+@login_required
+def remediation_summary(request: HttpRequest) -> HttpResponse:
+    """The fleet overview's remediation tiles (htmx): open remediation records and nodes in the
+    Remediation state, side by side and named apart, since they differ by design."""
+    open_total = sum(summary.open_by_status_and_rung(summary.visible_remediations(request.user)).values())
+    nodes = node_counts(visible_nodes(request.user))
+    return render(
+        request,
+        "remediation/_summary.html",
+        {"open_total": open_total, "in_remediation_state": nodes.in_remediation_state},
+    )
+
+
 @staff_only
 def overview(request: HttpRequest) -> HttpResponse:
     """Open remediations by status and rung, breakers, holds, MTTR, availability, the open list."""
@@ -157,6 +171,7 @@ def overview(request: HttpRequest) -> HttpResponse:
             "by_status": by_status,
             "by_rung": by_rung,
             "open_total": sum(t["count"] for t in by_status),
+            "in_remediation_state": node_counts(Node.objects.all()).in_remediation_state,
             "breakers": summary.tripped_breakers(),
             "holds": summary.active_holds(now),
             "mttr": summary.mttr(Remediation.objects.all(), now),

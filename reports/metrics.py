@@ -36,12 +36,15 @@ from fabric.choices import DiscrepancyKind, TicketStatus
 from fabric.models import Ticket
 from fleet.models import Cluster
 from health.choices import AlertState, Severity
+from health.counts import firing_counts
 from health.models import Alert, AlertmanagerTally, Finding
-from nodes.choices import ACTIVE_KINDS, NodeState
+from nodes.choices import ACTIVE_KINDS
+from nodes.counts import node_counts
 from nodes.models import Node
 from nodes.scoping import is_operator_view
 from nodewarden.throttling import AuthFailureThrottle, client_ip
-from remediation.choices import LADDER, OPEN
+from remediation import summary
+from remediation.choices import LADDER
 from remediation.models import CircuitBreaker, Remediation, RemediationStep
 from telemetry import groupcommit
 from telemetry.models import NodeHealth, NodeReport
@@ -103,9 +106,7 @@ class FleetCollector(Collector):
             "Findings whose alert still fires, by severity.",
             Finding.objects.filter(shadow=False, alert__state=AlertState.FIRING),
         )
-        yield self._by_severity(
-            "nodewarden_alerts_firing", "Firing alerts, by severity.", Alert.objects.filter(state=AlertState.FIRING)
-        )
+        yield from self._firing(now)
         yield from self._remediation()
         queues = self._queue_lengths()
         if queues is not None:
@@ -130,18 +131,22 @@ class FleetCollector(Collector):
             'Nodes per cluster and lifecycle state (cluster "": none).',
             labels=["cluster", "state"],
         )
-        totals = dict.fromkeys(NodeState.values, 0)
+        counts = node_counts(Node.objects.all())
+        for state, n in counts.by_state.items():
+            by_state.add_metric([state], n)
         for cluster, state, n in (
             Node.objects.values_list("cluster__name", "state")
             .annotate(n=Count("id"))
             .order_by("cluster__name", "state")
         ):
-            totals[state] = totals.get(state, 0) + n
             by_cluster.add_metric([cluster or "", state], n)
-        for state, n in totals.items():
-            by_state.add_metric([state], n)
         yield by_state
         yield by_cluster
+        yield GaugeMetricFamily(
+            "nodewarden_nodes_in_trouble",
+            'Nodes in a state that needs work (the overview\'s "in trouble").',
+            value=counts.in_trouble,
+        )
 
     @staticmethod
     def _by_severity(name: str, documentation: str, queryset: QuerySet[Any]) -> Metric:
@@ -152,16 +157,27 @@ class FleetCollector(Collector):
         return family
 
     @staticmethod
+    def _firing(now: datetime) -> Iterator[Metric]:
+        """Firing alerts (silenced ones included, as on the overview) and the silenced among them."""
+        counts = firing_counts(Alert.objects.all(), now)
+        firing = GaugeMetricFamily(
+            "nodewarden_alerts_firing", "Firing alerts (silenced included), by severity.", labels=["severity"]
+        )
+        silenced = GaugeMetricFamily(
+            "nodewarden_alerts_firing_silenced", "Firing alerts silenced now, by severity.", labels=["severity"]
+        )
+        for severity in Severity.values:
+            firing.add_metric([severity], counts.by_severity[severity])
+            silenced.add_metric([severity], counts.silenced_by_severity[severity])
+        yield firing
+        yield silenced
+
+    @staticmethod
     def _remediation() -> Iterator[Metric]:
         open_ = GaugeMetricFamily(
             "nodewarden_remediations_open", "Open remediations by status and rung.", labels=["status", "rung"]
         )
-        for status, rung, n in (
-            Remediation.objects.filter(status__in=OPEN)
-            .values_list("status", "rung")
-            .annotate(n=Count("id"))
-            .order_by("status", "rung")
-        ):
+        for (status, rung), n in sorted(summary.open_by_status_and_rung(Remediation.objects.all()).items()):
             open_.add_metric([status, rung], n)
         yield open_
         # A counter: steps are never deleted, so the number of rungs tried only grows.

@@ -39,7 +39,8 @@ def test_it_paginates_with_limit_and_offset(api_as, viewer):
     assert "offset=4" in body["next"]
 
 
-@pytest.mark.parametrize("query", ["gpu-find-me", "FIND-ME", "SN-FIND", "10.9.9.9", "GPU-5eed-0000"])
+# The start of a value, in any case (a prefix search on indexed columns, not a substring scan).
+@pytest.mark.parametrize("query", ["gpu-find-me", "GPU-FIND", "sn-fi", "10.9.9", "GPU-5eed", "5eed-0000"])
 def test_it_searches_by_hostname_serial_bmc_address_and_gpu_uuid(api_as, viewer, query):
     wanted = NodeFactory(hostname="gpu-find-me", serial="SN-FIND", bmc_address="10.9.9.9")
     GPUFactory(node=wanted, uuid="GPU-5eed-0000")
