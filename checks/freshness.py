@@ -10,7 +10,10 @@ stalest due check on production nodes that are idle, through the ordinary road
 (``services.request_check``): the agent claims it only while the node is idle, and a production
 node is held in its scheduler for the check and given back after (``services.claim_checks_for_agent``).
 It never stacks (a node with an open check gets nothing new) and keeps at most
-``NODEWARDEN_FRESHNESS_SHARE`` of a cluster's idle nodes under test at once.
+``NODEWARDEN_FRESHNESS_SHARE`` of a cluster's idle nodes under test at once: running a check, or
+idle with one queued. A check queued on a node that is busy again holds nothing and takes no
+slot; no agent claiming it within ``services.UNCLAIMED_FRESHNESS_MAX_AGE``, it is withdrawn
+(``services.withdraw_unclaimed_freshness_checks``) and asked for again when the node is idle.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class Due:
 
     def reason(self) -> str:
         passed = "never passed" if self.age is None else f"last passed {_duration(self.age)} ago"
-        return f"freshness: {self.kind} {passed}, target {_duration(self.target)}"
+        return f"freshness: {RunKind(self.kind).label} {passed}, target {_duration(self.target)}"
 
 
 @dataclass
@@ -182,11 +185,9 @@ def _keep_cluster_fresh(cluster: Cluster, share: float, now: datetime) -> int:
     if not stale:
         return 0
     production = Node.objects.filter(cluster=cluster, state=NodeState.PRODUCTION)
-    under_test = set(
-        Run.objects.filter(node__in=production, kind__in=ACTIVE_KINDS, status__in=OPEN).values_list(
-            "node_id", flat=True
-        )
-    )
+    open_runs = Run.objects.filter(node__in=production, kind__in=ACTIVE_KINDS, status__in=OPEN)
+    has_open = set(open_runs.values_list("node_id", flat=True))
+    running = set(open_runs.filter(status=RunStatus.RUNNING).values_list("node_id", flat=True))
     # Idle by the agents' latest reports (one query); the scheduler is asked below, only about the
     # nodes about to be checked. Nodes under test show their check's GPU processes: counted apart.
     fresh_since = now - services.IDLE_REPORT_MAX_AGE
@@ -198,6 +199,11 @@ def _keep_cluster_fresh(cluster: Cluster, share: float, now: datetime) -> int:
             last_received_at__gte=fresh_since,
         ).values_list("node_id", flat=True)
     )
+    # The share bounds the nodes held from customers: those running a check, and those idle with a
+    # queued one (their agent claims it at its next poll). A check queued on a busy node holds
+    # nothing and takes no slot; it waits for the node or is withdrawn
+    # (``services.UNCLAIMED_FRESHNESS_MAX_AGE``).
+    under_test = running | (has_open & idle)
     pool = idle | under_test
     # At least one: a small cluster (4 idle nodes at 25 %) must not go unchecked for ever.
     slots = max(1, math.floor(share * len(pool))) - len(under_test) if pool else 0
@@ -205,7 +211,7 @@ def _keep_cluster_fresh(cluster: Cluster, share: float, now: datetime) -> int:
     for item in sorted(stale, key=lambda i: i.staleness, reverse=True):
         if requested >= slots or probed >= PROBE_BATCH:
             break
-        if item.node_id in under_test or item.node_id not in idle:
+        if item.node_id in has_open or item.node_id not in idle:
             continue  # never stack; a busy node by its report is not worth a scheduler call
         probed += 1
         requested += _request_if_idle(item, now)
@@ -226,6 +232,16 @@ def _request_if_idle(item: NodeFreshness, now: datetime) -> int:
         logger.info("freshness: no %s on %s: %s", due.kind, item.hostname, exc)
         return 0
     return 1
+
+
+def short_age(value: timedelta) -> str:
+    """A target as the freshness page shows it: "7 d", "36 h", "45 min"."""
+    seconds = value.total_seconds()
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:.0f} d"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 60:.0f} min"
 
 
 def _duration(value: timedelta) -> str:

@@ -55,6 +55,14 @@ BUSY_STATES = (NodeState.DRAIN_PENDING, NodeState.DRAINING)
 # States where an active check makes no sense: no agent yet, or the node has left for good.
 NO_CHECK_STATES = (NodeState.ENROLLED, NodeState.RMA, NodeState.DECOMMISSIONED)
 EXPIRE_BATCH = 500
+# A check the freshness scheduler asked for that no agent claimed in this long is withdrawn: its node
+# has not been idle since (a long customer job), and a request left open would block the node's
+# other checks and, for ever, a slot of the cluster's freshness share. It is asked for again when
+# the node is idle. Operators' requests wait for as long as they were asked to.
+UNCLAIMED_FRESHNESS_MAX_AGE = timedelta(minutes=30)
+# The actor of the freshness scheduler's requests (``checks.freshness``), stored on each run it asks
+# for (``details["requested_as"]``) so its unclaimed ones are found apart from operators'.
+FRESHNESS_ACTOR = "system:checks:freshness"
 # Runs one poll may take at once (a node has at most one open run per active kind anyway).
 CLAIM_BATCH = 20
 # Nodes whose left-over holds one sweep gives back.
@@ -149,7 +157,12 @@ def request_check(node_id: int, kind: str, *, params: Any = None, actor: Actor, 
         try:
             with transaction.atomic():  # a savepoint, so the conflict leaves the outer block usable
                 run = Run.objects.create(
-                    node=node, kind=kind, params=normalised, requested_by=actor.user, requested_reason=reason
+                    node=node,
+                    kind=kind,
+                    params=normalised,
+                    requested_by=actor.user,
+                    requested_reason=reason,
+                    details={"requested_as": actor.name},
                 )
         except IntegrityError as exc:  # the partial unique constraint: one open run per kind
             raise CheckConflict(f"A {RunKind(kind).label} is already queued or running on {node.hostname}.") from exc
@@ -509,10 +522,12 @@ def preempt_wanted_checks() -> int:
 def expire_stale_checks(now: datetime | None = None) -> int:
     """Turn claimed runs past their deadline into errors; returns how many (at most a batch).
 
-    Then gives back every scheduler hold that is no longer needed (``release_left_over_holds``):
+    Withdraws the freshness scheduler's requests no agent claimed within
+    ``UNCLAIMED_FRESHNESS_MAX_AGE`` first (``withdraw_unclaimed_freshness_checks``). Then gives back every scheduler hold that is no longer needed (``release_left_over_holds``):
     the holds of the runs expired now, and those whose release failed before (scheduler down).
     """
     now = now or timezone.now()
+    withdraw_unclaimed_freshness_checks(now)
     stale = Run.objects.filter(status=RunStatus.RUNNING, deadline__lt=now, kind__in=ACTIVE_KINDS)
     expired = 0
     for run in stale.select_related("node").order_by("deadline")[:EXPIRE_BATCH]:
@@ -535,6 +550,41 @@ def expire_stale_checks(now: datetime | None = None) -> int:
             expired += 1
     release_left_over_holds()
     return expired
+
+
+def withdraw_unclaimed_freshness_checks(now: datetime | None = None) -> int:
+    """Cancel the freshness scheduler's checks still queued ``UNCLAIMED_FRESHNESS_MAX_AGE`` after
+    they were asked for; returns how many (at most a batch).
+
+    Each goes through ``cancel_check`` (compare-and-swap on queued, a history row with the reason):
+    a run the agent claims meanwhile is left to finish. An operator's request is never withdrawn.
+    """
+    now = now or timezone.now()
+    cutoff = now - UNCLAIMED_FRESHNESS_MAX_AGE
+    minutes = int(UNCLAIMED_FRESHNESS_MAX_AGE.total_seconds() // 60)
+    reason = (
+        f"Not claimed within {minutes} minutes: the node was not idle (a job on its GPUs or in its scheduler). "
+        "The freshness scheduler asks again when the node is idle."
+    )
+    pks = list(
+        Run.objects.filter(
+            status=RunStatus.QUEUED,
+            kind__in=ACTIVE_KINDS,
+            created__lt=cutoff,
+            requested_by__isnull=True,
+            details__requested_as=FRESHNESS_ACTOR,
+        )
+        .order_by("created")
+        .values_list("pk", flat=True)[:EXPIRE_BATCH]
+    )
+    withdrawn = 0
+    for pk in pks:
+        try:
+            cancel_check(pk, actor=Actor.system("checks:freshness"), reason=reason)
+        except CheckConflict:
+            continue  # claimed meanwhile: it runs
+        withdrawn += 1
+    return withdrawn
 
 
 def release_left_over_holds() -> int:

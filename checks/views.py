@@ -86,7 +86,10 @@ def check_freshness(request: HttpRequest) -> HttpResponse:
             "overall": freshness.coverage(items, "fleet")[0] if items else None,
             "clusters": _with_stale_counts(freshness.coverage(items, "cluster")),
             "profiles": _with_stale_counts(freshness.coverage(items, "profile")),
-            "targets": sorted((profiles[pk], sorted(kinds.items())) for pk, kinds in owed.items()),
+            "targets": sorted(
+                (profiles[pk], [(RunKind(kind).label, freshness.short_age(age)) for kind, age in sorted(kinds.items())])
+                for pk, kinds in owed.items()
+            ),
             "stalest": stalest,
             "share": settings.NODEWARDEN_FRESHNESS_SHARE,
         },

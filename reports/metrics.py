@@ -275,7 +275,7 @@ class FleetCollector(Collector):
     @staticmethod
     def _check_coverage(now: datetime) -> Iterator[Metric]:
         """Idle-time validation: the share of production nodes whose every owed active check is
-        fresh, per cluster and per hardware profile, and the stale nodes per cluster and kind."""
+        fresh, fleet-wide, per cluster and per hardware profile, and the stale nodes per cluster and kind."""
         items = freshness.fleet_freshness(now)
         by_cluster = freshness.coverage(items, "cluster")
         ratio = GaugeMetricFamily(
@@ -299,6 +299,12 @@ class FleetCollector(Collector):
         )
         for share in freshness.coverage(items, "profile"):
             profiles.add_metric([share.name], share.ratio)
+        fleet = freshness.coverage(items, "fleet")
+        yield GaugeMetricFamily(
+            "nodewarden_check_fleet_coverage_ratio",
+            "Share of all production nodes whose every owed active check is fresh (1 with no production node).",
+            value=fleet[0].ratio if fleet else 1.0,
+        )
         yield ratio
         yield stale
         yield profiles

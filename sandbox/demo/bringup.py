@@ -236,6 +236,10 @@ def _figures(kind: str, hostname: str, rng: random.Random) -> tuple[str, dict[st
     if kind == RunKind.NCCL_TEST:
         busbw = rng.uniform(120, 180) if defect_of(hostname) == "low_nccl" else rng.uniform(355, 370)
         return RunStatus.PASSED, {"busbw_gbps": round(busbw, 1)}, "all_reduce_perf -g 8"
+    if kind == RunKind.TRAINING_STEP:  # the builtin workload's figures; judged against the profile's
+        samples = round(rng.uniform(2900, 3100), 1)
+        figures = {"samples_per_s": samples, "loss": round(rng.uniform(2.1, 2.4), 3), "loss_finite": 1.0, "steps": 50.0}
+        return RunStatus.PASSED, {**figures, "seconds": 60.0}, "training step: 50 steps"
     return RunStatus.PASSED, {"bytes_tested": 7.2e11, "mismatches": 0.0}, "memory pattern test"
 
 
@@ -246,8 +250,12 @@ def _answer_checks(rng: random.Random) -> list[str]:
     from nodes.models import Run
 
     done = []
+    # Every real agent polls; the demo asks for at most 20 nodes a round, so it asks for those
+    # whose latest report is idle (a busy one's claim is refused anyway) and does not starve them.
     node_ids = (
-        Run.objects.filter(node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED)
+        Run.objects.filter(
+            node__in=demo_nodes(), kind__in=ACTIVE_KINDS, status=RunStatus.QUEUED, node__health__gpu_compute_processes=0
+        )
         .values_list("node_id", flat=True)
         .distinct()[:20]
     )

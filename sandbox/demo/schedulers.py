@@ -19,7 +19,9 @@ bin/demo runs ``manage.py demo_schedulers``, which calls ``running_demo_schedule
   through the adapters, with Nodewarden's reason.
 
 ``submit_demo_jobs`` (beat, every minute, with NODEWARDEN_DEMO_CHURN) keeps a short customer
-job (``sleep`` 2-5 min) on every idle slurmd-backed production node, so a drain requested there
+job (``sleep`` 2-5 min) on every idle slurmd-backed production node that the demo's job model
+(``telemetry.node_has_job``) says is busy, ending before the model's slot does, so Slurm and the
+node's reports agree (a node with a job there reports GPU processes), and a drain requested there
 waits for the job: Slurm shows the node "draining", and a remediation's drain stays in Drain
 pending until the job ends (the drain follower, schedulers.reactions, asks Slurm every minute).
 """
@@ -42,6 +44,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.utils import timezone
 
 from fleet.choices import SchedulerKind
 from fleet.models import Cluster
@@ -57,6 +60,7 @@ log = logging.getLogger(__name__)
 S = NodeState
 SLURMD_PER_CLUSTER = 3
 JOB_SECONDS = (120, 300)  # a demo customer job's length: long enough to watch a drain wait for it
+JOB_END_MARGIN = 30  # seconds a demo job ends before its node's job slot (telemetry.JOB_SLOT_S)
 JOB_TIME_LIMIT_MINUTES = 10  # Slurm ends a job that somehow outlives this
 COMMAND_TIMEOUT = 20.0
 UNAUTHORIZED = {
@@ -311,12 +315,13 @@ def submit_demo_jobs(seed: int | None = None) -> str:
     if not demo_fleet_exists():
         return "no demo fleet"
     rng = random.Random(seed)
-    production = {
-        short_name(hostname): tenant or "unassigned"
-        for hostname, tenant in demo_nodes()
+    rows = list(
+        demo_nodes()
         .filter(state=S.PRODUCTION, cluster__scheduler_kind=SchedulerKind.SLURM)
         .values_list("hostname", "tenant__slug")
-    }
+    )
+    production = {short_name(hostname): tenant or "unassigned" for hostname, tenant in rows}
+    hostnames = [hostname for hostname, _ in rows]
     # Both demo Slurm clusters point at the one slurm.conf; a name instead of a path: not started.
     confs = sorted(
         {
@@ -327,11 +332,18 @@ def submit_demo_jobs(seed: int | None = None) -> str:
     )
     if not confs:
         return "no demo Slurm cluster (manage.py demo_schedulers is not running)"
+    from .telemetry import job_seconds_left, node_has_job
+
+    now = timezone.now()
+    busy = {
+        short_name(h): h for h in hostnames if node_has_job(h, now) and job_seconds_left(h, now) > JOB_END_MARGIN + 60
+    }
     submitted: list[str] = []
     for conf in confs:
         try:
-            for name in sorted(_idle_slurmd_nodes(conf) & production.keys()):
-                seconds = rng.randint(*JOB_SECONDS)
+            for name in sorted(_idle_slurmd_nodes(conf) & production.keys() & busy.keys()):
+                # Ends before the model's slot: a node whose reports say idle has no job in Slurm.
+                seconds = min(rng.randint(*JOB_SECONDS), job_seconds_left(busy[name], now) - JOB_END_MARGIN)
                 job = (
                     _slurm(
                         conf,

@@ -12,6 +12,8 @@ Like the churn task, it does nothing unless NODEWARDEN_DEMO_CHURN is true.
 from __future__ import annotations
 
 import json
+import random
+import zlib
 from datetime import datetime
 from typing import Any
 
@@ -61,11 +63,36 @@ IDLE_STATES = (
 )
 
 
+# Customer jobs on production nodes are whole-node jobs, as on a real GPU fleet: a node runs one
+# job on all its GPUs or is idle. Time is cut into JOB_SLOT_S slots, staggered per node (so the
+# fleet does not change at once); in each slot a node is idle with IDLE_SHARE, else busy.
+JOB_SLOT_S = 600
+IDLE_SHARE = 0.2
+
+
+def _slot(hostname: str, now: datetime) -> tuple[int, int]:
+    """The node's job slot at ``now`` and the seconds left in it (a stable per-node offset)."""
+    at = int(now.timestamp()) + zlib.crc32(hostname.encode()) % JOB_SLOT_S
+    return at // JOB_SLOT_S, JOB_SLOT_S - at % JOB_SLOT_S
+
+
+def node_has_job(hostname: str, now: datetime) -> bool:
+    """Whether the demo's customer job model puts a job on this production node now."""
+    slot, _ = _slot(hostname, now)
+    return random.Random(f"{hostname}/job/{slot}").random() >= IDLE_SHARE
+
+
+def job_seconds_left(hostname: str, now: datetime) -> int:
+    """Seconds until the node's current job slot ends: a demo Slurm job submitted now ends by then,
+    so Slurm never shows a job on a node whose reports say idle (``schedulers.submit_demo_jobs``)."""
+    return _slot(hostname, now)[1]
+
+
 def demo_report(
     node_id: int, hostname: str, now: datetime, *, profile: str = "", state: str = "", faults: list[Any] = ()
 ) -> dict[str, Any] | None:
     """The report this demo node's agent would send now: no customer job outside production
-    (so active checks may run), the profile's GPUs, the bay's planted defects, and the
+    (so active checks may run), in production a whole-node job or none (``node_has_job``), the profile's GPUs, the bay's planted defects, and the
     simulator's live faults (``faults``); None when one of them has silenced the host."""
     from telemetry.testing import make_report
 
@@ -77,6 +104,12 @@ def demo_report(
         gpu.update(name=name, vbios_version=vbios)
         if state in IDLE_STATES:
             gpu.update(compute_processes=0, utilization_pct=0.0)
+    if state == S.PRODUCTION:
+        busy = node_has_job(hostname, now)
+        for gpu in report["gpus"]:  # one whole-node job on every GPU, or none on any
+            gpu.update(compute_processes=int(busy), utilization_pct=gpu["utilization_pct"] if busy else 0.0)
+            if busy and gpu["utilization_pct"] < 50:
+                gpu["utilization_pct"] = round(50 + gpu["utilization_pct"], 1)
     if defect_of(hostname) == "missing_gpu":
         report["gpus"].pop(5)  # a GPU that did not come up: NVML sees seven
     from sandbox.simulator.live import show

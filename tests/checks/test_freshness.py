@@ -20,6 +20,7 @@ from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory
 
 pytestmark = pytest.mark.django_db
 DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
 
 
 def passed(node, kind, ago, status=RunStatus.PASSED):
@@ -87,7 +88,7 @@ def test_it_requests_the_stalest_due_check_on_an_idle_production_node_as_the_sys
     assert keep_checks_fresh() == 1
     [run] = requests()
     assert (run.node_id, run.kind, run.requested_by) == (node.pk, "memory_test", None)
-    assert run.requested_reason == "freshness: memory_test last passed 40 days ago, target 30 days"
+    assert run.requested_reason == "freshness: GPU memory test last passed 40 days ago, target 30 days"
     event = NodeEvent.objects.filter(node=node).latest("pk")
     assert (event.actor_name, event.details["check_requested"]) == ("system:checks:freshness", "memory_test")
 
@@ -97,7 +98,10 @@ def test_a_check_that_never_passed_is_the_stalest_and_only_a_pass_counts(cluster
     passed(node, "nccl_test", timedelta(hours=1), status=RunStatus.FAILED)
     keep_checks_fresh()
     [run] = requests()
-    assert (run.kind, run.requested_reason) == ("nccl_test", "freshness: nccl_test never passed, target 3 days")
+    assert (run.kind, run.requested_reason) == (
+        "nccl_test",
+        "freshness: NCCL all-reduce test never passed, target 3 days",
+    )
 
 
 def test_it_leaves_fresh_busy_unreported_and_non_production_nodes_alone(cluster):
@@ -208,6 +212,18 @@ def test_metrics_expose_coverage_and_stale_nodes_per_kind(client, seeded, settin
     assert stale[("east", "dcgm_diag")] == 1 and stale[("east", "nccl_test")] == 0
     profiles = {s.labels["profile"]: s.value for s in families["nodewarden_check_profile_coverage_ratio"].samples}
     assert profiles == {"HGX H100 8-GPU": pytest.approx(2 / 3), "L40S": 0.0}
+    [fleet] = families["nodewarden_check_fleet_coverage_ratio"].samples
+    assert fleet.value == 0.5  # 2 of the 4 production nodes, whatever their cluster or profile
+
+
+def test_the_freshness_page_shows_targets_as_short_ages_with_kind_labels(client, operator, seeded):
+    FreshnessTarget.objects.create(profile=HardwareProfileFactory(name="L40S"), kind="dcgm_diag", max_age=36 * HOUR)
+    client.force_login(operator)
+    html = client.get("/checks/freshness/").content.decode()
+    section = html[html.index('id="freshness-targets"') : html.index('id="freshness-stalest"')]
+    assert "DCGM diagnostics 7 d" in section and "NCCL all-reduce test 3 d" in section
+    assert "DCGM diagnostics 36 h" in section  # the L40S override
+    assert "days, 0:00:00" not in section and "dcgm_diag" not in section
 
 
 def test_the_freshness_page_shows_coverage_to_operators(client, operator, seeded, django_assert_max_num_queries):
@@ -218,7 +234,7 @@ def test_the_freshness_page_shows_coverage_to_operators(client, operator, seeded
     html = response.content.decode()
     assert '<span id="freshness-overall">50 %</span>' in html
     assert 'data-cluster="east"' in html and "67 %" in html
-    assert "dcgm_diag last passed 10 days ago, target 7 days" in html
+    assert "DCGM diagnostics last passed 10 days ago, target 7 days" in html
     assert 'href="/checks/freshness/"' in html  # the menu links it
 
 
@@ -239,3 +255,47 @@ def test_against_a_real_slurm_a_node_with_a_job_allocated_gets_no_request(slurm,
     slurm.wait_job_running(job)
     assert keep_checks_fresh() == 1
     assert [r.node_id for r in requests()] == [nodes["gpu-s-02"].pk]
+
+
+# --- requests no agent claims
+
+
+def test_a_check_queued_on_a_node_that_got_busy_takes_no_slot_of_the_share(cluster, settings):
+    settings.NODEWARDEN_FRESHNESS_SHARE = 0.25
+    first = fresh_node(cluster, dcgm_diag=None)
+    second = fresh_node(cluster, dcgm_diag=None)
+    assert keep_checks_fresh() == 1  # one slot: the first node
+    report_health(first, processes=7)  # a customer job started before its agent claimed the check
+    assert keep_checks_fresh() == 1  # the queued check holds nothing: the slot goes to the idle node
+    assert {r.node_id for r in requests()} == {first.pk, second.pk}
+
+
+def test_a_freshness_check_nobody_claims_is_withdrawn_and_asked_again_when_the_node_is_idle(cluster, settings):
+    from checks.services import UNCLAIMED_FRESHNESS_MAX_AGE, expire_stale_checks
+
+    settings.NODEWARDEN_FRESHNESS_SHARE = 0.25
+    node = fresh_node(cluster, dcgm_diag=None)
+    keep_checks_fresh()
+    [run] = requests()
+    report_health(node, processes=7)
+    expire_stale_checks(timezone.now() + UNCLAIMED_FRESHNESS_MAX_AGE - timedelta(minutes=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED  # not yet
+    expire_stale_checks(timezone.now() + UNCLAIMED_FRESHNESS_MAX_AGE + timedelta(minutes=1))
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and "Not claimed within 30 minutes" in run.summary
+    event = NodeEvent.objects.filter(node=node, details__check_cancelled="dcgm_diag").get()
+    assert event.actor_name == "system:checks:freshness" and "not idle" in event.reason
+    report_health(node, processes=0)
+    assert keep_checks_fresh() == 1  # idle again: asked for anew
+
+
+def test_an_operators_queued_check_is_never_withdrawn(cluster, operator):
+    from checks.services import UNCLAIMED_FRESHNESS_MAX_AGE, expire_stale_checks, request_check
+    from nodes.services import Actor
+
+    node = fresh_node(cluster, idle=False)
+    run = request_check(node.pk, "gpu_stress", actor=Actor(user=operator), reason="after the fan swap")
+    expire_stale_checks(timezone.now() + 10 * UNCLAIMED_FRESHNESS_MAX_AGE)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED

@@ -99,7 +99,13 @@ def test_nodes_nodewarden_has_out_of_production_start_drained_or_cordoned(seeded
         )
 
 
-def test_a_requested_drain_waits_for_the_demo_job_on_a_slurmd_node(demo, django_capture_on_commit_callbacks):
+def test_a_requested_drain_waits_for_the_demo_job_on_a_slurmd_node(
+    demo, django_capture_on_commit_callbacks, monkeypatch
+):
+    # The demo's job model (sandbox.demo.telemetry) says every node is busy for the whole slot here;
+    # which nodes are idle at the wall-clock time is not this test's subject.
+    monkeypatch.setattr("sandbox.demo.telemetry.node_has_job", lambda hostname, now: True)
+    monkeypatch.setattr("sandbox.demo.telemetry.job_seconds_left", lambda hostname, now: 600)
     summary = submit_demo_jobs(seed=1)
     assert summary.startswith("6 jobs submitted"), summary
     node = node_in(SchedulerKind.SLURM, name_in=demo.slurmd_nodes)

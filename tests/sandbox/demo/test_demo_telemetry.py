@@ -100,3 +100,19 @@ def test_a_node_out_of_production_keeps_reporting_so_no_heartbeat_finding_fires(
         services.revalidate(node.pk, actor=actor, reason="test: rung done")
         check_heartbeats()
     assert not Finding.objects.filter(node=node, rule="heartbeat_missing").exists()
+
+
+def test_production_nodes_run_whole_node_jobs_and_a_share_is_idle_for_a_while():
+    from datetime import UTC, datetime, timedelta
+
+    from sandbox.demo.telemetry import demo_report, node_has_job
+
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    hosts = [f"iad1-a-{i:03}" for i in range(400)]
+    idle = [h for h in hosts if not node_has_job(h, now)]
+    assert 0.12 < len(idle) / len(hosts) < 0.28  # IDLE_SHARE, not 0.8 ** 8 per-GPU coin flips
+    for host in hosts[:20]:
+        processes = {g["compute_processes"] for g in demo_report(0, host, now, state="production")["gpus"]}
+        assert processes == ({0} if host in idle else {1})  # one job on every GPU, or none on any
+    later = now + timedelta(seconds=30)
+    assert sum(node_has_job(h, now) != node_has_job(h, later) for h in hosts) < 40  # stable over a report
