@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
+from nodewarden.bulk import Outcome, SelectionRefused, selected_ids, summary
 from nodewarden.errors import ReasonRequired
 
 from . import alerts as verbs
@@ -29,6 +30,12 @@ from .scoping import visible_alerts, visible_findings
 PAGE_SIZE = 50
 NODE_FINDINGS = 20
 ALERT_RELATIONS = ("node__site", "node__cluster", "node__tenant", "acknowledged_by", "silenced_by")
+# The grouped view: related alerts together, per node, then per component (a GPU, else the
+# subject such as an IB port, else the node as a whole), worst first inside a group.
+GROUPED_ORDER = ("node__hostname", "node_id", "gpu_index", "subject", "-severity_rank", "-last_seen", "-id")
+WORST_FIRST = ("-severity_rank", "-last_seen", "-id")
+# The alert list's bulk verbs -> what the summary says of the alerts it was done to.
+BULK_ACTIONS = {"acknowledge": "acknowledged", "silence": "silenced"}
 
 
 def _filterset(request: HttpRequest) -> AlertFilterSet:
@@ -50,11 +57,17 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     filterset = _filterset(request)
     valid = filterset.is_valid()
     queryset = filterset.qs if valid else filterset.queryset.none()
-    page = Paginator(queryset.order_by("-severity_rank", "-last_seen", "-id"), PAGE_SIZE).get_page(
+    grouped = request.GET.get("group") == "node"
+    page = Paginator(queryset.order_by(*(GROUPED_ORDER if grouped else WORST_FIRST)), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
     query = request.GET.copy()
     query.pop("page", None)
+    toggle = query.copy()
+    if grouped:
+        toggle.pop("group", None)
+    else:
+        toggle["group"] = "node"
     return render(
         request,
         "health/alert_list.html",
@@ -67,8 +80,49 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             "can_operate": request.user.has_perm(OPERATE),
             "states": AlertState.choices,
             "state": request.GET.get("state", AlertState.FIRING),
+            "grouped": grouped,
+            "group_toggle": toggle.urlencode(),
         },
     )
+
+
+@require_POST
+def alert_bulk_action(request: HttpRequest) -> HttpResponse:
+    """Acknowledge or silence the alerts selected in the list, with one reason: one verb call per
+    alert (own transaction, own history note), then one message with every alert's outcome."""
+    if not request.user.has_perm(OPERATE):
+        return HttpResponseForbidden("You may not act on alerts.")
+    verb = request.POST.get("action", "")
+    if verb not in BULK_ACTIONS:
+        return HttpResponse(f"Unknown bulk action {verb[:50]!r}.", status=400, content_type="text/plain")
+    try:
+        ids = selected_ids(request.POST)
+    except SelectionRefused as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
+    # An alert this user cannot see is reported as unknown, never acted on nor described.
+    visible = set(visible_alerts(request.user).filter(pk__in=ids).values_list("pk", flat=True))
+    hidden = [Outcome(f"alert {pk}", done=False, why="no such alert") for pk in ids if pk not in visible]
+    try:
+        minutes = _minutes(request.POST.get("minutes")) if verb == "silence" else None
+        outcomes = verbs.act_on_each(
+            [pk for pk in ids if pk in visible],
+            verb,
+            actor=Actor(user=request.user),
+            reason=request.POST.get("reason", ""),
+            minutes=minutes,
+        )
+    except (ReasonRequired, ValueError) as exc:
+        messages.error(request, f"{exc} Nothing was done.")
+    else:
+        done, refused = summary(outcomes + hidden, BULK_ACTIONS[verb])
+        if done:
+            messages.success(request, done)
+        if refused:
+            messages.error(request, refused)
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        target = "alert-list"
+    return redirect(target)
 
 
 VERBS = {

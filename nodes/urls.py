@@ -7,6 +7,7 @@ from . import views
 urlpatterns = [
     path("", views.fleet_overview, name="fleet-overview"),
     path("nodes/", views.node_list, name="node-list"),
+    path("nodes/bulk/", views.node_bulk_action, name="node-bulk"),
     path("nodes/export.csv", views.node_export_csv, name="node-export"),
     path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
     path("nodes/<int:pk>/history/", views.node_history, name="node-history"),

@@ -4,7 +4,8 @@
 // - charts: every .chart[data-figure] is drawn with plotly.js from the json_script element named
 //   by data-figure; data-click-opens="customdata" makes a click on a point open its customdata URL;
 // - colours: an element's data-colour becomes its --c custom property (badges, tiles), set through
-//   the CSSOM, which the policy allows, where a style="" attribute would be blocked.
+//   the CSSOM, which the policy allows, where a style="" attribute would be blocked;
+// - selections: "select all on this page" and the count of the bulk-action bars.
 (function () {
   "use strict";
 
@@ -40,10 +41,39 @@
     });
   }
 
+  // Bulk selections: a [data-select-all=FORM] checkbox ticks every checkbox of this page that
+  // belongs to that form (form="FORM"); [data-selected-count=FORM] says how many are ticked.
+  function boxesOf(formId) {
+    return Array.prototype.slice.call(document.querySelectorAll('input[type=checkbox][form="' + formId + '"]'));
+  }
+
+  function showCount(formId) {
+    var ticked = boxesOf(formId).filter(function (box) { return box.checked; }).length;
+    document.querySelectorAll('[data-selected-count="' + formId + '"]').forEach(function (el) {
+      el.textContent = ticked + " selected";
+    });
+  }
+
+  function wireSelections(root) {
+    within(root, "input[data-select-all]").forEach(function (all) {
+      if (all.dataset.wired) { return; }
+      all.dataset.wired = "1";
+      var formId = all.dataset.selectAll;
+      all.addEventListener("change", function () {
+        boxesOf(formId).forEach(function (box) { box.checked = all.checked; });
+        showCount(formId);
+      });
+      boxesOf(formId).forEach(function (box) {
+        box.addEventListener("change", function () { showCount(formId); });
+      });
+    });
+  }
+
   function enhance(root) {
     root = root && root.querySelectorAll ? root : document;
     applyColours(root);
     drawCharts(root);
+    wireSelections(root);
   }
 
   // The old global name, for anything that still calls it.
