@@ -270,8 +270,8 @@ def unhandled_alerts(ctx: AuditContext) -> list[Outcome]:
     """A firing alert at or above the threshold on a production node, older than the grace, that
     the release gate (``health.gates.blocks``) would hold against the node since it (re-)entered
     production, with no open remediation on the node: nothing acts on it. An event last seen
-    before the node entered production is the loop's verdict already given (an XID alert waits
-    out its quiet period); a condition the reports evaluate that has not been seen to clear is not.
+    before the node entered production is the loop's verdict already given (its alert resolves at
+    the release, answered by the re-validation pass, or when it goes quiet); a condition the reports evaluate that has not been seen to clear is not.
     Excused: silenced alerts, alerts whose finding an explicit policy only watches, and alerts that
     name a GPU now fenced (the fence is what acts on it: the node serves on without that GPU)."""
     from health.gates import blocks

@@ -12,6 +12,7 @@ class HealthConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_migrate, post_save
 
+        from nodes.followups import followup
         from nodes.whyhere import why_here_fact
         from telemetry.consumers import NodeRows, ReportConsumer, consumes_reports
 
@@ -19,6 +20,7 @@ class HealthConfig(AppConfig):
         from .choices import AlertState
         from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
         from .followups import on_alert_changed, on_new_finding
+        from .gates import released
         from .gpus import suspect_named_gpu
         from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
@@ -31,6 +33,8 @@ class HealthConfig(AppConfig):
         on_new_finding(suspect_named_gpu)
         # Every change of an alert is pushed to Alertmanager (health.alertmanager_push), after its commit.
         on_alert_changed(queue_alertmanager_push)
+        # Released after re-validation: the events of before the pass are answered (health.gates).
+        followup("release_to_production")(released)
         # The node page's header names the firing alerts (nodes.whyhere; nodes never imports health).
         why_here_fact(firing_alerts)
         # Findings and alerts shown in the node's workload scheduler (health.scheduler_status).

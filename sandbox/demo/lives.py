@@ -15,6 +15,8 @@ from typing import Any
 
 from fleet.choices import SchedulerKind
 from nodes.choices import DAY1_STAGES, EventKind
+from validation.choices import STAGES as DAY1_STAGE_INFO
+from validation.models import Day1Spec
 
 from .catalog import (
     CAUSES,
@@ -44,6 +46,8 @@ from .catalog import (
     ClusterSpec,
     S,
 )
+
+STAGE_OF = {info.state: info.stage for info in DAY1_STAGE_INFO}  # Day 1 state -> its stage (validation)
 
 # --- One node's life --------------------------------------------------------
 
@@ -339,9 +343,21 @@ def _walk_to_goal(slot: _Slot, rng: random.Random, start_state: str) -> _Life:
     raise AssertionError(f"{slot.hostname}: the walk never reached {slot.goal}")
 
 
+def _sit(goal: str, rng: random.Random) -> timedelta:
+    """How long the node has been in its final state. In a Day 1 stage, within the stage's timeout
+    of the product's default Day 1 specification: a node seeded past it is one the pipeline would
+    have failed as stuck (the auditor's transient-timeout rule)."""
+    low, high = SIT_HOURS.get(goal, (0.0, 0.0))
+    if goal in DAY1_STAGES:
+        limit = Day1Spec().timeout(STAGE_OF[goal]) * 0.9 / timedelta(hours=1)
+        high = min(high, limit)
+        low = min(low, high / 2)
+    return timedelta(hours=rng.uniform(low, high))
+
+
 def _live(slot: _Slot, rng: random.Random, now: datetime) -> _Life:
     """Write one node's whole life, ending in its slot's goal state."""
-    sit = timedelta(hours=rng.uniform(*SIT_HOURS.get(slot.goal, (0.0, 0.0))))
+    sit = _sit(slot.goal, rng)
     if slot.fresh:
         scratch = _walk_to_goal(slot, rng, S.ENROLLED) if slot.goal != S.ENROLLED else _Life(slot, rng, EPOCH)
         arrival = now - sit - (scratch.t - EPOCH)

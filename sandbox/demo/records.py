@@ -20,7 +20,7 @@ from typing import Any
 
 from health.choices import SEVERITY_RANK, AlertState, RecommendedAction, Severity
 from health.models import Alert, Finding
-from nodes.choices import EventKind
+from nodes.choices import EventKind, NodeState
 from nodes.models import Node
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
@@ -87,6 +87,10 @@ class _Blank(dict):  # type: ignore[type-arg]
 
     def __missing__(self, key: str) -> str:
         return ""
+
+
+# remediation.safety's words for a disruptive rung held back (a seeded node waiting in triage).
+WAITING_IN_TRIAGE = "disruptive rung outside a maintenance window"
 
 
 class _Incident:
@@ -172,6 +176,16 @@ class _Incident:
     def name(self, row: _Row) -> None:
         if self.rem is not None:
             self.out.names.append((row, "remediation", self.rem))
+
+    def wait_in_triage(self, at: datetime) -> None:
+        """The life ends in triage with no rung running: the engine starts a rung at once on a node in
+        triage (``remediation.services.start_rung``), so one that sits there waits queued, as
+        ``admit`` leaves it (the auditor's live-remediation rule: never drained or running with no
+        step for hours). The reconciler admits it once the demo runs."""
+        if self.rem is None or not self.rem.is_open or (self.step is not None and self.step.status == "running"):
+            return
+        self.rem.status, self.rem.queued_reason = Status.QUEUED, WAITING_IN_TRIAGE
+        self.decide(at, f"queued: {WAITING_IN_TRIAGE}")
 
     def resolve_alert(self, at: datetime, reason: str) -> None:
         self.alert.state, self.alert.resolved_at, self.alert.resolved_reason = AlertState.RESOLVED, at, reason
@@ -342,6 +356,8 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
                     f"back in production after {Rung(inc.rem.rung).label.lower()} and re-validation",
                 )
             inc = None
+    if inc is not None and life.state == NodeState.TRIAGE:
+        inc.wait_in_triage(life.rows[-1].at if life.rows else now)
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -141,3 +143,20 @@ def test_a_customer_sees_tiles_for_their_own_nodes_only(client, customer, fleet)
     response = client.get(reverse("alert-summary"))
 
     assert response.context["firing"].total == 1  # acme's XID 79; globex belongs to another tenant
+
+
+def test_an_alert_with_nothing_recommended_shows_a_dash_not_the_word_none(client, operator, fleet):
+    acme, _ = fleet
+    raise_finding(
+        acme.pk,
+        rule="day1_stage",
+        severity=Severity.DEGRADED,
+        summary="Burn-in failed: DCGM diagnostics cancelled",
+        subject="burn_in",
+    )  # a failed Day 1 stage recommends nothing (recommended_action "none")
+    client.force_login(operator)
+
+    for url in (reverse("alert-list"), reverse("node-alerts", args=[acme.pk])):
+        cells = re.findall(r"<td>([^<]*)</td>", client.get(url).content.decode())
+        assert "None" not in cells, url
+        assert "—" in cells, url

@@ -18,8 +18,10 @@ from django.utils import timezone
 from health.choices import AlertState
 from health.models import Alert
 from health.services import raise_finding
+from nodes import services as node_services
 from nodes.choices import NodeState, RunStatus
 from nodes.models import Run
+from nodes.services import Actor
 from remediation.choices import Rung, Status, StepStatus
 from remediation.models import Remediation
 from tests.validation.conftest import idle_report, send
@@ -154,4 +156,38 @@ def test_an_xid_from_before_the_action_does_not_hold_the_node_back(fleet, eager)
     node.refresh_from_db()
     rem = Remediation.objects.get(node=node)
     assert node.state == S.PRODUCTION and rem.status == Status.SUCCEEDED
-    assert Alert.objects.get(node=node, rule="xid").state == AlertState.FIRING  # resolves when quiet
+    # Back with its customers: the XID of before the power cycle is answered by the re-validation
+    # that passed since, not left firing "catastrophic, power cycle" for its quiet period (the demo).
+    alert = Alert.objects.get(node=node, rule="xid")
+    assert alert.state == AlertState.RESOLVED, alert.state
+    assert alert.resolved_reason == "answered: the node passed re-validation since"
+    assert not Alert.objects.filter(node=node, state=AlertState.FIRING).exists()
+
+
+def test_an_xid_seen_during_the_re_validation_stays_firing_when_an_operator_releases_the_node(
+    inventory_and_soak, eager
+):
+    """Only the events the pass answered resolve: one seen since the pass began is left to the gate
+    and the auditor, whoever releases the node."""
+    node = inventory_and_soak[4]
+    RevalidationPlan.objects.filter(reentry=Reentry.REMEDIATING).update(stages=[Stage.RELIABILITY])  # a soak
+    xid = {
+        "rule": "xid",
+        "severity": "catastrophic",
+        "xid": 79,
+        "subject": "xid:79",
+        "gpu_index": 0,
+        "summary": "XID 79: GPU has fallen off the bus",
+        "recommended_action": "power_cycle",
+    }
+    with eager():
+        raise_finding(node.pk, **xid)
+    node.refresh_from_db()
+    assert node.state == S.RELIABILITY_ASSESSMENT, node.state  # power cycled, soaking
+    operator = Actor.system("test-operator")
+    with eager():
+        raise_finding(node.pk, **xid)  # again, during the re-validation
+        node_services.release_to_production(node.pk, actor=operator, reason="released by hand")
+    node.refresh_from_db()
+    assert node.state == S.PRODUCTION
+    assert Alert.objects.get(node=node, rule="xid").state == AlertState.FIRING

@@ -34,7 +34,7 @@ SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
 LATER = SEEDED_AT + timedelta(days=1)
 # Where an open remediation of each status leaves its node (remediation.services).
 WHERE = {
-    Status.DRAINING: {S.DRAIN_PENDING, S.DRAINING, S.TRIAGE},
+    Status.DRAINING: {S.DRAIN_PENDING, S.DRAINING},
     Status.RUNNING: {S.TRIAGE, S.REMEDIATING},
     Status.VALIDATING: set(DAY1_STAGES),
     Status.QUEUED: {S.PRODUCTION, S.TRIAGE},
