@@ -19,7 +19,18 @@ from django_fsm import RETURN_VALUE, ConcurrentTransitionMixin, FSMField, Transi
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant
 from nodewarden.records import AppendOnlyQuerySet
 
-from .choices import ACTIVE_KINDS, DAY1_STAGES, OPEN, ActorKind, EventKind, GpuHealth, NodeState, RunKind, RunStatus
+from .choices import (
+    ACTIVE_KINDS,
+    DAY1_STAGES,
+    OPEN,
+    STAGE_KINDS,
+    ActorKind,
+    EventKind,
+    GpuHealth,
+    NodeState,
+    RunKind,
+    RunStatus,
+)
 
 S = NodeState
 OPERATE = "nodes.operate_node"  # run lifecycle transitions from the portal and API
@@ -512,6 +523,14 @@ class Run(models.Model):
                 fields=["node", "kind"],
                 condition=Q(kind__in=ACTIVE_KINDS, status__in=OPEN),
                 name="one_open_active_check_per_node_and_kind",
+            ),
+            # A node walks one Day 1 stage at a time: a second starter (a late follow-up, the orphan
+            # sweep, an operator) finds the open run instead of opening another that would withdraw
+            # the first's checks (validation.services._open_run).
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(kind__in=STAGE_KINDS, status=RunStatus.RUNNING),
+                name="one_open_stage_run_per_node",
             ),
         ]
 

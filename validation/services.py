@@ -86,21 +86,63 @@ def planned_stages(node_id: int) -> tuple[str, list[str]]:
 
 
 def _open_run(node: Node, info: StageInfo, trigger: NodeEvent, now: datetime) -> tuple[Run, bool]:
+    """The node's one open run of its current stage: opened now (``True``) or found (``False``).
+
+    Several starters may ask at once: the entering transition's follow-up (and its re-delivery),
+    the orphan sweep, an operator's or the demo's ``start_stage``. A node has at most one open stage
+    run (constraint ``one_open_stage_run_per_node``), so the later ones find the first run instead
+    of opening a second one whose start would withdraw the first's checks. An open run left from
+    an earlier visit (the node was forced out and back before a poll noticed) or of another stage
+    is superseded first.
+    """
     spec = Day1Spec.for_profile(node.hardware_profile)
-    try:
-        with transaction.atomic():
-            return Run.objects.get_or_create(
-                trigger=trigger,
-                kind=info.run_kind,
-                defaults={
-                    "node": node,
-                    "status": RunStatus.RUNNING,
-                    "started": now,
-                    "deadline": now + spec.timeout(info.stage),
-                },
-            )
-    except IntegrityError:  # a concurrent delivery of the same follow-up created it first
-        return Run.objects.get(trigger=trigger, kind=info.run_kind), False
+    with transaction.atomic():
+        # Serialises the starters of this node (PostgreSQL); the constraint catches the rest.
+        Node.objects.select_for_update().filter(pk=node.pk).values_list("pk", flat=True).first()
+        mine = Run.objects.filter(trigger=trigger, kind=info.run_kind).first()
+        if mine is not None:  # a re-delivered follow-up: its run, open or not
+            return mine, False
+        current = _open_stage_run_of_this_visit(node, info)
+        if current is not None:
+            return current, False
+        try:
+            with transaction.atomic():
+                run = Run.objects.create(
+                    trigger=trigger,
+                    kind=info.run_kind,
+                    node=node,
+                    status=RunStatus.RUNNING,
+                    started=now,
+                    deadline=now + spec.timeout(info.stage),
+                )
+        except IntegrityError:  # another starter opened it first (SQLite, or no lock taken)
+            open_run = Run.objects.filter(node=node, kind__in=STAGE_KINDS, status=RunStatus.RUNNING).first()
+            if open_run is None:
+                raise
+            return open_run, False
+    return run, True
+
+
+def _open_stage_run_of_this_visit(node: Node, info: StageInfo) -> Run | None:
+    """The node's open stage run if it belongs to its stay in the current state; any other open
+    stage run (another stage, an earlier stay) is superseded, its queued checks withdrawn."""
+    entered = (
+        NodeEvent.objects.filter(node_id=node.pk, target_state=info.state)
+        .order_by("-created", "-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    for run in Run.objects.select_for_update().filter(node=node, kind__in=STAGE_KINDS, status=RunStatus.RUNNING):
+        # A trigger at or after the entering transition is this stay's (the transition itself, or
+        # an operator's start since); a run without one (its event deleted) is taken as this stay's.
+        this_stay = run.trigger_id is None or entered is None or run.trigger_id >= entered
+        if run.kind == info.run_kind and this_stay:
+            return run
+        run.status, run.finished = RunStatus.SUPERSEDED, timezone.now()
+        run.summary = f"Superseded: the node began {Stage(info.stage).label} again"[:300]
+        run.save(update_fields=["status", "finished", "summary"])
+        _withdraw_queued_checks(run, ACTOR, f"{Stage(BY_RUN_KIND[run.kind].stage).label} stage superseded")
+    return None
 
 
 def begin_stage(event_id: int, now: datetime | None = None) -> Run | None:

@@ -349,13 +349,15 @@ def _pick_up_seeded_day0(rng: random.Random) -> list[str]:
 
 
 def _open_missing_stages() -> list[str]:
-    """Seeded nodes sit in Day 1 states without a stage run: open one through the operator verb."""
+    """Seeded nodes sit in Day 1 states without a stage run: open one through the operator verb.
+    A node that entered its stage within the last minute is left to its transition's follow-up,
+    still on its way (the pipeline would find the run either way: one open stage run per node)."""
     from nodes.choices import STAGE_KINDS, RunStatus
     from validation.services import StageConflict, start_stage
 
     stuck = (
         demo_nodes()
-        .filter(state__in=DAY1_STAGES)
+        .filter(state__in=DAY1_STAGES, state_changed_at__lt=timezone.now() - timedelta(minutes=1))
         .exclude(Q(runs__kind__in=STAGE_KINDS) & Q(runs__status=RunStatus.RUNNING))
         .order_by("state_changed_at")[:3]
     )

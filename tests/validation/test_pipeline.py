@@ -348,3 +348,65 @@ def test_timeouts_scale_with_the_stage_duration(spec):
     assert spec.timeout(Stage.BURN_IN) == timedelta(seconds=60 + 3600)
     assert spec.timeout(Stage.INVENTORY) == timedelta(seconds=3600)
     assert timezone.now()  # keeps the import honest
+
+
+def test_a_stage_started_twice_at_once_opens_one_run_and_keeps_its_checks(
+    node_in, spec, operator, eager, django_capture_on_commit_callbacks
+):
+    """The demo saw it: a node entered burn-in and, before the transition's follow-up ran, another
+    starter (the demo's bring-up through ``start_stage``; the orphan sweep) opened the stage. The
+    late follow-up then opened a second run, whose start withdrew the first's queued checks as
+    "asked before this stage began", and the first run failed burn-in on checks we cancelled
+    ourselves. One open stage run per node: the second start finds the first."""
+    node = node_in(S.INVENTORY_CHECK, hardware_profile=spec.hardware_profile)
+    with django_capture_on_commit_callbacks(execute=False) as late:  # the follow-up is not delivered yet
+        node_services.pass_inventory_check(node.pk, actor=TESTS, reason="inventory as profiled")
+    first = services.start_stage(node.pk, actor=Actor(user=operator), reason="the demo picks up the stage")
+    with eager():
+        for callback in late:  # now the follow-up arrives
+            callback()
+    burn_in = stage_runs(node, RunKind.STAGE_BURN_IN)
+    assert list(burn_in.values_list("pk", flat=True)) == [first.pk]
+    assert not Run.objects.filter(node=node, kind__in=ACTIVE_KINDS, status=RunStatus.CANCELLED).exists()
+    send(node, idle_report(node))
+    answer_checks(node)
+    advance(eager)
+    node.refresh_from_db()
+    first.refresh_from_db()
+    assert first.status == RunStatus.PASSED and node.state == S.PRODUCTION  # soak 0: walks on through
+
+
+def test_the_orphan_sweep_leaves_a_node_whose_stage_an_operator_opened(node_in, spec, operator, eager):
+    """A node whose stage an operator started (another trigger than the entering transition) is
+    not an orphan: the sweep finds its open run instead of beginning the stage again."""
+    node = node_in(S.INVENTORY_CHECK, hardware_profile=spec.hardware_profile)
+    with eager():
+        node_services.pass_inventory_check(node.pk, actor=TESTS, reason="inventory as profiled")
+    run = stage_runs(node, RunKind.STAGE_BURN_IN).get()
+    entered = timezone.now()
+    assert services.begin_orphaned_stages(now=entered + services.ORPHAN_GRACE + timedelta(minutes=1)) == 0
+    with pytest.raises(services.StageConflict, match="already running"):
+        services.start_stage(node.pk, actor=Actor(user=operator), reason="again")
+    assert list(stage_runs(node, RunKind.STAGE_BURN_IN).values_list("pk", flat=True)) == [run.pk]
+
+
+def test_a_cancelled_check_is_asked_again_not_judged_a_hardware_failure(at_inventory, eager, operator):
+    """Cancelled is not failed: a burn-in check withdrawn before the agent took it (by an operator,
+    or by our own machinery) says nothing about the GPUs, so the stage asks for it again."""
+    from checks.services import cancel_check
+
+    node = at_inventory
+    send(node, idle_report(node))
+    advance(eager)  # inventory passes, burn-in begins
+    burn_in = stage_runs(node, RunKind.STAGE_BURN_IN).get()
+    withdrawn = burn_in.details["checks"][RunKind.DCGM_DIAG]
+    cancel_check(withdrawn, actor=Actor(user=operator), reason="wrong level")
+    advance(eager)
+    burn_in.refresh_from_db()
+    again = burn_in.details["checks"][RunKind.DCGM_DIAG]
+    assert burn_in.status == RunStatus.RUNNING and again != withdrawn and burn_in.details["asked_again"] == 1
+    answer_checks(node)
+    advance(eager)
+    node.refresh_from_db()
+    assert node.state == S.PRODUCTION
+    assert not Finding.objects.filter(node=node, rule=services.FINDING_RULE).exists()

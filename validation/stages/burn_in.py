@@ -31,13 +31,29 @@ def _params(ctx: StageContext) -> dict[str, dict[str, Any]]:
     }
 
 
+def _ask(node_id: int, kind: str, params: dict[str, Any]) -> int | None:
+    """Ask the agent for one check; an operator's open run of this kind, asked for since, counts
+    instead (``None``: it went away meanwhile)."""
+    from checks.services import CheckConflict, request_check
+    from nodes.services import Actor
+
+    try:
+        return request_check(node_id, kind, params=params, actor=Actor.system("validation"), reason=REASON).pk
+    except CheckConflict:
+        return (
+            Run.objects.filter(node_id=node_id, kind=kind, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
+            .values_list("pk", flat=True)
+            .first()
+        )
+
+
 def start(ctx: StageContext) -> Verdict | None:
-    from checks.services import CheckConflict, cancel_check, request_check
+    from checks.services import cancel_check
     from nodes.services import Actor
 
     actor = Actor.system("validation")
     started = ctx.run.started or ctx.run.created
-    run_ids: dict[str, int | None] = {}  # None: an operator's open run went away meanwhile
+    run_ids: dict[str, int | None] = {}
     for kind, params in _params(ctx).items():
         # A check still queued from before this stage began (before the reboot or repair being
         # verified) would judge the node as it was: withdrawn, and asked for again.
@@ -45,16 +61,28 @@ def start(ctx: StageContext) -> Verdict | None:
             node_id=ctx.node.pk, kind=kind, status=RunStatus.QUEUED, created__lt=started
         ).values_list("pk", flat=True):
             cancel_check(stale, actor=actor, reason=f"{REASON}: asked before this stage began; asked again")
-        try:
-            run_ids[kind] = request_check(ctx.node.pk, kind, params=params, actor=actor, reason=REASON).pk
-        except CheckConflict:  # an operator's run of this kind, asked for since, is open: its result counts
-            run_ids[kind] = (
-                Run.objects.filter(node_id=ctx.node.pk, kind=kind, status__in=(RunStatus.QUEUED, RunStatus.RUNNING))
-                .values_list("pk", flat=True)
-                .first()
-            )
+        run_ids[kind] = _ask(ctx.node.pk, kind, params)
     ctx.run.details = {**ctx.run.details, "checks": run_ids}
     return None
+
+
+def _ask_again_for_cancelled(ctx: StageContext, runs: list[Run]) -> bool:
+    """A check of this stage that was cancelled (by an operator, or by our own machinery) says
+    nothing about the hardware: it is asked for again and the stage waits; its deadline still
+    bounds it, and an operator who wants it over skips the stage. True if any was asked again."""
+    cancelled = [r for r in runs if r.status == RunStatus.CANCELLED]
+    if not cancelled:
+        return False
+    params = _params(ctx)
+    checks = dict(ctx.run.details.get("checks") or {})
+    for run in cancelled:
+        checks[run.kind] = _ask(ctx.node.pk, run.kind, params.get(run.kind, {}))
+    ctx.run.details = {
+        **ctx.run.details,
+        "checks": checks,
+        "asked_again": int(ctx.run.details.get("asked_again") or 0) + len(cancelled),
+    }
+    return True
 
 
 def judge(ctx: StageContext, runs: list[Run]) -> Verdict:
@@ -108,6 +136,6 @@ def poll(ctx: StageContext) -> Verdict | None:
         )
     ids = [pk for pk in (ctx.run.details.get("checks") or {}).values() if pk]
     runs = list(Run.objects.filter(pk__in=ids).order_by("kind"))
-    if not runs or any(r.status not in FINISHED for r in runs):
+    if _ask_again_for_cancelled(ctx, runs) or not runs or any(r.status not in FINISHED for r in runs):
         return None
     return judge(ctx, runs)
