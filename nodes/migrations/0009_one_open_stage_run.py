@@ -25,7 +25,7 @@ def supersede_duplicate_open_stage_runs(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("nodes", "0007_training_step_kind"),
+        ("nodes", "0008_prefix_search_indexes"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
