@@ -99,32 +99,3 @@ def test_the_demo_agents_answer_commands_so_the_panel_shows_outcomes(demo):
     assert set(answered["collect_diagnostics"].result) == {"kernel_log", "nvidia_smi", "infiniband"}
     assert answered["reset_gpu"].status in ("succeeded", "failed")
     assert answered["reset_gpu"].summary in ("GPU 1 reset", "busy: 1 process on GPU 1")
-
-
-def test_idle_production_nodes_get_their_owed_checks_and_coverage_rises(demo, settings):
-    """Whole-node jobs leave some production nodes idle (``telemetry.node_has_job``): the freshness
-    scheduler asks for their owed checks, the demo agents claim and pass them, coverage rises."""
-    from checks.freshness import coverage, fleet_freshness, keep_checks_fresh
-    from nodes.choices import ACTIVE_KINDS, RunStatus
-    from nodes.models import Run
-    from telemetry.models import NodeHealth
-
-    settings.NODEWARDEN_FRESHNESS_SHARE = 0.5
-    with demo():
-        report_demo_telemetry()
-    production = demo_nodes().filter(state=S.PRODUCTION)
-    idle = NodeHealth.objects.filter(node__in=production, gpu_compute_processes=0).count()
-    assert 0 < idle < production.count()  # some idle, most running a customer's job
-    stale_before = sum(len(item.due) for item in fleet_freshness(timezone.now()))
-    for i in range(6):
-        with demo():
-            keep_checks_fresh()
-            bring_up_demo_nodes(seed=i)
-            report_demo_telemetry()
-    checked = Run.objects.filter(
-        node__in=production, kind__in=ACTIVE_KINDS, status=RunStatus.PASSED, requested_reason__startswith="freshness:"
-    )
-    assert checked.exists()
-    after = fleet_freshness(timezone.now())
-    assert sum(len(item.due) for item in after) < stale_before
-    assert coverage(after, "fleet")[0].fresh > 0
