@@ -8,7 +8,6 @@ import io
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 
 from nodes.choices import NodeState
 from nodes.models import NodeEvent
