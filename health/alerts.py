@@ -1,4 +1,4 @@
-"""Operator verbs on alerts: acknowledge, silence, unsilence, resolve.
+"""Operator verbs on alerts: acknowledge, silence, unsilence, resolve, open a repair ticket.
 
 One function per verb: permission, lock, change, and a history row on the node (an
 operator note), in one transaction. Views, the API and the admin all call these.
@@ -6,19 +6,19 @@ operator note), in one transaction. Views, the API and the admin all call these.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ObjectDoesNotExist
 from django.db import transaction
 from django.utils import timezone
 
 from nodes.choices import EventKind
 from nodes.models import OPERATE
 from nodes.services import Actor, clean_reason, record_event
-from nodewarden.bulk import MAX_ITEMS, Outcome
 from nodewarden.errors import TransitionForbidden
+from repairs import services as repairs
+from repairs.choices import OPEN_TICKET_STATES
+from repairs.models import RepairTicket
 
 from .choices import AlertState
 from .followups import queue_alert_followups
@@ -108,46 +108,42 @@ def resolve(alert_id: int, *, actor: Actor, reason: str) -> Alert:
         return resolve_alert_locked(alert, reason=reason, actor=actor)
 
 
-def _label(alert: Alert) -> str:
+def label(alert: Alert) -> str:
+    """How a bulk result names the alert: its node, GPU and rule."""
     gpu = f" GPU {alert.gpu_index}" if alert.gpu_index is not None else ""
     return f"{alert.node.hostname}{gpu} {alert.rule}"
 
 
-def act_on_each(
-    alert_ids: list[int], verb: str, *, actor: Actor, reason: str, minutes: int | None = None
-) -> list[Outcome]:
-    """Acknowledge or silence each alert in turn, as that many one-by-one calls would (own
-    transaction, own history note on the node each); a refusal (resolved meanwhile) skips that
-    alert only. The reason and the silence's length are checked once first: ReasonRequired or
-    ValueError and nothing is done. At most ``MAX_ITEMS`` alerts."""
+def component(alert: Alert) -> str:
+    """The part the alert is about, as a repair ticket names it: a GPU, else its subject (an IB
+    port, a PSU), else the node as a whole."""
+    if alert.gpu_index is not None:
+        return f"GPU {alert.gpu_index}"
+    return alert.subject or "node"
+
+
+def ticket(alert_id: int, *, actor: Actor, reason: str) -> RepairTicket:
+    """A technician's repair ticket for the alert's node and component: the open ticket of that
+    node and component if there is one (three alerts of one GPU are one ticket), else a new one
+    (``repairs.services.open_repair_ticket``, which may move a node in triage to repair). The
+    alert stays firing; the node's history notes which ticket took it."""
     reason = _reason(reason)
-    if len(alert_ids) > MAX_ITEMS:
-        raise ValueError(f"At most {MAX_ITEMS} alerts per action.")
-    act: Callable[[int], Alert]
-    if verb == "acknowledge":
-        act = lambda pk: acknowledge(pk, actor=actor, note=reason)  # noqa: E731
-    elif verb == "silence":
-        if minutes is None or not 0 < minutes <= MAX_SILENCE.total_seconds() // 60:
-            raise ValueError("A silence lasts from one minute to 30 days.")
-        until = timezone.now() + timedelta(minutes=minutes)  # one end for the whole selection
-        act = lambda pk: silence(pk, actor=actor, reason=reason, until=until)  # noqa: E731
-    else:
-        raise ValueError(f"Unknown bulk alert action {verb!r}.")
-    labels = {
-        a.pk: _label(a)
-        for a in Alert.objects.filter(pk__in=alert_ids)
-        .select_related("node")
-        .only("id", "gpu_index", "rule", "node__hostname")
-    }
-    outcomes = []
-    for pk in alert_ids:
-        label = labels.get(pk, f"alert {pk}")
-        try:
-            act(pk)
-        except (AlertNotFiring, TransitionForbidden) as exc:
-            outcomes.append(Outcome(label, done=False, why=str(exc)))
-        except ObjectDoesNotExist:
-            outcomes.append(Outcome(label, done=False, why="no such alert"))
-        else:
-            outcomes.append(Outcome(label, done=True))
-    return outcomes
+    with transaction.atomic():
+        alert = _locked(alert_id, actor)
+        part = component(alert)
+        found = (
+            RepairTicket.objects.filter(node_id=alert.node_id, component=part, state__in=OPEN_TICKET_STATES)
+            .order_by("created")
+            .first()
+        )
+        if found is None:
+            found = repairs.open_repair_ticket(
+                alert.node_id,
+                component=part,
+                what=f"{alert.summary} ({alert.rule})",
+                actor=actor,
+                reason=reason,
+                finding_id=alert.last_finding_id,
+            )
+        _note(alert, actor, "ticketed", f"repair ticket #{found.pk}: {reason}", repair_ticket=found.pk)
+    return found

@@ -58,6 +58,10 @@ class HealthConfig(AppConfig):
         firing = NodeRows(Alert, OPEN_ALERT_FIELDS, "state", AlertState.FIRING.value)
         consumes_reports(ReportConsumer(evaluate_reports, firing, open_alerts_from_values))
 
+        # The alert list's bulk bar (nodewarden.bulk's registry).
+        from .bulk import register_alert_actions
+
+        register_alert_actions()
         # In-process caches of the hot path: drop them when an operator edits a row.
         for model, invalidate in ((HealthRule, ruleconfig.invalidate_cache), (XidDefinition, xid.invalidate_cache)):
             post_save.connect(lambda *a, _f=invalidate, **k: _f(), sender=model, weak=False)

@@ -6,9 +6,12 @@ every change goes through ``health.alerts``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.paginator import Paginator
+from django.db.models import Count, Max, Min, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -17,14 +20,16 @@ from django.views.decorators.http import require_POST
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
-from nodewarden.bulk import Outcome, SelectionRefused, selected_ids, summary
+from nodewarden import bulk
 from nodewarden.errors import ReasonRequired
 
 from . import alerts as verbs
 from . import customer_reports
-from .choices import SEVERITY_COLOURS, AlertState, Severity
+from .choices import SEVERITY_COLOURS, SEVERITY_RANK, AlertState, Severity
 from .counts import firing_counts
 from .filters import AlertFilterSet
+from .handled import handlers
+from .models import Alert
 from .scoping import visible_alerts, visible_findings
 
 PAGE_SIZE = 50
@@ -34,8 +39,6 @@ ALERT_RELATIONS = ("node__site", "node__cluster", "node__tenant", "acknowledged_
 # subject such as an IB port, else the node as a whole), worst first inside a group.
 GROUPED_ORDER = ("node__hostname", "node_id", "gpu_index", "subject", "-severity_rank", "-last_seen", "-id")
 WORST_FIRST = ("-severity_rank", "-last_seen", "-id")
-# The alert list's bulk verbs -> what the summary says of the alerts it was done to.
-BULK_ACTIONS = {"acknowledge": "acknowledged", "silence": "silenced"}
 
 
 def _filterset(request: HttpRequest) -> AlertFilterSet:
@@ -53,7 +56,8 @@ def _filterset(request: HttpRequest) -> AlertFilterSet:
 
 
 def alert_list(request: HttpRequest) -> HttpResponse:
-    """Alerts, worst first then most recent, filtered in the URL; operators get the buttons."""
+    """Alerts, worst first then most recent (or grouped per node and component), filtered in the
+    URL; each row with its node's state and what already handles it; operators get the buttons."""
     filterset = _filterset(request)
     valid = filterset.is_valid()
     queryset = filterset.qs if valid else filterset.queryset.none()
@@ -61,6 +65,16 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(queryset.order_by(*(GROUPED_ORDER if grouped else WORST_FIRST)), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
+    rows = list(page.object_list)
+    node_ids = {a.node_id for a in rows}
+    found = handlers(node_ids)
+    for a in rows:
+        a.handler = found.get(a.node_id)
+        a.handles_it = a.handler is not None and a.handler.rule == a.rule and a.handler.gpu_index == a.gpu_index
+        a.group_key = f"{a.node_id}-{a.gpu_index if a.gpu_index is not None else ''}-{a.subject}"
+    groups = _groups(queryset, node_ids) if grouped else {}
+    for a in rows:
+        a.group = groups.get(a.group_key)
     query = request.GET.copy()
     query.pop("page", None)
     toggle = query.copy()
@@ -75,9 +89,11 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             "filterset": filterset,
             "firing": firing_counts(visible_alerts(request.user)),
             "page": page,
+            "rows": rows,
             "query": query.urlencode(),
             "errors": filterset.errors,
             "can_operate": request.user.has_perm(OPERATE),
+            "bulk_actions": bulk.actions_for("alerts", request.user),
             "states": AlertState.choices,
             "state": request.GET.get("state", AlertState.FIRING),
             "grouped": grouped,
@@ -86,43 +102,36 @@ def alert_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _groups(queryset: QuerySet[Alert], node_ids: set[int]) -> dict[str, dict[str, Any]]:
+    """The head row of each group (node and component) shown on the page, counted over the whole
+    filtered list, not just this page: how many alerts, the worst severity, first and last seen.
+    One query, bounded by the page's nodes."""
+    rows = (
+        queryset.filter(node_id__in=node_ids)
+        .order_by()
+        .values("node_id", "gpu_index", "subject")
+        .annotate(
+            count=Count("id"), worst=Max("severity_rank"), first_seen=Min("first_seen"), last_seen=Max("last_seen")
+        )
+    )
+    worst = {rank: severity for severity, rank in SEVERITY_RANK.items()}
+    groups: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = f"{r['node_id']}-{r['gpu_index'] if r['gpu_index'] is not None else ''}-{r['subject']}"
+        groups[key] = {**r, "severity": worst.get(r["worst"], "")}
+    return groups
+
+
 @require_POST
 def alert_bulk_action(request: HttpRequest) -> HttpResponse:
-    """Acknowledge or silence the alerts selected in the list, with one reason: one verb call per
-    alert (own transaction, own history note), then one message with every alert's outcome."""
-    if not request.user.has_perm(OPERATE):
-        return HttpResponseForbidden("You may not act on alerts.")
-    verb = request.POST.get("action", "")
-    if verb not in BULK_ACTIONS:
-        return HttpResponse(f"Unknown bulk action {verb[:50]!r}.", status=400, content_type="text/plain")
-    try:
-        ids = selected_ids(request.POST)
-    except SelectionRefused as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain")
-    # An alert this user cannot see is reported as unknown, never acted on nor described.
-    visible = set(visible_alerts(request.user).filter(pk__in=ids).values_list("pk", flat=True))
-    hidden = [Outcome(f"alert {pk}", done=False, why="no such alert") for pk in ids if pk not in visible]
-    try:
-        minutes = _minutes(request.POST.get("minutes")) if verb == "silence" else None
-        outcomes = verbs.act_on_each(
-            [pk for pk in ids if pk in visible],
-            verb,
-            actor=Actor(user=request.user),
-            reason=request.POST.get("reason", ""),
-            minutes=minutes,
-        )
-    except (ReasonRequired, ValueError) as exc:
-        messages.error(request, f"{exc} Nothing was done.")
-    else:
-        done, refused = summary(outcomes + hidden, BULK_ACTIONS[verb])
-        if done:
-            messages.success(request, done)
-        if refused:
-            messages.error(request, refused)
-    target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        target = "alert-list"
-    return redirect(target)
+    """Run one of the alert list's bulk actions (acknowledge, silence, open a repair ticket) with
+    one reason on the selected alerts: the registry's verb once per alert (own transaction, own
+    history note), then one message naming every alert's outcome (``nodewarden.bulk.run``)."""
+
+    def visible(ids: list[int]) -> set[int]:
+        return set(visible_alerts(request.user).filter(pk__in=ids).values_list("pk", flat=True))
+
+    return bulk.run(request, "alerts", visible=visible, noun="alert", back="alert-list")
 
 
 VERBS = {

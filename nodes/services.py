@@ -15,9 +15,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.utils import timezone
-from django_fsm import ConcurrentTransition, TransitionNotAllowed, can_proceed, has_transition_perm
-
-from nodewarden.bulk import MAX_ITEMS, Outcome
+from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 
 # Defined below every app so the API's exception handler can answer them without importing nodes.
 from nodewarden.errors import ReasonRequired, TransitionForbidden
@@ -226,30 +224,6 @@ def perform(node_id: int, name: str, *, actor: Actor, reason: str, correlation_i
     if verb is None:
         raise TransitionNotAllowed(f"Unknown transition {name!r}.")
     return verb(node_id, actor=actor, reason=reason, correlation_id=correlation_id)
-
-
-def perform_each(node_ids: list[int], name: str, *, actor: Actor, reason: str) -> list[Outcome]:
-    """Run the verb called ``name`` on each node in turn, as that many one-by-one calls would:
-    each in its own transaction with its own history row and follow-up work, so every check a
-    single call makes (state machine, permission, row lock) applies to each node against the
-    fleet as the earlier ones left it. A refusal skips that node only. The reason is checked once
-    first (ReasonRequired: nothing done); at most ``MAX_ITEMS`` nodes (ValueError beyond)."""
-    reason = clean_reason(reason)
-    if len(node_ids) > MAX_ITEMS:
-        raise ValueError(f"At most {MAX_ITEMS} nodes per action.")
-    hostnames = dict(Node.objects.filter(pk__in=node_ids).values_list("pk", "hostname"))
-    outcomes = []
-    for node_id in node_ids:
-        label = hostnames.get(node_id, f"node {node_id}")
-        try:
-            perform(node_id, name, actor=actor, reason=reason)
-        except (TransitionNotAllowed, TransitionForbidden, ConcurrentTransition) as exc:
-            outcomes.append(Outcome(label, done=False, why=str(exc) or "changed meanwhile"))
-        except Node.DoesNotExist:
-            outcomes.append(Outcome(label, done=False, why="no such node"))
-        else:
-            outcomes.append(Outcome(label, done=True))
-    return outcomes
 
 
 def available_transitions(node: Node, user: Any) -> list[dict[str, Any]]:

@@ -27,13 +27,12 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 from django_htmx.middleware import HtmxDetails
 
+from nodewarden import bulk
 from nodewarden.bounds import timestamp_problem
-from nodewarden.bulk import Outcome, SelectionRefused, selected_ids, summary
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import charts, services, statecounts
@@ -48,17 +47,6 @@ from .whyhere import why_here
 LIST_PAGE_SIZE = 50
 CHART_DAYS = 90
 STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
-# The node list's bulk actions: verb -> what the summary says of the nodes it was done to.
-# The node page's everyday verbs that make sense on many nodes at once; any of them runs
-# through services.perform per node, exactly as the node page's button does.
-BULK_ACTIONS = {
-    "request_drain": "set to drain when their job ends",
-    "start_draining": "drained",
-    "cordon": "cordoned",
-    "cancel_drain": "back in production (drain cancelled)",
-    "revalidate": "sent to re-validation",
-    "send_to_repair": "sent to repair",
-}
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -165,7 +153,8 @@ def node_list(request: HttpRequest) -> HttpResponse:
             "sort": request.GET.get("ordering", ""),
             "errors": filterset.errors if filterset.is_bound else {},
             "can_operate": request.user.has_perm(OPERATE),
-            "bulk_actions": [(name, services.transition_meta(name)["label"]) for name in BULK_ACTIONS],
+            # Declared once each in the registry (remediation.bulk registers the node list's).
+            "bulk_actions": bulk.actions_for("nodes", request.user),
         },
     )
 
@@ -173,39 +162,14 @@ def node_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def node_bulk_action(request: HttpRequest) -> HttpResponse:
-    """Run one lifecycle verb, with one reason, on the nodes selected in the list: one service call
-    per node (own transaction, own history row), then one message with every node's outcome."""
-    if not request.user.has_perm(OPERATE):
-        return HttpResponseForbidden("You may not run lifecycle actions on nodes.")
-    name = request.POST.get("action", "")
-    if name not in BULK_ACTIONS:
-        return HttpResponse(f"Unknown bulk action {name[:50]!r}.", status=400, content_type="text/plain")
-    try:
-        ids = selected_ids(request.POST)
-    except SelectionRefused as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain")
-    # A node this user cannot see is reported as unknown, never acted on nor named.
-    visible = set(visible_nodes(request.user).filter(pk__in=ids).values_list("pk", flat=True))
-    hidden = [Outcome(f"node {pk}", done=False, why="no such node") for pk in ids if pk not in visible]
-    try:
-        outcomes = services.perform_each(
-            [pk for pk in ids if pk in visible],
-            name,
-            actor=services.Actor(user=request.user),
-            reason=request.POST.get("reason", ""),
-        )
-    except ReasonRequired as exc:
-        messages.error(request, f"{exc} Nothing was done.")
-    else:
-        done, refused = summary(outcomes + hidden, BULK_ACTIONS[name])
-        if done:
-            messages.success(request, done)
-        if refused:
-            messages.error(request, refused)
-    target = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
-        target = "node-list"
-    return redirect(target)
+    """Run one of the node list's bulk actions, with one reason, on the selected nodes: the
+    registry's verb once per node (own transaction, own history row), then one message naming
+    every node's outcome (``nodewarden.bulk.run``)."""
+
+    def visible(ids: list[int]) -> set[int]:
+        return set(visible_nodes(request.user).filter(pk__in=ids).values_list("pk", flat=True))
+
+    return bulk.run(request, "nodes", visible=visible, noun="node", back="node-list")
 
 
 @login_required

@@ -26,7 +26,7 @@ from .models import STATE_CHANGE_KINDS, Node, NodeEvent
 # Transitions that carry on a road an earlier verb began; the cause is that verb.
 CONTINUATIONS = frozenset({"start_draining", "complete_drain"})
 RECENT_CHANGES = 20  # state changes read to find the start of the current road
-FACT_ORDER = ("remediation", "alerts", "scheduler", "bmc")  # what comes next first, the machine last
+FACT_ORDER = ("remediation", "hold", "alerts", "scheduler", "bmc")  # what comes next first, the machine last
 OPERATOR_WORD = "an operator"  # what a customer reads instead of a staff member's username
 
 

@@ -104,9 +104,9 @@ def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     return breaker
 
 
-def _limit(domain: str) -> BlastRadiusLimit | None:
+def _limit(domain: str, *, configured_only: bool = False) -> BlastRadiusLimit | None:
     found = BlastRadiusLimit.objects.filter(domain=domain).first()
-    return found or (DEFAULT_LIMIT if domain == Domain.CLUSTER else None)
+    return found or (DEFAULT_LIMIT if domain == Domain.CLUSTER and not configured_only else None)
 
 
 def _domain_lookup(node: Node, domain: str) -> tuple[str, int] | None:
@@ -117,17 +117,22 @@ def _domain_lookup(node: Node, domain: str) -> tuple[str, int] | None:
     return (field, value) if value else None
 
 
-def blast_radius_block(node: Node, now: datetime) -> str | None:
-    """Why taking this serving node out now would exceed a domain's limit, or None."""
+def blast_radius_block(
+    node: Node, now: datetime, *, leaving: tuple[str, ...] = OUT, configured_only: bool = False
+) -> str | None:
+    """Why taking this serving node out now would exceed a domain's limit, or None. For an
+    operator's bulk action (``remediation.bulk``): ``leaving`` also counts the nodes set to drain,
+    and ``configured_only`` applies the limits an admin configured, not the built-in default for
+    automation (10% of a cluster would refuse an operator any node of a cluster under ten)."""
     for domain in Domain.values:
-        limit, lookup = _limit(domain), _domain_lookup(node, domain)
+        limit, lookup = _limit(domain, configured_only=configured_only), _domain_lookup(node, domain)
         if limit is None or lookup is None:
             continue
         field, value = lookup
         nodes = Node.objects.filter(**{field: value}).exclude(pk=node.pk)
         counts = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
-        out = sum(counts.get(s, 0) for s in OUT)
-        total = out + sum(counts.get(s, 0) for s in SERVING) + 1
+        out = sum(counts.get(s, 0) for s in leaving)
+        total = out + sum(counts.get(s, 0) for s in SERVING if s not in leaving) + 1
         label = Domain(domain).label.lower()
         if out + 1 > limit.max_count or (out + 1) / total > limit.max_share:
             return (

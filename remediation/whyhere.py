@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from django.urls import reverse
+from django.utils import timezone
+
+from health.handled import Handler
 from nodes.models import Node, NodeEvent
 from nodes.whyhere import Fact
 
 from .choices import OPEN, Rung, Status, StepStatus, next_rung
 from .models import Remediation
+from .safety import active_hold
 from .summary import outlook
 
 
@@ -31,3 +36,45 @@ def open_remediation(node: Node, latest: NodeEvent | None, operator: bool) -> li
     return [
         Fact("remediation", f"Remediation {rem.pk}", text, tone="warning", eta=running.deadline if running else None)
     ]
+
+
+def node_hold(node: Node, latest: NodeEvent | None, operator: bool) -> list[Fact]:
+    """One query: the hold (the node's own, its domain's or the fleet's) that pauses automated
+    remediation on this node, who placed it and why; customers see that there is one, not why."""
+    hold = active_hold(node, timezone.now())
+    if hold is None:
+        return []
+    if hold.node_id == node.pk:
+        scope = "this node"
+    elif hold.cluster_id or hold.rack_id or hold.tenant_id:
+        scope = "its " + ("cluster" if hold.cluster_id else "rack" if hold.rack_id else "tenant")
+    else:
+        scope = "the whole fleet"
+    text = f"No automated remediation on {scope} until released"
+    if hold.until:
+        text += f" (or until {hold.until:%Y-%m-%d %H:%M} UTC)"
+    if operator:
+        text += f": {hold.reason} ({hold.actor_name}, since {hold.created:%Y-%m-%d %H:%M})"
+    return [Fact("hold", "On hold", text + ".", tone="warning")]
+
+
+def open_remediations(node_ids: set[int]) -> dict[int, Handler]:
+    """The alert list's "handled by" column: each node's newest open remediation, in one query."""
+    found: dict[int, Handler] = {}
+    rows = (
+        Remediation.objects.filter(node_id__in=node_ids, status__in=OPEN)
+        .select_related("finding")
+        .only("id", "node_id", "status", "rung", "created", "finding__rule", "finding__gpu_index")
+        .order_by("node_id", "-created", "-id")
+    )
+    for rem in rows:
+        if rem.node_id in found:
+            continue
+        finding = rem.finding
+        found[rem.node_id] = Handler(
+            f"Remediation {rem.pk}: {Status(rem.status).label}, {Rung(rem.rung).label.lower()}",
+            reverse("node-detail", args=[rem.node_id]) + "#node-remediation",
+            rule=finding.rule if finding else "",
+            gpu_index=finding.gpu_index if finding else None,
+        )
+    return found

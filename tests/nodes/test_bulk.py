@@ -36,7 +36,7 @@ def test_it_drains_ten_nodes_in_one_action_each_with_its_history_row_and_schedul
             response = _bulk(client, nodes)
     finally:
         celery_app.conf.task_always_eager = False
-    assert _messages(response) == ["10 drained."]
+    assert _messages(response) == ["10 drained: " + ", ".join(n.hostname for n in nodes) + "."]
     for node in nodes:
         node.refresh_from_db()
         assert node.state == S.DRAINING
@@ -54,7 +54,7 @@ def test_a_mix_of_allowed_and_refused_nodes_reports_each(client, operator):
     client.force_login(operator)
     response = _bulk(client, [serving[0], broken, serving[1], retired, serving[2]], action="cordon", reason="XID 79")
     done, refused = _messages(response)
-    assert done == "3 cordoned."
+    assert done == "3 cordoned: " + ", ".join(n.hostname for n in serving) + "."
     assert refused.startswith("2 refused: gpu-a-003 (Cannot cordon a node in state 'Triage'.)")
     assert "gpu-a-009 (Cannot cordon a node in state 'Decommissioned'.)" in refused
     assert set(NodeEvent.objects.values_list("node__hostname", flat=True)) == {n.hostname for n in serving}
@@ -66,7 +66,7 @@ def test_revalidate_from_the_list_runs_the_same_verb_as_the_node_page(client, op
     nodes = NodeFactory.create_batch(2, state=S.TRIAGE)
     client.force_login(operator)
     response = _bulk(client, nodes, action="revalidate", reason="reseated cables")
-    assert _messages(response) == ["2 sent to re-validation."]
+    assert _messages(response) == ["2 sent to re-validation: " + ", ".join(n.hostname for n in nodes) + "."]
     for node in nodes:
         node.refresh_from_db()
         assert node.state == S.FIRMWARE_UPDATE and node.is_revalidation
@@ -108,11 +108,11 @@ def test_bad_selections_are_a_400_not_a_500(client, operator, data, status):
     assert client.post(reverse("node-bulk"), data).status_code == status
 
 
-def test_without_a_reason_nothing_is_done(client, operator):
+def test_without_a_reason_it_is_a_400_and_nothing_is_done(client, operator):
     nodes = NodeFactory.create_batch(2, state=S.PRODUCTION)
     client.force_login(operator)
     response = _bulk(client, nodes, action="cordon", reason="  ")
-    assert _messages(response) == ["A reason is required. Nothing was done."]
+    assert response.status_code == 400 and "A reason is required" in response.content.decode()
     assert not NodeEvent.objects.exists()
 
 
@@ -122,7 +122,7 @@ def test_an_unknown_node_id_is_reported_and_the_others_done(client, operator):
     response = client.post(
         reverse("node-bulk"), {"action": "cordon", "reason": "x", "ids": [node.pk, 424242]}, follow=True
     )
-    assert _messages(response) == ["1 cordoned.", "1 refused: node 424242 (no such node)."]
+    assert _messages(response) == [f"1 cordoned: {node.hostname}.", "1 refused: node 424242 (no such node)."]
 
 
 def test_the_list_shows_checkboxes_and_the_bar_to_operators(client, operator):

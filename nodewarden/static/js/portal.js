@@ -5,7 +5,7 @@
 //   by data-figure; data-click-opens="customdata" makes a click on a point open its customdata URL;
 // - colours: an element's data-colour becomes its --c custom property (badges, tiles), set through
 //   the CSSOM, which the policy allows, where a style="" attribute would be blocked;
-// - selections: "select all on this page" and the count of the bulk-action bars.
+// - selections: "select all on this page", "select all in this group" and the count of the bulk-action bars.
 (function () {
   "use strict";
 
@@ -75,6 +75,17 @@
     drawCharts(root);
     wireSelections(root);
   }
+
+  // A group's head checkbox ([data-select-group=KEY], grouped alert list) ticks the rows of that
+  // group (tr[data-group-key=KEY]); delegated from the document, so rows htmx swaps in later work too.
+  document.addEventListener("change", function (event) {
+    var head = event.target;
+    if (!head.matches || !head.matches("input[data-select-group]")) { return; }
+    var formId = head.dataset.form;
+    document.querySelectorAll('tr[data-group-key="' + head.dataset.selectGroup + '"] input[type=checkbox][form="' + formId + '"]')
+      .forEach(function (box) { box.checked = head.checked; });
+    showCount(formId);
+  });
 
   // The old global name, for anything that still calls it.
   window.nwDrawCharts = function (root) { drawCharts(root || document); };
