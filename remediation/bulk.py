@@ -104,7 +104,7 @@ def _hold(pk: int, actor: Actor, reason: str, post: QueryDict) -> Hold:
     node = Node.objects.get(pk=pk)
     standing = Hold.objects.filter(node=node, released_at__isnull=True).first()
     if standing is not None and (standing.until is None or standing.until > timezone.now()):
-        raise RemediationConflict(f"already on hold: {standing.reason}")
+        raise RemediationConflict(f"already on hold: {standing.reason} ({standing.actor_name})")
     return place_hold(actor=actor, reason=reason, node_id=node.pk)
 
 

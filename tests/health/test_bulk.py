@@ -12,6 +12,7 @@ from health.services import clear_condition, raise_finding
 from nodes.choices import EventKind
 from nodes.models import NodeEvent
 from nodewarden.bulk import MAX_ITEMS
+from repairs.models import RepairTicket
 from tests.factories import NodeFactory
 
 pytestmark = pytest.mark.django_db
@@ -111,3 +112,57 @@ def test_the_list_groups_related_alerts_per_node_and_component(client, operator,
     assert [a.rule for a in response.context["page"].object_list][:3] == ["xid", "nvlink_down", "gpu_temperature"]
     assert 'data-select-all="alert-bulk"' in html
     assert "group-head" not in client.get(reverse("alert-list")).content.decode()
+
+
+def test_one_repair_ticket_per_node_and_component_each_alert_noted(client, operator, gpu3):
+    alerts = list(Alert.objects.order_by("id"))  # three on gpu-a-001 GPU 3, one on gpu-b-001 GPU 0
+    client.force_login(operator)
+
+    response = _post(client, alerts, action="ticket", reason="swap GPU 3 tonight")
+
+    assert _messages(response)[0].startswith("4 put on a repair ticket: gpu-a-001 GPU 3 xid, ")
+    tickets = RepairTicket.objects.order_by("id")
+    assert [(t.hostname, t.component) for t in tickets] == [("gpu-a-001", "GPU 3"), ("gpu-b-001", "GPU 0")]
+    assert tickets[0].opened_by == operator and "XID 79" in tickets[0].what
+    notes = NodeEvent.objects.filter(kind=EventKind.NOTE, details__alert_verb="ticketed")
+    assert sorted(n.details["alert_id"] for n in notes) == sorted(a.pk for a in alerts)  # each alert audited
+    assert {n.details["repair_ticket"] for n in notes if n.node_id == gpu3.pk} == {tickets[0].pk}
+    assert all("swap GPU 3 tonight" in n.reason and n.actor == operator for n in notes)
+
+
+def test_a_group_head_counts_its_alerts_with_the_worst_severity_and_first_and_last_seen(client, operator, gpu3):
+    client.force_login(operator)
+
+    html = client.get(reverse("alert-list"), {"group": "node"}).content.decode()
+
+    head = html[html.index('<tr class="group-head" data-group="gpu-a-001"') :]
+    head = head[: head.index("</tr>")]
+    assert 'data-count="3"' in head and "3 alerts" in head
+    assert 'data-worst="catastrophic"' in head and "Catastrophic" in head
+    assert "first seen" in head and "last seen" in head
+    group_key = f"{gpu3.pk}-3-"
+    assert f'data-select-group="{group_key}"' in head
+    # the rows keep their checkbox markup (name and value per alert), tagged with their group
+    for alert in Alert.objects.filter(node=gpu3):
+        assert f'name="ids" value="{alert.pk}" form="alert-bulk"' in html
+    assert html.count(f'data-group-key="{group_key}"') == 4  # the head and its three rows
+
+
+def test_each_row_shows_the_node_state_and_the_open_remediation_that_handles_it(client, operator, gpu3):
+    from remediation.choices import Rung, Status, Urgency
+    from remediation.models import Remediation
+
+    xid = Alert.objects.get(node=gpu3, rule="xid")
+    rem = Remediation.objects.create(
+        node=gpu3, finding=xid.last_finding, status=Status.RUNNING, urgency=Urgency.NOW, rung=Rung.REBOOT
+    )
+    client.force_login(operator)
+
+    html = client.get(reverse("alert-list")).content.decode()
+
+    assert f'href="/nodes/{gpu3.pk}/#node-remediation" data-handles="alert">Remediation {rem.pk}: Running' in html
+    assert html.count(f"Remediation {rem.pk}:") == 3  # every alert of the node names it ...
+    assert html.count('data-handles="alert"') == 1  # ... and the XID one is the one it handles
+    gpu3.refresh_from_db()
+    # every row (four alerts on two nodes) with its node's state
+    assert html.count(f'<div class="node-state"><span class="badge" data-state="{gpu3.state}"') == 4

@@ -79,9 +79,12 @@ def test_the_alert_list_page_costs_the_same_for_few_and_many_alerts(
     client.get(reverse("alert-list"))
 
     # session, user, 2 x permissions, tenant membership, site/cluster/tenant choices, count, one joined page,
-    # the fleet's firing count (health.counts)
-    with django_assert_max_num_queries(11):
+    # the fleet's firing count (health.counts), the page's open remediations (health.handled)
+    with django_assert_max_num_queries(12):
         assert len(rows(client.get(reverse("alert-list")))) == 25
+    # grouped: and one query for the page's group heads
+    with django_assert_max_num_queries(13):
+        assert len(rows(client.get(reverse("alert-list"), {"group": "node"}))) == 25
 
 
 def test_an_operator_silences_from_the_list_and_the_alert_is_hidden(client, operator, fleet):
