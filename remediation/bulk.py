@@ -99,7 +99,7 @@ def _take_out(name: str) -> Callable[[int, Actor, str, QueryDict], object]:
     return call
 
 
-def _hold(pk: int, actor: Actor, reason: str, post: QueryDict) -> Hold:
+def _hold(pk: int, actor: Actor, reason: str, post: QueryDict) -> object:
     """Pause automated remediation on the node until released (``safety.active_hold``)."""
     node = Node.objects.get(pk=pk)
     standing = Hold.objects.filter(node=node, released_at__isnull=True).first()
@@ -108,7 +108,7 @@ def _hold(pk: int, actor: Actor, reason: str, post: QueryDict) -> Hold:
     return place_hold(actor=actor, reason=reason, node_id=node.pk)
 
 
-def _release(pk: int, actor: Actor, reason: str, post: QueryDict) -> list[Hold]:
+def _release(pk: int, actor: Actor, reason: str, post: QueryDict) -> list[object]:
     """Release the node's own holds (a cluster's or the fleet's hold is released on its page)."""
     node = Node.objects.get(pk=pk)
     holds = list(Hold.objects.filter(node=node, released_at__isnull=True).values_list("pk", flat=True))
