@@ -124,14 +124,15 @@ def _ticket(pk: int, actor: Actor, reason: str, post: QueryDict) -> object:
     return repairs.open_repair_ticket(pk, component=component, what=reason, actor=actor, reason=reason)
 
 
-# (name, label, what the summary says of the nodes it was done to, the one-node call)
-ACTIONS: tuple[tuple[str, str, str, Callable[[int, Actor, str, QueryDict], object]], ...] = (
-    ("start_draining", "Drain now", "drained", _take_out("start_draining")),
-    ("request_drain", "Drain when job ends", "set to drain when their job ends", _take_out("request_drain")),
-    ("cordon", "Cordon now", "cordoned", _take_out("cordon")),
-    ("cancel_drain", "Cancel drain", "back in production (drain cancelled)", _verb("cancel_drain")),
-    ("revalidate", "Re-validate", "sent to re-validation", _verb("revalidate")),
-    ("send_to_repair", "Send to repair", "sent to repair", _verb("send_to_repair")),
+# (name, label, what the summary says of the nodes it was done to, the one-node call); a label of
+# None is the transition's own (``Node``'s declared label, as on the node page's button).
+ACTIONS: tuple[tuple[str, str | None, str, Callable[[int, Actor, str, QueryDict], object]], ...] = (
+    ("start_draining", None, "drained", _take_out("start_draining")),
+    ("request_drain", None, "set to drain when their job ends", _take_out("request_drain")),
+    ("cordon", None, "cordoned", _take_out("cordon")),
+    ("cancel_drain", None, "back in production (drain cancelled)", _verb("cancel_drain")),
+    ("revalidate", None, "sent to re-validation", _verb("revalidate")),
+    ("send_to_repair", None, "sent to repair", _verb("send_to_repair")),
     ("hold", "Hold automation", "held (no automated remediation until released)", _hold),
     ("release_hold", "Release hold", "released from hold", _release),
     ("open_ticket", "Open a repair ticket", "given a repair ticket", _ticket),
@@ -141,4 +142,5 @@ ACTIONS: tuple[tuple[str, str, str, Callable[[int, Actor, str, QueryDict], objec
 def register_node_actions() -> None:
     """Declare the node list's actions (``RemediationConfig.ready``)."""
     for name, label, done_word, call in ACTIONS:
+        label = label or node_services.transition_meta(name)["label"]
         register(NODE_LIST, BulkAction(name, label, OPERATE, _each(call), done_word))
