@@ -76,3 +76,40 @@ def test_an_operator_drains_ten_nodes_now_and_sees_the_ones_a_limit_stopped(page
     assert states == [NodeState.DRAINING] * 3 + [NodeState.PRODUCTION] * 7
     assert NodeEvent.objects.filter(transition="start_draining", reason="PDU swap, row west").count() == 3
     assert errors == []
+
+
+def test_an_operator_ticks_one_group_of_alerts_and_acknowledges_them_at_once(page: Page, live_server, operator):
+    from health import ruleconfig, xid
+    from health.choices import Severity
+    from health.models import Alert
+    from health.services import raise_finding
+
+    ruleconfig.invalidate_cache()  # cached per process, and the live server runs in this process
+    xid.invalidate_cache()
+    node = NodeFactory(hostname="gpu-grp-01")
+    for rule, severity in (
+        ("xid", Severity.CATASTROPHIC),
+        ("gpu_temperature", Severity.WARNING),
+        ("nvlink_down", Severity.DEGRADED),
+    ):
+        raise_finding(node.pk, rule=rule, severity=severity, summary=f"{rule} on GPU 3", gpu_index=3)
+    other = NodeFactory(hostname="gpu-grp-02")
+    raise_finding(other.pk, rule="gpu_temperature", severity=Severity.WARNING, summary="warm", gpu_index=0)
+    errors = watch_for_errors(page)
+
+    log_in(page, live_server.url, "operator")
+    page.goto(f"{live_server.url}/alerts/?group=node")
+    head = page.locator('tr.group-head[data-group="gpu-grp-01"]')
+    expect(head).to_contain_text("3 alerts")
+    head.locator("input[data-select-group]").check()
+    expect(page.locator("[data-selected-count=alert-bulk]")).to_have_text("3 selected")
+    page.select_option("#alert-bulk select[name=action]", "acknowledge")
+    page.fill("#alert-bulk input[name=reason]", "RMA for GPU 3 booked")
+    page.click("#alert-bulk button[type=submit]")
+
+    expect(page.locator(".messages")).to_contain_text("3 acknowledged: gpu-grp-01 GPU 3 ")
+    assert set(Alert.objects.filter(acknowledged_note="RMA for GPU 3 booked").values_list("node_id", flat=True)) == {
+        node.pk
+    }
+    assert not Alert.objects.get(node=other).acknowledged_at
+    assert errors == []
