@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, QueryDict
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -125,7 +126,9 @@ def each_item(
         except missing:
             outcomes.append(Outcome(label, done=False, why="no such item"))
         except refusals as exc:
-            outcomes.append(Outcome(label, done=False, why=str(exc) or "changed meanwhile"))
+            # A ValidationError's str() is a list's repr; its messages read as a sentence.
+            why = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+            outcomes.append(Outcome(label, done=False, why=why or "changed meanwhile"))
         else:
             outcomes.append(Outcome(label, done=True))
     return outcomes
