@@ -301,6 +301,8 @@ def report_action(event: NodeEvent) -> None:
     A GPU marked suspect or fenced is a Warning; other actions are Normal."""
     from .tasks import report_node_health  # tasks imports this module
 
+    if event.node_id is None:  # a deleted node's history row
+        return
     node = Node.objects.select_related("cluster").only("id", "cluster").filter(pk=event.node_id).first()
     if node is None or node.cluster is None or not base.adapter_for(node.cluster).reports_health:
         return  # one query, no HTTP: most clusters show no health
