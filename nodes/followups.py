@@ -21,11 +21,20 @@ registers its recorders in its ``AppConfig.ready`` (nodes sits below it and neve
 A GPU fenced or given back (``fence_gpu``, ``clear_gpu`` of a fenced GPU) is not a transition: it
 reaches the node's scheduler after commit through ``gpu_fence_changed``, which the schedulers app
 fills (``schedulers.reactions.react_to_gpu_fence``).
+
+Actions are not transitions either: a history row of kind ``action`` (a remediation rung's
+outcome, an agent command sent, a check queued, a repair ticket's step) or ``gpu`` (a GPU marked
+suspect, fenced or cleared). What one causes after commit is registered here (``on_action``);
+``nodes.services`` calls ``action_recorded`` for every such row it writes. The schedulers app
+shows each on the node where the scheduler can (a Kubernetes ``NodewardenAction`` Event).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
+
+from django.db import transaction
 
 from .models import Node, NodeEvent
 
@@ -87,6 +96,23 @@ def gpu_fence_changed(node_id: int, indices: list[int], *, fenced: bool, reason:
     """GPUs of a node were fenced (``fenced``) or given back, and that has committed."""
     for react in ON_GPU_FENCE_CHANGE:
         react(node_id, indices, fenced, reason)
+
+
+ActionReaction = Callable[[NodeEvent], None]
+ON_ACTION: list[ActionReaction] = []
+
+
+def on_action(fn: ActionReaction) -> ActionReaction:
+    """Register ``fn(event)``, run after the commit of each action or GPU health row (the schedulers app
+    posts it on the node; nodes sits below it and never imports it)."""
+    ON_ACTION.append(fn)
+    return fn
+
+
+def action_recorded(event: NodeEvent) -> None:
+    """An action or GPU health row was just saved: its reactions run once the transaction commits."""
+    for react in ON_ACTION:
+        transaction.on_commit(partial(react, event))
 
 
 def state_changed(event: NodeEvent) -> None:

@@ -252,7 +252,7 @@ def record_event(
         raise ValueError(f"{kind!r} is not a plain event kind.")
     reason = clean_reason(reason)
     node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
-    return NodeEvent.objects.create(
+    event = NodeEvent.objects.create(
         node=node,
         hostname=node.hostname,
         kind=kind,
@@ -264,6 +264,9 @@ def record_event(
         correlation_id=correlation_id,
         details=details or {},
     )
+    if kind == EventKind.ACTION:
+        followups.action_recorded(event)  # after commit: shown on the node in its scheduler
+    return event
 
 
 # --- A GPU's own health -----------------------------------------------------
@@ -305,7 +308,7 @@ def _change_gpu_health(
         gpu.health, gpu.health_changed_at, gpu.health_reason = target, timezone.now(), reason
         gpu.save(update_fields=["health", "health_changed_at", "health_reason"])
         node = gpu.node
-        return NodeEvent.objects.create(
+        event = NodeEvent.objects.create(
             node=node,
             hostname=node.hostname,
             kind=EventKind.GPU,
@@ -319,6 +322,8 @@ def _change_gpu_health(
             details={**(details or {}), "gpu_index": index, "gpu_uuid": gpu.uuid, "from": source, "to": target},
             created=gpu.health_changed_at,
         )
+        followups.action_recorded(event)  # after commit: shown on the node in its scheduler
+        return event
 
 
 def mark_gpu_suspect(

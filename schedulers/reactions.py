@@ -40,7 +40,7 @@ from django_fsm import ConcurrentTransition, TransitionNotAllowed
 
 from nodes import services as node_services
 from nodes.choices import DAY1_STAGES, EventKind, GpuHealth, NodeState
-from nodes.followups import followup, on_state_change
+from nodes.followups import followup, on_action, on_state_change
 from nodes.models import GPU, Node, NodeEvent
 
 from . import base, conditions
@@ -291,6 +291,28 @@ def report_health(node_id: int, note: conditions.NodeEventNote | None = None) ->
 for _verb in REACTIONS:
     followup(_verb, even_if_moved_on=True)(react)
     followup(_verb, even_if_moved_on=True)(report_transition)
+
+
+@on_action
+def report_action(event: NodeEvent) -> None:
+    """After an action or GPU health row commits (``nodes.followups.on_action``): a
+    ``NodewardenAction`` Event on the node where its scheduler shows health (Kubernetes), queued
+    as a task so a slow API server never holds up the remediation step or request that acted.
+    A GPU marked suspect or fenced is a Warning; other actions are Normal."""
+    from .tasks import report_node_health  # tasks imports this module
+
+    if event.node_id is None:  # a deleted node's history row
+        return
+    node = Node.objects.select_related("cluster").only("id", "cluster").filter(pk=event.node_id).first()
+    if node is None or node.cluster is None or not base.adapter_for(node.cluster).reports_health:
+        return  # one query, no HTTP: most clusters show no health
+    if event.kind == EventKind.GPU:
+        index, target = event.details.get("gpu_index"), event.details.get("to", "")
+        message = f"GPU {index} {GpuHealth(target).label.lower() if target else 'changed'}: {event.reason}"
+        warning = target != GpuHealth.HEALTHY
+    else:
+        message, warning = event.reason, False
+    report_node_health.delay(event.node_id, conditions.ACTION_EVENT, message, warning)
 
 
 @on_state_change

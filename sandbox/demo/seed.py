@@ -13,6 +13,8 @@ from django.contrib.auth.models import Group
 from django.db import models, transaction
 from django.utils import timezone
 
+from feeds.models import Subscription
+from feeds.services import deactivate, subscribe
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant, TenantMembership
 from health.models import Alert, Finding
 from nodes.choices import ActorKind, EventKind
@@ -38,6 +40,7 @@ from .catalog import (
     S,
 )
 from .lives import _Life, _live, _plan, _Row, _Slot
+from .reach import RECEIVER_DESCRIPTION, RECEIVER_PLACEHOLDER
 from .records import Records, engine_records
 
 
@@ -65,6 +68,7 @@ def reset_demo_fleet() -> None:
         Cluster.objects.filter(site__slug__in=DEMO_SITE_SLUGS).delete()  # cascades its snapshots
         Site.objects.filter(slug__in=DEMO_SITE_SLUGS).delete()
         Tenant.objects.filter(slug__in=[slug for _, slug in TENANTS]).delete()
+        Subscription.objects.filter(description=RECEIVER_DESCRIPTION).delete()
 
 
 def ensure_demo_users() -> dict[str, Any]:
@@ -175,6 +179,9 @@ def build_demo_fleet(
         events = list(by_row.values())
         NodeEvent.objects.bulk_create(events, batch_size=BATCH)
         _link_findings(records, by_row)
+        # The webhook of bin/demo's feed receiver (sandbox.demo.reach points and activates it when it
+        # runs); made by the admin, so the loopback address is allowed (staff subscriptions are trusted).
+        deactivate(subscribe(users["admin"], url=RECEIVER_PLACEHOLDER, description=RECEIVER_DESCRIPTION))
         snapshots = _snapshots(node_rows, lives, now, days)
         StateCountSnapshot.objects.bulk_create(snapshots, batch_size=BATCH)
         # bulk_create sends no post_save: the stored outages and the daily roll-up are built here.

@@ -99,7 +99,7 @@ KillWait=1
 # Seconds a finished job stays visible to "scontrol show job" (default 300).
 MinJobAge=10
 SlurmdParameters=config_overrides
-{cloud_settings}{gres_types}NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000{gres}
+{cloud_settings}{gres_types}{extra_conf}NodeName=DEFAULT CPUs={cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={cpus} ThreadsPerCore=1 RealMemory=1000{gres}
 NodeName=DEFAULT State=UNKNOWN
 {node_lines}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -138,8 +138,11 @@ class SlurmCluster:
         dead_nodes: Sequence[str] = (),
         cloud_nodes: Sequence[str] = (),
         gpus: int = 0,
+        extra_conf: str = "",
     ) -> None:
         self.nodes = list(nodes)
+        # Lines added to slurm.conf as they are (a test's Prolog=, HealthCheckProgram=, ...).
+        self.extra_conf = extra_conf
         # Nodes in slurm.conf without a slurmd: their port has no listener (they show ``unk*``/``down*``).
         self.dead_nodes = list(dead_nodes)
         # Nodes without a slurmd that drain and resume cleanly (State=CLOUD: ``idle~``).
@@ -301,6 +304,7 @@ class SlurmCluster:
                 cloud_settings=CLOUD_SETTINGS if self.cloud_nodes else "",
                 gres_types="GresTypes=gpu\n" if self.gpus else "",
                 gres=f" Gres=gpu:{self.gpus}" if self.gpus else "",
+                extra_conf=self.extra_conf.strip() + "\n" if self.extra_conf.strip() else "",
             )
         )
 

@@ -8,14 +8,17 @@ environment, asking the real portal (``GET /api/agent/state/``). Its ``--drain``
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 from nodes import services
 from nodes.choices import NodeState
-from tests.schedulers.conftest import slurm, slurm_session  # noqa: F401  (fixtures)
+from sandbox.emulators.slurm import SlurmCluster
+from tests.schedulers.conftest import require_slurm, slurm, slurm_session  # noqa: F401  (fixtures)
 
-from .conftest import AGENT_SRC
+from .conftest import AGENT_SRC, HOSTNAME
 
 ACTOR = services.Actor.system("test")
 
@@ -76,3 +79,42 @@ def test_as_health_check_program_it_drains_the_node_in_a_real_slurm(live_server,
     reason = slurm.run("sinfo", "-R", "-h", "-n", "gpu-s-03", "-o", "%E").stdout.strip()
     assert reason.startswith("nodewarden: Drain pending: customer report: NCCL hangs"), reason
     assert slurm.node_state("gpu-s-03").startswith("drain")
+
+
+def prolog_script(folder: Path, url: str, token: str) -> Path:
+    """The hook as a site installs it: a Prolog= script slurmd runs as root before each job, with
+    none of slurmd's environment (Slurm gives a prolog only SLURM_* variables), so it sets its own."""
+    script = folder / "nodewarden-prolog"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"export NODEWARDEN_URL={shlex.quote(url)} NODEWARDEN_TOKEN={shlex.quote(token)}\n"
+        f"export PYTHONPATH={shlex.quote(str(AGENT_SRC))} NODEWARDEN_STATE_DIR={shlex.quote(str(folder / 'state'))}\n"
+        f"exec {shlex.quote(sys.executable)} -m nodewarden_agent.slurm_check\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_as_prolog_in_a_real_slurmd_a_job_runs_in_production_and_is_refused_once_the_node_is_out(
+    live_server, node, agent_token, tmp_path
+):
+    require_slurm()
+    name = HOSTNAME.split(".", 1)[0]
+    script = prolog_script(tmp_path, live_server.url, agent_token)
+    with SlurmCluster([name], extra_conf=f"Prolog={script}") as cluster:
+        first = cluster.submit(name, 1, "in-production")
+        cluster.wait_job_state(first, "R", "CD", timeout=30)  # the prolog said yes: it ran
+        assert cluster.node_state(name).startswith(("idle", "mix", "alloc", "compl")), cluster.node_state(name)
+
+        # Out of production; only the prolog stands between the job and the node here (this test
+        # runs no follow-up that would drain the node in this Slurm: the cluster is another).
+        services.request_drain(node.pk, actor=ACTOR, reason="customer report: NCCL hangs")
+        second = cluster.submit(name, 1, "while-out", requeue=True)
+        state = cluster.wait_node_state(name, "drain", "drained", "draining", timeout=30)
+        assert state.startswith("drain"), state
+        reason = cluster.run("sinfo", "-R", "-h", "-n", name, "-o", "%E").stdout.strip()
+        assert reason == "Prolog error", reason  # Slurm's own drain of a node whose prolog failed
+        assert cluster.job_state(second) == "PD"  # requeued: it never ran here
+        log = cluster.log_tail(f"slurmd-{name}", 200)
+        said = "nodewarden-slurm-check: Nodewarden has this node out of production: Drain pending: customer report"
+        assert said in log, log

@@ -17,7 +17,7 @@ from nodes import services
 from nodes.choices import NodeState
 from schedulers import conditions
 from schedulers.kubernetes import CONDITION, KubernetesAdapter
-from tests.factories import ClusterFactory, NodeFactory, PersonaFactory
+from tests.factories import ClusterFactory, GPUFactory, NodeFactory, PersonaFactory
 from tests.validation.conftest import eager  # noqa: F401
 
 from .kube_stand_in import NODES, STATUS_PATH, kube_fixture  # noqa: F401  (the `kube` fixture)
@@ -159,3 +159,44 @@ def test_the_condition_names_the_finding_while_the_node_serves_on(db):
     assert conditions.health_report(node).reason == "GpuThermal"  # a warning is not serious
     other = NodeFactory(state=NodeState.PRODUCTION)
     assert conditions.health_report(other).healthy is True
+
+
+# --- actions show on the Node too (nodes.followups.on_action) ------------------------------------
+
+
+def action_events(kube) -> list[dict]:
+    return [e for e in kube.events(NAME) if e["reason"] == conditions.ACTION_EVENT]
+
+
+def test_an_agent_command_sent_to_the_node_is_an_event_on_it(kube, kube_node, eager):  # noqa: F811
+    from telemetry.commands import issue_command
+
+    with eager():
+        command = issue_command(kube_node.pk, "reset_gpu", args={"gpu": 3}, actor=ACTOR, reason="XID 94 on GPU 3")
+    (event,) = action_events(kube)
+    assert event["type"] == "Normal"
+    assert event["message"] == f"Agent command reset_gpu (gpu 3) #{command.pk} issued: XID 94 on GPU 3"
+    assert kube.condition(NAME, CONDITION)["status"] == "True"  # an action alone changes no health
+
+
+def test_a_fenced_gpu_is_a_warning_event_and_its_clearing_a_normal_one(kube, kube_node, eager):  # noqa: F811
+    GPUFactory(node=kube_node, index=3)
+    with eager():
+        services.fence_gpu(kube_node.pk, 3, actor=ACTOR, reason="row remap failure")
+    with eager():
+        services.clear_gpu(kube_node.pk, 3, actor=ACTOR, reason="replaced")
+    # Kubernetes cannot fence one GPU: the node was drained instead, and given back (own events).
+    fenced, cleared = (e for e in action_events(kube) if e["message"].startswith("GPU 3 "))
+    assert (fenced["type"], fenced["message"]) == ("Warning", "GPU 3 fenced: row remap failure")
+    assert (cleared["type"], cleared["message"]) == ("Normal", "GPU 3 healthy: replaced")
+
+
+def test_a_remediation_rungs_outcome_is_an_event_beside_the_transitions(kube, kube_node, eager):  # noqa: F811
+    # Alone in its cluster the node may not leave (blast radius): ten more in production.
+    NodeFactory.create_batch(10, cluster=kube_node.cluster, site=kube_node.cluster.site, state=NodeState.PRODUCTION)
+    with eager():
+        raise_finding(kube_node.pk, rule="xid", severity="catastrophic", summary="XID 79: GPU has fallen off the bus")
+    messages = [e["message"] for e in action_events(kube)]
+    assert any(m.startswith("Remediation: reboot failed: no BMC configured") for m in messages), messages
+    transitions = [e["message"] for e in kube.events(NAME) if e["reason"] == conditions.TRANSITION_EVENT]
+    assert any(m.startswith("Triage -> Remediation in progress: Reboot") for m in transitions), transitions
