@@ -197,7 +197,13 @@ class NodeReport(models.Model):
 
 
 class GpuSample(models.Model):
-    """One GPU's numbers from one report: what charts and trends read."""
+    """One GPU's numbers from one report: what charts and trends read.
+
+    On PostgreSQL the key is not a constraint: rows come only from reports new in the same
+    transaction (NodeReport's primary key is the arbiter), so a unique index on (node, time,
+    GPU) would check nothing and cost a B-tree entry per GPU row, about a fifth of the table's
+    bytes. Readers (charts, trends, roll-ups) ask for a node's time range:
+    ``gpusample_node_time`` serves them, one deduplicated entry per report for its GPUs."""
 
     pk = models.CompositePrimaryKey("node", "collected_at", "gpu_index")
     node = _history_node()
@@ -223,6 +229,9 @@ class GpuSample(models.Model):
     pcie_link_gen = _small()
     pcie_link_width = _small()
     clock_event_reasons = _count()
+
+    class Meta:
+        indexes = [models.Index(fields=["node", "collected_at"], name="gpusample_node_time")]
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_index} of node {self.node_id} at {self.collected_at:%Y-%m-%d %H:%M:%S}"

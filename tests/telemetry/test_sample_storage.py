@@ -57,3 +57,21 @@ def test_a_reading_wider_than_its_column_is_refused_naming_the_field(node):
     report["gpus"][0]["memory_used_mib"] = 2**31
     with pytest.raises((msgspec.ValidationError, IngestRefused), match="memory_used_mib"):
         ingest_reports(node.pk, [msgspec.convert(report, AgentReport)])
+
+
+@needs_postgresql
+def test_samples_carry_one_node_time_index_and_no_per_gpu_key(node):
+    # Before: a primary key on (node, time, GPU), one B-tree entry per GPU row. The (node, time)
+    # index holds one deduplicated entry per report; NodeReport's key already refuses a resend.
+    table = GpuSample._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        indexes = dict(cursor.fetchall())
+        cursor.execute("SELECT count(*) FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'p'", [table])
+        assert cursor.fetchone()[0] == 0
+    assert indexes["gpusample_node_time"].endswith("USING btree (node_id, collected_at)")
+    assert set(indexes) == {"gpusample_node_time", "telemetry_gpusample_time_brin"}
+    report = msgspec.convert(make_report(node.hostname, collected_at=T0), AgentReport)
+    assert ingest_reports(node.pk, [report]).accepted == 1
+    assert ingest_reports(node.pk, [report]).duplicates == 1  # still stored once
+    assert GpuSample.objects.count() == 8
