@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from telemetry.ingest import IngestRefused, ingest_reports
 from telemetry.models import GpuSample, GpuSampleHourly
@@ -75,3 +75,63 @@ def test_samples_carry_one_node_time_index_and_no_per_gpu_key(node):
     assert ingest_reports(node.pk, [report]).accepted == 1
     assert ingest_reports(node.pk, [report]).duplicates == 1  # still stored once
     assert GpuSample.objects.count() == 8
+
+
+@needs_postgresql
+def test_the_migrations_narrow_a_partitioned_install_and_keep_its_rows(node):
+    # An install that ran `telemetry_partitioning --apply` before the narrow columns (0008) and
+    # the index without key (0009): the parent's ALTERs must reach every partition, rows intact.
+    # All inside the test's transaction (PostgreSQL's DDL is transactional): rolled back after.
+    from django.db.migrations.executor import MigrationExecutor
+
+    from telemetry.partitioning import partition_ddl
+
+    def migrate(target):
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate([("telemetry", target)])
+
+    latest = MigrationExecutor(connection).loader.graph.leaf_nodes("telemetry")[0][1]
+    migrate("0007_agentcommand_answer_by")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO telemetry_gpusample (node_id, collected_at, gpu_index, temperature_c, memory_used_mib,"
+                " pcie_link_gen) VALUES (%s, %s, 0, 61.5, 81559, 5), (%s, %s, 1, 62.5, 4294967296, 5)",
+                [node.pk, T0, node.pk, T0],
+            )
+        # Partitioned as the code before 0009 did it: the (node, time, GPU) primary key.
+        old_key = "ALTER TABLE telemetry_gpusample ADD PRIMARY KEY (node_id, collected_at, gpu_index);"
+        with transaction.atomic(), connection.cursor() as cursor:
+            for statement in partition_ddl(since=T0.date().replace(day=1)):
+                cursor.execute(old_key if "gpusample_node_time" in statement else statement)
+        migrate(latest)
+        rows = sorted(GpuSample.objects.values_list("gpu_index", "temperature_c", "memory_used_mib", "pcie_link_gen"))
+        # A value too wide for its new column (the old schema let 2**32 MiB through) becomes NULL.
+        assert rows == [(0, 61.5, 81559, 5), (1, 62.5, None, 5)]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT c.relname, format_type(a.atttypid, a.atttypmod) FROM pg_inherits i"
+                " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_attribute a ON a.attrelid = c.oid"
+                " WHERE i.inhparent = 'telemetry_gpusample'::regclass AND a.attname = 'temperature_c'"
+            )
+            partitions = dict(cursor.fetchall())
+            cursor.execute(
+                "SELECT count(*) FROM pg_constraint WHERE conrelid = 'telemetry_gpusample'::regclass AND contype = 'p'"
+            )
+            keys = cursor.fetchone()[0]
+            cursor.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexdef LIKE '%%(node_id, collected_at)'"
+                " AND tablename LIKE 'telemetry_gpusample%%'"
+            )
+            indexed = cursor.fetchone()[0]
+        assert len(partitions) > 2 and set(partitions.values()) == {"real"}
+        assert keys == 0 and indexed == len(partitions) + 1  # the parent's index and each partition's
+        migrate("0007_agentcommand_answer_by")  # and back: the key and the wide types return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_constraint WHERE conrelid = 'telemetry_gpusample'::regclass AND contype = 'p'"
+            )
+            assert cursor.fetchone()[0] == 1
+    finally:
+        migrate(latest)
