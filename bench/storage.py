@@ -165,9 +165,10 @@ def run(args: argparse.Namespace) -> None:
     raw_day = per_day["GpuSample"] + per_day["NodeReport"]
     fit = (goal / args.fleet - year_long) / raw_day
     print(
-        f"what-ifs: reports kept the raw window ({raw_days} d) too: "
-        f"{(year_long + raw_day * raw_days) * args.fleet / 1e12:.2f} TB; the raw window (samples and reports) "
-        f"that fits the goal: {f'{fit:.1f} days' if fit > 0 else 'none (the year-long tables alone exceed it)'}"
+        f"what-ifs: reports kept 90 days (the default before issue 17): "
+        f"{(year_long + per_day['GpuSample'] * raw_days + per_day['NodeReport'] * 90) * args.fleet / 1e12:.2f} TB; "
+        f"the raw window (samples and reports) that fits the goal: "
+        f"{f'{fit:.1f} days' if fit > 0 else 'none (the year-long tables alone exceed it)'}"
     )
     packed_day = packed / args.nodes
     print(

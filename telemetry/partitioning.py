@@ -28,12 +28,16 @@ WINDOWS = {
     XidRecord._meta.db_table: "TELEMETRY_XID_RETENTION_DAYS",
 }
 _MONTHLY = re.compile(r"_p(\d{4})_(\d{2})$")
-# table, partition column, primary key columns
+# table, partition column, primary key columns (none: the table's B-tree is a plain index, below)
 TABLES = [
     (NodeReport._meta.db_table, "collected_at", ("node_id", "collected_at")),
-    (GpuSample._meta.db_table, "collected_at", ("node_id", "collected_at", "gpu_index")),
+    (GpuSample._meta.db_table, "collected_at", ()),
     (XidRecord._meta.db_table, "observed_at", ("node_id", "observed_at", "fingerprint")),
 ]
+# GpuSample has no primary key on PostgreSQL (telemetry migration 0009): its (node, time) index.
+_PLAIN_INDEXES = {
+    GpuSample._meta.db_table: "CREATE INDEX IF NOT EXISTS gpusample_node_time ON {table} (node_id, collected_at);"
+}
 
 
 def _months(first: date, count: int) -> list[date]:
@@ -67,7 +71,9 @@ def partition_ddl(*, since: date, now: datetime | None = None) -> list[str]:
             *(_partition_ddl(table, month) for month in _months(date(since.year, since.month, 1), count)),
             f"INSERT INTO {table} SELECT * FROM {old};",  # noqa: S608 - DDL from the TABLES constant and dates
             f"DROP TABLE {old};",
-            f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(key)});",
+            f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(key)});"
+            if key
+            else _PLAIN_INDEXES[table].format(table=table),
             f"CREATE INDEX IF NOT EXISTS {table.removeprefix('telemetry_')}_time_brin ON {table} USING brin ({column});",
         ]
     return statements

@@ -29,8 +29,11 @@ MAX_GPUS = 64
 MAX_XID_EVENTS = 1000
 
 # Every integer is bounded by the column it lands in, so that 2**63 is a 400 naming the field
-# rather than a database error: counters are BigIntegerField (telemetry.models._count).
+# rather than a database error: counters are BigIntegerField (telemetry.models._count); clocks and
+# memory are 32-bit and PCIe link figures 16-bit in the sample history (telemetry.models._int, _small).
 Count = Annotated[int, msgspec.Meta(ge=0, le=BIGINT_MAX)]
+Count32 = Annotated[int, msgspec.Meta(ge=0, le=INT_MAX)]
+Count16 = Annotated[int, msgspec.Meta(ge=0, le=32_767)]
 Celsius = Annotated[float, msgspec.Meta(ge=-50, le=200)]
 Watts = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
@@ -63,11 +66,11 @@ class GpuReading(Strict):
     shutdown_temp_c: Celsius | None = None
     power_w: Watts | None = None
     power_limit_w: Watts | None = None
-    sm_clock_mhz: Count | None = None
+    sm_clock_mhz: Count32 | None = None
     mem_clock_mhz: Count | None = None
     clock_event_reasons: Count | None = None  # NVML/DCGM bitmask: 0x8 HW_SLOWDOWN, 0x40 HW_THERMAL, ...
     utilization_pct: Percent | None = None
-    memory_used_mib: Count | None = None
+    memory_used_mib: Count32 | None = None
     memory_total_mib: Count | None = None
     # Running compute processes: >0 means a job is using the GPU. Summed over at most MAX_GPUS
     # GPUs into NodeHealth.gpu_compute_processes, a PositiveIntegerField.
@@ -93,8 +96,8 @@ class GpuReading(Strict):
     nvlink_replay_errors: Count | None = None
     nvlink_recovery_errors: Count | None = None
     # PCIe: current vs maximum link, and the replay counter.
-    pcie_link_gen: Count | None = None
-    pcie_link_width: Count | None = None
+    pcie_link_gen: Count16 | None = None
+    pcie_link_width: Count16 | None = None
     pcie_max_link_gen: Count | None = None
     pcie_max_link_width: Count | None = None
     pcie_replay_count: Count | None = None

@@ -107,7 +107,13 @@ def _query(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         names = ["gpu", "b", "n", *FIELDS]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [dict(zip(names, (*row[:3], *(_reading(v) for v in row[3:])), strict=True)) for row in cursor.fetchall()]
+
+
+def _reading(value: Any) -> Any:
+    """A figure to the precision it is stored with: readings are 4-byte floats (``RealField``), so
+    an average of 312.7 W comes back as 312.70001220703125; 7 significant digits give 312.7."""
+    return float(f"{value:.7g}") if isinstance(value, float) else value
 
 
 def _adapt(value: datetime) -> Any:

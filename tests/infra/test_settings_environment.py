@@ -362,3 +362,13 @@ def test_no_product_module_reads_the_environment_behind_the_settings():
                 if (module, "*") not in ALLOWED_READS and (module, what) not in ALLOWED_READS:
                     found.append(f"{module}:{line}: {what}")
     assert not found, "read django.conf.settings instead (the default lives in settings.py):\n" + "\n".join(found)
+
+
+def test_reports_are_kept_the_raw_window_unless_told_otherwise(load):
+    # Issue 17: reports are raw history; their window follows the samples' by default.
+    assert load(TELEMETRY_RAW_RETENTION_DAYS="3").TELEMETRY_REPORT_RETENTION_DAYS == 3
+    assert load().TELEMETRY_REPORT_RETENTION_DAYS == 14
+    assert (
+        load(TELEMETRY_RAW_RETENTION_DAYS="3", TELEMETRY_REPORT_RETENTION_DAYS="30").TELEMETRY_REPORT_RETENTION_DAYS
+        == 30
+    )

@@ -154,6 +154,19 @@ def test_the_samples_api_returns_bucketed_series_for_one_gpu(api, reporting):
     assert data["bucket_s"] >= 1
 
 
+def test_the_samples_api_gives_readings_as_sent_not_as_4_byte_floats(api, node):
+    # Readings are stored as real: an average of 312.7 W read back as 312.70001220703125 (PostgreSQL).
+    reports = make_batch(node.hostname, start=T0, count=4)["reports"]
+    for report in reports:
+        report["gpus"][4].update(power_w=312.7, utilization_pct=61.3, temperature_c=71.1)
+    send(node, reports)
+    url = reverse("api:node-gpu-samples", args=[node.pk])
+    data = api.get(url, {"gpu": 4, "since": T0.isoformat(), "until": (T0 + timedelta(hours=1)).isoformat()}).json()
+    (point,) = [p for p in data["gpus"][0]["points"] if p["n"]][:1]
+    assert (point["power_avg"], point["power_max"], point["utilization_avg"]) == (312.7, 312.7, 61.3)
+    assert point["temperature_max"] == 71.1
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [

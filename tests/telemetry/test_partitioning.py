@@ -50,7 +50,10 @@ def test_it_prints_a_monthly_range_partitioning_of_each_history_table():
             f"FOR VALUES FROM ('2026-10-01') TO ('2026-11-01');" in ddl
         )
         assert f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT;" in ddl
-    assert "ALTER TABLE telemetry_gpusample ADD PRIMARY KEY (node_id, collected_at, gpu_index);" in ddl
+    assert "ALTER TABLE telemetry_nodereport ADD PRIMARY KEY (node_id, collected_at);" in ddl
+    # Samples: a (node, time) index, no key (migration 0009): one deduplicated entry per report.
+    assert "CREATE INDEX IF NOT EXISTS gpusample_node_time ON telemetry_gpusample (node_id, collected_at);" in ddl
+    assert "ALTER TABLE telemetry_gpusample ADD PRIMARY KEY" not in ddl
 
 
 def test_the_months_run_from_since_to_two_months_ahead_across_a_year_end():

@@ -113,3 +113,13 @@ def test_by_default_roll_ups_are_kept_a_year_and_raw_samples_two_weeks(node):
         (now - timedelta(days=14, hours=2)).replace(minute=0),
     ]
     assert set(GpuSample.objects.values_list("collected_at", flat=True)) == {now - timedelta(days=13)}
+
+
+def test_by_default_reports_are_kept_as_long_as_raw_samples(node):
+    # Issue 17: reports at 90 days were most of a year's bytes (bin/bench storage); nothing reads them.
+    now = T0 + timedelta(days=30)
+    with time_machine.travel(now, tick=False):
+        send(node, now - timedelta(days=14, hours=2), 1)  # past the raw window: pruned
+        send(node, now - timedelta(days=13), 1, seed=1)  # inside it: kept
+        roll_up_and_prune()
+    assert list(NodeReport.objects.values_list("collected_at", flat=True)) == [now - timedelta(days=13)]
