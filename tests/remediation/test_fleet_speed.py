@@ -10,8 +10,10 @@ from django.test.utils import CaptureQueriesContext
 
 from health.models import Finding
 from health.services import raise_finding
+from nodes import services as node_services
 from nodes.choices import NodeState
 from nodes.models import NodeEvent
+from nodes.services import Actor
 from remediation import services
 from remediation.choices import Status
 from remediation.models import BlastRadiusLimit, Remediation, RemediationPolicy
@@ -75,3 +77,19 @@ def test_a_redelivered_finding_decides_nothing_twice(fleet):
     assert first is not None
     assert services.consider_finding(finding) is None
     assert Remediation.objects.filter(node=fleet[0]).count() == 1
+
+
+def test_the_follow_up_of_a_cordon_reads_no_more_than_it_needs(fleet, eager, django_capture_on_commit_callbacks):
+    """A cordon's follow-up task (its scheduler reaction, batched per cluster) takes one batch when the
+    batch is not full (no second read for an empty one), and does not read the node again to show
+    its health where the scheduler shows none (no scheduler here, nor Slurm)."""
+    node = fleet[0]
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        node_services.cordon(node.pk, actor=Actor.system("test"), reason="a cordon")
+    assert len(callbacks) == 1
+    with eager(), CaptureQueriesContext(connection) as ctx:
+        callbacks[0]()
+    reads = [q["sql"] for q in ctx.captured_queries]
+    assert PendingReaction.objects.filter(node=node).count() == 0  # carried out
+    assert sum('FROM "schedulers_pendingreaction"' in sql and sql.startswith("SELECT") for sql in reads) == 1, reads
+    assert sum(sql.startswith('SELECT "nodes_node"') for sql in reads) == 1, reads  # the reaction's (the state now)
