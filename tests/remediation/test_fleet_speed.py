@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from health.models import Finding
 from health.services import raise_finding
 from nodes import services as node_services
-from nodes.choices import NodeState
-from nodes.models import NodeEvent
+from nodes.choices import NodeState, RunKind, RunStatus
+from nodes.models import NodeEvent, Run
 from nodes.services import Actor
 from remediation import services
 from remediation.choices import Status
@@ -93,3 +93,15 @@ def test_the_follow_up_of_a_cordon_reads_no_more_than_it_needs(fleet, eager, dja
     assert PendingReaction.objects.filter(node=node).count() == 0  # carried out
     assert sum('FROM "schedulers_pendingreaction"' in sql and sql.startswith("SELECT") for sql in reads) == 1, reads
     assert sum(sql.startswith('SELECT "nodes_node"') for sql in reads) == 1, reads  # the reaction's (the state now)
+
+
+def test_a_follow_up_run_is_created_running(fleet, eager, django_capture_on_commit_callbacks):
+    """The follow-up's Run row is inserted running and updated once when it ends: no UPDATE between."""
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        node_services.cordon(fleet[0].pk, actor=Actor.system("test"), reason="a cordon")
+    with eager(), CaptureQueriesContext(connection) as ctx:
+        callbacks[0]()
+    updates = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith('UPDATE "checks_checkrun"')]
+    assert len(updates) == 1, updates
+    run = Run.objects.get(trigger__node=fleet[0], kind=RunKind.TRANSITION_FOLLOWUP)
+    assert run.status == RunStatus.PASSED and run.started is not None and run.finished >= run.started
