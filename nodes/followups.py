@@ -52,6 +52,11 @@ def followup(name: str, *, even_if_moved_on: bool = False) -> Callable[[Handler]
     return register
 
 
+def has_followups(name: str) -> bool:
+    """Whether any handler answers transition ``name``: a transition none answers queues no task."""
+    return bool(FOLLOWUPS.get(name) or EVEN_IF_MOVED_ON.get(name))
+
+
 def run_followups(node: Node, event: NodeEvent, *, moved_on: bool = False) -> str | None:
     """Run the handlers of the event's transition (only those registered ``even_if_moved_on`` when
     the node has left the transition's target state); their summaries joined, or None if none ran."""

@@ -106,7 +106,8 @@ def _transition(
             created=node.state_changed_at,
         )
         followups.state_changed(event)  # derived rows (reports' outages) in this transaction
-        transaction.on_commit(lambda: _queue_followup(event, name))
+        if followups.has_followups(name):  # a task (and its Run row) only where a handler answers
+            transaction.on_commit(lambda: _queue_followup(event, name))
     return event
 
 
@@ -246,12 +247,15 @@ def record_event(
     reason: str,
     details: dict[str, Any] | None = None,
     correlation_id: str = "",
+    node: Node | None = None,
 ) -> NodeEvent:
-    """Append a finding, action or operator note to a node's history (no change of state)."""
+    """Append a finding, action or operator note to a node's history (no change of state). ``node``:
+    the node as the caller has just read it (the row's hostname and state copy), saving a read."""
     if kind not in (EventKind.FINDING, EventKind.ACTION, EventKind.NOTE):
         raise ValueError(f"{kind!r} is not a plain event kind.")
     reason = clean_reason(reason)
-    node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
+    if node is None or node.pk != node_id:
+        node = Node.objects.only("id", "hostname", "state").get(pk=node_id)
     event = NodeEvent.objects.create(
         node=node,
         hostname=node.hostname,

@@ -28,21 +28,29 @@ def run_transition_followup(self: Task[Any, Any], event_id: int) -> str:
     event = NodeEvent.objects.select_related("node__cluster").filter(pk=event_id).first()
     if event is None or event.node is None:
         return "gone"
+    task_id = self.request.id or ""
     try:
         with transaction.atomic():
-            run, _ = Run.objects.get_or_create(
+            # Created running (one INSERT); a redelivery finds it and marks it running again.
+            run, created = Run.objects.get_or_create(
                 trigger=event,
                 kind=RunKind.TRANSITION_FOLLOWUP,
-                defaults={"node": event.node, "task_id": self.request.id or ""},
+                defaults={
+                    "node": event.node,
+                    "task_id": task_id,
+                    "status": RunStatus.RUNNING,
+                    "started": timezone.now(),
+                },
             )
     except IntegrityError:  # a concurrent delivery created it first
-        run = Run.objects.get(trigger=event, kind=RunKind.TRANSITION_FOLLOWUP)
+        run, created = Run.objects.get(trigger=event, kind=RunKind.TRANSITION_FOLLOWUP), False
     if run.status in FINISHED:
         return run.status
 
     node = event.node
-    run.status, run.started, run.task_id = RunStatus.RUNNING, timezone.now(), self.request.id or ""
-    run.save(update_fields=["status", "started", "task_id"])
+    if not created:
+        run.status, run.started, run.task_id = RunStatus.RUNNING, timezone.now(), task_id
+        run.save(update_fields=["status", "started", "task_id"])
     try:
         if node.state != event.target_state:
             summary = run_followups(node, event, moved_on=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from health.choices import Severity
@@ -67,20 +67,19 @@ def tripped_breaker(node: Node) -> CircuitBreaker | None:
 def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     """Trip the node's cluster breaker if findings spike there (a bad rule or telemetry source
     making half a cluster look broken); returns the tripped breaker, new or standing."""
-    standing = tripped_breaker(node)
-    if standing is not None or not node.cluster_id:
-        return standing
+    if not node.cluster_id:
+        return None
     share, min_nodes, window = breaker_thresholds()
-    size = Node.objects.filter(cluster_id=node.cluster_id).exclude(state=S.DECOMMISSIONED).count()
     since = now - window
-    last_reset = (
-        CircuitBreaker.objects.filter(cluster_id=node.cluster_id, reset_at__isnull=False)
-        .order_by("-reset_at")
-        .values_list("reset_at", flat=True)
-        .first()
+    # One read: the standing breaker (at most one per cluster) sorts first, else the latest reset.
+    latest = (
+        CircuitBreaker.objects.filter(cluster_id=node.cluster_id).order_by(F("reset_at").desc(nulls_first=True)).first()
     )
-    if last_reset is not None and last_reset > since:
-        since = last_reset  # an operator looked at the findings before the reset
+    if latest is not None and latest.reset_at is None:
+        return latest
+    if latest is not None and latest.reset_at is not None and latest.reset_at > since:
+        since = latest.reset_at  # an operator looked at the findings before the reset
+    size = Node.objects.filter(cluster_id=node.cluster_id).exclude(state=S.DECOMMISSIONED).count()
     hit = (
         Finding.objects.filter(
             node__cluster_id=node.cluster_id,
@@ -104,9 +103,13 @@ def maybe_trip_breaker(node: Node, now: datetime) -> CircuitBreaker | None:
     return breaker
 
 
-def _limit(domain: str, *, configured_only: bool = False) -> BlastRadiusLimit | None:
-    found = BlastRadiusLimit.objects.filter(domain=domain).first()
-    return found or (DEFAULT_LIMIT if domain == Domain.CLUSTER and not configured_only else None)
+def _limits(*, configured_only: bool = False) -> dict[str, BlastRadiusLimit]:
+    """The limit of each domain (one read of the few rows); the cluster's has a default for
+    automation unless ``configured_only``."""
+    found = {limit.domain: limit for limit in BlastRadiusLimit.objects.all()}
+    if not configured_only:
+        found.setdefault(Domain.CLUSTER, DEFAULT_LIMIT)
+    return found
 
 
 def _domain_lookup(node: Node, domain: str) -> tuple[str, int] | None:
@@ -124,8 +127,9 @@ def blast_radius_block(
     operator's bulk action (``remediation.bulk``): ``leaving`` also counts the nodes set to drain,
     and ``configured_only`` applies the limits an admin configured, not the built-in default for
     automation (10% of a cluster would refuse an operator any node of a cluster under ten)."""
+    limits = _limits(configured_only=configured_only)
     for domain in Domain.values:
-        limit, lookup = _limit(domain, configured_only=configured_only), _domain_lookup(node, domain)
+        limit, lookup = limits.get(domain), _domain_lookup(node, domain)
         if limit is None or lookup is None:
             continue
         field, value = lookup

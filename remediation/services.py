@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -129,22 +129,33 @@ def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
         f"first rung {Rung(rung).label.lower()}"
         + ("" if policy and policy.first_rung else f" (recommended action: {finding.recommended_action})"),
     ]
-    recent = Remediation.objects.filter(
-        node=node, created__gte=now - timedelta(days=settings.NODEWARDEN_REPEAT_DAYS)
-    ).exclude(status=Status.STOPPED)
-    incidents = recent.count() + 1
+    # One read of the node's recent incidents (index node, -created) answers both questions below.
+    recent = list(
+        Remediation.objects.filter(node=node, created__gte=now - timedelta(days=settings.NODEWARDEN_REPEAT_DAYS))
+        .exclude(status=Status.STOPPED)
+        .order_by("-created", "-id")
+        .values_list("status", "finished", "rung")
+    )
+    incidents = len(recent) + 1
     if incidents >= settings.NODEWARDEN_REPEAT_INCIDENTS and LADDER.index(rung) < LADDER.index(Rung.REPAIR):
         rung = Rung.REPAIR
         reasons.append(
             f"repeat offender: {incidents} incidents in {settings.NODEWARDEN_REPEAT_DAYS} days, straight to repair"
         )
-    last = recent.filter(
-        status=Status.SUCCEEDED, finished__gte=now - timedelta(hours=settings.NODEWARDEN_ESCALATION_WINDOW_HOURS)
-    ).first()
-    if last is not None and last.finished is not None and LADDER.index(rung) <= LADDER.index(last.rung):
-        rung = next_rung(last.rung)
+    since = now - timedelta(hours=settings.NODEWARDEN_ESCALATION_WINDOW_HOURS)
+    last = next(
+        (
+            (finished, done)
+            for status, finished, done in recent
+            if status == Status.SUCCEEDED and finished and finished >= since
+        ),
+        None,
+    )
+    if last is not None and LADDER.index(rung) <= LADDER.index(last[1]):
+        finished, done = last
+        rung = next_rung(done)
         reasons.append(
-            f"failed again {_ago(now - last.finished)} after a {Rung(last.rung).label.lower()}: "
+            f"failed again {_ago(now - finished)} after a {Rung(done).label.lower()}: "
             f"climbing to {Rung(rung).label.lower()}"
         )
     return Plan(urgency, rung, policy, reasons)
@@ -155,20 +166,34 @@ def _ago(delta: timedelta) -> str:
     return f"{hours:.1f} h" if hours >= 1 else f"{int(delta.total_seconds() // 60)} min"
 
 
+def _entry(what: str, actor: Actor, now: datetime, **details: Any) -> dict[str, Any]:
+    """One decision as kept on the remediation: when, what, who (and the details)."""
+    return {"at": now.isoformat(), "what": what, "who": actor.name, **details}
+
+
 def _decide(rem: Remediation, what: str, *, actor: Actor = ACTOR, event: bool = True, **details: Any) -> None:
     """Keep a decision on the remediation and, by default, on the node's history."""
     now = timezone.now()
-    rem.decisions = [*rem.decisions, {"at": now.isoformat(), "what": what, "who": actor.name, **details}]
+    rem.decisions = [*rem.decisions, _entry(what, actor, now, **details)]
     rem.updated = now
     rem.save(update_fields=["decisions", "updated", "status", "rung", "queued_reason", "finished"])
     if event:
-        record_event(
-            rem.node_id,
-            EventKind.ACTION,
-            actor=actor,
-            reason=f"Remediation: {what}",
-            details={"remediation": rem.pk, "rung": rem.rung, "status": rem.status, **details},
-        )
+        _decision_event(rem, what, actor=actor, **details)
+
+
+def _decision_event(
+    rem: Remediation, what: str, *, actor: Actor = ACTOR, node: Node | None = None, **details: Any
+) -> None:
+    """The node's history row of a decision kept on the (saved) remediation. ``node``: the node as the
+    caller has just read it (its state unchanged since), so the row needs no read of it."""
+    record_event(
+        rem.node_id,
+        EventKind.ACTION,
+        actor=actor,
+        reason=f"Remediation: {what}",
+        details={"remediation": rem.pk, "rung": rem.rung, "status": rem.status, **details},
+        node=node,
+    )
 
 
 # --- From a finding to a plan --------------------------------------------------------------------
@@ -177,13 +202,17 @@ def _decide(rem: Remediation, what: str, *, actor: Actor = ACTOR, event: bool = 
 def consider_finding(finding_id: int, now: datetime | None = None) -> Remediation | None:
     """Decide what a new finding calls for (see the module docstring). Idempotent per finding."""
     now = now or timezone.now()
-    finding = Finding.objects.select_related("node").filter(pk=finding_id).first()
+    # The node's cluster too: the safety rails name it, and admission locks it.
+    finding = Finding.objects.select_related("node__cluster").filter(pk=finding_id).first()
     if finding is None or finding.node is None or finding.shadow:
         return None
     node = finding.node
-    if Remediation.objects.filter(finding=finding).exists():
+    # One read: this finding's own remediation (a redelivered task) and the node's open one (at most
+    # one: ``one_open_remediation_per_node``).
+    known = list(Remediation.objects.filter(Q(finding=finding) | Q(node=node, status__in=OPEN)))
+    if any(rem.finding_id == finding.pk for rem in known):
         return None  # a redelivered task
-    open_rem = Remediation.objects.filter(node=node, status__in=OPEN).first()
+    open_rem = known[0] if known else None
     if open_rem is not None:
         if finding.severity in DEFAULT_URGENCY:
             _decide(open_rem, f"further finding during the remediation: {finding.summary}", finding=finding.pk)
@@ -201,6 +230,8 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         return None  # the finding itself is on the record and its alert on the list
     try:
         with transaction.atomic():
+            what = f"{finding.summary} -> " + "; ".join(plan.reasons)
+            # Created with its first decision (one INSERT), then that decision's history row.
             rem = Remediation.objects.create(
                 node=node,
                 finding=finding,
@@ -210,8 +241,9 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
                 status=INITIAL,
                 created=now,
                 updated=now,
+                decisions=[_entry(what, ACTOR, timezone.now(), finding=finding.pk)],
             )
-            _decide(rem, f"{finding.summary} -> " + "; ".join(plan.reasons), finding=finding.pk)
+            _decision_event(rem, what, node=node, finding=finding.pk)
     except IntegrityError:  # another finding opened one for this node meanwhile
         return Remediation.objects.filter(node=node, status__in=OPEN).first()
     if plan.policy is not None and plan.policy.shadow:
@@ -223,7 +255,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         move(rem, Status.AWAITING_APPROVAL)
         _decide(rem, "waiting for an operator's approval")
         return rem
-    return admit(rem.pk, now=now)
+    return _admit(rem, now=now, actor=ACTOR)
 
 
 URGENCY_RANK: dict[str, int] = {Urgency.WATCH: 0, Urgency.WHEN_IDLE: 1, Urgency.NOW: 2}
@@ -273,7 +305,12 @@ def hasten(remediation_id: int, finding: Any, *, now: datetime | None = None) ->
 def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = ACTOR) -> Remediation:
     """Let a queued (or approved) remediation act if the safety rails allow it now."""
     now = now or timezone.now()
-    rem = Remediation.objects.select_related("node__cluster", "policy").get(pk=remediation_id)
+    rem = Remediation.objects.select_related("node__cluster", "policy", "finding").get(pk=remediation_id)
+    return _admit(rem, now=now, actor=actor)
+
+
+def _admit(rem: Remediation, *, now: datetime, actor: Actor) -> Remediation:
+    """``admit`` of a remediation already read with its node (and cluster), policy and finding."""
     if rem.status != Status.QUEUED:  # awaiting approval: ``approve`` queues it first
         return rem
     node = rem.node

@@ -265,6 +265,8 @@ def react(node: Node, event: NodeEvent) -> str:
 def report_transition(node: Node, event: NodeEvent) -> str:
     """After the reaction: show the node's health as it is now where its scheduler can (Kubernetes:
     the condition, labels and a ``NodewardenTransition`` Event; ``schedulers.conditions``)."""
+    if node.cluster_id is None or not base.adapter_for(node.cluster).reports_health:
+        return ""  # nothing to show (Slurm, no scheduler): no read of the node again
     message = f"{event.get_source_state_display()} -> {event.get_target_state_display()}: {event.reason}"
     note = conditions.NodeEventNote(conditions.TRANSITION_EVENT, message, warning=event.target_state != S.PRODUCTION)
     return report_health(node.pk, note)
@@ -350,11 +352,13 @@ def flush(cluster_id: int, *, for_node: int | None = None, now: datetime | None 
     holds it if another worker took it."""
     summaries: dict[int, str] = {}
     while True:
-        batch, later = _flush_batch(cluster_id, now)
+        batch, later, full = _flush_batch(cluster_id, now)
         summaries.update(batch)
         for record in later:
             record()
-        if not batch:
+        # A batch short of BATCH took all that was due: no further read for an empty one. A row
+        # queued since is carried out by its own transition's follow-up (or the follower).
+        if not full:
             break
     if for_node is None or for_node in summaries:
         return summaries.get(for_node, "") if for_node else ""
@@ -367,10 +371,10 @@ def flush(cluster_id: int, *, for_node: int | None = None, now: datetime | None 
     return flush(cluster_id, for_node=for_node, now=now)  # queued again meanwhile: this worker does it
 
 
-def _flush_batch(cluster_id: int, now: datetime | None) -> tuple[dict[int, str], list[Callable[[], None]]]:
+def _flush_batch(cluster_id: int, now: datetime | None) -> tuple[dict[int, str], list[Callable[[], None]], bool]:
     """One batch: claim, ask the scheduler once per reaction, settle each row. History rows are
     written after the commit (returned as callables): inserting them while the batch holds its locks
-    could deadlock with a transition on one of its nodes."""
+    could deadlock with a transition on one of its nodes. The flag: the batch was full (more may wait)."""
     summaries: dict[int, str] = {}
     later: list[Callable[[], None]] = []
     with transaction.atomic():
@@ -381,7 +385,7 @@ def _flush_batch(cluster_id: int, now: datetime | None) -> tuple[dict[int, str],
             .order_by("pk")[:BATCH]
         )
         if not rows:
-            return summaries, later
+            return summaries, later, False
         adapter = base.adapter_for(rows[0].node.cluster)  # looked up late: tests stand a scheduler in
         groups: dict[str, list[PendingReaction]] = {}
         for row in rows:
@@ -394,7 +398,7 @@ def _flush_batch(cluster_id: int, now: datetime | None) -> tuple[dict[int, str],
             outcome = adapter.apply_many(reaction, [(row.node, row.reason) for row in group])
             for row in group:
                 summaries[row.node_id] = _settle(row, adapter.kind, outcome.get(row.node_id), later)
-    return summaries, later
+    return summaries, later, len(rows) == BATCH
 
 
 def _settle(row: PendingReaction, kind: str, error: SchedulerError | None, later: list[Callable[[], None]]) -> str:

@@ -156,3 +156,18 @@ def test_history_survives_deletion_of_the_node():
     Node.objects.filter(pk=node.pk).delete()
     event.refresh_from_db()
     assert event.node is None and event.hostname == "gone-01" and event.reason == "XID 79"
+
+
+@pytest.mark.django_db
+def test_a_transition_no_handler_answers_queues_nothing(monkeypatch, django_capture_on_commit_callbacks):
+    """A transition without follow-up handlers costs no Celery task (and no Run row) after commit."""
+    from nodes import followups
+
+    monkeypatch.setitem(followups.FOLLOWUPS, "cordon", [])
+    monkeypatch.setitem(followups.EVEN_IF_MOVED_ON, "cordon", [])
+    node = NodeFactory(state=S.PRODUCTION)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        services.cordon(node.pk, actor=ACTOR, reason="no handler answers")
+    node.refresh_from_db()
+    assert node.state == S.TRIAGE and NodeEvent.objects.filter(node=node, transition="cordon").count() == 1
+    assert callbacks == []
