@@ -55,6 +55,19 @@ def test_the_fleet_page_lists_lemons_underperformers_per_profile_and_degrading_n
     assert evaluated.degrader.hostname in degrading and evaluated.underperformer.hostname not in degrading
 
 
+def test_no_table_on_the_fleet_page_has_two_columns_of_the_same_name(client, viewer, evaluated):
+    """The underperformer table had two "Node" headers: the host and its figure's value."""
+    import re
+
+    client.force_login(viewer)
+    html = client.get("/trends/").content.decode()
+    heads = re.findall(r"<thead>(.*?)</thead>", html, re.DOTALL)
+    assert heads
+    for head in heads:
+        names = [re.sub(r"<[^>]+>", "", th).strip() for th in re.findall(r"<th\b.*?</th>", head, re.DOTALL)]
+        assert len(names) == len(set(names)), names
+
+
 def test_the_fleet_page_renders_before_any_evaluation(client, viewer, db):
     client.force_login(viewer)
     response = client.get("/trends/")
