@@ -3,10 +3,11 @@ so that a page still empty can say what will fill it and when, and stays true wh
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from celery.schedules import crontab, schedule
+from celery.schedules import BaseSchedule, crontab
 from django.conf import settings
 from django.utils import timezone
 
@@ -34,18 +35,12 @@ def next_run(task: str, now: datetime | None = None) -> NextRun | None:
         if isinstance(when, timedelta):
             # The interval counts from beat's last run, which only beat knows: at most one interval away.
             found.append(NextRun(task, now + when, when))
-        elif isinstance(when, crontab):
-            probe = crontab(
-                minute=when._orig_minute,
-                hour=when._orig_hour,
-                day_of_week=when._orig_day_of_week,
-                day_of_month=when._orig_day_of_month,
-                month_of_year=when._orig_month_of_year,
-                nowfun=lambda: now,
-            )
-            found.append(NextRun(task, now + probe.remaining_estimate(now), None))
-        elif isinstance(when, schedule):
-            found.append(NextRun(task, now + when.run_every, when.run_every))
+        elif isinstance(when, BaseSchedule):
+            # Asked as of ``now`` (a copy with its clock set), as if it had just run: what comes next.
+            probe = copy.copy(when)
+            probe.nowfun = lambda: now  # type: ignore[attr-defined]  # celery-types calls it "nowfunc"
+            wait = probe.remaining_estimate(now)
+            found.append(NextRun(task, now + wait, None if isinstance(when, crontab) else wait))
         else:
             found.append(NextRun(task, None, None))
     known = [r for r in found if r.at is not None]

@@ -51,24 +51,27 @@ def test_every_portal_page_fits_the_screen_and_draws(
     page.set_viewport_size(viewport)
     page.emulate_media(color_scheme=scheme)
     errors = watch_for_errors(page)
-    log_in(page, live_server.url, "fleetadmin")
-
     problems: list[str] = []
-    for name, path in PORTAL_PAGES:
+
+    def check(name: str, url: str, expected: int = 200) -> None:
         seen = len(errors)
-        response = page.goto(live_server.url + path.format(node=node.pk))
-        expected = 404 if name == "not-found" else 200
+        response = page.goto(url)
         if response is None or response.status != expected:
             problems.append(f"{name}: HTTP {response.status if response else None}, not {expected}")
         try:  # the htmx panels answered and swapped in, their charts drawn
             page.wait_for_function(SETTLED_JS, timeout=10_000)
         except PlaywrightTimeout:  # LAYOUT_PROBLEMS_JS below names any chart that did not render
             problems.append(f"{name}: not settled in 10 s (an htmx request still open or a chart not drawn)")
-        problems += [f"{name}: {problem}" for problem in page.evaluate(LAYOUT_PROBLEMS_JS)]
+        problems.extend(f"{name}: {problem}" for problem in page.evaluate(LAYOUT_PROBLEMS_JS))
         if scheme == "dark" and name not in OWN_THEME and page_background_luminance(page) > 0.3:
             problems.append(f"{name}: not dark in the dark colour scheme")
-        if name == "not-found":  # the browser logs the 404 answer itself as a console error
+        if expected == 404:  # the browser logs the 404 answer itself as a console error
             errors[seen:] = [e for e in errors[seen:] if "404" not in e]
-        problems += [f"{name}: {e}" for e in errors[seen:]]
+        problems.extend(f"{name}: {e}" for e in errors[seen:])
         page.screenshot(path=screenshot_dir / f"{width}-{name}.png", full_page=True)
+
+    check("login", f"{live_server.url}/login/")
+    log_in(page, live_server.url, "fleetadmin")
+    for name, path in PORTAL_PAGES:
+        check(name, live_server.url + path.format(node=node.pk), 404 if name == "not-found" else 200)
     assert problems == [], f"{width} ({viewport['width']} px, {scheme}):\n" + "\n".join(problems)
