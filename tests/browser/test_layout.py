@@ -74,4 +74,11 @@ def test_every_portal_page_fits_the_screen_and_draws(
     log_in(page, live_server.url, "fleetadmin")
     for name, path in PORTAL_PAGES:
         check(name, live_server.url + path.format(node=node.pk), 404 if name == "not-found" else 200)
+    if scheme == "dark":  # the charts follow when the system's setting changes, without a reload
+        check("overview", live_server.url + "/")
+        font = "() => document.getElementById('counts-chart').layout.font.color"
+        dark_font = page.evaluate(font)
+        page.emulate_media(color_scheme="light")
+        page.wait_for_function(f"() => ({font})() !== {dark_font!r}", timeout=5_000)
+        assert page.evaluate(font) == "#1d232b" != dark_font  # app.css's --fg, light and dark
     assert problems == [], f"{width} ({viewport['width']} px, {scheme}):\n" + "\n".join(problems)
