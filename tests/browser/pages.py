@@ -23,7 +23,8 @@ def log_in(page: Any, base: str, username: str, password: str = "password") -> N
 
 
 # Every page of the portal that tests/browser/test_layout.py checks at a desktop's and a phone's width
-# (name, path; "{node}" is a node's id). A new page of the portal belongs here.
+# (name, path; "{node}", "{ticket}", "{rma}" are the ids of a node, a repair ticket and an RMA case
+# test_layout makes). A new page of the portal belongs here.
 PORTAL_PAGES: list[tuple[str, str]] = [
     ("overview", "/"),
     ("nodes", "/nodes/"),
@@ -31,7 +32,9 @@ PORTAL_PAGES: list[tuple[str, str]] = [
     ("alerts", "/alerts/"),
     ("day1", "/day1/"),
     ("repairs", "/repairs/"),
+    ("repair", "/repairs/{ticket}/"),
     ("rma", "/rma/"),
+    ("rma-case", "/rma/{rma}/"),
     ("remediation", "/remediation/"),
     ("reports", "/reports/"),
     ("reports-availability", "/reports/availability/"),

@@ -14,7 +14,9 @@ from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from nodes.choices import NodeState
+from nodes.services import Actor
 from nodes.tasks import snapshot_state_counts
+from repairs.services import open_repair_ticket, open_rma_case
 from tests.factories import ClusterFactory, GPUFactory, NodeFactory
 
 from .pages import (
@@ -46,7 +48,21 @@ def test_every_portal_page_fits_the_screen_and_draws(
     node = NodeFactory(hostname="gpu-layout-01-with-a-long-hostname", state=NodeState.PRODUCTION, cluster=cluster)
     for index in range(8):  # a full node's GPU table: long UUIDs and serials, the widest table
         GPUFactory(node=node, index=index)
-    NodeFactory.create_batch(3, state=NodeState.TRIAGE, cluster=cluster)
+    broken = NodeFactory.create_batch(3, state=NodeState.TRIAGE, cluster=cluster)[0]
+    operator = Actor(user=fleet_admin)
+    ticket = open_repair_ticket(
+        broken.pk, component="GPU 3 (serial 1650123)", what="Reseat", actor=operator, reason="XID 79", move_node=False
+    )
+    rma = open_rma_case(
+        broken.pk,
+        vendor="Supermicro",
+        part="GPU",
+        failed_serial="1650123",
+        actor=operator,
+        reason="dead",
+        move_node=False,
+    )
+    ids = {"node": node.pk, "ticket": ticket.pk, "rma": rma.pk}
     snapshot_state_counts()
     page.set_viewport_size(viewport)
     page.emulate_media(color_scheme=scheme)
@@ -73,7 +89,7 @@ def test_every_portal_page_fits_the_screen_and_draws(
     check("login", f"{live_server.url}/login/")
     log_in(page, live_server.url, "fleetadmin")
     for name, path in PORTAL_PAGES:
-        check(name, live_server.url + path.format(node=node.pk), 404 if name == "not-found" else 200)
+        check(name, live_server.url + path.format(**ids), 404 if name == "not-found" else 200)
     if scheme == "dark":  # the charts follow when the system's setting changes, without a reload
         check("overview", live_server.url + "/")
         font = "() => document.getElementById('counts-chart').layout.font.color"
