@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from nodes.scoping import staff_only
+from nodewarden.beat import next_run
 
 from .choices import INVARIANT_COLOURS, Invariant
 from .models import AuditRun
@@ -41,6 +42,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "audit/overview.html",
         {
             "run": run,
+            "next_run": next_run("audit.tasks.audit_fleet"),  # when the page fills (or refreshes)
             "rows": rows,
             "breaches": breaches,
             "recent": recent,

@@ -9,4 +9,4 @@ class SchedulerKind(models.TextChoices):
 
     SLURM = "slurm", "Slurm"
     KUBERNETES = "kubernetes", "Kubernetes"
-    NONE = "none", "None"
+    NONE = "none", "No scheduler"

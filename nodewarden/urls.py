@@ -3,7 +3,7 @@
 The OpenAPI schema and Swagger UI are served only when NODEWARDEN_API_DOCS is not "off" (who may
 read them: settings.SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]). Swagger UI is the split view: its
 script is a file of its own, not an inline script the Content-Security-Policy would block.
-Error pages: templates/403.html, 404.html, 500.html (Django's default handlers find them).
+Error pages: templates/400.html, 403.html, 404.html, 500.html (Django's default handlers find them by name).
 """
 
 from django.conf import settings

@@ -22,6 +22,18 @@ _BASE_LAYOUT: dict[str, Any] = {
     "font": {"family": "system-ui, sans-serif", "size": 12},
 }
 NONE_LABEL = "(none)"
+# Below this many, plotly's automatic ticks on a count axis fall between whole numbers (0, 0.2, ...).
+FEW_COUNTS = 10
+
+
+def count_axis(peak: float, **extra: Any) -> dict[str, Any]:
+    """An axis of counts: whole-number ticks only, from zero. plotly picks fractional steps for a small
+    range (0.2 for a peak of 1), so up to FEW_COUNTS the step is fixed at 1; above, it stays automatic
+    (which is then whole) and the labels are shown without decimals."""
+    axis: dict[str, Any] = {"rangemode": "tozero", "tickformat": ",d", **extra}
+    if peak <= FEW_COUNTS:
+        axis["dtick"] = 1
+    return axis
 
 
 # The sums availability_over_time needs, for statecounts.daily_counts(buckets=...) to add up in the
@@ -111,6 +123,10 @@ def failure_causes(causes: Sequence[dict[str, Any]]) -> Figure:
     """Horizontal bars: findings per cause, commonest on top, coloured by component."""
     ordered = list(reversed(causes))
     components = sorted({c["component"] for c in causes})
+    stacks: dict[str, int] = defaultdict(int)  # the bars stack per cause
+    for c in causes:
+        stacks[c["cause"]] += c["count"]
+    peak = max(stacks.values(), default=0)
     data = [
         {
             "type": "bar",
@@ -127,9 +143,11 @@ def failure_causes(causes: Sequence[dict[str, Any]]) -> Figure:
         "height": 80 + 22 * max(len(causes), 1),
         "barmode": "stack",
         "showlegend": True,
-        "margin": {"l": 260, "r": 10, "t": 10, "b": 30},
+        # The cause names are long: plotly widens the left margin to fit them (a fixed one clipped them).
+        "margin": {"l": 10, "r": 10, "t": 10, "b": 30},
         "legend": {"orientation": "h", "y": -0.15},
-        "yaxis": {"categoryorder": "array", "categoryarray": [c["cause"] for c in ordered]},
+        "xaxis": count_axis(peak),
+        "yaxis": {"categoryorder": "array", "categoryarray": [c["cause"] for c in ordered], "automargin": True},
     }
     return {"data": data, "layout": layout}
 

@@ -12,10 +12,13 @@ from django.shortcuts import render
 
 from nodes.models import Node
 from nodes.scoping import staff_only, visible_node_or_404
+from nodewarden.beat import next_run
 
 from . import analysis, charts
 from .choices import FLAG_COLOURS, FlagKind
 from .models import TrendFlag, TrendRun
+
+EVALUATE_TASK = "trends.tasks.evaluate_trends"
 
 LIST_ROWS = 200  # open flags listed per kind on the fleet page; the API pages through the rest
 CLEARED_ROWS = 10  # cleared flags shown on a node's page
@@ -40,6 +43,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "trends/overview.html",
         {
             "run": run,
+            # What fills the page and when: the evaluation's next run, from the beat schedule.
+            "next_run": next_run(EVALUATE_TASK),
             "counts": counts,
             "colours": FLAG_COLOURS,
             "lemons": run.top_lemons if run else [],

@@ -274,17 +274,27 @@ def _withdraw_queued_checks(run: Run, actor: Actor, why: str) -> None:
         cancel_check(pk, actor=actor, reason=why)
 
 
+def failure_text(label: str, summary: str) -> str:
+    """What a failed stage's finding and triage reason say: "<Stage> failed: <verdict>", unless the
+    verdict already begins with the stage's name (burn-in's does: its run summary is read alone too),
+    which would read "Burn-in failed: Burn-in failed: ..."."""
+    if summary.casefold().startswith(label.casefold()):
+        return summary
+    return f"{label} failed: {summary}"
+
+
 def _fail(run: Run, info: StageInfo, verdict: Verdict, actor: Actor, details: dict[str, Any]) -> None:
     from health.choices import Severity
     from health.services import raise_finding
 
     label = Stage(info.stage).label
+    text = failure_text(label, verdict.summary)
     raise_finding(
         run.node_id,
         rule=FINDING_RULE,
         severity=Severity.DEGRADED,
         subject=info.stage,
-        summary=f"{label} failed: {verdict.summary}",
+        summary=text,
         evidence={**details, **verdict.evidence},
         source="validation",
         actor=actor,
@@ -293,7 +303,7 @@ def _fail(run: Run, info: StageInfo, verdict: Verdict, actor: Actor, details: di
     node_services.fail_validation(
         run.node_id,
         actor=actor,
-        reason=f"{label} failed: {verdict.summary}",
+        reason=text,
         details={**details, "evidence": verdict.evidence},
     )
 

@@ -23,7 +23,9 @@ from .services import current_pass, planned_stages
 WINDOW = timedelta(days=30)
 MAX_RUNS = 20_000  # durations and failures are read from at most this many recent runs
 TOP_FAILURES = 8
-NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
+# A figure that varies from run to run ("GPU count 7", "61.5 GB/s"), not a number that is part of a
+# word: "8-GPU" or "x16" name a thing, and blanking them would merge different reasons into "N-GPU".
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w|-[^\W\d_])")
 
 
 @dataclass(frozen=True)

@@ -275,3 +275,9 @@ def test_the_schema_is_served_to_a_signed_in_user(client, viewer):
     response = client.get("/api/schema/")
     assert response.status_code == 200
     assert yaml.safe_load(response.content)["info"]["title"] == "Nodewarden API"
+
+
+def test_the_api_docs_page_leads_back_to_the_portal(client, viewer):
+    client.force_login(viewer)
+    html = client.get("/api/docs/").content.decode()
+    assert '<a id="back-to-portal" href="/">' in html

@@ -110,3 +110,15 @@ def test_metrics_count_the_last_runs_breaches_by_invariant(client, settings, ope
 def test_a_user_without_staff_gets_404_not_login_loop(client):
     client.force_login(UserFactory(username="plain"))
     assert client.get("/audit/").status_code == 404
+
+
+def test_the_page_before_any_run_says_when_the_audit_runs_next(client, settings, operator):
+    from celery.schedules import crontab
+
+    settings.CELERY_BEAT_SCHEDULE = {"audit": {"task": "audit.tasks.audit_fleet", "schedule": crontab(minute="*/15")}}
+    client.force_login(operator)
+    html = client.get("/audit/").content.decode()
+    assert "No audit has run yet" in html and 'id="audit-next-run"' in html
+    settings.CELERY_BEAT_SCHEDULE = {}
+    html = client.get("/audit/").content.decode()
+    assert "once it is in the beat schedule" in html and 'id="audit-next-run"' not in html

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,16 @@ def browser_type_launch_args(browser_type_launch_args):
 @pytest.fixture(scope="session")
 def browser_context_args(browser_context_args):
     return {**browser_context_args, "viewport": {"width": 1366, "height": 900}}
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir() -> Path:
+    """Where the layout tests keep a screenshot of each page at each width: $NODEWARDEN_SCREENSHOT_DIR,
+    else var/screenshots in the checkout (bin/test sets and prints it; kept after the run)."""
+    default = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+    path = Path(os.environ.get("NODEWARDEN_SCREENSHOT_DIR") or default)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(autouse=True)

@@ -64,6 +64,6 @@ def test_the_fleet_day1_view_shows_stages_and_the_commonest_failure(page: Page, 
     page.click("nav >> text=Day 1")
     expect(page.locator("h1")).to_have_text("Day 1 validation")
     expect(page.locator('#day1-counts [data-stage="inventory"] .count')).to_have_text("1")
-    expect(page.locator("#day1-failures")).to_contain_text("GPU count N, profile HGX H100 N-GPU expects N")
+    expect(page.locator("#day1-failures")).to_contain_text("GPU count N, profile HGX H100 8-GPU expects N")
     expect(page.locator("#day1-nodes")).to_contain_text("gpu-d1-03.dc1.example.com")
     assert errors == []

@@ -247,3 +247,11 @@ def test_list_and_detail_queries_do_not_grow_with_rows(client, operator):
         for u in (reverse("node-list"), reverse("fleet-overview"), reverse("node-detail", args=[node.pk]))
     ]
     assert small == large
+
+
+def test_the_node_page_names_a_cluster_without_a_scheduler_in_words(client, operator):
+    """ "Cluster: a (None)" read as a missing value; the kind without a scheduler has a label that says so."""
+    node = NodeFactory(cluster=ClusterFactory(name="lab-a"))
+    client.force_login(operator)
+    html = client.get(reverse("node-detail", args=[node.pk])).content.decode()
+    assert "lab-a (No scheduler)" in html and "(None)" not in html

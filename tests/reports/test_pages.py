@@ -235,3 +235,13 @@ def test_the_report_reads_the_same_few_queries_for_a_week_a_month_and_a_quarter(
     # downtime. The same whatever the period: finished days come from the roll-ups.
     # (PostgreSQL adds the settings of the downtime statement's transaction.)
     assert counts == [21 if connection.vendor == "postgresql" else 20] * 3
+
+
+def test_the_failures_chart_counts_in_whole_numbers_and_fits_its_labels():
+    """plotly picked 0.2 steps for a peak of 1, and a fixed 260 px margin clipped longer causes."""
+    long_cause = "XID 79: ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS and then some more words"
+    few = charts.failure_causes([{"component": "GPU", "cause": long_cause, "count": 1}])["layout"]
+    assert few["xaxis"]["dtick"] == 1 and few["xaxis"]["tickformat"] == ",d"
+    assert few["yaxis"]["automargin"] is True
+    many = charts.failure_causes([{"component": "GPU", "cause": "x", "count": 400}])["layout"]
+    assert "dtick" not in many["xaxis"] and many["xaxis"]["tickformat"] == ",d"

@@ -59,3 +59,12 @@ def test_a_crashing_view_answers_the_styled_500(client, settings, monkeypatch):
     response = client.get("/nodes/")
     assert response.status_code == 500
     assert b"Something went wrong on our side" in response.content and b"kaboom" not in response.content
+
+
+def test_a_bad_request_gets_the_styled_400(client, settings):
+    """Django's handler400 answered its bare "<h1>Bad Request (400)</h1>" page for a host it does not serve."""
+    settings.DEBUG = False
+    response = client.get("/", HTTP_HOST="not-ours.example")
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "<h1>Bad request</h1>" in html and "css/app.css" in html and 'class="topbar"' in html

@@ -55,10 +55,64 @@ def test_the_fleet_page_lists_lemons_underperformers_per_profile_and_degrading_n
     assert evaluated.degrader.hostname in degrading and evaluated.underperformer.hostname not in degrading
 
 
+def test_no_table_on_the_fleet_page_has_two_columns_of_the_same_name(client, viewer, evaluated):
+    """The underperformer table had two "Node" headers: the host and its figure's value."""
+    import re
+
+    client.force_login(viewer)
+    html = client.get("/trends/").content.decode()
+    heads = re.findall(r"<thead>(.*?)</thead>", html, re.DOTALL)
+    assert heads
+    for head in heads:
+        names = [re.sub(r"<[^>]+>", "", th).strip() for th in re.findall(r"<th\b.*?</th>", head, re.DOTALL)]
+        assert len(names) == len(set(names)), names
+
+
 def test_the_fleet_page_renders_before_any_evaluation(client, viewer, db):
     client.force_login(viewer)
     response = client.get("/trends/")
     assert response.status_code == 200 and b"No evaluation has run yet" in response.content
+
+
+def test_the_empty_fleet_page_says_when_the_evaluation_runs_next(client, viewer, db, settings):
+    """The page was empty with no word of when it would fill: the next run comes from the beat schedule."""
+    import re
+    from datetime import datetime, timedelta
+
+    from celery.schedules import crontab
+    from django.utils import timezone
+
+    settings.CELERY_BEAT_SCHEDULE = {
+        "evaluate-trends": {"task": "trends.tasks.evaluate_trends", "schedule": crontab(hour=3, minute=30)},
+    }
+    client.force_login(viewer)
+    html = client.get("/trends/").content.decode()
+    at = datetime.fromisoformat(re.search(r'<time id="trends-next-run" datetime="([^"]+)"', html).group(1))
+    assert (at.hour, at.minute) == (3, 30) and timedelta(0) < at - timezone.now() <= timedelta(days=1)
+    assert "Filled by the first evaluation" in html
+    settings.CELERY_BEAT_SCHEDULE = {}
+    html = client.get("/trends/").content.decode()
+    assert "is not in the beat schedule" in html
+
+
+def test_next_run_reads_intervals_and_the_soonest_entry(settings):
+    from datetime import UTC, datetime, timedelta
+
+    from celery.schedules import crontab
+
+    from nodewarden.beat import next_run
+
+    now = datetime(2026, 11, 24, 19, 0, tzinfo=UTC)
+    settings.CELERY_BEAT_SCHEDULE = {
+        "a": {"task": "x.t", "schedule": crontab(hour=3, minute=30)},
+        "b": {"task": "x.t", "schedule": 600.0},
+        "c": {"task": "y.t", "schedule": timedelta(hours=1)},
+    }
+    assert next_run("x.t", now).at == now + timedelta(minutes=10)
+    assert next_run("y.t", now).every == timedelta(hours=1)
+    assert next_run("z.t", now) is None
+    settings.CELERY_BEAT_SCHEDULE = {"a": {"task": "x.t", "schedule": crontab(hour=3, minute=30)}}
+    assert next_run("x.t", now).at == datetime(2026, 11, 25, 3, 30, tzinfo=UTC)
 
 
 def test_a_nodes_trend_page_charts_the_trend_and_the_peers(client, viewer, evaluated):

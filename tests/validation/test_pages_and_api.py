@@ -118,3 +118,23 @@ def test_a_customer_sees_only_their_nodes_in_the_summary(customer, node_in, tena
     node_in(S.BURN_IN)
     body = api(customer).get(reverse("api:day1-summary")).json()
     assert {c["stage"]: c["count"] for c in body["counts"]}["burn_in"] == 1
+
+
+def test_failure_reasons_blank_the_figures_but_not_numbers_inside_words(node_in):
+    from django.utils import timezone
+
+    from nodes.choices import RunKind
+    from nodes.models import Node, Run
+    from validation.summary import failure_reasons
+
+    for gpus in (7, 6):
+        Run.objects.create(
+            node=node_in(S.TRIAGE),
+            kind=RunKind.STAGE_INVENTORY,
+            status=RunStatus.FAILED,
+            finished=timezone.now(),
+            summary=f"GPU count {gpus}, profile 8-GPU H100 wants 8 on link x16",
+        )
+    (failure,) = failure_reasons(Node.objects.all())
+    assert failure["count"] == 2
+    assert failure["reason"] == "GPU count N, profile 8-GPU H100 wants N on link x16"

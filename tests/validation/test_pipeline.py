@@ -169,6 +169,18 @@ def test_a_failed_check_fails_burn_in(at_inventory, eager):
     assert node.state == S.TRIAGE and "DCGM diagnostics failed" in last_event(node).reason
 
 
+def test_a_failed_burn_in_says_so_once_in_the_finding_and_the_reason(at_inventory, eager):
+    node = at_inventory
+    send(node, idle_report(node))
+    advance(eager)
+    answer_checks(node, {RunKind.DCGM_DIAG: (RunStatus.FAILED, {"tests_passed": 7.0, "tests_failed": 2.0})})
+    advance(eager)
+    reason = last_event(node).reason
+    finding = Finding.objects.get(node=node, subject="burn_in")
+    assert reason.startswith("Burn-in failed: DCGM diagnostics failed"), reason
+    assert finding.summary.startswith("Burn-in failed: DCGM diagnostics failed"), finding.summary
+
+
 def test_a_missing_tool_is_noted_not_failed_unless_the_spec_requires_it(at_inventory, eager, spec):
     node = at_inventory
     send(node, idle_report(node))
