@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
+from nodewarden import live
 from nodewarden.bulk import Outcome, SelectionRefused, selected_ids, summary
 from nodewarden.errors import ReasonRequired
 
@@ -70,7 +71,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
         toggle["group"] = "node"
     return render(
         request,
-        "health/alert_list.html",
+        live.template_for(request, "health/alert_list.html", {"alert-rows": "health/_alert_rows.html"}),
         {
             "filterset": filterset,
             "firing": firing_counts(visible_alerts(request.user)),

@@ -24,9 +24,10 @@ _BASE_LAYOUT: dict[str, Any] = {
 }
 
 
-def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
+def state_counts_over_time(counts: Sequence[DayCount], x_range: tuple[datetime, datetime] | None = None) -> Figure:
     """Stacked area of the average number of nodes per state and day (``statecounts.daily_counts``),
-    one trace per state that had nodes; today's point averages the snapshots taken so far."""
+    one trace per state that had nodes; today's point averages the snapshots taken so far.
+    ``x_range`` pins the time axis to the page's time range (nodewarden/timerange.py)."""
     days = sorted({c.day for c in counts})
     samples = {c.day: c.samples for c in counts}
     per_state: dict[str, dict[date, int]] = defaultdict(lambda: defaultdict(int))
@@ -52,10 +53,18 @@ def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
         "hovermode": "x unified",
         "showlegend": True,
         "legend": {"orientation": "h", "y": -0.2},
-        "xaxis": {"type": "date"},
+        "xaxis": _time_axis(x_range),
         "yaxis": {"title": {"text": "nodes"}},
     }
     return {"data": data, "layout": layout}
+
+
+def _time_axis(x_range: tuple[datetime, datetime] | None) -> dict[str, Any]:
+    """A date axis, pinned to ``x_range`` when given (a zoom on it moves the page's range)."""
+    axis: dict[str, Any] = {"type": "date"}
+    if x_range:
+        axis["range"] = [moment.strftime("%Y-%m-%d %H:%M:%S") for moment in x_range]
+    return axis
 
 
 def state_timeline(node: Node, changes: Sequence[NodeEvent], now: datetime | None = None) -> Figure:
