@@ -4,7 +4,7 @@
 // the nw-live event every N seconds (data-live-every on the page's [data-live-status]); htmx fetches
 // its hx-get with the region's id as HX-Target and swaps in the fragment the view renders. Nothing
 // refreshes while the tab is hidden, the user pressed Pause, a row is selected (a checkbox of a
-// bulk form: the selection must survive) or a form field has focus; a region whose fields hold
+// bulk form: the selection must survive) or a text field or menu has focus; a region whose fields hold
 // unsent input is left alone, and a swap that would land after the user selected a row is dropped.
 //
 // Zoom: a plotly chart with data-zoom-range turns a zoom on its time axis into ?from=&to= on the
@@ -23,9 +23,24 @@
     return !!document.querySelector("input[type=checkbox][form]:checked, input[type=checkbox][data-select-all]:checked");
   }
 
+  // A field one types or chooses in (a ticked checkbox keeps focus after the click: that is no typing).
+  var NOT_TYPED = ["checkbox", "radio", "button", "submit", "reset", "hidden", "image"];
   function fieldFocused() {
     var el = document.activeElement;
-    return !!el && (el.tagName === "INPUT" || el.tagName === "SELECT" || el.tagName === "TEXTAREA") && el.type !== "button" && el.type !== "submit";
+    if (!el) { return false; }
+    if (el.tagName === "SELECT" || el.tagName === "TEXTAREA") { return true; }
+    return el.tagName === "INPUT" && NOT_TYPED.indexOf(el.type) < 0;
+  }
+
+  // A menu moved off what the server rendered: its option marked selected, or else its first one.
+  function selectChanged(f) {
+    var marked = false, moved = false;
+    for (var j = 0; j < f.options.length; j++) {
+      var o = f.options[j];
+      if (o.defaultSelected) { marked = true; }
+      if (o.selected !== o.defaultSelected) { moved = true; }
+    }
+    return marked ? moved : (f.multiple ? f.selectedIndex !== -1 : f.selectedIndex > 0);
   }
 
   // A field whose value differs from the one the server rendered: the user's unsent input.
@@ -37,9 +52,7 @@
       if (f.type === "checkbox" || f.type === "radio") {
         if (f.checked !== f.defaultChecked) { return true; }
       } else if (f.tagName === "SELECT") {
-        for (var j = 0; j < f.options.length; j++) {
-          if (f.options[j].selected !== f.options[j].defaultSelected) { return true; }
-        }
+        if (selectChanged(f)) { return true; }
       } else if (f.value !== f.defaultValue) {
         return true;
       }
@@ -66,7 +79,7 @@
     showState(reason || "Live");
     if (reason || !window.htmx) { return; }
     document.querySelectorAll("[data-live]").forEach(function (region) {
-      if (region.contains(document.activeElement) || hasUnsentInput(region)) { return; }
+      if (hasUnsentInput(region)) { return; }
       window.htmx.trigger(region, "nw-live");
     });
   }
