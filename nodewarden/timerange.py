@@ -30,6 +30,7 @@ PRESETS: dict[str, timedelta] = {
     "30d": timedelta(days=30),
     "90d": timedelta(days=90),
 }
+PARAMS = ("range", "from", "to")  # the URL parameters a range is read from
 # The longest window a chart may ask for: the charts read daily snapshots at most this old.
 MAX_SPAN = timedelta(days=366)
 MIN_SPAN = timedelta(minutes=1)
@@ -146,7 +147,7 @@ def bad_request(exc: BadRange) -> HttpResponse:
 
 def picker_context(request: HttpRequest, chosen: TimeRange) -> dict[str, object]:
     """What ``_timerange.html`` needs: the chosen range, presets, and the page's other parameters to keep."""
-    keep = [(k, v) for k, values in request.GET.lists() if k not in ("range", "from", "to", "page") for v in values]
+    keep = [(k, v) for k, values in request.GET.lists() if k not in (*PARAMS, "page") for v in values]
     return {
         "timerange": chosen,
         "timerange_presets": list(PRESETS),

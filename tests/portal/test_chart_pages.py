@@ -87,3 +87,21 @@ def test_the_picker_keeps_the_pages_other_parameters(client, operator):
     html = client.get(reverse("remediation-overview"), {"status": "running", "range": "24h"}).content.decode()
     assert 'href="?status=running&amp;range=7d"' in html
     assert '<input type="hidden" name="status" value="running">' in html
+
+
+@pytest.mark.parametrize(("page", "params"), [("report-overview", {}), ("report-availability", {"tenant": "acme"})])
+def test_the_report_pages_read_the_shared_range_before_their_own_period(client, operator, tenant, page, params):
+    client.force_login(operator)
+    # a zoom leaves the report's own preset in the URL: the zoomed window wins
+    response = client.get(reverse(page), {**params, "days": "90", "from": "2026-01-01", "to": "2026-01-08T12:00"})
+    assert response.status_code == 200
+    period = response.context["period"]
+    assert (period.since.isoformat(), period.until.isoformat()) == (
+        "2026-01-01T00:00:00+00:00",
+        "2026-01-08T12:00:00+00:00",
+    )
+    week = client.get(reverse(page), {**params, "range": "7d"}).context["period"]
+    assert week.until - week.since == timedelta(days=7)
+
+    refused = client.get(reverse(page), {**params, "from": "2026-01-08", "to": "2026-01-01"})
+    assert refused.status_code == 400 and "must be before" in refused.content.decode()
