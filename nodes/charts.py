@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from .choices import STATE_COLOURS, STATE_LAYOUT, NodeState
 from .models import Node, NodeEvent
-from .statecounts import DayCount
+from .statecounts import DayCount, SnapshotCount
 
 Figure = dict[str, Any]
 
@@ -43,6 +43,41 @@ def state_counts_over_time(counts: Sequence[DayCount], x_range: tuple[datetime, 
             "y": [round(per_state[state][d] / samples[d], 1) if samples[d] else 0 for d in days],
             "line": {"width": 0.5, "color": STATE_COLOURS[state]},
             "hovertemplate": f"{state.label}: %{{y}} (day's average)<extra></extra>",
+        }
+        for state in NodeState
+        if state in per_state
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 300,
+        "hovermode": "x unified",
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": _time_axis(x_range),
+        "yaxis": {"title": {"text": "nodes"}},
+    }
+    return {"data": data, "layout": layout}
+
+
+def state_counts_per_snapshot(
+    counts: Sequence[SnapshotCount], x_range: tuple[datetime, datetime] | None = None
+) -> Figure:
+    """The same stacked area as :func:`state_counts_over_time`, one point per hourly snapshot: the
+    chart of a range of hours (``statecounts.snapshot_counts``)."""
+    moments = sorted({c.taken_at for c in counts})
+    per_state: dict[str, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    for c in counts:
+        per_state[c.state][c.taken_at] += c.count
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "stackgroup": "states",
+            "name": state.label,
+            "x": [m.strftime("%Y-%m-%d %H:%M:%S") for m in moments],
+            "y": [per_state[state][m] for m in moments],
+            "line": {"width": 0.5, "color": STATE_COLOURS[state]},
+            "hovertemplate": f"{state.label}: %{{y}}<extra></extra>",
         }
         for state in NodeState
         if state in per_state

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -18,6 +19,9 @@ from tests.factories import ClusterFactory, NodeFactory
 from .pages import log_in, watch_for_errors
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# pytest-playwright's output folder (ignored by git): the screenshots are kept with its artefacts.
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-results" / "screenshots"
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +70,8 @@ def test_a_selection_on_the_alert_and_node_lists_survives_the_refresh(page: Page
     NodeFactory(hostname="gpu-sel-99", state=NodeState.PRODUCTION)
     page.wait_for_timeout(3500)  # three refresh periods
     expect(page.locator("[data-live-state]")).to_have_text("Paused: rows selected")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "node-list-live-paused.png"))
     expect(page.locator("input[aria-label='Select gpu-sel-01']")).to_be_checked()
     expect(page.locator("[data-selected-count=node-bulk]")).to_have_text("1 selected")
     expect(page.locator("#node-table tbody tr")).to_have_count(3)
@@ -104,6 +110,9 @@ def test_the_picker_and_a_zoom_change_the_overview_chart(page: Page, live_server
     page.wait_for_url("**/?range=7d")
     expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
     expect(page.locator("[data-timerange-label]")).to_have_text("last 7d")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#counts-chart").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / "overview-time-range-7d.png"), full_page=True)
     assert page.evaluate(days_drawn) == [recent]
 
     # a zoom on the time axis (what a drag on the chart does) becomes the page's range

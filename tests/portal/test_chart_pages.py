@@ -105,3 +105,24 @@ def test_the_report_pages_read_the_shared_range_before_their_own_period(client, 
 
     refused = client.get(reverse(page), {**params, "from": "2026-01-08", "to": "2026-01-01"})
     assert refused.status_code == 400 and "must be before" in refused.content.decode()
+
+
+def test_a_range_of_hours_is_drawn_snapshot_by_snapshot_and_scoped_to_the_tenant(
+    client, customer, tenant, other_tenant
+):
+    now = timezone.now().replace(minute=0, second=0, microsecond=0)
+    for hours_ago, owner, count in ((3, tenant, 4), (2, tenant, 5), (2, other_tenant, 50), (30, tenant, 7)):
+        StateCountSnapshot.objects.create(
+            taken_at=now - timedelta(hours=hours_ago), state=NodeState.PRODUCTION, tenant=owner, count=count
+        )
+    client.force_login(customer)
+
+    day = _figure(client.get(reverse("fleet-overview"), {"range": "24h"}), "counts-chart-data")
+    (trace,) = day["data"]
+    assert trace["y"] == [4, 5]  # one point per snapshot, the other tenant's nodes not counted
+    assert [x[11:16] for x in trace["x"]] == [
+        (now - timedelta(hours=3)).strftime("%H:%M"),
+        (now - timedelta(hours=2)).strftime("%H:%M"),
+    ]
+    two_days = _figure(client.get(reverse("fleet-overview"), {"range": "90d"}), "counts-chart-data")
+    assert len(two_days["data"][0]["x"]) <= 3  # longer ranges stay day by day
