@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 
 from health.choices import Severity
 from health.services import raise_finding
+from nodes import services
 from nodes.choices import NodeState
 from nodes.models import StateCountSnapshot
 from tests.factories import ClusterFactory, NodeFactory
@@ -91,6 +92,35 @@ def test_a_selection_on_the_alert_and_node_lists_survives_the_refresh(page: Page
     expect(page.locator("#alert-table tbody tr[data-severity]")).to_have_count(1)
     page.uncheck(f"input[aria-label='Select alert {first.alert_id}']")
     expect(page.locator("#alert-table tbody tr[data-severity]")).to_have_count(2, timeout=10_000)
+
+    # a reason typed in a row (and left there) is not wiped by a refresh
+    reason = page.locator("#alert-table tbody tr[data-severity] input[name=reason]").first
+    reason.fill("looking at the fans")
+    page.locator("h1").click()  # the field loses focus; its text is still unsent
+    raise_finding(node.pk, rule="gpu_temperature", severity=Severity.WARNING, summary="GPU 2 warm", gpu_index=2)
+    page.wait_for_timeout(3500)
+    expect(reason).to_have_value("looking at the fans")
+    expect(page.locator("#alert-table tbody tr[data-severity]")).to_have_count(2)
+    reason.fill("")
+    page.locator("h1").click()
+    expect(page.locator("#alert-table tbody tr[data-severity]")).to_have_count(3, timeout=10_000)
+    assert errors == []
+
+
+def test_the_node_page_picks_up_a_new_state_and_alert_without_a_reload(page: Page, live_server, operator):
+    node = NodeFactory(hostname="gpu-page-01", state=NodeState.PRODUCTION)
+    errors = watch_for_errors(page)
+    log_in(page, live_server.url, "operator")
+    page.goto(f"{live_server.url}/nodes/{node.pk}/")
+    expect(page.locator("#why-here")).to_contain_text("Production")
+    expect(page.locator("#node-alerts")).not_to_contain_text("GPU 0 overheating")
+    page.evaluate("window.__sameDocument = true")
+
+    services.request_drain(node.pk, actor=services.Actor.system("scheduler"), reason="XID 94 on GPU 0")
+    raise_finding(node.pk, rule="gpu_temperature", severity=Severity.WARNING, summary="GPU 0 overheating", gpu_index=0)
+    expect(page.locator("#why-here")).to_contain_text("Drain pending", timeout=10_000)
+    expect(page.locator("#node-alerts")).to_contain_text("GPU 0 overheating", timeout=10_000)
+    assert page.evaluate("window.__sameDocument") is True
     assert errors == []
 
 
