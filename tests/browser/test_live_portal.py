@@ -158,3 +158,19 @@ def test_the_picker_and_a_zoom_change_the_overview_chart(page: Page, live_server
     assert page.evaluate(days_drawn) == [old]
     expect(page.locator("[data-timerange] input[name=from]")).to_have_value(f"{start}T00:00")
     assert errors == []
+
+
+def test_the_overview_tiles_follow_the_fleet_and_stop_while_paused(page: Page, live_server, operator):
+    errors = watch_for_errors(page)
+    log_in(page, live_server.url, "operator")
+    expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("0")
+    NodeFactory(hostname="gpu-triage-01", state=NodeState.TRIAGE)
+    expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("1", timeout=10_000)
+
+    page.click("[data-live-toggle]")
+    NodeFactory(hostname="gpu-triage-02", state=NodeState.TRIAGE)
+    page.wait_for_timeout(3000)
+    expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("1")
+    page.click("[data-live-toggle]")
+    expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("2", timeout=10_000)
+    assert errors == []
