@@ -174,3 +174,18 @@ def test_the_overview_tiles_follow_the_fleet_and_stop_while_paused(page: Page, l
     page.click("[data-live-toggle]")
     expect(page.locator('.tile[data-state="triage"] .count')).to_have_text("2", timeout=10_000)
     assert errors == []
+
+
+def test_a_list_stops_refreshing_when_the_session_ends_instead_of_showing_the_login_page(
+    page: Page, live_server, operator
+):
+    NodeFactory(hostname="gpu-gone-01", state=NodeState.PRODUCTION)
+    errors = watch_for_errors(page)
+    log_in(page, live_server.url, "operator")
+    page.goto(f"{live_server.url}/nodes/?q=gpu-gone")
+    expect(page.locator("#node-table tbody tr")).to_have_count(1)
+    page.context.clear_cookies()  # signed out (elsewhere, or the session expired)
+    expect(page.locator("[data-live-state]")).to_have_text("Stopped: signed out, reload the page", timeout=10_000)
+    expect(page.locator("#node-table tbody tr")).to_have_count(1)
+    assert page.locator("#node-table input[name=password]").count() == 0
+    assert errors == []

@@ -5,7 +5,8 @@
 // its hx-get with the region's id as HX-Target and swaps in the fragment the view renders. Nothing
 // refreshes while the tab is hidden, the user pressed Pause, a row is selected (a checkbox of a
 // bulk form: the selection must survive) or a text field or menu has focus; a region whose fields hold
-// unsent input is left alone, and a swap that would land after the user selected a row is dropped.
+// unsent input is left alone, a swap that would land after the user selected a row is dropped, and
+// an answer redirected elsewhere (the login page, once the session ended) stops refreshing.
 //
 // Zoom: a plotly chart with data-zoom-range turns a zoom on its time axis into ?from=&to= on the
 // page's URL, the same parameters the picker (_timerange.html) and nodewarden/timerange.py use.
@@ -13,9 +14,11 @@
   "use strict";
 
   var userPaused = false;
+  var stopped = "";  // why refreshing stopped for good (the session ended): reload to go on
 
   function pad(n) { return (n < 10 ? "0" : "") + n; }
-  function clock(d) { return pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()); }
+  // UTC, as every time the portal prints (TIME_ZONE = "UTC") and the first one the server rendered.
+  function clock(d) { return pad(d.getUTCHours()) + ":" + pad(d.getUTCMinutes()) + ":" + pad(d.getUTCSeconds()); }
 
   function statusEl() { return document.querySelector("[data-live-status]"); }
 
@@ -61,6 +64,7 @@
   }
 
   function pauseReason() {
+    if (stopped) { return stopped; }
     if (userPaused) { return "Paused"; }
     if (document.hidden) { return "Paused while the tab is hidden"; }
     if (rowsSelected()) { return "Paused: rows selected"; }
@@ -89,6 +93,12 @@
     return !!(cfg && cfg.triggeringEvent && cfg.triggeringEvent.type === "nw-live");
   }
 
+  function redirected(detail) {
+    var xhr = detail.xhr, asked = detail.pathInfo && detail.pathInfo.requestPath;
+    if (!xhr || !xhr.responseURL || !asked) { return false; }
+    return new URL(xhr.responseURL).pathname !== new URL(asked, window.location.href).pathname;
+  }
+
   function start() {
     var s = statusEl();
     if (!s || !document.querySelector("[data-live]")) { return; }
@@ -106,7 +116,14 @@
     document.addEventListener("visibilitychange", function () { if (!document.hidden) { tick(); } });
     // The user may select a row while a refresh is in flight: keep the page as they left it.
     document.body.addEventListener("htmx:beforeSwap", function (evt) {
-      if (isLiveRefresh(evt.detail) && pauseReason()) { evt.detail.shouldSwap = false; }
+      if (!isLiveRefresh(evt.detail)) { return; }
+      if (redirected(evt.detail)) {  // the session ended: the answer is the login page, not rows
+        stopped = "Stopped: signed out, reload the page";
+        evt.detail.shouldSwap = false;
+        showState(stopped);
+        return;
+      }
+      if (pauseReason()) { evt.detail.shouldSwap = false; }
     });
     document.body.addEventListener("htmx:afterRequest", function (evt) {
       if (isLiveRefresh(evt.detail) && evt.detail.successful) {
