@@ -133,12 +133,12 @@ def test_the_picker_and_a_zoom_change_the_overview_chart(page: Page, live_server
     days_drawn = "Array.from(new Set(document.getElementById('counts-chart').data.flatMap(t => t.x.map(x => String(x).slice(0, 10)))))"
     errors = watch_for_errors(page)
     log_in(page, live_server.url, "operator")
-    expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
+    expect(page.locator("#counts-chart .main-svg").first).to_be_visible(timeout=15_000)
     assert sorted(page.evaluate(days_drawn)) == sorted([recent, old])
 
     page.click("[data-timerange] a[data-range='7d']")
     page.wait_for_url("**/?range=7d")
-    expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
+    expect(page.locator("#counts-chart .main-svg").first).to_be_visible(timeout=15_000)
     expect(page.locator("[data-timerange-label]")).to_have_text("last 7d")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#counts-chart").scroll_into_view_if_needed()
@@ -147,14 +147,14 @@ def test_the_picker_and_a_zoom_change_the_overview_chart(page: Page, live_server
 
     # a zoom on the time axis (what a drag on the chart does) becomes the page's range
     page.goto(f"{live_server.url}/?range=90d")
-    expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
+    expect(page.locator("#counts-chart .main-svg").first).to_be_visible(timeout=15_000)
     page.wait_for_function("document.getElementById('counts-chart').dataset.zoomWired === '1'")
     start, end = (now - timedelta(days=45)).strftime("%Y-%m-%d"), (now - timedelta(days=35)).strftime("%Y-%m-%d")
     page.evaluate(
         f"Plotly.relayout('counts-chart', {{'xaxis.range[0]': '{start} 00:00', 'xaxis.range[1]': '{end} 00:00'}})"
     )
     page.wait_for_url(f"**/?from={start}T00%3A00&to={end}T00%3A00")
-    expect(page.locator("#counts-chart .main-svg").first).to_be_visible()
+    expect(page.locator("#counts-chart .main-svg").first).to_be_visible(timeout=15_000)
     assert page.evaluate(days_drawn) == [old]
     expect(page.locator("[data-timerange] input[name=from]")).to_have_value(f"{start}T00:00")
     assert errors == []
