@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from nodes.models import OPERATE
 from nodes.scoping import visible_node_or_404
 from nodes.services import Actor
-from nodewarden import bulk
+from nodewarden import bulk, live
 from nodewarden.errors import ReasonRequired
 
 from . import alerts as verbs
@@ -84,7 +84,7 @@ def alert_list(request: HttpRequest) -> HttpResponse:
         toggle["group"] = "node"
     return render(
         request,
-        "health/alert_list.html",
+        live.template_for(request, "health/alert_list.html", {"alert-rows": "health/_alert_rows.html"}),
         {
             "filterset": filterset,
             "firing": firing_counts(visible_alerts(request.user)),

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from .choices import STATE_COLOURS, STATE_LAYOUT, NodeState
 from .models import Node, NodeEvent
-from .statecounts import DayCount
+from .statecounts import DayCount, SnapshotCount
 
 Figure = dict[str, Any]
 
@@ -24,9 +24,10 @@ _BASE_LAYOUT: dict[str, Any] = {
 }
 
 
-def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
+def state_counts_over_time(counts: Sequence[DayCount], x_range: tuple[datetime, datetime] | None = None) -> Figure:
     """Stacked area of the average number of nodes per state and day (``statecounts.daily_counts``),
-    one trace per state that had nodes; today's point averages the snapshots taken so far."""
+    one trace per state that had nodes; today's point averages the snapshots taken so far.
+    ``x_range`` pins the time axis to the page's time range (nodewarden/timerange.py)."""
     days = sorted({c.day for c in counts})
     samples = {c.day: c.samples for c in counts}
     per_state: dict[str, dict[date, int]] = defaultdict(lambda: defaultdict(int))
@@ -52,10 +53,53 @@ def state_counts_over_time(counts: Sequence[DayCount]) -> Figure:
         "hovermode": "x unified",
         "showlegend": True,
         "legend": {"orientation": "h", "y": -0.2},
-        "xaxis": {"type": "date"},
+        "xaxis": _time_axis(x_range),
         "yaxis": {"title": {"text": "nodes"}},
     }
     return {"data": data, "layout": layout}
+
+
+def state_counts_per_snapshot(
+    counts: Sequence[SnapshotCount], x_range: tuple[datetime, datetime] | None = None
+) -> Figure:
+    """The same stacked area as :func:`state_counts_over_time`, one point per hourly snapshot: the
+    chart of a range of hours (``statecounts.snapshot_counts``)."""
+    moments = sorted({c.taken_at for c in counts})
+    per_state: dict[str, dict[datetime, int]] = defaultdict(lambda: defaultdict(int))
+    for c in counts:
+        per_state[c.state][c.taken_at] += c.count
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "stackgroup": "states",
+            "name": state.label,
+            "x": [m.strftime("%Y-%m-%d %H:%M:%S") for m in moments],
+            "y": [per_state[state][m] for m in moments],
+            "line": {"width": 0.5, "color": STATE_COLOURS[state]},
+            "hovertemplate": f"{state.label}: %{{y}}<extra></extra>",
+        }
+        for state in NodeState
+        if state in per_state
+    ]
+    layout = {
+        **_BASE_LAYOUT,
+        "height": 300,
+        "hovermode": "x unified",
+        "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": _time_axis(x_range),
+        "yaxis": {"title": {"text": "nodes"}},
+    }
+    return {"data": data, "layout": layout}
+
+
+def _time_axis(x_range: tuple[datetime, datetime] | None) -> dict[str, Any]:
+    """A date axis, pinned to ``x_range`` when given (a zoom on it moves the page's range)."""
+    axis: dict[str, Any] = {"type": "date"}
+    if x_range:
+        axis["range"] = [moment.strftime("%Y-%m-%d %H:%M:%S") for moment in x_range]
+    return axis
 
 
 def state_timeline(node: Node, changes: Sequence[NodeEvent], now: datetime | None = None) -> Figure:

@@ -148,3 +148,33 @@ def _live(snapshots: QuerySet[Any], fields: Sequence[str]) -> list[DayCount]:
         taken[day].add(r["taken_at"])
         hours[(day, r["bucket"], r[fields[0]] if fields else None)] += r["n"]
     return [DayCount(day, state, group, n, len(taken[day])) for (day, state, group), n in hours.items()]
+
+
+@dataclass(frozen=True)
+class SnapshotCount:
+    """Nodes in one state at one hourly snapshot (of the scope)."""
+
+    taken_at: datetime
+    state: str
+    count: int
+
+
+# The longest window read snapshot by snapshot (a chart of hours); longer ones read ``daily_counts``.
+HOURLY_SPAN = timedelta(hours=48)
+
+
+def snapshot_counts(since: datetime, until: datetime, *, scope: dict[str, Any] | None = None) -> list[SnapshotCount]:
+    """Per snapshot taken in [since, until] and state, the nodes of the ``scope`` (snapshot filters).
+
+    For short windows only (at most :data:`HOURLY_SPAN`: about 48 snapshots): a day-by-day chart of
+    an hour or a day would be one point.
+    """
+    if until - since > HOURLY_SPAN:
+        raise ValueError(f"snapshot_counts reads at most {HOURLY_SPAN}; use daily_counts")
+    rows = (
+        StateCountSnapshot.objects.filter(taken_at__gte=since, taken_at__lte=until, **(scope or {}))
+        .values("taken_at", "state")
+        .annotate(n=Sum("count"))
+        .order_by("taken_at", "state")
+    )
+    return [SnapshotCount(r["taken_at"], r["state"], r["n"]) for r in rows]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -25,13 +25,12 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
 from django_htmx.middleware import HtmxDetails
 
-from nodewarden import bulk
+from nodewarden import bulk, live, timerange
 from nodewarden.bounds import timestamp_problem
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
@@ -46,6 +45,8 @@ from .whyhere import why_here
 
 LIST_PAGE_SIZE = 50
 CHART_DAYS = 90
+# The node page's live regions (element id -> its template), refreshed by static/js/live.js.
+NODE_LIVE_FRAGMENTS = {"why-here": "nodes/_why_here.html", "node-gpus": "nodes/_gpus.html"}
 STATE_CHANGES = (EventKind.TRANSITION, EventKind.FORCED)
 
 
@@ -87,11 +88,21 @@ def fleet_overview(request: HtmxHttpRequest) -> HttpResponse:
     }
     if request.htmx:
         return render(request, "nodes/_overview_live.html", context)
-    now = timezone.now()
-    # Per day, not per hour: 90 days of hourly snapshots are 3,000 points a state (and rows to read).
+    try:
+        window = timerange.from_request(request, default=f"{CHART_DAYS}d")
+    except timerange.BadRange as exc:
+        return timerange.bad_request(exc)
+    # Per day, not per hour: 90 days of hourly snapshots are 3,000 points a state (and rows to read);
+    # a range of hours is drawn snapshot by snapshot, where a day would be a single point.
     scope = {} if is_operator_view(request.user) else {"tenant_id": user_tenant_id(request.user)}
-    days = statecounts.daily_counts(now - timedelta(days=CHART_DAYS), now, scope=scope)
-    context["counts_chart"] = charts.state_counts_over_time(days)
+    x_range = (window.start, window.end)
+    if window.span <= statecounts.HOURLY_SPAN:
+        snapshots = statecounts.snapshot_counts(window.start, window.end, scope=scope)
+        context["counts_chart"] = charts.state_counts_per_snapshot(snapshots, x_range=x_range)
+    else:
+        days = statecounts.daily_counts(window.start, window.end, scope=scope)
+        context["counts_chart"] = charts.state_counts_over_time(days, x_range=x_range)
+    context.update(timerange.picker_context(request, window))
     return render(request, "nodes/overview.html", context)
 
 
@@ -145,7 +156,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     return render(
         request,
-        "nodes/list.html",
+        live.template_for(request, "nodes/list.html", {"node-rows": "nodes/_list_rows.html"}),
         {
             "filterset": filterset,
             "page": page,
@@ -230,8 +241,18 @@ def _visible_node_or_404(request: HttpRequest, pk: int) -> Node:
 def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One node's life: state, inventory, actions, timeline, lifecycle graph and history."""
     node = _visible_node_or_404(request, pk)
-    history_form, where = _history_filter(request)
     gpus = list(node.gpus.all())
+    live_parts: dict[str, Any] = {
+        "node": node,
+        "gpus": gpus,
+        "usable_gpus": services.usable_gpu_count(gpus),
+        "can_note": request.user.has_perm("nodes.operate_node"),
+        "why": why_here(node, operator=is_operator_view(request.user)),
+    }
+    fragment = live.wanted_fragment(request, NODE_LIVE_FRAGMENTS)
+    if fragment:  # a live refresh of one part: no charts, no history
+        return render(request, fragment, live_parts)
+    history_form, where = _history_filter(request)
     changes = list(
         NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
         .only("created", "source_state", "target_state", "transition")
@@ -241,17 +262,13 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         request,
         "nodes/detail.html",
         {
-            "node": node,
-            "gpus": gpus,
-            "usable_gpus": services.usable_gpu_count(gpus),
+            **live_parts,
             "transitions": services.available_transitions(node, request.user),
-            "can_note": request.user.has_perm("nodes.operate_node"),
             "timeline_chart": charts.state_timeline(node, changes),
             "graph_chart": charts.lifecycle_graph(changes, node.state),
             "history": history_page(node, where=where),
             "history_form": history_form,
             "history_query": _history_query(history_form),
-            "why": why_here(node, operator=is_operator_view(request.user)),
         },
     )
 

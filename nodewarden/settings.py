@@ -539,6 +539,10 @@ for _name in (
 NODEWARDEN_API_DOCS = env.str("NODEWARDEN_API_DOCS", "authenticated").strip().lower()
 if NODEWARDEN_API_DOCS not in ("public", "authenticated", "off"):
     raise ImproperlyConfigured("NODEWARDEN_API_DOCS must be public, authenticated or off")
+# How often the portal's lists and node page refresh their live parts (static/js/live.js), in seconds.
+NODEWARDEN_LIVE_REFRESH_SECONDS = env.int("NODEWARDEN_LIVE_REFRESH_SECONDS", 10)
+if not 1 <= NODEWARDEN_LIVE_REFRESH_SECONDS <= 3600:
+    raise ImproperlyConfigured("NODEWARDEN_LIVE_REFRESH_SECONDS must be between 1 and 3600")
 SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] = [
     "rest_framework.permissions.AllowAny"
     if NODEWARDEN_API_DOCS == "public"

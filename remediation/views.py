@@ -9,7 +9,6 @@ Every change goes through ``remediation.services``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -28,6 +27,7 @@ from nodes.counts import node_counts
 from nodes.models import OPERATE, Node, StateCountSnapshot
 from nodes.scoping import is_operator_view, staff_only, visible_node_or_404, visible_nodes
 from nodes.services import Actor
+from nodewarden import live, timerange
 from nodewarden.errors import ReasonRequired
 
 from . import charts, services, summary
@@ -161,9 +161,18 @@ def remediation_summary(request: HttpRequest) -> HttpResponse:
 def overview(request: HttpRequest) -> HttpResponse:
     """Open remediations by status and rung, breakers, holds, MTTR, availability, the open list."""
     now = timezone.now()
-    by_status, by_rung = summary.open_counts(Remediation.objects.all())
     filterset, page, query = _open_list(request)
-    snapshots = StateCountSnapshot.objects.filter(taken_at__gte=now - timedelta(days=AVAILABILITY_DAYS))
+    fragment = live.wanted_fragment(request, {"remediation-rows": "remediation/_list_rows.html"})
+    if fragment:  # a live refresh of the list (static/js/live.js): the rows only
+        return render(request, fragment, {"page": page, "now": now})
+    by_status, by_rung = summary.open_counts(Remediation.objects.all())
+    try:
+        window = timerange.from_request(request, default=f"{AVAILABILITY_DAYS}d")
+    except timerange.BadRange as exc:
+        return timerange.bad_request(exc)
+    snapshots = StateCountSnapshot.objects.filter(taken_at__gte=window.start, taken_at__lte=window.end)
+    availability_chart = charts.availability_by_cluster(snapshots)
+    availability_chart["layout"]["xaxis"]["range"] = window.axis_range()
     return render(
         request,
         "remediation/overview.html",
@@ -175,8 +184,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             "breakers": summary.tripped_breakers(),
             "holds": summary.active_holds(now),
             "mttr": summary.mttr(Remediation.objects.all(), now),
-            "availability_chart": charts.availability_by_cluster(snapshots),
-            "availability_days": AVAILABILITY_DAYS,
+            "availability_chart": availability_chart,
+            **timerange.picker_context(request, window),
             "filterset": filterset,
             "errors": filterset.errors,
             "page": page,

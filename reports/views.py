@@ -37,6 +37,7 @@ from nodes import statecounts
 from nodes.choices import NodeState
 from nodes.models import Node, NodeEvent
 from nodes.scoping import is_operator_view, staff_only, user_tenant_id, visible_nodes, visible_tenants
+from nodewarden import timerange
 from nodewarden.throttling import AuthFailureThrottle, too_many_failures_response
 from remediation.models import Remediation
 from validation.summary import day1_yield
@@ -54,8 +55,22 @@ def _form(request: HttpRequest, *, drop: tuple[str, ...] = ()) -> ReportForm:
         values = [v for v in request.GET.getlist(key) if v != ""]
         if values and key not in drop:
             data.setlist(key, values)
+    # The portal's shared time range (a zoom on a chart, a link from another chart page) wins over
+    # the report's own period fields: it becomes the exact since/until it names.
+    problem = None
+    if any(request.GET.get(key) for key in timerange.PARAMS):
+        try:
+            window = timerange.from_request(request)
+        except timerange.BadRange as exc:
+            problem = str(exc)
+        else:
+            for key in ("days", "since", "until"):
+                data.pop(key, None)
+            data["since"], data["until"] = window.start.isoformat(), window.end.isoformat()
     form = ReportForm(data)
     form.is_valid()
+    if problem:
+        form.add_error(None, problem)
     return form
 
 
