@@ -114,9 +114,6 @@
         boxesOf(formId).forEach(function (box) { box.checked = all.checked; });
         showCount(formId);
       });
-      boxesOf(formId).forEach(function (box) {
-        box.addEventListener("change", function () { showCount(formId); });
-      });
     });
   }
 
@@ -130,9 +127,12 @@
 
   // A group's head checkbox ([data-select-group=KEY], grouped alert list) ticks the rows of that
   // group (tr[data-group-key=KEY]); delegated from the document, so rows htmx swaps in later work too.
+  // A row's own box updates its bar's count the same way (delegated: rows swapped in later count too).
   document.addEventListener("change", function (event) {
     var head = event.target;
-    if (!head.matches || !head.matches("input[data-select-group]")) { return; }
+    if (!head.matches) { return; }
+    if (head.matches("input[type=checkbox][form]")) { showCount(head.getAttribute("form")); return; }
+    if (!head.matches("input[data-select-group]")) { return; }
     var formId = head.dataset.form;
     document.querySelectorAll('tr[data-group-key="' + head.dataset.selectGroup + '"] input[type=checkbox][form="' + formId + '"]')
       .forEach(function (box) { box.checked = head.checked; });
