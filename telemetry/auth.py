@@ -8,6 +8,14 @@ shared cache, and each process reads it at most once per that interval (one cach
 trip a second, not one per request), dropping its cached tokens when it moved. Should the
 shared cache be unreachable, a cached token still expires after ``CACHE_SECONDS``.
 
+A process learns every live token in one query (``_load_all``: at its first cache miss, then again
+once ``CACHE_SECONDS`` have passed or the generation moved), not one query per token: after a
+restart or deploy every agent of the fleet reports within 30 s, and a per-token lookup (a query,
+a lockout read, a ``last_used`` write, each a round trip) cost the web process several times what
+the report's own ingest costs. A token issued after the load still misses and is looked up alone.
+``last_used`` is written for the tokens seen lately in one UPDATE at most once a second
+(``_flush_last_used``), never on a request's own round trip.
+
 Wrong tokens are counted per client address (``nodewarden.throttling``): a client that has sent
 too many is answered 429 before its next token is looked up. A token found valid in the
 in-process cache skips that count entirely, so the hot path costs no round trip to the cache.
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +47,19 @@ GENERATION_KEY = "telemetry:agent-token-generation"
 # last_used is a convenience for operators, not an audit trail: one write per token per 5 min.
 LAST_USED_EVERY_SECONDS = 300.0
 
+# Bound on the one query that loads every live token (a fleet is 100,000 nodes): past it, the
+# rest are looked up one by one on their first request, as a token issued after the load is.
+LOAD_ALL_MAX = 200_000
+CACHE_MAX = LOAD_ALL_MAX + 50_000  # and room for the tokens looked up alone (bogus ones too) before a clear
+LAST_USED_FLUSH_SECONDS = 1.0
+
 _cache: dict[str, tuple[float, AgentIdentity | None]] = {}
 _generation: list[Any] = [0.0, None]  # [when last read (monotonic), the shared generation then]
+_loaded: list[float] = [float("-inf")]  # when _load_all last ran (monotonic); -inf: not since the last clear
+_last_used: dict[int, Any] = {}  # token id -> its last_used as loaded (None: never), for tokens not touched since
+_touched: set[int] = set()  # token ids seen since the last flush whose last_used is due
+_flushed: list[float] = [0.0]
+_lock = threading.Lock()  # _load_all and _flush_last_used: one thread of the process at a time
 
 
 class AgentAuthError(Exception):
@@ -108,7 +128,11 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
     now = time.monotonic()
     _follow_revocations(now)
     cached = _cache.get(key_hash)
+    if (cached is None or cached[0] <= now) and now - _loaded[0] >= CACHE_SECONDS:
+        _load_all(now)
+        cached = _cache.get(key_hash)
     if cached is not None and cached[0] > now and cached[1] is not None:
+        _note_use(cached[1].token_id, now)
         return cached[1]  # a known good token: the hot path, nothing to count
     throttle = AuthFailureThrottle()
     if throttle.locked_out(request):
@@ -120,7 +144,7 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
         identity = cached[1]
     else:
         identity = _lookup(key_hash)
-        if len(_cache) > 100_000:  # bounded: a flood of bogus tokens cannot grow it forever
+        if len(_cache) > CACHE_MAX:  # bounded: a flood of bogus tokens cannot grow it forever
             _cache.clear()
         _cache[key_hash] = (now + CACHE_SECONDS, identity)
     if identity is None:
@@ -140,13 +164,66 @@ def _follow_revocations(now: float) -> None:
         log.warning("could not read the agent token generation", exc_info=True)
         return
     if current != _generation[1]:
-        _cache.clear()
+        _forget_here()
         _generation[1] = current
+
+
+def _forget_here() -> None:
+    _cache.clear()
+    _last_used.clear()
+    _loaded[0] = float("-inf")  # the next miss loads every live token again, the revoked ones left out
+
+
+def _load_all(now: float) -> None:
+    """Cache every live token (up to LOAD_ALL_MAX) from one query; tokens issued later miss and
+    are looked up alone (``_lookup``)."""
+    from .models import AgentToken
+
+    with _lock:
+        if now - _loaded[0] < CACHE_SECONDS:  # another thread just did
+            return
+        rows = AgentToken.objects.filter(revoked_at__isnull=True).values_list(
+            "key_hash", "id", "node_id", "node__hostname", "last_used"
+        )[:LOAD_ALL_MAX]
+        _cache.clear()
+        _last_used.clear()
+        expires = now + CACHE_SECONDS
+        for key_hash, token_id, node_id, hostname, last_used in rows:
+            _cache[key_hash] = (expires, AgentIdentity(node_id=node_id, hostname=hostname, token_id=token_id))
+            _last_used[token_id] = last_used
+        _loaded[0] = now
+
+
+def _note_use(token_id: int, now: float) -> None:
+    """Remember that the token was used; its last_used is written by the next flush if due."""
+    if token_id in _last_used:
+        last_used = _last_used[token_id]
+        if last_used is None or (timezone.now() - last_used).total_seconds() > LAST_USED_EVERY_SECONDS:
+            _touched.add(token_id)
+        _last_used.pop(token_id, None)  # due or not, looked at once per load
+    if _touched and now - _flushed[0] >= LAST_USED_FLUSH_SECONDS:
+        _flush_last_used(now)
+
+
+def _flush_last_used(now: float) -> None:
+    """One UPDATE for every token seen since the last flush whose last_used was due."""
+    from .models import AgentToken
+
+    with _lock:
+        if now - _flushed[0] < LAST_USED_FLUSH_SECONDS or not _touched:
+            return
+        _flushed[0] = now
+        ids = list(_touched)[:10_000]
+        _touched.difference_update(ids)
+    try:
+        AgentToken.objects.filter(pk__in=ids).update(last_used=timezone.now())
+    except Exception:  # a convenience for operators: never fail a report for it
+        log.warning("could not write last_used of %d agent tokens", len(ids), exc_info=True)
 
 
 def forget_cached_tokens() -> None:
     """Drop the cached tokens here, and (through the shared generation) in every other process."""
-    _cache.clear()
+    _forget_here()
     try:
         cache.incr(GENERATION_KEY)
     except ValueError:  # no generation yet (or the cache was flushed)
