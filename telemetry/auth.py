@@ -13,6 +13,8 @@ once ``CACHE_SECONDS`` have passed or the generation moved), not one query per t
 restart or deploy every agent of the fleet reports within 30 s, and a per-token lookup (a query,
 a lockout read, a ``last_used`` write, each a round trip) cost the web process several times what
 the report's own ingest costs. A token issued after the load still misses and is looked up alone.
+A loaded token's first use in the process still asks the client's lockout (one cache read per
+token and load), as a lookup does: a right guess after too many wrong ones gets a 429.
 ``last_used`` is written for the tokens seen lately in one UPDATE at most once a second
 (``_flush_last_used``), never on a request's own round trip.
 
@@ -56,7 +58,9 @@ LAST_USED_FLUSH_SECONDS = 1.0
 _cache: dict[str, tuple[float, AgentIdentity | None]] = {}
 _generation: list[Any] = [0.0, None]  # [when last read (monotonic), the shared generation then]
 _loaded: list[float] = [float("-inf")]  # when _load_all last ran (monotonic); -inf: not since the last clear
-_last_used: dict[int, Any] = {}  # token id -> its last_used as loaded (None: never), for tokens not touched since
+# Token id -> its last_used as loaded (None: never), for loaded tokens not yet used here: their
+# first use is checked against the client's lockout, as a lookup is (a right guess gets nowhere).
+_first_use: dict[int, Any] = {}
 _touched: set[int] = set()  # token ids seen since the last flush whose last_used is due
 _flushed: list[float] = [0.0]
 _lock = threading.Lock()  # _load_all and _flush_last_used: one thread of the process at a time
@@ -132,8 +136,12 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
         _load_all(now)
         cached = _cache.get(key_hash)
     if cached is not None and cached[0] > now and cached[1] is not None:
-        _note_use(cached[1].token_id, now)
-        return cached[1]  # a known good token: the hot path, nothing to count
+        identity = cached[1]
+        if identity.token_id in _first_use:  # loaded, not yet used here since: as a lookup would be
+            _first_use_of_loaded(identity, request, now)
+        elif _touched and now - _flushed[0] >= LAST_USED_FLUSH_SECONDS:
+            _flush_last_used(now)
+        return identity  # a known good token: the hot path, nothing to count
     throttle = AuthFailureThrottle()
     if throttle.locked_out(request):
         raise AgentThrottled(throttle.retry_after())
@@ -170,7 +178,7 @@ def _follow_revocations(now: float) -> None:
 
 def _forget_here() -> None:
     _cache.clear()
-    _last_used.clear()
+    _first_use.clear()
     _loaded[0] = float("-inf")  # the next miss loads every live token again, the revoked ones left out
 
 
@@ -186,22 +194,24 @@ def _load_all(now: float) -> None:
             "key_hash", "id", "node_id", "node__hostname", "last_used"
         )[:LOAD_ALL_MAX]
         _cache.clear()
-        _last_used.clear()
+        _first_use.clear()
         expires = now + CACHE_SECONDS
         for key_hash, token_id, node_id, hostname, last_used in rows:
             _cache[key_hash] = (expires, AgentIdentity(node_id=node_id, hostname=hostname, token_id=token_id))
-            _last_used[token_id] = last_used
+            _first_use[token_id] = last_used
         _loaded[0] = now
 
 
-def _note_use(token_id: int, now: float) -> None:
-    """Remember that the token was used; its last_used is written by the next flush if due."""
-    if token_id in _last_used:
-        last_used = _last_used[token_id]
-        if last_used is None or (timezone.now() - last_used).total_seconds() > LAST_USED_EVERY_SECONDS:
-            _touched.add(token_id)
-        _last_used.pop(token_id, None)  # due or not, looked at once per load
-    if _touched and now - _flushed[0] >= LAST_USED_FLUSH_SECONDS:
+def _first_use_of_loaded(identity: AgentIdentity, request: Any, now: float) -> None:
+    """A loaded token's first use here: the client's lockout is asked (one cache read, once per
+    token and load, not per request), and its last_used is queued for the next flush if due."""
+    throttle = AuthFailureThrottle()
+    if throttle.locked_out(request):
+        raise AgentThrottled(throttle.retry_after())
+    last_used = _first_use.pop(identity.token_id, None)
+    if last_used is None or (timezone.now() - last_used).total_seconds() > LAST_USED_EVERY_SECONDS:
+        _touched.add(identity.token_id)
+    if now - _flushed[0] >= LAST_USED_FLUSH_SECONDS:
         _flush_last_used(now)
 
 

@@ -50,6 +50,12 @@ def test_the_shared_generation_is_read_at_most_once_per_interval(node, agent):
     assert reads.count(GENERATION_KEY) <= 1  # not one round trip per request
 
 
+def _request() -> object:
+    from django.test import RequestFactory
+
+    return RequestFactory().post("/api/agent/reports/")
+
+
 def _nodes_with_tokens(count: int) -> list[tuple[object, str]]:
     from nodes.services import Actor
     from telemetry.services import issue_agent_token
@@ -61,37 +67,37 @@ def _nodes_with_tokens(count: int) -> list[tuple[object, str]]:
 
 def test_a_process_learns_every_live_token_in_one_query(django_assert_num_queries):
     """After a restart every agent of the fleet reports within 30 s: one query for all the tokens,
-    not a query (and a lockout read and a last_used write) for each."""
+    not a query and a last_used write for each."""
     (first_node, first), *others = _nodes_with_tokens(4)
-    assert auth.identify_agent(f"Bearer {first}", None).node_id == first_node.pk
+    assert auth.identify_agent(f"Bearer {first}", _request()).node_id == first_node.pk
     for node, token in others:
         with django_assert_num_queries(0):
-            assert auth.identify_agent(f"Bearer {token}", None).node_id == node.pk
+            assert auth.identify_agent(f"Bearer {token}", _request()).node_id == node.pk
 
 
 def test_a_token_issued_after_the_load_is_looked_up_on_its_own():
     (_, first), (node, _) = _nodes_with_tokens(2)
-    auth.identify_agent(f"Bearer {first}", None)  # every live token loaded
+    auth.identify_agent(f"Bearer {first}", _request())  # every live token loaded
     from nodes.services import Actor
     from telemetry.services import issue_agent_token
 
     later = issue_agent_token(node.pk, actor=Actor.system("test"))
-    assert auth.identify_agent(f"Bearer {later}", None).node_id == node.pk
+    assert auth.identify_agent(f"Bearer {later}", _request()).node_id == node.pk
 
 
 def test_a_loaded_token_revoked_by_another_process_stops_working_here(monkeypatch):
     monkeypatch.setattr(auth, "GENERATION_CHECK_SECONDS", 0.0)  # every call reads the shared generation
     (_, first), (node, second) = _nodes_with_tokens(2)
-    auth.identify_agent(f"Bearer {first}", None)  # the second token is cached here too, unused
+    auth.identify_agent(f"Bearer {first}", _request())  # the second token is cached here too, unused
     revoke_in_another_process(node)
     with pytest.raises(auth.AgentAuthError):
-        auth.identify_agent(f"Bearer {second}", None)
+        auth.identify_agent(f"Bearer {second}", _request())
 
 
 def test_last_used_is_written_for_tokens_used_in_one_batched_update(monkeypatch):
     monkeypatch.setattr(auth, "LAST_USED_FLUSH_SECONDS", 0.0, raising=False)
     tokens = _nodes_with_tokens(3)
     for _node, token in tokens:
-        auth.identify_agent(f"Bearer {token}", None)
-    auth.identify_agent(f"Bearer {tokens[0][1]}", None)  # the flush is due on a request, not a timer
+        auth.identify_agent(f"Bearer {token}", _request())
+    auth.identify_agent(f"Bearer {tokens[0][1]}", _request())  # the flush is due on a request, not a timer
     assert not AgentToken.objects.filter(node__in=[n for n, _ in tokens], last_used__isnull=True).exists()
