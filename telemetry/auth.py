@@ -136,12 +136,12 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
         _load_all(now)
         cached = _cache.get(key_hash)
     if cached is not None and cached[0] > now and cached[1] is not None:
-        identity = cached[1]
-        if identity.token_id in _first_use:  # loaded, not yet used here since: as a lookup would be
-            _first_use_of_loaded(identity, request, now)
+        known = cached[1]
+        if known.token_id in _first_use:  # loaded, not yet used here since: as a lookup would be
+            _first_use_of_loaded(known, request, now)
         elif _touched and now - _flushed[0] >= LAST_USED_FLUSH_SECONDS:
             _flush_last_used(now)
-        return identity  # a known good token: the hot path, nothing to count
+        return known  # a known good token: the hot path, nothing to count
     throttle = AuthFailureThrottle()
     if throttle.locked_out(request):
         raise AgentThrottled(throttle.retry_after())
