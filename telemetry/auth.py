@@ -14,7 +14,8 @@ restart or deploy every agent of the fleet reports within 30 s, and a per-token 
 a lockout read, a ``last_used`` write, each a round trip) cost the web process several times what
 the report's own ingest costs. A token issued after the load still misses and is looked up alone.
 A loaded token's first use in the process still asks the client's lockout (one cache read per
-token and load), as a lookup does: a right guess after too many wrong ones gets a 429.
+token), as a lookup does: a right guess after too many wrong ones gets a 429. A token that has
+passed here once is not asked again when a revocation elsewhere drops the cache.
 ``last_used`` is written for the tokens seen lately in one UPDATE at most once a second
 (``_flush_last_used``), never on a request's own round trip.
 
@@ -61,6 +62,9 @@ _loaded: list[float] = [float("-inf")]  # when _load_all last ran (monotonic); -
 # Token id -> its last_used as loaded (None: never), for loaded tokens not yet used here: their
 # first use is checked against the client's lockout, as a lookup is (a right guess gets nowhere).
 _first_use: dict[int, Any] = {}
+# Token ids this process has seen pass the lockout (a lookup or a first use): kept when a revocation
+# elsewhere drops the cache, so a reload does not ask their lockout again (the revoked are not reloaded).
+_vouched: set[int] = set()
 _touched: set[int] = set()  # token ids seen since the last flush whose last_used is due
 _flushed: list[float] = [0.0]
 _lock = threading.Lock()  # _load_all and _flush_last_used: one thread of the process at a time
@@ -158,7 +162,14 @@ def identify_agent(authorization_header: str | None, request: Any) -> AgentIdent
     if identity is None:
         throttle.record_failure(request)
         raise AgentAuthError("Unknown or revoked node agent token.")
+    _vouch(identity.token_id)
     return identity
+
+
+def _vouch(token_id: int) -> None:
+    if len(_vouched) > CACHE_MAX:  # bounded, as the cache is
+        _vouched.clear()
+    _vouched.add(token_id)
 
 
 def _follow_revocations(now: float) -> None:
@@ -205,9 +216,11 @@ def _load_all(now: float) -> None:
 def _first_use_of_loaded(identity: AgentIdentity, request: Any, now: float) -> None:
     """A loaded token's first use here: the client's lockout is asked (one cache read, once per
     token and load, not per request), and its last_used is queued for the next flush if due."""
-    throttle = AuthFailureThrottle()
-    if throttle.locked_out(request):
-        raise AgentThrottled(throttle.retry_after())
+    if identity.token_id not in _vouched:
+        throttle = AuthFailureThrottle()
+        if throttle.locked_out(request):
+            raise AgentThrottled(throttle.retry_after())
+        _vouch(identity.token_id)
     last_used = _first_use.pop(identity.token_id, None)
     if last_used is None or (timezone.now() - last_used).total_seconds() > LAST_USED_EVERY_SECONDS:
         _touched.add(identity.token_id)
@@ -234,6 +247,7 @@ def _flush_last_used(now: float) -> None:
 def forget_cached_tokens() -> None:
     """Drop the cached tokens here, and (through the shared generation) in every other process."""
     _forget_here()
+    _vouched.clear()
     try:
         cache.incr(GENERATION_KEY)
     except ValueError:  # no generation yet (or the cache was flushed)

@@ -101,3 +101,19 @@ def test_last_used_is_written_for_tokens_used_in_one_batched_update(monkeypatch)
         auth.identify_agent(f"Bearer {token}", _request())
     auth.identify_agent(f"Bearer {tokens[0][1]}", _request())  # the flush is due on a request, not a timer
     assert not AgentToken.objects.filter(node__in=[n for n, _ in tokens], last_used__isnull=True).exists()
+
+
+def test_a_token_used_here_is_not_locked_out_after_a_revocation_elsewhere(monkeypatch, settings):
+    """Another node's revocation drops this process's cache; a token it had already seen pass
+    is reloaded without asking the lockout again, so a neighbour's guessing at the same address
+    does not shut out an agent that was working."""
+    from nodewarden.throttling import AuthFailureThrottle
+
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"auth_failure": "3/min"}}
+    monkeypatch.setattr(auth, "GENERATION_CHECK_SECONDS", 0.0)
+    (node, good), (other, _) = _nodes_with_tokens(2)
+    assert auth.identify_agent(f"Bearer {good}", _request()).node_id == node.pk
+    for _ in range(3):
+        AuthFailureThrottle().record_failure(_request())  # a neighbour behind the same address guessing
+    revoke_in_another_process(other)
+    assert auth.identify_agent(f"Bearer {good}", _request()).node_id == node.pk
