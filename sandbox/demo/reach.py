@@ -25,6 +25,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class FeedReceiver:
         self.secret = secret
         self.received: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
         self.rejected = 0
+        self.total = 0  # every CloudEvent accepted since start; ``received`` keeps only the newest
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -88,11 +90,17 @@ class FeedReceiver:
                 at = datetime.now(UTC).isoformat()
                 with receiver._lock:
                     receiver.received.extend({"received_at": at, "cloudevent": ce} for ce in batch)
+                    receiver.total += len(batch)
                 self._answer(204, None)
 
             def do_GET(self) -> None:
-                if self.path in ("/", "/events"):
-                    self._answer(200, receiver.listing())
+                url = urllib.parse.urlsplit(self.path)
+                if url.path in ("/", "/events"):
+                    limit = urllib.parse.parse_qs(url.query).get("limit", [""])[0]
+                    if limit and not (limit.isdigit() and int(limit) > 0):
+                        self._answer(400, {"detail": "limit is a positive whole number"})
+                        return
+                    self._answer(200, receiver.listing(int(limit) if limit else None))
                 else:
                     self._answer(404, {"detail": "GET / lists the CloudEvents received"})
 
@@ -110,12 +118,13 @@ class FeedReceiver:
 
         return Handler
 
-    def listing(self) -> dict[str, Any]:
-        """What ``GET /`` answers: the CloudEvents kept (newest first) and the batches refused."""
+    def listing(self, limit: int | None = None) -> dict[str, Any]:
+        """What ``GET /`` answers: how many CloudEvents arrived since start, the newest ones kept
+        (newest first, at most ``keep``) and the batches refused. ``?limit=N`` shortens the list."""
         with self._lock:
             kept = list(self.received)
-            rejected = self.rejected
-        return {"received": len(kept), "rejected_batches": rejected, "events": kept[::-1]}
+            rejected, total = self.rejected, self.total
+        return {"received": total, "kept": len(kept), "rejected_batches": rejected, "events": kept[::-1][:limit]}
 
     def cloudevents(self) -> list[dict[str, Any]]:
         """The CloudEvents kept, oldest first."""

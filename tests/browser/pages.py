@@ -78,6 +78,11 @@ LAYOUT_PROBLEMS_JS = """() => {
     const twice = names.filter((n, i) => names.indexOf(n) !== i);
     if (twice.length) { problems.push('table #' + (table.id || '?') + ' names a column twice: ' + twice.join(', ')); }
   });
+  // A one-line control stretched tall (a flex basis meant as a width landing on a column flex's height).
+  document.querySelectorAll('input:not([type=hidden]):not([type=checkbox]):not([type=radio]), select, button').forEach(el => {
+    const h = el.getBoundingClientRect().height;
+    if (h > 64) { problems.push(el.tagName.toLowerCase() + (el.name ? '[name=' + el.name + ']' : '') + ' is ' + Math.round(h) + ' px tall'); }
+  });
   return problems;
 }"""
 

@@ -62,6 +62,25 @@ def test_the_receiver_keeps_signed_batches_lists_them_and_refuses_the_rest():
         receiver.stop()
 
 
+def test_the_receiver_counts_every_event_though_it_keeps_only_the_newest():
+    """A demo fills the receiver's buffer in minutes: "received" must stay the running total (it
+    once was the buffer's size), and ``?limit=`` shortens the list; a bad limit is a 400."""
+    receiver = reach.FeedReceiver("s3cret", keep=2).start()
+    try:
+        for n in range(3):
+            body = json.dumps([{"id": str(n), "type": "io.nodewarden.node.note"}]).encode()
+            assert post(receiver.hook_url, body, sign("s3cret", body, int(time.time()))) == 204
+        seen = listing(receiver.url + "/")
+        assert (seen["received"], seen["kept"]) == (3, 2)
+        assert [e["cloudevent"]["id"] for e in seen["events"]] == ["2", "1"]
+        assert [e["cloudevent"]["id"] for e in listing(receiver.url + "/?limit=1")["events"]] == ["2"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            listing(receiver.url + "/?limit=many")
+        assert refused.value.code == 400
+    finally:
+        receiver.stop()
+
+
 def test_the_seed_makes_the_receivers_subscription_inactive(seeded):
     subscription = Subscription.objects.get(description=reach.RECEIVER_DESCRIPTION)
     assert not subscription.active and subscription.url == reach.RECEIVER_PLACEHOLDER
