@@ -478,7 +478,12 @@ def _transition_table() -> dict[str, dict[str, str]]:
     table: dict[str, dict[str, str]] = {}
     for name in services.VERBS:
         meta = getattr(Node, name)._django_fsm
-        table[name] = {str(source): str(t.target) for source, t in meta.transitions.items()}
+        # A target that depends on why (complete_drain: triage, or maintenance after an operator's
+        # planned drain): the seeded lives walk the first, the road of findings they are written for.
+        table[name] = {
+            str(source): str(t.target.allowed_states[0] if hasattr(t.target, "allowed_states") else t.target)
+            for source, t in meta.transitions.items()
+        }
     return table
 
 
