@@ -34,7 +34,7 @@ from .choices import RULE_PREFIX, Invariant
 
 S = NodeState
 # Out of production: Nodewarden has asked the scheduler for a drain or cordon (docs/auditor.md).
-MUST_BE_CORDONED = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
+MUST_BE_CORDONED = (S.DRAIN_PENDING, S.DRAINING, S.MAINTENANCE, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
 POWERED_ON = (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING)  # serving, or finishing a job
 # States an open remediation's plan may wait in, by its status (a RUNNING one needs a live step).
 PLAN_STATES: dict[str, tuple[str, ...]] = {

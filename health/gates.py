@@ -115,11 +115,13 @@ def resolve_answered_events(node_id: int, since: datetime) -> int:
 
 def released(node: Node, event: NodeEvent) -> str:
     """Follow-up of ``release_to_production``: resolve the event alerts the re-validation pass answered.
-    The pass began at the node's last ``start_validation``/``revalidate`` before the release (as the
+    The pass began at the node's last ``start_validation``/``revalidate``/``end_maintenance`` before the release (as the
     gate's ``validation.services.current_pass``); with none on record, nothing was answered."""
     pass_began = (
         NodeEvent.objects.filter(
-            node_id=node.pk, transition__in=("start_validation", "revalidate"), created__lte=event.created
+            node_id=node.pk,
+            transition__in=("start_validation", "revalidate", "end_maintenance"),
+            created__lte=event.created,
         )
         .order_by("-created", "-id")
         .values_list("created", flat=True)

@@ -152,7 +152,9 @@ def lifecycle_edges() -> list[tuple[str, str, str]]:
     for t in field.get_all_transitions(Node):
         if t.custom.get("admin_only") or t.source in ("*", "+"):
             continue
-        edges.append((str(t.source), str(t.target), t.name))  # the states' values
+        # A target that depends on why (complete_drain: triage or maintenance) is one edge per state.
+        targets = t.target.allowed_states if hasattr(t.target, "allowed_states") else [t.target]
+        edges += [(str(t.source), str(target), t.name) for target in targets]  # the states' values
     return sorted(set(edges))
 
 

@@ -23,6 +23,8 @@ class NodeState(models.TextChoices):
     PRODUCTION = "production", "Production"
     DRAIN_PENDING = "drain_pending", "Drain pending"
     DRAINING = "draining", "Draining"
+    # An operator's planned work (or plain planned drain): out of production, not in trouble.
+    MAINTENANCE = "maintenance", "Maintenance"
     TRIAGE = "triage", "Triage"
     REMEDIATING = "remediating", "Remediation in progress"
     REPAIR = "repair", "Repair"
@@ -67,6 +69,7 @@ STATE_PHASE: dict[str, str] = {
     S.PRODUCTION: Phase.PRODUCTION,
     S.DRAIN_PENDING: Phase.PRODUCTION,
     S.DRAINING: Phase.OUT,
+    S.MAINTENANCE: Phase.OUT,
     S.TRIAGE: Phase.OUT,
     S.REMEDIATING: Phase.OUT,
     S.REPAIR: Phase.OUT,
@@ -74,7 +77,8 @@ STATE_PHASE: dict[str, str] = {
     S.DECOMMISSIONED: Phase.RETIRED,
 }
 
-# States an operator should look at: the node is not serving and needs work.
+# States an operator should look at: the node is not serving and needs work. Maintenance is not
+# trouble: an operator took the node out on purpose and ends it (``end_maintenance``).
 TROUBLE_STATES: tuple[str, ...] = (S.DRAIN_PENDING, S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
 
 # Badge colours (CSS custom property suffixes in static/css/app.css, and chart colours).
@@ -90,6 +94,7 @@ STATE_COLOURS: dict[str, str] = {
     S.PRODUCTION: "#2e9e5b",
     S.DRAIN_PENDING: "#d9a21b",
     S.DRAINING: "#e08a1e",
+    S.MAINTENANCE: "#3f8fa6",
     S.TRIAGE: "#e0641e",
     S.REMEDIATING: "#d94a3a",
     S.REPAIR: "#c0392b",
@@ -111,12 +116,23 @@ STATE_LAYOUT: dict[str, tuple[float, float]] = {
     S.PRODUCTION: (8, 0),
     S.DRAIN_PENDING: (8, -1.2),
     S.DRAINING: (7, -1.8),
+    S.MAINTENANCE: (4, -1.4),
     S.TRIAGE: (5.5, -2.2),
     S.REMEDIATING: (4, -3.2),
     S.REPAIR: (5.5, -3.6),
     S.RMA: (7, -3.4),
     S.DECOMMISSIONED: (1.5, -3.0),
 }
+
+
+class MaintenanceWork(models.TextChoices):
+    """What was done to a node in maintenance: it picks the re-validation plan that ends it
+    (``validation.choices.MAINTENANCE_PLANS``): the less was touched, the shorter the road back."""
+
+    NONE = "none", "Nothing touched"
+    FIRMWARE = "firmware", "Firmware changed"
+    HARDWARE = "hardware", "Hardware swapped (GPU, NIC, cable, memory)"
+    OTHER = "other", "Other"
 
 
 class ActorKind(models.TextChoices):

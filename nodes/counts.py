@@ -1,4 +1,5 @@
-"""The node counts every page and /metrics shows: nodes per lifecycle state and nodes in trouble.
+"""The node counts every page and /metrics shows: nodes per lifecycle state, nodes in trouble and
+nodes in maintenance (an operator's planned work: out of production, not trouble).
 
 One definition each, so the overview, the remediation page and /metrics cannot disagree: "in
 trouble" is the nodes in ``TROUBLE_STATES``; "in Remediation state" is the nodes whose lifecycle
@@ -28,6 +29,11 @@ class NodeCounts:
     @property
     def in_trouble(self) -> int:
         return sum(self.by_state[s] for s in TROUBLE_STATES)
+
+    @property
+    def in_maintenance(self) -> int:
+        """Out of production on purpose (an operator's maintenance): counted apart, not as trouble."""
+        return self.by_state[NodeState.MAINTENANCE]
 
     @property
     def in_remediation_state(self) -> int:

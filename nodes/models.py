@@ -231,12 +231,37 @@ class Node(ConcurrentTransitionMixin, models.Model):
     @transition(
         field=state,
         source=S.DRAINING,
-        target=S.TRIAGE,
+        target=RETURN_VALUE(S.TRIAGE, S.MAINTENANCE),
         permission=OPERATE,
         custom=_meta("Complete drain", Q_REMEDIATION),
     )
-    def complete_drain(self) -> None:
-        """No customer work left on the node."""
+    def complete_drain(self, maintenance: bool = False) -> str:
+        """No customer work left on the node: it lands in maintenance when an operator planned the
+        drain (``nodes.services.planned_maintenance``), in triage when findings took it out."""
+        return S.MAINTENANCE if maintenance else S.TRIAGE
+
+    @transition(
+        field=state,
+        source=S.PRODUCTION,
+        target=S.DRAIN_PENDING,
+        permission=OPERATE,
+        custom=_meta("Start maintenance", Q_REMEDIATION, style="warning"),
+    )
+    def start_maintenance(self) -> None:
+        """An operator's planned work: the node drains once its current job ends, then waits in
+        maintenance (not triage) until the operator ends it."""
+
+    @transition(
+        field=state,
+        source=S.MAINTENANCE,
+        target=S.FIRMWARE_UPDATE,
+        permission=OPERATE,
+        custom={**_meta("End maintenance", Q_VALIDATION, style="success"), "own_form": True},
+    )
+    def end_maintenance(self) -> None:
+        """The operator's work is done: back through the re-validation plan that what was done
+        picks (``validation.choices.MAINTENANCE_PLANS``), then production."""
+        self.is_revalidation = True
 
     @transition(
         field=state,
@@ -290,7 +315,7 @@ class Node(ConcurrentTransitionMixin, models.Model):
 
     @transition(
         field=state,
-        source=[S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA],
+        source=[S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.MAINTENANCE, S.TRIAGE, S.REPAIR, S.RMA],
         target=S.DECOMMISSIONED,
         permission=OPERATE,
         custom=_meta("Decommission", Q_PROVISIONING, style="danger"),

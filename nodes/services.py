@@ -21,8 +21,8 @@ from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import followups
-from .choices import ActorKind, EventKind, GpuHealth, NodeState
-from .models import GPU, OPERATE, Node, NodeEvent
+from .choices import ActorKind, EventKind, GpuHealth, MaintenanceWork, NodeState
+from .models import GPU, OPERATE, STATE_CHANGE_KINDS, Node, NodeEvent
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -166,7 +166,91 @@ fail_validation = _verb("fail_validation")
 request_drain = _verb("request_drain")
 cancel_drain = _verb("cancel_drain")
 start_draining = _verb("start_draining")
-complete_drain = _verb("complete_drain")
+
+
+# --- Where a drain lands: maintenance (an operator's plan) or triage (findings) ------------------
+# The verbs by which an operator plans a node's way out of production. A user's plain drain is
+# planned work too; the same verbs run by the system (remediation, a GPU fence) answer findings.
+PLANNED_DRAINS = ("start_maintenance", "request_drain", "start_draining")
+DrainAwaiter = Callable[[int], str | None]
+DRAIN_AWAITERS: list[DrainAwaiter] = []
+
+
+def awaits_drain(fn: DrainAwaiter) -> DrainAwaiter:
+    """Register ``fn(node_id)``: why another app waits for this node's drain to act on it (an open
+    remediation's rung, a re-role), or None. Such a drain ends in triage, where they pick it up;
+    the apps above nodes register in their ``AppConfig.ready`` (nodes never imports them)."""
+    DRAIN_AWAITERS.append(fn)
+    return fn
+
+
+def planned_maintenance(node_id: int) -> NodeEvent | None:
+    """The operator's planned drain or maintenance this node's way out of production is for: the
+    latest state change out of production, if it is ``start_maintenance`` or a user's plain drain,
+    and no app awaits the drain (``awaits_drain``). None when findings took it out. Two queries."""
+    leave = (
+        NodeEvent.objects.filter(node_id=node_id, source_state=NodeState.PRODUCTION, kind__in=STATE_CHANGE_KINDS)
+        .exclude(target_state=NodeState.PRODUCTION)
+        .order_by("-created", "-id")
+        .first()
+    )
+    if leave is None or leave.transition not in PLANNED_DRAINS:
+        return None
+    if leave.transition != "start_maintenance" and leave.actor_kind != ActorKind.USER:
+        return None
+    if any(awaiter(node_id) for awaiter in DRAIN_AWAITERS):
+        return None
+    return leave
+
+
+def complete_drain(
+    node_id: int, *, actor: Actor, reason: str, details: dict[str, Any] | None = None, correlation_id: str = ""
+) -> NodeEvent:
+    """No customer work left on the node: into maintenance when an operator planned the drain
+    (``planned_maintenance``), into triage when findings took it out (or an app awaits the drain)."""
+    planned = planned_maintenance(node_id)
+    if planned is not None:
+        details = {**(details or {}), "maintenance_started_by": planned.pk}
+    return _transition(
+        node_id,
+        "complete_drain",
+        actor=actor,
+        reason=reason,
+        details=details,
+        correlation_id=correlation_id,
+        args=(planned is not None,),
+    )
+
+
+start_maintenance = _verb("start_maintenance")
+
+
+def end_maintenance(
+    node_id: int,
+    *,
+    actor: Actor,
+    reason: str,
+    work: str = MaintenanceWork.OTHER,
+    details: dict[str, Any] | None = None,
+    correlation_id: str = "",
+) -> NodeEvent:
+    """The operator's work on a node in maintenance is done: ``work`` (``MaintenanceWork``) says what
+    was done and picks the re-validation plan the node walks back to production (the Day 1 stages,
+    ``validation.choices.MAINTENANCE_PLANS``). Without it (the generic transition endpoint): "other",
+    the full plan. Raises ValueError for an unknown ``work`` (nothing written)."""
+    if work not in MaintenanceWork.values:
+        choices = ", ".join(MaintenanceWork.values)
+        raise ValueError(f"Unknown maintenance work {work!r}: one of {choices}.")
+    return _transition(
+        node_id,
+        "end_maintenance",
+        actor=actor,
+        reason=reason,
+        details={**(details or {}), "maintenance_work": work},
+        correlation_id=correlation_id,
+    )
+
+
 cordon = _verb("cordon")
 start_remediation = _verb("start_remediation")
 fail_remediation = _verb("fail_remediation")
@@ -209,6 +293,8 @@ VERBS: dict[str, Callable[..., NodeEvent]] = {
         cancel_drain,
         start_draining,
         complete_drain,
+        start_maintenance,
+        end_maintenance,
         cordon,
         start_remediation,
         fail_remediation,
@@ -233,8 +319,17 @@ def available_transitions(node: Node, user: Any) -> list[dict[str, Any]]:
     for t in node.get_available_user_state_transitions(user):
         if t.custom.get("admin_only"):
             continue
+        target = t.target
+        if not isinstance(target, str):  # a transition whose target depends on why: complete_drain
+            target = NodeState.MAINTENANCE if planned_maintenance(node.pk) else NodeState.TRIAGE
         result.append(
-            {"name": t.name, "label": t.custom["label"], "target": t.target, "style": t.custom.get("style", "primary")}
+            {
+                "name": t.name,
+                "label": t.custom["label"],
+                "target": target,
+                "style": t.custom.get("style", "primary"),
+                "own_form": bool(t.custom.get("own_form")),
+            }
         )
     return result
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("nodes/<int:pk>/", views.node_detail, name="node-detail"),
     path("nodes/<int:pk>/history/", views.node_history, name="node-history"),
     path("nodes/<int:pk>/transitions/<slug:name>/", views.node_transition, name="node-transition"),
+    path("nodes/<int:pk>/maintenance/end/", views.node_end_maintenance, name="node-end-maintenance"),
     path("nodes/<int:pk>/notes/", views.node_note, name="node-note"),
     path("nodes/<int:pk>/gpus/<int:index>/<slug:verb>/", views.node_gpu_action, name="node-gpu-action"),
 ]

@@ -35,7 +35,16 @@ from nodewarden.bounds import timestamp_problem
 from nodewarden.errors import ReasonRequired, TransitionForbidden
 
 from . import charts, services, statecounts
-from .choices import PHASE_SHORT, STATE_COLOURS, STATE_PHASE, TROUBLE_STATES, EventKind, NodeState, Phase
+from .choices import (
+    PHASE_SHORT,
+    STATE_COLOURS,
+    STATE_PHASE,
+    TROUBLE_STATES,
+    EventKind,
+    MaintenanceWork,
+    NodeState,
+    Phase,
+)
 from .counts import node_counts
 from .filters import NodeFilterSet
 from .history import NO_FILTER, HistoryFilter, HistoryFilterForm, history_page
@@ -82,6 +91,7 @@ def fleet_overview(request: HtmxHttpRequest) -> HttpResponse:
         "tiles": tiles,
         "total": counts.total,
         "in_trouble": counts.in_trouble,
+        "in_maintenance": counts.in_maintenance,
         "recent": recent,
         "by_cluster": _counts_by_cluster(nodes),
         "phases": [(PHASE_SHORT[p], p.label) for p in Phase],
@@ -248,6 +258,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "usable_gpus": services.usable_gpu_count(gpus),
         "can_note": request.user.has_perm("nodes.operate_node"),
         "why": why_here(node, operator=is_operator_view(request.user)),
+        "maintenance_work": MaintenanceWork.choices,
     }
     fragment = live.wanted_fragment(request, NODE_LIVE_FRAGMENTS)
     if fragment:  # a live refresh of one part: no charts, no history
@@ -330,6 +341,28 @@ def node_transition(request: HttpRequest, pk: int, name: str) -> HttpResponse:
     else:
         node.refresh_from_db()
         messages.success(request, f"{node.hostname} is now {node.get_state_display()}.")
+    return redirect("node-detail", pk=node.pk)
+
+
+@login_required
+@require_POST
+def node_end_maintenance(request: HttpRequest, pk: int) -> HttpResponse:
+    """End a node's maintenance from the node page: what was done picks the re-validation plan."""
+    node = _visible_node_or_404(request, pk)
+    try:
+        services.end_maintenance(
+            node.pk,
+            actor=services.Actor(user=request.user),
+            reason=request.POST.get("reason", ""),
+            work=request.POST.get("work", ""),
+        )
+    except TransitionForbidden as exc:
+        return HttpResponseForbidden(str(exc))
+    except (ReasonRequired, ValueError, TransitionNotAllowed, ConcurrentTransition) as exc:
+        messages.error(request, str(exc))
+    else:
+        node.refresh_from_db()
+        messages.success(request, f"{node.hostname}: maintenance ended, re-validating ({node.get_state_display()}).")
     return redirect("node-detail", pk=node.pk)
 
 

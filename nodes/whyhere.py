@@ -20,13 +20,20 @@ from typing import Any
 
 from bmc.models import BmcEndpoint
 
-from .choices import ActorKind, EventKind
+from .choices import ActorKind, EventKind, NodeState
 from .models import STATE_CHANGE_KINDS, Node, NodeEvent
 
 # Transitions that carry on a road an earlier verb began; the cause is that verb.
 CONTINUATIONS = frozenset({"start_draining", "complete_drain"})
 RECENT_CHANGES = 20  # state changes read to find the start of the current road
-FACT_ORDER = ("remediation", "hold", "alerts", "scheduler", "bmc")  # what comes next first, the machine last
+FACT_ORDER = (
+    "maintenance",
+    "remediation",
+    "hold",
+    "alerts",
+    "scheduler",
+    "bmc",
+)  # what comes next first, the machine last
 OPERATOR_WORD = "an operator"  # what a customer reads instead of a staff member's username
 
 
@@ -80,6 +87,8 @@ def why_here(node: Node, *, operator: bool) -> WhyHere:
     facts: list[Fact] = []
     for provider in PROVIDERS:
         facts += provider(node, latest, operator)
+    if node.state == NodeState.MAINTENANCE and cause is not None:
+        facts.append(_maintenance_fact(cause))
     facts.append(_bmc_fact(node, operator))
     facts.sort(key=lambda f: FACT_ORDER.index(f.key) if f.key in FACT_ORDER else len(FACT_ORDER))
     return WhyHere(node, cause, facts)
@@ -112,6 +121,19 @@ def actor_shown(event: NodeEvent, operator: bool) -> str:
     if operator or event.actor_kind != ActorKind.USER:
         return event.actor_name
     return OPERATOR_WORD
+
+
+def _maintenance_fact(cause: Cause) -> Fact:
+    """Who put the node in maintenance, when and why (the verb that began its road: the operator's
+    ``start_maintenance`` or plain drain), and what ends it."""
+    origin = cause.origin
+    return Fact(
+        "maintenance",
+        "Maintenance",
+        f"Maintenance since {origin.created:%Y-%m-%d %H:%M} UTC by {cause.actor}: {origin.reason}. "
+        "Ends when an operator runs End maintenance, saying what was done: the node walks the "
+        "re-validation plan that fits it (nothing touched: the inventory check only), then production.",
+    )
 
 
 def _bmc_fact(node: Node, operator: bool) -> Fact:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from health.followups import on_new_finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
+from nodes.services import awaits_drain
 from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
 from schedulers.reactions import drain_hold
 from telemetry.commands import on_result
@@ -36,6 +37,14 @@ def queue_gpu_reset_answer(command_id: int) -> None:
 def rung_after_drain(node: Node, event: NodeEvent) -> str:
     rem = services.on_drained(node.pk)
     return f"Remediation {rem.pk}: {rem.get_status_display().lower()}." if rem else ""
+
+
+@awaits_drain
+def remediation_awaits_drain(node_id: int) -> str | None:
+    """A remediation waiting for the node's drain (its own, or an operator's drain it joined) starts
+    its rung once drained: the drain ends in triage, not in maintenance."""
+    waiting = Remediation.objects.filter(node_id=node_id, status=Status.DRAINING).exists()
+    return "a remediation waits for the drain" if waiting else None
 
 
 @followup("release_to_production")

@@ -22,7 +22,7 @@ from .models import BlastRadiusLimit, CircuitBreaker, Hold, MaintenanceWindow
 
 S = NodeState
 SERVING = (S.PRODUCTION, S.DRAIN_PENDING)
-OUT = (S.DRAINING, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)
+OUT = (S.DRAINING, S.MAINTENANCE, S.TRIAGE, S.REMEDIATING, S.REPAIR, S.RMA)  # capacity out, planned or not
 DEFAULT_LIMIT = BlastRadiusLimit(domain=Domain.CLUSTER, max_share=0.1, max_count=50, max_drains_per_hour=20)
 # Findings spike: at least this share of a cluster's nodes (and this many) with a degraded or
 # catastrophic finding within the window trips the cluster's breaker.

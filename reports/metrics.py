@@ -147,6 +147,11 @@ class FleetCollector(Collector):
             'Nodes in a state that needs work (the overview\'s "in trouble").',
             value=counts.in_trouble,
         )
+        yield GaugeMetricFamily(
+            "nodewarden_nodes_in_maintenance",
+            "Nodes an operator took out for planned work (not counted in trouble).",
+            value=counts.in_maintenance,
+        )
 
     @staticmethod
     def _by_severity(name: str, documentation: str, queryset: QuerySet[Any]) -> Metric:

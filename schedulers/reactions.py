@@ -9,8 +9,9 @@ or resumes a node in its scheduler as a consequence of a transition.
 The reactions:
 - evict: no new work, and the work on the node is moved off now (an operator's or remediation's
   "Cordon now"; a forced move out of production);
-- drain: no new work, the current work finishes (the drain verbs); the node moves on from
-  drain pending to draining to triage as the scheduler reports it idle, unless a drain hold
+- drain: no new work, the current work finishes (the drain verbs, ``start_maintenance``); the node
+  moves on from drain pending to draining to triage (to maintenance when an operator planned the
+  drain: ``nodes.services.planned_maintenance``) as the scheduler reports it idle, unless a drain hold
   (``drain_hold``, e.g. remediation confirming that a condition did not clear by itself) keeps
   it pending;
 - cordon: no new work (the node runs none): every state out of production; the reason follows
@@ -73,6 +74,7 @@ STATE_REACTION: dict[str, str | None] = {
     S.PRODUCTION: R.RESUME,
     S.DRAIN_PENDING: R.DRAIN,
     S.DRAINING: R.DRAIN,
+    S.MAINTENANCE: R.CORDON,  # reason "Maintenance: ... (out for: <the operator's reason>)"
     S.TRIAGE: R.CORDON,
     S.REMEDIATING: R.CORDON,
     S.REPAIR: R.CORDON,
@@ -97,6 +99,8 @@ REACTIONS: dict[str, str | None] = {
     "cancel_drain": R.RESUME,
     "start_draining": R.DRAIN,
     "complete_drain": R.CORDON,
+    "start_maintenance": R.DRAIN,  # a planned drain: the job finishes, then maintenance
+    "end_maintenance": R.CORDON,  # out until the re-validation plan passes (release_to_production)
     "cordon": R.EVICT,
     "start_remediation": R.CORDON,
     "fail_remediation": R.CORDON,
@@ -459,6 +463,7 @@ def advance_drain(node: Node, *, trigger: int | None = None) -> str:
 
 
 @followup("request_drain")
+@followup("start_maintenance")
 @followup("start_draining")
 def drain_on(node: Node, event: NodeEvent) -> str:
     """After the drain reaction: the node moves on at once when nothing runs on it."""

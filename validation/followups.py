@@ -30,6 +30,16 @@ def _begin(node: Node, event: NodeEvent) -> str:
     return f"{run.get_kind_display()}: {run.get_status_display()}" + (f" ({run.summary})" if run.summary else "")
 
 
+@node_services.awaits_drain
+def re_role_awaits_drain(node_id: int) -> str | None:
+    """A re-role drains the node to apply its new persona: that drain ends in triage, not in
+    maintenance, and the persona is applied there (``apply_persona_when_drained``)."""
+    from .models import PersonaChange
+
+    waiting = PersonaChange.objects.filter(node_id=node_id, status=PersonaChange.Status.DRAINING).exists()
+    return "a re-role waits for the drain" if waiting else None
+
+
 @followup("complete_drain")
 def apply_persona_when_drained(node: Node, event: NodeEvent) -> str:
     """A node drained for a re-role takes its new persona now and is re-validated."""

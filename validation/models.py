@@ -13,7 +13,7 @@ from django.db import models
 
 from fleet.models import HardwareProfile
 
-from .choices import Reentry, Stage
+from .choices import MAINTENANCE_PLANS, Reentry, Stage
 
 
 class Day1Spec(models.Model):
@@ -71,7 +71,8 @@ class Day1Spec(models.Model):
 
 
 class RevalidationPlan(models.Model):
-    """Which Day 1 stages a node walks, by why it walks them. Without a plan: every stage.
+    """Which Day 1 stages a node walks, by why it walks them. Without a plan: every stage, except
+    after maintenance (``validation.choices.MAINTENANCE_PLANS``, by what was done).
 
     Stages left out are recorded as skipped runs ("not in the plan"), so the history
     says what was and was not re-checked.
@@ -98,8 +99,9 @@ class RevalidationPlan(models.Model):
 
     @classmethod
     def stages_for(cls, reentry: str) -> list[str]:
+        """The plan's stages; without a plan, every stage (after maintenance: ``MAINTENANCE_PLANS``)."""
         plan = cls.objects.filter(reentry=reentry).first()
-        return list(plan.stages) if plan else list(Stage.values)
+        return list(plan.stages) if plan else list(MAINTENANCE_PLANS.get(reentry, Stage.values))
 
 
 class PersonaChange(models.Model):

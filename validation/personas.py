@@ -42,6 +42,8 @@ def request_persona_change(node_id: int, persona_id: int, *, actor: Actor, reaso
             raise StageConflict(f"{node.hostname} already has persona {persona.name}.")
         if node.state == S.DECOMMISSIONED:
             raise StageConflict(f"{node.hostname} is decommissioned.")
+        if node.state == S.MAINTENANCE:  # nothing would apply it: the operator's work comes first
+            raise StageConflict(f"{node.hostname} is in maintenance: end maintenance first.")
         try:
             with transaction.atomic():
                 change = PersonaChange.objects.create(

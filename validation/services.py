@@ -28,7 +28,7 @@ from nodes.choices import STAGE_KINDS, EventKind, RunStatus
 from nodes.models import OPERATE, Node, NodeEvent, Run
 from nodes.services import Actor, clean_reason, record_event
 
-from .choices import BY_RUN_KIND, BY_STAGE, BY_STATE, Reentry, Stage, StageInfo
+from .choices import BY_RUN_KIND, BY_STAGE, BY_STATE, PASS_TRANSITIONS, Reentry, Stage, StageInfo, maintenance_reentry
 from .models import Day1Spec, RevalidationPlan
 from .stages import RUNNERS, StageContext, Verdict
 
@@ -55,15 +55,15 @@ class StageForbidden(PermissionError):
 def current_pass(node_id: int) -> NodeEvent | None:
     """The transition that began the node's current walk through Day 1."""
     return (
-        NodeEvent.objects.filter(node_id=node_id, transition__in=("start_validation", "revalidate"))
-        .order_by("-created", "-id")
-        .first()
+        NodeEvent.objects.filter(node_id=node_id, transition__in=PASS_TRANSITIONS).order_by("-created", "-id").first()
     )
 
 
 def reentry_of(pass_event: NodeEvent | None) -> str:
     if pass_event is None or pass_event.transition == "start_validation":
         return Reentry.FIRST
+    if pass_event.transition == "end_maintenance":  # the plan follows what the operator did
+        return maintenance_reentry(str((pass_event.details or {}).get("maintenance_work", "")))
     return pass_event.source_state if pass_event.source_state in Reentry.values else Reentry.TRIAGE
 
 

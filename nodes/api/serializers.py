@@ -19,7 +19,7 @@ from fleet.api.serializers import (
     BriefSiteSerializer,
     BriefTenantSerializer,
 )
-from nodes.choices import STATE_PHASE, GpuHealth, NodeState, Phase
+from nodes.choices import STATE_PHASE, GpuHealth, MaintenanceWork, NodeState, Phase
 from nodes.models import GPU, Node, NodeEvent
 from nodes.services import usable_gpu_count
 
@@ -137,6 +137,17 @@ class TransitionReasonSerializer(serializers.Serializer[Any]):
     """Why the transition is run; every change of state needs a reason, kept in the history."""
 
     # trim_whitespace (the default) turns "   " into "" so it is refused as blank.
+    reason = serializers.CharField(allow_blank=False)
+
+
+class EndMaintenanceSerializer(serializers.Serializer[Any]):
+    """What was done in the maintenance (it picks the re-validation plan), and the reason."""
+
+    work = serializers.ChoiceField(
+        choices=MaintenanceWork.choices,
+        help_text="none: the inventory check only; firmware: firmware, inventory, burn-in; hardware: "
+        "inventory, burn-in, fabric, reliability; other: every Day 1 stage.",
+    )
     reason = serializers.CharField(allow_blank=False)
 
 

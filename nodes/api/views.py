@@ -170,6 +170,68 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet[Node]):
         result = {"node": Node.objects.get(pk=node.pk), "event": event}
         return Response(serializers.TransitionResultSerializer(result).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        operation_id="nodes_maintenance_start",
+        summary="Start maintenance",
+        description="An operator's planned work: the node drains once its current job ends, then waits in "
+        "maintenance (not triage), out of its workload scheduler, until maintenance is ended.",
+        parameters=[OpenApiParameter(REQUEST_ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False)],
+        request=serializers.TransitionReasonSerializer,
+        examples=[OpenApiExample("Reason", value={"reason": "Swap the PSU (ticket DC-311)"}, request_only=True)],
+        responses={
+            201: serializers.TransitionResultSerializer,
+            400: OpenApiResponse(serializers.ReasonErrorSerializer, description="The reason is missing or blank."),
+            403: OpenApiResponse(serializers.DetailSerializer, description="The user may not operate nodes."),
+            404: OpenApiResponse(serializers.DetailSerializer, description="No such node visible to the user."),
+            409: OpenApiResponse(serializers.DetailSerializer, description="The node is not in production."),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="maintenance/start", filter_backends=[])
+    def start_maintenance(self, request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        body = serializers.TransitionReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        event = _run_transition(node, "start_maintenance", request, body.validated_data["reason"])
+        result = {"node": Node.objects.get(pk=node.pk), "event": event}
+        return Response(serializers.TransitionResultSerializer(result).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="nodes_maintenance_end",
+        summary="End maintenance",
+        description="The operator's work is done: ``work`` says what was done and picks the re-validation "
+        "plan the node walks back to production (a failed stage sends it to triage).",
+        parameters=[OpenApiParameter(REQUEST_ID_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, required=False)],
+        request=serializers.EndMaintenanceSerializer,
+        examples=[
+            OpenApiExample("Nothing touched", value={"work": "none", "reason": "Rack power work"}, request_only=True)
+        ],
+        responses={
+            201: serializers.TransitionResultSerializer,
+            400: OpenApiResponse(serializers.DetailSerializer, description="The work or the reason is missing."),
+            403: OpenApiResponse(serializers.DetailSerializer, description="The user may not operate nodes."),
+            404: OpenApiResponse(serializers.DetailSerializer, description="No such node visible to the user."),
+            409: OpenApiResponse(serializers.DetailSerializer, description="The node is not in maintenance."),
+        },
+    )
+    @action(detail=True, methods=["post"], url_path="maintenance/end", filter_backends=[])
+    def end_maintenance(self, request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        body = serializers.EndMaintenanceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        correlation_id = request.headers.get(REQUEST_ID_HEADER, "")[:CORRELATION_ID_MAX]
+        try:
+            event = services.end_maintenance(
+                node.pk,
+                actor=services.Actor(user=request.user),
+                reason=body.validated_data["reason"],
+                work=body.validated_data["work"],
+                correlation_id=correlation_id,
+            )
+        except ObjectDoesNotExist as exc:  # deleted between the lookup and the row lock
+            raise exceptions.NotFound() from exc
+        result = {"node": Node.objects.get(pk=node.pk), "event": event}
+        return Response(serializers.TransitionResultSerializer(result).data, status=status.HTTP_201_CREATED)
+
     @_gpu_action_schema(
         "fence", "Fence one GPU", "The scheduler stops handing the GPU out (or, where it cannot, the node is drained)."
     )

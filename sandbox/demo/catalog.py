@@ -149,6 +149,7 @@ FINAL_SHARE = {
     S.RELIABILITY_ASSESSMENT: 0.01,
     S.DRAIN_PENDING: 0.012,
     S.DRAINING: 0.008,
+    S.MAINTENANCE: 0.008,
     S.TRIAGE: 0.012,
     S.REMEDIATING: 0.008,
     S.REPAIR: 0.012,
@@ -169,6 +170,7 @@ SIT_HOURS = {
     S.RELIABILITY_ASSESSMENT: (1, 30),
     S.DRAIN_PENDING: (0.3, 20),
     S.DRAINING: (0.05, 0.3),
+    S.MAINTENANCE: (0.5, 30),
     S.TRIAGE: (0.2, 20),
     S.REMEDIATING: (0.05, 0.5),
     S.REPAIR: (3, 96),
@@ -478,7 +480,12 @@ def _transition_table() -> dict[str, dict[str, str]]:
     table: dict[str, dict[str, str]] = {}
     for name in services.VERBS:
         meta = getattr(Node, name)._django_fsm
-        table[name] = {str(source): str(t.target) for source, t in meta.transitions.items()}
+        # A target that depends on why (complete_drain: triage, or maintenance after an operator's
+        # planned drain): the seeded lives walk the first, the road of findings they are written for.
+        table[name] = {
+            str(source): str(t.target.allowed_states[0] if hasattr(t.target, "allowed_states") else t.target)
+            for source, t in meta.transitions.items()
+        }
     return table
 
 

@@ -98,15 +98,18 @@ class _Life:
         self.rows: list[_Row] = []
         self.is_revalidation = False
         self.goal: str | None = None
+        self.planned = False  # the road out of production is an operator's planned maintenance
 
     def go(self, name: str, reason: str, actor: str, hours: tuple[float, float], **details: Any) -> None:
         self.t += timedelta(hours=max(SECOND, self.rng.uniform(*hours)))
         target = TRANSITIONS[name].get(self.state)
+        if name == "complete_drain" and self.planned:  # an operator's planned drain (nodes.services)
+            target = S.MAINTENANCE
         if target is None:
             raise AssertionError(f"{name} is not allowed from {self.state}")
         self.rows.append(_Row(self.t, EventKind.TRANSITION, reason, actor, name, self.state, target, details))
         self.state = target
-        if name == "revalidate":
+        if name in ("revalidate", "end_maintenance"):
             self.is_revalidation = True
         elif name in ("start_validation", "release_to_production"):
             self.is_revalidation = False
@@ -229,8 +232,10 @@ def _drain(life: _Life, tag: dict[str, Any]) -> None:
 
 def _pick_cause(rng: random.Random, goal: str | None, *, planned: bool = True) -> Cause:
     """A cause weighted by its rate, among those whose road passes through ``goal``."""
-    allow_planned = planned and goal is None  # maintenance is never how a node ends up in trouble
+    allow_planned = planned and goal in (None, S.MAINTENANCE)  # maintenance never puts a node in trouble
     pool = [c for c in CAUSES if allow_planned or not c.planned]
+    if goal == S.MAINTENANCE:
+        pool = [c for c in pool if c.planned]
     if goal in DRAIN_GOALS:
         pool = [c for c in pool if not c.cordon]
     if goal == S.REMEDIATING:
@@ -246,6 +251,7 @@ def _incident(life: _Life, cause: Cause) -> None:
     parts = _parts(rng, slot.uuids)
     finding, details = _fill(cause.finding, parts)
     tag = {"cause": cause.key, "incident": f"INC-{rng.randrange(16**6):06X}"}
+    life.planned = cause.planned
     if cause.planned:
         life.note(EventKind.NOTE, finding, _human(rng), **tag)
     else:
@@ -267,12 +273,14 @@ def _fix(life: _Life, cause: Cause, parts: dict[str, Any], tag: dict[str, Any]) 
     """From triage: the remediation ladder, then a technician, then the vendor."""
     rng, goal = life.rng, life.goal
     must_fail = goal in (S.REPAIR, S.RMA, S.DECOMMISSIONED)
-    if cause.planned:  # an operator's maintenance: no finding, no remediation; the operator re-validates
+    if cause.planned:  # an operator's maintenance: no finding, no remediation; the operator ends it
+        life.planned = False
         life.go(
-            "revalidate",
-            "Firmware flashed to the profile baseline; every Day 1 check again",
+            "end_maintenance",
+            "Firmware flashed to the profile baseline; re-validating firmware, inventory and burn-in",
             _human(rng),
             (0.5, 1.5),
+            maintenance_work="firmware",
             **tag,
         )
         return _day1(life)

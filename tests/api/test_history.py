@@ -60,9 +60,22 @@ def test_history_ignores_node_list_filters(api_as, viewer):
 def test_available_transitions_follow_the_state(api_as, operator):
     node = NodeFactory(state=S.PRODUCTION)
     body = api_as(operator).get(f"/api/nodes/{node.pk}/transitions/").json()
-    assert {t["name"] for t in body} == {"request_drain", "start_draining", "cordon"}
+    assert {t["name"] for t in body} == {"request_drain", "start_draining", "cordon", "start_maintenance"}
     cordon = next(t for t in body if t["name"] == "cordon")
     assert cordon == {"name": "cordon", "label": "Cordon now", "target": "triage", "style": "danger"}
+
+
+def test_complete_drain_names_where_this_drain_lands(api_as, operator):
+    from nodes import services
+
+    node = NodeFactory(state=S.PRODUCTION)
+    services.start_draining(node.pk, actor=services.Actor(user=operator), reason="planned: new PSU")
+    body = api_as(operator).get(f"/api/nodes/{node.pk}/transitions/").json()
+    assert next(t for t in body if t["name"] == "complete_drain")["target"] == "maintenance"
+    other = NodeFactory(state=S.PRODUCTION)
+    services.start_draining(other.pk, actor=services.Actor.system("remediation"), reason="XID 79")
+    body = api_as(operator).get(f"/api/nodes/{other.pk}/transitions/").json()
+    assert next(t for t in body if t["name"] == "complete_drain")["target"] == "triage"
 
 
 def test_available_transitions_are_empty_for_a_viewer(api_as, viewer):

@@ -14,6 +14,7 @@ from telemetry.schema import ReportBatch
 
 TRANSITION = "/api/nodes/{id}/transitions/{name}/"
 GPU_ACTIONS = tuple(f"/api/nodes/{{id}}/gpus/{{index}}/{verb}/" for verb in ("fence", "clear"))
+MAINTENANCE_ACTIONS = ("/api/nodes/{id}/maintenance/start/", "/api/nodes/{id}/maintenance/end/")
 ALERT_ACTIONS = tuple(f"/api/alerts/{{id}}/{verb}/" for verb in ("acknowledge", "silence", "unsilence", "resolve"))
 REPAIR_ACTIONS = tuple(f"/api/repairs/{{id}}/{verb}/" for verb in ("start", "resolve", "cancel"))
 RMA_ACTIONS = tuple(f"/api/rma/{{id}}/{verb}/" for verb in ("ship", "receive", "close", "cancel"))
@@ -51,6 +52,7 @@ def test_it_documents_every_endpoint(schema):
         "/api/nodes/{id}/transitions/",
         TRANSITION,
         *GPU_ACTIONS,
+        *MAINTENANCE_ACTIONS,
         "/api/sites/",
         "/api/sites/{id}/",
         "/api/clusters/",
@@ -155,6 +157,7 @@ def test_every_write_is_a_named_action_never_a_raw_update(schema):
         for path in (
             TRANSITION,
             *GPU_ACTIONS,
+            *MAINTENANCE_ACTIONS,
             *ALERT_ACTIONS,
             "/api/agent/reports/",
             "/api/agent/join/",

@@ -31,13 +31,17 @@ EXPECTED: dict[str, dict[str, str]] = {
     "request_drain": {S.PRODUCTION: S.DRAIN_PENDING},
     "cancel_drain": {S.DRAIN_PENDING: S.PRODUCTION},
     "start_draining": {S.PRODUCTION: S.DRAINING, S.DRAIN_PENDING: S.DRAINING},
-    "complete_drain": {S.DRAINING: S.TRIAGE},
+    "complete_drain": {S.DRAINING: S.TRIAGE},  # a system's drain (findings); an operator's: test_maintenance
+    "start_maintenance": {S.PRODUCTION: S.DRAIN_PENDING},
+    "end_maintenance": {S.MAINTENANCE: S.FIRMWARE_UPDATE},
     "cordon": {S.PRODUCTION: S.TRIAGE, S.DRAIN_PENDING: S.TRIAGE, S.DRAINING: S.TRIAGE},
     "start_remediation": {S.TRIAGE: S.REMEDIATING},
     "fail_remediation": {S.REMEDIATING: S.TRIAGE},
     "send_to_repair": {S.TRIAGE: S.REPAIR, S.REMEDIATING: S.REPAIR},
     "send_to_rma": {S.TRIAGE: S.RMA, S.REPAIR: S.RMA},
-    "decommission": dict.fromkeys((S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.TRIAGE, S.REPAIR, S.RMA), S.DECOMMISSIONED),
+    "decommission": dict.fromkeys(
+        (S.ENROLLED, S.INITIALIZING, S.ONBOARD, S.MAINTENANCE, S.TRIAGE, S.REPAIR, S.RMA), S.DECOMMISSIONED
+    ),
 }
 
 PAIRS = [(state, verb) for state in NodeState.values for verb in sorted(services.VERBS)]
@@ -145,7 +149,7 @@ def test_history_survives_deletion_of_the_actor_and_cannot_be_rewritten(operator
 def test_available_transitions_follow_state_and_permission(operator, viewer):
     node = NodeFactory(state=S.PRODUCTION)
     names = {t["name"] for t in services.available_transitions(node, operator)}
-    assert names == {"request_drain", "start_draining", "cordon"}
+    assert names == {"request_drain", "start_draining", "cordon", "start_maintenance"}
     assert services.available_transitions(node, viewer) == []
 
 

@@ -51,6 +51,17 @@ def test_the_blast_radius_limit_queues_actions_and_the_reconciler_admits_them_la
     assert rem.status == Status.SUCCEEDED
 
 
+def test_nodes_in_maintenance_count_as_out_for_the_blast_radius(fleet, eager):
+    """Planned maintenance is not trouble, but its capacity is out all the same."""
+    BlastRadiusLimit.objects.create(domain=Domain.CLUSTER, max_share=0.5, max_count=1, max_drains_per_hour=10)
+    from nodes.models import Node
+
+    Node.objects.filter(pk=fleet[0].pk).update(state=S.MAINTENANCE)  # set up directly, as the factories do
+    rem = finding(fleet[1], eager)
+    assert rem.status == Status.QUEUED and fleet[1].state == S.PRODUCTION
+    assert "1 of 10 nodes already out of production" in rem.queued_reason
+
+
 def test_the_drain_rate_limit_counts_automated_drains_in_the_last_hour(fleet, eager):
     BlastRadiusLimit.objects.create(domain=Domain.CLUSTER, max_share=1.0, max_count=100, max_drains_per_hour=2)
     done = [finding(node, eager) for node in fleet[:3]]

@@ -43,6 +43,8 @@ SPEC: dict[str, tuple[str, str, str | None]] = {
     "cancel_drain": (S.DRAIN_PENDING, S.PRODUCTION, "resume"),
     "start_draining": (S.PRODUCTION, S.DRAINING, "drain"),
     "complete_drain": (S.DRAINING, S.TRIAGE, "cordon"),
+    "start_maintenance": (S.PRODUCTION, S.DRAIN_PENDING, "drain"),
+    "end_maintenance": (S.MAINTENANCE, S.FIRMWARE_UPDATE, "cordon"),
     "cordon": (S.PRODUCTION, S.TRIAGE, "evict"),
     "start_remediation": (S.TRIAGE, S.REMEDIATING, "cordon"),
     "fail_remediation": (S.REMEDIATING, S.TRIAGE, "cordon"),

@@ -85,6 +85,13 @@ def test_one_re_role_at_a_time_and_never_to_the_same_persona(node_in, inference,
         request_persona_change(other.pk, PersonaFactory(name="training").pk, actor=Actor(user=operator), reason="y")
 
 
+def test_a_node_in_maintenance_is_not_re_roled_until_maintenance_ends(node_in, inference, operator):
+    node = node_in(S.MAINTENANCE)
+    with pytest.raises(services.StageConflict, match="in maintenance: end maintenance first"):
+        request_persona_change(node.pk, inference.pk, actor=Actor(user=operator), reason="x")
+    assert not PersonaChange.objects.exists()
+
+
 def test_a_node_not_yet_serving_takes_the_persona_at_once(node_in, inference, operator):
     node = node_in(S.BURN_IN)
     change = request_persona_change(node.pk, inference.pk, actor=Actor(user=operator), reason="assigned early")
