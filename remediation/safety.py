@@ -154,14 +154,38 @@ def blast_radius_block(
     return None
 
 
+OUTSIDE_WINDOW = "disruptive rung outside a maintenance window"  # the start of window_block's reason
+
+
+def _windows(node: Node) -> list[MaintenanceWindow]:
+    return list(MaintenanceWindow.objects.filter(Q(cluster__isnull=True) | Q(cluster_id=node.cluster_id)))
+
+
 def window_block(node: Node, rung: str, now: datetime) -> str | None:
     """Disruptive rungs of a window-only policy wait for a maintenance window."""
     if rung not in DISRUPTIVE:
         return None
-    windows = list(MaintenanceWindow.objects.filter(Q(cluster__isnull=True) | Q(cluster_id=node.cluster_id)))
+    windows = _windows(node)
     if any(w.is_open(now) for w in windows):
         return None
-    return "disruptive rung outside a maintenance window" + ("" if windows else " (none is configured)")
+    return OUTSIDE_WINDOW + ("" if windows else " (none is configured)")
+
+
+def next_window_opening(node: Node, now: datetime) -> datetime | None:
+    """When the node's next maintenance window opens (now if one is open), or None if none is
+    configured. Windows open on the hour (``start_hour``) and repeat weekly: a week of hours is
+    enough to find the next one. One query."""
+    windows = _windows(node)
+    if not windows:
+        return None
+    if any(w.is_open(now) for w in windows):
+        return now
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    for i in range(1, 7 * 24 + 1):
+        at = hour + timedelta(hours=i)
+        if any(w.is_open(at) for w in windows):
+            return at
+    return None  # every window names no hour (start_hour == end_hour): never opens
 
 
 def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -> str | None:
