@@ -154,7 +154,23 @@ def blast_radius_block(
     return None
 
 
-OUTSIDE_WINDOW = "disruptive rung outside a maintenance window"  # the start of window_block's reason
+# How the reasons below begin: a queued remediation keeps its reason (``queued_reason``), and
+# ``wait_kind`` tells a node's owner which kind of wait it is without the hold's words or author.
+OUTSIDE_WINDOW = "disruptive rung outside a maintenance window"
+ON_HOLD = "on hold"
+LIMITS = ("blast-radius limit", "drain-rate limit", "circuit breaker")
+
+
+def wait_kind(reason: str) -> str:
+    """The kind of wait a queued remediation's reason names, in a customer's words. A reason that
+    is none of the rails' is ``services.confirming``'s: the finding is given time to clear by itself."""
+    if reason.startswith(OUTSIDE_WINDOW):
+        return "a maintenance window"
+    if reason.startswith(ON_HOLD):
+        return "a hold"
+    if reason.startswith(LIMITS):
+        return "a safety limit"
+    return "a check that the problem does not clear by itself"
 
 
 def _windows(node: Node) -> list[MaintenanceWindow]:
@@ -193,7 +209,7 @@ def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -
     now = now or timezone.now()
     hold = active_hold(node, now)
     if hold is not None:
-        return f"on hold: {hold.reason} ({hold.actor_name})"
+        return f"{ON_HOLD}: {hold.reason} ({hold.actor_name})"
     breaker = maybe_trip_breaker(node, now)
     if breaker is not None:
         return f"circuit breaker tripped for {node.cluster}: {breaker.reason}"

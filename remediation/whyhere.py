@@ -13,7 +13,7 @@ from nodes.whyhere import Fact
 
 from .choices import OPEN, Rung, Status, StepStatus, next_rung
 from .models import Remediation
-from .safety import OUTSIDE_WINDOW, active_hold, next_window_opening
+from .safety import OUTSIDE_WINDOW, active_hold, next_window_opening, wait_kind
 from .summary import outlook
 
 
@@ -50,14 +50,7 @@ def _queued(rem: Remediation, node: Node, rung: str, operator: bool) -> tuple[st
     if operator:
         text = f"Queued; rung: {rung}. Waiting for: {reason}."
     else:
-        kind = (
-            "a maintenance window"
-            if reason.startswith(OUTSIDE_WINDOW)
-            else "a hold"
-            if reason.startswith("on hold")
-            else "a safety limit"
-        )
-        text = f"Queued; rung: {rung}. Waiting for a safe moment to act: {kind}."
+        text = f"Queued; rung: {rung}. Waiting for a safe moment to act: {wait_kind(reason)}."
     if not reason.startswith(OUTSIDE_WINDOW):
         return text, None
     opens = next_window_opening(node, timezone.now())

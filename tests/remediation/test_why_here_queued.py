@@ -12,7 +12,7 @@ from django.urls import reverse
 from health.services import raise_finding
 from nodes.choices import NodeState
 from nodes.services import Actor
-from remediation import services
+from remediation import safety, services
 from remediation.choices import Domain, Rung, Status, Urgency
 from remediation.models import BlastRadiusLimit, MaintenanceWindow, Remediation, RemediationPolicy
 from tests.factories import ClusterFactory, NodeFactory
@@ -105,3 +105,15 @@ def test_a_remediation_over_the_blast_radius_limit_names_the_limit(client, opera
     )
     client.force_login(customer)
     assert "Waiting for a safe moment to act: a safety limit." in _fact(client, node)
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        ("confirming XID 79 does not clear by itself (until 13:55:00 UTC)", "a check that the problem"),
+        ("circuit breaker tripped for c1: 12 findings in 10 min", "a safety limit"),
+        ("drain-rate limit of the rack: 20 automated drains in the last hour (limit 20)", "a safety limit"),
+    ],
+)
+def test_a_customer_reads_each_kind_of_wait_in_plain_words(reason, kind):
+    assert safety.wait_kind(reason).startswith(kind)
