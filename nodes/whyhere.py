@@ -6,7 +6,7 @@ started and completed by the scheduler: the requester is the cause, not the sche
 finding recorded on that road (between the previous change and the verb) names the condition.
 
 What the apps above nodes know (the open remediation and its next step, firing alerts, the
-scheduler's last known view) they contribute through ``why_here_fact`` in their
+scheduler's last known view, the open repair ticket or RMA case, the Day 1 stage) they contribute through ``why_here_fact`` in their
 ``AppConfig.ready``: nodes sits below them and never imports them. Each contributor reads a
 fixed number of rows, and nothing here calls a scheduler or a BMC: the page shows what is
 stored, so its cost does not grow with the node's history.
@@ -29,6 +29,9 @@ RECENT_CHANGES = 20  # state changes read to find the start of the current road
 FACT_ORDER = (
     "maintenance",
     "remediation",
+    "repair",
+    "rma",
+    "validation",
     "hold",
     "alerts",
     "scheduler",
@@ -46,6 +49,7 @@ class Fact:
     text: str
     tone: str = "info"  # "info", "warning" or "danger"
     eta: Any = None  # a datetime when the app knows when the next step is due
+    link: str = ""  # the record the line is about (a ticket, a case), when it has a page
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def next_run(task: str, now: datetime | None = None) -> NextRun | None:
     (the job is not scheduled: the page should say it runs only when asked)."""
     now = now or timezone.now()
     found: list[NextRun] = []
-    for entry in getattr(settings, "CELERY_BEAT_SCHEDULE", {}).values():
+    for entry in settings.CELERY_BEAT_SCHEDULE.values():
         if entry.get("task") != task:
             continue
         when = entry.get("schedule")

@@ -154,14 +154,54 @@ def blast_radius_block(
     return None
 
 
+# How the reasons below begin: a queued remediation keeps its reason (``queued_reason``), and
+# ``wait_kind`` tells a node's owner which kind of wait it is without the hold's words or author.
+OUTSIDE_WINDOW = "disruptive rung outside a maintenance window"
+ON_HOLD = "on hold"
+LIMITS = ("blast-radius limit", "drain-rate limit", "circuit breaker")
+
+
+def wait_kind(reason: str) -> str:
+    """The kind of wait a queued remediation's reason names, in a customer's words. A reason that
+    is none of the rails' is ``services.confirming``'s: the finding is given time to clear by itself."""
+    if reason.startswith(OUTSIDE_WINDOW):
+        return "a maintenance window"
+    if reason.startswith(ON_HOLD):
+        return "a hold"
+    if reason.startswith(LIMITS):
+        return "a safety limit"
+    return "a check that the problem does not clear by itself"
+
+
+def _windows(node: Node) -> list[MaintenanceWindow]:
+    return list(MaintenanceWindow.objects.filter(Q(cluster__isnull=True) | Q(cluster_id=node.cluster_id)))
+
+
 def window_block(node: Node, rung: str, now: datetime) -> str | None:
     """Disruptive rungs of a window-only policy wait for a maintenance window."""
     if rung not in DISRUPTIVE:
         return None
-    windows = list(MaintenanceWindow.objects.filter(Q(cluster__isnull=True) | Q(cluster_id=node.cluster_id)))
+    windows = _windows(node)
     if any(w.is_open(now) for w in windows):
         return None
-    return "disruptive rung outside a maintenance window" + ("" if windows else " (none is configured)")
+    return OUTSIDE_WINDOW + ("" if windows else " (none is configured)")
+
+
+def next_window_opening(node: Node, now: datetime) -> datetime | None:
+    """When the node's next maintenance window opens (now if one is open), or None if none is
+    configured. Windows open on the hour (``start_hour``) and repeat weekly: a week of hours is
+    enough to find the next one. One query."""
+    windows = _windows(node)
+    if not windows:
+        return None
+    if any(w.is_open(now) for w in windows):
+        return now
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    for i in range(1, 7 * 24 + 1):
+        at = hour + timedelta(hours=i)
+        if any(w.is_open(at) for w in windows):
+            return at
+    return None  # every window names no hour (start_hour == end_hour): never opens
 
 
 def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -> str | None:
@@ -169,7 +209,7 @@ def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -
     now = now or timezone.now()
     hold = active_hold(node, now)
     if hold is not None:
-        return f"on hold: {hold.reason} ({hold.actor_name})"
+        return f"{ON_HOLD}: {hold.reason} ({hold.actor_name})"
     breaker = maybe_trip_breaker(node, now)
     if breaker is not None:
         return f"circuit breaker tripped for {node.cluster}: {breaker.reason}"

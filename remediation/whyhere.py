@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.urls import reverse
 from django.utils import timezone
 
@@ -11,7 +13,7 @@ from nodes.whyhere import Fact
 
 from .choices import OPEN, Rung, Status, StepStatus, next_rung
 from .models import Remediation
-from .safety import active_hold
+from .safety import OUTSIDE_WINDOW, active_hold, next_window_opening, wait_kind
 from .summary import outlook
 
 
@@ -28,14 +30,33 @@ def open_remediation(node: Node, latest: NodeEvent | None, operator: bool) -> li
     steps = list(rem.steps.order_by("started", "id"))
     running = next((s for s in steps if s.status == StepStatus.RUNNING), None)
     rung = Rung(rem.rung).label
-    text = f"{Status(rem.status).label}; rung: {rung}. {outlook(rem, steps)}"
+    eta = running.deadline if running else None
+    if rem.status == Status.QUEUED and rem.queued_reason:
+        text, eta = _queued(rem, node, rung, operator)
+    else:
+        text = f"{Status(rem.status).label}; rung: {rung}. {outlook(rem, steps)}"
     if rem.status == Status.RUNNING and rem.rung != next_rung(rem.rung):
         text += f" If it fails: {Rung(next_rung(rem.rung)).label}."
     if rem.finding is not None:
         text += f" Finding: {rem.finding.rule}: {rem.finding.summary}"
-    return [
-        Fact("remediation", f"Remediation {rem.pk}", text, tone="warning", eta=running.deadline if running else None)
-    ]
+    return [Fact("remediation", f"Remediation {rem.pk}", text, tone="warning", eta=eta)]
+
+
+def _queued(rem: Remediation, node: Node, rung: str, operator: bool) -> tuple[str, datetime | None]:
+    """What a queued remediation waits for, as its last admission recorded it (``queued_reason``,
+    the reason of its "queued: ..." decision), and for a maintenance window when it opens (one query).
+    A customer reads the kind of wait, not a hold's reason or its author."""
+    reason = rem.queued_reason
+    if operator:
+        text = f"Queued; rung: {rung}. Waiting for: {reason}."
+    else:
+        text = f"Queued; rung: {rung}. Waiting for a safe moment to act: {wait_kind(reason)}."
+    if not reason.startswith(OUTSIDE_WINDOW):
+        return text, None
+    opens = next_window_opening(node, timezone.now())
+    if opens is None:
+        return text + " No maintenance window is configured: it waits until an operator acts.", None
+    return text + f" The window opens {opens:%Y-%m-%d %H:%M} UTC.", opens
 
 
 def node_hold(node: Node, latest: NodeEvent | None, operator: bool) -> list[Fact]:

@@ -69,6 +69,7 @@ WIRED: dict[str, Wired] = {
     "NODEWARDEN_INGEST_GROUP_MAX": Wired("NODEWARDEN_INGEST_GROUP_MAX", "50", 50, "0"),
     "NODEWARDEN_INGEST_QUEUE_LIMIT": Wired("NODEWARDEN_INGEST_QUEUE_LIMIT", "100", 100, "lots"),
     "NODEWARDEN_INGEST_WRITERS": Wired("NODEWARDEN_INGEST_WRITERS", "2", 2, "0"),
+    "NODEWARDEN_LIVE_REFRESH_SECONDS": Wired("NODEWARDEN_LIVE_REFRESH_SECONDS", "30", 30, "0"),
     "NODEWARDEN_API_MAX_BODY_BYTES": Wired("NODEWARDEN_API_MAX_BODY_BYTES", "2048", 2048, "2k"),
     # --- BMC
     "NODEWARDEN_BMC_KEYS": Wired("NODEWARDEN_BMC_KEYS", "k1, k2", ["k1", "k2"]),
@@ -184,6 +185,8 @@ NOT_PORTAL_SETTINGS = {
     "CHROMIUM_PATH": "the browser tests' own (docs/development.md): where Chromium is",
     "DJANGO_SETTINGS_MODULE": "Django's own: which settings module (nodewarden.settings or sandbox.settings)",
     "CELERY_BEAT_SCHEDULE": "a setting in nodewarden/settings.py (the beat schedule), not read from the environment",
+    "NODEWARDEN_SCREENSHOT_DIR": "the browser tests' own (docs/portal.md): where page screenshots go",
+    "PORTAL_PAGES": "the browser tests' list of pages (tests/browser/pages.py), not a variable",
     "RESET_GPU": "NVIDIA's name of a recovery action (docs/health.md, the XID catalog), not a variable",
 }
 SECRETS = ("SECRET_KEY", "NODEWARDEN_BMC_KEYS", "NODEWARDEN_METRICS_TOKEN", "NODEWARDEN_KUBERNETES_TOKENS")

@@ -177,3 +177,17 @@ def test_the_header_costs_the_same_however_much_history_alerts_and_steps_there_a
     assert _queries(client, url) == few
     header = _header(client.get(url))
     assert "6 firing" in header and 'data-fact="remediation"' in header and "fail_remediation" not in header
+
+
+def test_the_page_says_since_when_once_in_the_portals_format(client, operator):
+    node = NodeFactory(state=S.PRODUCTION)
+    services.cordon(node.pk, actor=SCHEDULER, reason="Cordoned for the test")
+    node.refresh_from_db()
+    client.force_login(operator)
+    html = client.get(reverse("node-detail", args=[node.pk])).content.decode()
+    stamp = f"{node.state_changed_at:%Y-%m-%d %H:%M} UTC"
+    assert html.count(" since <time") == 1  # the header's, not a second one under the title
+    assert f'since <time datetime="{node.state_changed_at.isoformat()}">{stamp}</time>' in _header(
+        client.get(reverse("node-detail", args=[node.pk]))
+    )
+    assert "p.m." not in html and "a.m." not in html

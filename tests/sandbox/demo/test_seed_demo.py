@@ -20,6 +20,7 @@ from nodes.choices import EventKind, NodeState
 from nodes.models import GPU, Node, NodeEvent, StateCountSnapshot
 from nodes.roles import FLEET_ADMINS, OPERATORS
 from sandbox import demo
+from trends.models import TrendRun
 
 S = NodeState
 NOW = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
@@ -177,3 +178,12 @@ def test_it_refuses_a_fleet_too_small_or_a_window_too_short(db):
         call_command("seed_demo", "--nodes", "2", stdout=io.StringIO())
     with pytest.raises(CommandError):
         call_command("seed_demo", "--days", "3", stdout=io.StringIO())
+
+
+def test_seeding_runs_the_trends_evaluation_once_so_the_trends_page_is_not_empty(seeded, client):
+    run = TrendRun.objects.get()  # the page's last finished run, as the beat's daily task writes it
+    assert run.finished is not None and not run.error and run.nodes > 50  # the fleet less its retired nodes
+    assert f"trend run {run.pk}" in seeded
+    client.force_login(get_user_model().objects.get(username="operator"))
+    page = client.get("/trends/").content.decode()
+    assert "No evaluation has run yet" not in page and f"over {run.nodes} nodes" in page
