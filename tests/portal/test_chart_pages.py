@@ -220,3 +220,25 @@ def test_old_node_page_links_keep_working_and_all_is_bounded(client, operator, a
 
     fleet = client.get(reverse("fleet-overview"), {"range": "all"})
     assert fleet.status_code == 400 and "Unknown range 'all'" in fleet.content.decode()
+
+
+@pytest.mark.parametrize(("page", "params"), [("report-overview", {}), ("report-availability", {"tenant": "acme"})])
+def test_the_report_pages_show_the_shared_picker_instead_of_their_own_menu(client, operator, tenant, page, params):
+    client.force_login(operator)
+    old_link = client.get(reverse(page), {**params, "days": "7"})  # a link from before the picker
+    html = old_link.content.decode()
+    assert old_link.status_code == 200 and 'name="days"' not in html
+    assert "data-timerange" in html and 'aria-current="true">7d<' in html
+    assert old_link.context["period"].until - old_link.context["period"].since == timedelta(days=7)
+    # the picker's presets keep the scope, the scope form keeps the range
+    keep = "".join(f"{k}={v}&amp;" for k, v in params.items())
+    assert f'href="?{keep}range=24h"' in html
+    assert '<input type="hidden" name="range" value="7d">' in html
+
+    day = client.get(reverse(page), {**params, "range": "24h"})
+    assert 'aria-current="true">24h<' in day.content.decode()
+    assert day.context["period"].until - day.context["period"].since == timedelta(hours=24)
+
+    exact = client.get(reverse(page), {**params, "since": "2026-01-01T00:00:00Z", "until": "2026-01-08T00:00:00Z"})
+    assert 'aria-current="true"' not in exact.content.decode()
+    assert exact.context["timerange"].label == "2026-01-01 00:00 to 2026-01-08 00:00 UTC"
