@@ -102,10 +102,16 @@ def _time_axis(x_range: tuple[datetime, datetime] | None) -> dict[str, Any]:
     return axis
 
 
-def state_timeline(node: Node, changes: Sequence[NodeEvent], now: datetime | None = None) -> Figure:
+def state_timeline(
+    node: Node,
+    changes: Sequence[NodeEvent],
+    now: datetime | None = None,
+    x_range: tuple[datetime, datetime] | None = None,
+) -> Figure:
     """The node's life as horizontal bars, one segment per stay in a state.
 
-    ``changes`` are the node's state-change events, oldest first.
+    ``changes`` are the node's state-change events, oldest first; ``x_range`` pins the time axis
+    to the node page's time range (the one its history shows too).
     """
     now = now or timezone.now()
     segments: list[tuple[str, datetime, datetime]] = []
@@ -139,7 +145,7 @@ def state_timeline(node: Node, changes: Sequence[NodeEvent], now: datetime | Non
         "showlegend": False,
         "barmode": "overlay",
         "margin": {"l": 160, "r": 10, "t": 10, "b": 30},
-        "xaxis": {"type": "date"},
+        "xaxis": _time_axis(x_range),
         "yaxis": {"categoryorder": "array", "categoryarray": list(reversed(ordered))},
     }
     return {"data": data, "layout": layout}

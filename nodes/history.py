@@ -34,6 +34,12 @@ RANGE_CHOICES = [("", "Any time"), ("24h", "Last 24 hours"), ("7d", "Last 7 days
 RANGE_CHOICES.append(("all", "All time"))
 
 
+class HistoryKindForm(forms.Form):
+    """The node page's history filter by kind; its time range is the page's shared one (nodewarden/timerange.py)."""
+
+    kind = forms.ChoiceField(choices=KIND_CHOICES, required=False, label="Kind")
+
+
 class HistoryFilterForm(forms.Form):
     """The history filter of the node page and of ``/api/nodes/{id}/history/`` (GET parameters)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -25,6 +25,7 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 from django_fsm import ConcurrentTransition, TransitionNotAllowed
@@ -47,8 +48,8 @@ from .choices import (
 )
 from .counts import node_counts
 from .filters import NodeFilterSet
-from .history import NO_FILTER, HistoryFilter, HistoryFilterForm, history_page
-from .models import OPERATE, Node, NodeEvent
+from .history import HistoryFilter, HistoryKindForm, history_page
+from .models import OPERATE, Node, NodeEvent, Run
 from .scoping import is_operator_view, user_tenant_id, visible_events, visible_nodes
 from .whyhere import why_here
 
@@ -263,7 +264,11 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     fragment = live.wanted_fragment(request, NODE_LIVE_FRAGMENTS)
     if fragment:  # a live refresh of one part: no charts, no history
         return render(request, fragment, live_parts)
-    history_form, where = _history_filter(request)
+    try:
+        window = _node_window(request, node)
+    except timerange.BadRange as exc:
+        return timerange.bad_request(exc)
+    history_form, where = _history_filter(request, window)
     changes = list(
         NodeEvent.objects.filter(node=node, kind__in=STATE_CHANGES)
         .only("created", "source_state", "target_state", "transition")
@@ -275,29 +280,58 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             **live_parts,
             "transitions": services.available_transitions(node, request.user),
-            "timeline_chart": charts.state_timeline(node, changes),
+            "timeline_chart": charts.state_timeline(node, changes, x_range=(window.start, window.end)),
             "graph_chart": charts.lifecycle_graph(changes, node.state),
             "history": history_page(node, where=where),
             "history_form": history_form,
-            "history_query": _history_query(history_form),
+            "history_query": _history_query(history_form, window),
+            **timerange.picker_context(request, window, with_all=True, drop=OLD_HISTORY_RANGE),
         },
     )
 
 
-def _history_filter(request: HttpRequest) -> tuple[HistoryFilterForm, HistoryFilter]:
-    """The history filter from the GET parameters; an invalid one filters nothing (the form says why)."""
-    form = HistoryFilterForm(request.GET if any(k in request.GET for k in HistoryFilterForm.base_fields) else None)
-    return form, form.window() if form.is_bound and form.is_valid() else NO_FILTER
+# The history filter's own names for a time range before the page took the shared one
+# (nodewarden/timerange.py): old links keep working, read as from/to.
+OLD_HISTORY_RANGE = ("since", "until")
 
 
-def _history_query(form: HistoryFilterForm) -> str:
-    """The valid filter as GET parameters, carried by the "older history" button."""
-    if not (form.is_bound and form.is_valid()):
-        return ""
+def _node_window(request: HttpRequest, node: Node) -> timerange.TimeRange:
+    """The node page's one time range, for its state timeline and its history.
+
+    The shared ``?range=``/``?from=&to=``, where ``all`` (the default) is the node's life, at most
+    a year back. The history filter's old ``?since=&until=`` are read as ``from``/``to``.
+    """
+    origin = min(filter(None, (node.created, _first_record(node))))
+    params = {key: request.GET.get(key, "") for key in timerange.PARAMS}
+    if not params["from"] and not params["to"]:
+        params["from"], params["to"] = request.GET.get("since", ""), request.GET.get("until", "")
+        if params["to"] and not params["from"]:  # "until" alone meant "the node's life up to then"
+            since = max(origin, timezone.now() - timerange.MAX_SPAN + timedelta(minutes=1))
+            params["from"] = since.strftime("%Y-%m-%dT%H:%M:%S")
+    return timerange.parse(params, default=timerange.ALL, origin=origin)
+
+
+def _first_record(node: Node) -> datetime | None:
+    """When the node's first event or run was recorded (imported history can predate the row)."""
+    first = NodeEvent.objects.filter(node=node).order_by("created").values_list("created", flat=True).first()
+    run = Run.objects.filter(node=node).order_by("created").values_list("created", flat=True).first()
+    return min(filter(None, (first, run)), default=None)
+
+
+def _history_filter(request: HttpRequest, window: timerange.TimeRange) -> tuple[HistoryKindForm, HistoryFilter]:
+    """The history's kind filter from the GET parameters, in the page's time range; an invalid kind
+    filters nothing but the range (the form says why)."""
+    form = HistoryKindForm(request.GET if "kind" in request.GET else None)
+    kind = form.cleaned_data.get("kind", "") if form.is_bound and form.is_valid() else ""
+    return form, HistoryFilter(kind=kind, since=window.start, until=window.end)
+
+
+def _history_query(form: HistoryKindForm, window: timerange.TimeRange) -> str:
+    """The range and the valid kind as GET parameters, carried by the "older history" button."""
     query = QueryDict(mutable=True)
-    for name in HistoryFilterForm.base_fields:
-        if form.data.get(name):
-            query[name] = form.data[name]
+    if form.is_bound and form.is_valid() and form.cleaned_data.get("kind"):
+        query["kind"] = form.cleaned_data["kind"]
+    query.update(window.params())
     return query.urlencode()
 
 
@@ -306,10 +340,18 @@ def node_history(request: HttpRequest, pk: int) -> HttpResponse:
     """One more page of merged history (htmx partial)."""
     node = _visible_node_or_404(request, pk)
     before = _parse_cursor(request.GET.get("before", ""))
-    form, where = _history_filter(request)
+    try:
+        window = _node_window(request, node)
+    except timerange.BadRange as exc:
+        return timerange.bad_request(exc)
+    form, where = _history_filter(request, window)
     if form.is_bound and not form.is_valid():
         return HttpResponse(f"Invalid history filter: {form.errors.as_text()}", status=400, content_type="text/plain")
-    context = {"node": node, "history": history_page(node, before, where=where), "history_query": _history_query(form)}
+    context = {
+        "node": node,
+        "history": history_page(node, before, where=where),
+        "history_query": _history_query(form, window),
+    }
     return render(request, "nodes/_history_rows.html", context)
 
 

@@ -30,6 +30,9 @@ PRESETS: dict[str, timedelta] = {
     "30d": timedelta(days=30),
     "90d": timedelta(days=90),
 }
+# A page whose data has a beginning (a node's life) also offers "all": from that beginning, at most
+# MAX_SPAN back, so it stays bounded like every other range.
+ALL = "all"
 PARAMS = ("range", "from", "to")  # the URL parameters a range is read from
 # The longest window a chart may ask for: the charts read daily snapshots at most this old.
 MAX_SPAN = timedelta(days=366)
@@ -62,6 +65,8 @@ class TimeRange:
     @property
     def label(self) -> str:
         """What the picker says is shown."""
+        if self.preset == ALL:
+            return f"all, since {self.start:%Y-%m-%d %H:%M} UTC"
         if self.preset:
             return f"last {self.preset}"
         return f"{self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC"
@@ -103,8 +108,13 @@ def _parse_moment(name: str, raw: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-def parse(params: Mapping[str, str], *, default: str = "90d", now: datetime | None = None) -> TimeRange:
+def parse(
+    params: Mapping[str, str], *, default: str = "90d", now: datetime | None = None, origin: datetime | None = None
+) -> TimeRange:
     """The range ``params`` (a request's GET) asks for, or the ``default`` preset when it names none.
+
+    ``origin`` is where the page's data begins (a node's creation); only a page that gives one
+    offers ``all``: from ``origin``, or :data:`MAX_SPAN` back if that is longer ago.
 
     Raises :class:`BadRange` for anything that cannot be shown as asked.
     """
@@ -130,14 +140,16 @@ def parse(params: Mapping[str, str], *, default: str = "90d", now: datetime | No
             raise BadRange(f"The range may span at most {MAX_SPAN.days} days.")
         return TimeRange(start, end)
     preset = preset or default
+    if preset == ALL and origin is not None:
+        return TimeRange(min(max(origin.astimezone(UTC), now - MAX_SPAN), now - MIN_SPAN), now, ALL)
     if preset not in PRESETS:
         raise BadRange(f"Unknown range {preset[:MAX_INPUT]!r}: choose one of {', '.join(PRESETS)} or give from/to.")
     return TimeRange(now - PRESETS[preset], now, preset)
 
 
-def from_request(request: HttpRequest, *, default: str = "90d") -> TimeRange:
+def from_request(request: HttpRequest, *, default: str = "90d", origin: datetime | None = None) -> TimeRange:
     """The range of ``request``'s URL (see :func:`parse`)."""
-    return parse(request.GET, default=default)
+    return parse(request.GET, default=default, origin=origin)
 
 
 def bad_request(exc: BadRange) -> HttpResponse:
@@ -145,12 +157,17 @@ def bad_request(exc: BadRange) -> HttpResponse:
     return HttpResponse(f"Bad time range: {exc}", status=400, content_type="text/plain")
 
 
-def picker_context(request: HttpRequest, chosen: TimeRange) -> dict[str, object]:
-    """What ``_timerange.html`` needs: the chosen range, presets, and the page's other parameters to keep."""
-    keep = [(k, v) for k, values in request.GET.lists() if k not in (*PARAMS, "page") for v in values]
+def picker_context(
+    request: HttpRequest, chosen: TimeRange, *, with_all: bool = False, drop: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """What ``_timerange.html`` needs: the chosen range, presets, and the page's other parameters to keep.
+
+    ``with_all`` offers the ``all`` preset (pages that parse with an ``origin``); ``drop`` names
+    further parameters the picker replaces (a page's old names for the range)."""
+    keep = [(k, v) for k, values in request.GET.lists() if k not in (*PARAMS, "page", *drop) for v in values]
     return {
         "timerange": chosen,
-        "timerange_presets": list(PRESETS),
+        "timerange_presets": [*PRESETS, ALL] if with_all else list(PRESETS),
         "timerange_keep": keep,
         "timerange_keep_query": urlencode(keep),
     }

@@ -74,6 +74,22 @@ def _form(request: HttpRequest, *, drop: tuple[str, ...] = ()) -> ReportForm:
     return form
 
 
+# The report's own names for its period, replaced in links by the shared picker's range (old
+# ?days= links still work: _form reads them) and the pages a new range restarts.
+OWN_PERIOD = ("days", "since", "until", "ipage")
+
+
+def _picker(request: HttpRequest, period: Period) -> dict[str, object]:
+    """The shared time-range picker (``_timerange.html``) showing the report's period.
+
+    A preset is named as the shared vocabulary says it (``?days=7`` is ``7d``); an exact period
+    (a zoom, an old since/until link) is a custom window."""
+    asked = request.GET.get("range", "")
+    preset = asked if asked in timerange.PRESETS else (f"{period.days}d" if period.days else None)
+    chosen = timerange.TimeRange(period.since, period.until, preset if preset in timerange.PRESETS else None)
+    return timerange.picker_context(request, chosen, drop=OWN_PERIOD)
+
+
 def _bad(request: HttpRequest, form: ReportForm, template: str) -> HttpResponse:
     return render(request, template, {"form": form, "errors": form.errors}, status=400)
 
@@ -173,6 +189,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "period": period,
+            **_picker(request, period),
             "cluster": scope.cluster,
             "tenant": scope.tenant,
             "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
@@ -280,6 +297,7 @@ def tenant_availability(request: HttpRequest) -> HttpResponse:
         {
             "form": form,
             "period": period,
+            **_picker(request, period),
             "tenant": tenant,
             "staff": is_operator_view(request.user),
             "page": page,

@@ -4,6 +4,7 @@ them to templates through json_script, tests assert on their data. No plotly.js 
 from __future__ import annotations
 
 import itertools
+from datetime import datetime, timedelta
 from typing import Any
 
 from .choices import FLAG_COLOURS, FlagKind
@@ -23,14 +24,23 @@ _BASE_LAYOUT: dict[str, Any] = {
 def flag_figure(flag: TrendFlag) -> Figure:
     """The chart that shows why a flag is there: the trend, the peers, or the lemon's signals."""
     if flag.kind == FlagKind.DEGRADING:
-        return trend_figure(flag.evidence)
+        return trend_figure(flag.evidence, window=analysis_window(flag))
     if flag.kind == FlagKind.UNDERPERFORMER:
         return peers_figure(flag.evidence)
     return lemon_figure(flag.evidence)
 
 
-def trend_figure(evidence: dict[str, Any]) -> Figure:
-    """The figure over time (markers) with its least-squares line."""
+def analysis_window(flag: TrendFlag) -> tuple[datetime, datetime]:
+    """The days the analysis read when it last saw the flag: what its time chart shows.
+
+    Fixed by the analysis, not by the portal's time range (nodewarden/timerange.py): the chart is
+    the evidence the flag stands on, and another window would show a trend that was not judged."""
+    return flag.updated - timedelta(days=flag.window_days), flag.updated
+
+
+def trend_figure(evidence: dict[str, Any], window: tuple[datetime, datetime] | None = None) -> Figure:
+    """The figure over time (markers) with its least-squares line; ``window`` pins the time axis
+    to the analysis window, so the chart's width says how long a stretch was judged."""
     points, line = evidence.get("points", []), evidence.get("line", [])
     unit = evidence.get("unit", "")
     data = [
@@ -53,7 +63,10 @@ def trend_figure(evidence: dict[str, Any]) -> Figure:
             "hoverinfo": "skip",
         },
     ]
-    layout = {**_BASE_LAYOUT, "showlegend": False, "xaxis": {"type": "date"}, "yaxis": {"title": {"text": unit}}}
+    xaxis: dict[str, Any] = {"type": "date"}
+    if window:
+        xaxis["range"] = [moment.strftime("%Y-%m-%d %H:%M:%S") for moment in window]
+    layout = {**_BASE_LAYOUT, "showlegend": False, "xaxis": xaxis, "yaxis": {"title": {"text": unit}}}
     return {"data": data, "layout": layout}
 
 

@@ -73,6 +73,7 @@ def _node_context(node: Node) -> dict[str, Any]:
             "chart_id": f"trend-chart-{f.pk}",
             "data_id": f"trend-chart-{f.pk}-data",
             "colour": FLAG_COLOURS[f.kind],
+            "window_start": charts.analysis_window(f)[0],
         }
         for f in flags
     ]

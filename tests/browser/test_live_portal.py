@@ -13,8 +13,8 @@ from playwright.sync_api import Page, expect
 from health.choices import Severity
 from health.services import raise_finding
 from nodes import services
-from nodes.choices import NodeState
-from nodes.models import StateCountSnapshot
+from nodes.choices import EventKind, NodeState
+from nodes.models import NodeEvent, StateCountSnapshot
 from tests.factories import ClusterFactory, NodeFactory
 
 from .pages import log_in, watch_for_errors
@@ -188,4 +188,52 @@ def test_a_list_stops_refreshing_when_the_session_ends_instead_of_showing_the_lo
     expect(page.locator("[data-live-state]")).to_have_text("Stopped: signed out, reload the page", timeout=10_000)
     expect(page.locator("#node-table tbody tr")).to_have_count(1)
     assert page.locator("#node-table input[name=password]").count() == 0
+    assert errors == []
+
+
+def test_the_node_pages_picker_and_a_timeline_zoom_move_the_timeline_and_the_history(page: Page, live_server, operator):
+    node = NodeFactory(hostname="gpu-range-01", state=NodeState.PRODUCTION)
+    NodeEvent.objects.create(
+        node=node,
+        hostname=node.hostname,
+        kind=EventKind.NOTE,
+        reason="forty days ago",
+        actor_kind="system",
+        actor_name="system:t",
+        created=timezone.now() - timedelta(days=40),
+    )
+    services.record_event(node.pk, EventKind.NOTE, actor=services.Actor.system("t"), reason="just now")
+    axis_start = "document.getElementById('timeline-chart').layout.xaxis.range[0].slice(0, 10)"
+    errors = watch_for_errors(page)
+    log_in(page, live_server.url, "operator")
+    page.goto(f"{live_server.url}/nodes/{node.pk}/")
+    expect(page.locator("#timeline-chart .main-svg").first).to_be_visible(timeout=15_000)
+    expect(page.locator("[data-timerange] a[aria-current]")).to_have_text("all")
+    expect(page.locator("#history")).to_contain_text("forty days ago")
+
+    page.click("[data-timerange] a[data-range='7d']")
+    page.wait_for_url("**/?range=7d")
+    expect(page.locator("#timeline-chart .main-svg").first).to_be_visible(timeout=15_000)
+    expect(page.locator("#history")).to_contain_text("just now")
+    expect(page.locator("#history")).not_to_contain_text("forty days ago")
+    assert page.evaluate(axis_start) == (timezone.now() - timedelta(days=7)).date().isoformat()
+
+    # the history's kind filter keeps the range
+    page.select_option("#history-filter select[name=kind]", "note")
+    page.click("#history-filter button[type=submit]")
+    page.wait_for_url("**/?kind=note&range=7d#history-section")
+    expect(page.locator("#history")).not_to_contain_text("forty days ago")
+
+    # a zoom on the timeline becomes the page's range, for the history too
+    page.goto(f"{live_server.url}/nodes/{node.pk}/")
+    page.wait_for_function("document.getElementById('timeline-chart').dataset.zoomWired === '1'")
+    start = (timezone.now() - timedelta(days=41)).strftime("%Y-%m-%d")
+    end = (timezone.now() - timedelta(days=39)).strftime("%Y-%m-%d")
+    page.evaluate(
+        f"Plotly.relayout('timeline-chart', {{'xaxis.range[0]': '{start} 00:00', 'xaxis.range[1]': '{end} 00:00'}})"
+    )
+    page.wait_for_url(f"**/?from={start}T00%3A00&to={end}T00%3A00")
+    expect(page.locator("#history")).to_contain_text("forty days ago")
+    expect(page.locator("#history")).not_to_contain_text("just now")
+    expect(page.locator("[data-timerange] input[name=from]")).to_have_value(f"{start}T00:00")
     assert errors == []

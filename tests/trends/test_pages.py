@@ -4,6 +4,7 @@ each flag drawn from its evidence; customers are told they do not exist (404).""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -193,3 +194,19 @@ def test_chart_functions_read_the_evidence_alone():
     assert fig["data"][0]["y"] == [1.0, 2.0] and fig["layout"]["yaxis"]["title"]["text"] == "GB/s"
     empty = charts.peers_figure({})
     assert empty["data"][0]["x"] == []
+
+
+@pytest.mark.parametrize("params", [{}, {"range": "24h"}])
+def test_a_trend_chart_shows_its_fixed_analysis_window_and_says_so(client, viewer, evaluated, params):
+    """A degrading flag's time chart is the evidence it was raised on: its axis spans the analysis
+    window whatever the portal's range, and the page says so next to the chart (no picker)."""
+    client.force_login(viewer)
+    trend = TrendFlag.objects.get(node=evaluated.degrader, kind=FlagKind.DEGRADING)
+    for url in (f"/trends/nodes/{evaluated.degrader.pk}/", f"/nodes/{evaluated.degrader.pk}/trends/"):
+        response = client.get(url, params)
+        html = response.content.decode()
+        assert response.status_code == 200 and "data-timerange" not in html
+        assert f"Analysis window: {trend.window_days} days</strong>, " in html and "does not apply" in html
+        axis = figures(response)[f"trend-chart-{trend.pk}-data"]["layout"]["xaxis"]
+        start = (trend.updated - timedelta(days=trend.window_days)).strftime("%Y-%m-%d %H:%M:%S")
+        assert axis["range"] == [start, trend.updated.strftime("%Y-%m-%d %H:%M:%S")]
