@@ -26,7 +26,8 @@ class BmcEndpoint(models.Model):
     BMC serves several (its Id, UUID or ``/redfish/v1/Systems/<id>``); blank means
     the only one. ``last_contact_at`` and ``last_error`` are written by
     ``bmc.client`` after every call; ``last_power_state`` (and when) after every call that
-    read the power state, so pages show it without asking the BMC live.
+    read the power state, so pages show it without asking the BMC live. ``last_poll_at`` is when
+    the power poller (``bmc.services.poll_power_states``) last tried it, answered or not.
     """
 
     node = models.OneToOneField("nodes.Node", on_delete=models.CASCADE, related_name="bmc")
@@ -48,6 +49,9 @@ class BmcEndpoint(models.Model):
     last_error = models.TextField(blank=True)
     last_power_state = models.CharField(max_length=10, blank=True, help_text="on, off or unknown, as last read.")
     last_power_state_at = models.DateTimeField(null=True, blank=True)
+    # When the poller last tried this endpoint, answered or not: it takes the oldest first, so a
+    # BMC that never answers goes to the back of the queue instead of holding the batch forever.
+    last_poll_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     last_updated = models.DateTimeField(auto_now=True)
 

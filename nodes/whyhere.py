@@ -142,16 +142,19 @@ def _maintenance_fact(cause: Cause) -> Fact:
 
 def _bmc_fact(node: Node, operator: bool) -> Fact:
     """The BMC as last seen: no live call from a page render (a BMC may take seconds to answer)."""
-    fields = ("last_contact_at", "last_error", "last_power_state", "last_power_state_at")
+    fields = ("last_contact_at", "last_error", "last_power_state", "last_power_state_at", "last_poll_at")
     bmc = BmcEndpoint.objects.filter(node=node).only(*fields).first()
     if bmc is None:
         return Fact("bmc", "BMC", "No BMC endpoint configured.")
     if bmc.last_power_state and bmc.last_power_state_at:
         text = f"Power {bmc.last_power_state} (read {bmc.last_power_state_at:%Y-%m-%d %H:%M} UTC)."
+    elif bmc.last_contact_at is None and bmc.last_poll_at is None:
+        # Said as what happens next: the poller (bmc.services.poll_power_states) reaches every endpoint.
+        text = "Power state not read yet: the BMC poller reads it within minutes."
+    elif bmc.last_contact_at is None:
+        text = f"The BMC has not answered yet (last tried {bmc.last_poll_at:%Y-%m-%d %H:%M} UTC)."
     else:
         text = "Power state not read yet."
-    if bmc.last_contact_at is None:
-        text += " Never contacted."
     if bmc.last_error and operator:
         return Fact("bmc", "BMC", f"{text} Last error: {bmc.last_error[:200]}", tone="warning")
     return Fact("bmc", "BMC", text)

@@ -317,6 +317,12 @@ NODEWARDEN_BMC_RETRIES = env.int("NODEWARDEN_BMC_RETRIES", 3)  # extra tries aft
 NODEWARDEN_BMC_RETRY_BACKOFF_MS = env.int("NODEWARDEN_BMC_RETRY_BACKOFF_MS", 500)  # first wait; doubles
 NODEWARDEN_BMC_POWER_TIMEOUT = env.int("NODEWARDEN_BMC_POWER_TIMEOUT", 300)  # seconds for a power state to arrive
 NODEWARDEN_BMC_POLL_INTERVAL = env.int("NODEWARDEN_BMC_POLL_INTERVAL", 2)  # seconds between power-state polls
+# The power poller (beat): every endpoint, least recently polled first, BATCH per run every EVERY
+# seconds, so a fleet of N endpoints is read all over within ceil(N / BATCH) * EVERY seconds.
+NODEWARDEN_BMC_POLL_BATCH = env.int("NODEWARDEN_BMC_POLL_BATCH", 100)
+NODEWARDEN_BMC_POLL_EVERY = env.float("NODEWARDEN_BMC_POLL_EVERY", 60.0)
+NODEWARDEN_BMC_POLL_SECONDS = env.float("NODEWARDEN_BMC_POLL_SECONDS", 50.0)  # one run stops after this
+NODEWARDEN_BMC_POLL_TIMEOUT = env.float("NODEWARDEN_BMC_POLL_TIMEOUT", 3.0)  # one try per read
 
 # --- GPU fencing -----------------------------------------------------------------------------
 # A fenced GPU reaches the node's scheduler as a GPU fence (Slurm: the gpu GRES count; Kubernetes:
@@ -629,6 +635,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 15.0,
         "options": {"queue": "validation"},
     },
+    # BMC power states for the node pages: the least recently polled endpoints each run.
+    "poll-bmc-power": {"task": "bmc.tasks.poll_power_states", "schedule": NODEWARDEN_BMC_POLL_EVERY},
     # The fleet auditor: what Nodewarden believes against schedulers, BMCs and the clock.
     "audit-fleet": {
         "task": "audit.tasks.audit_fleet",

@@ -1,11 +1,11 @@
 """The node list's bulk actions, declared once each (``nodewarden.bulk.register``): drain, set to
-drain, cordon, cancel a drain, re-validate, send to repair, hold and release automation, open a
+drain, cordon, start maintenance, cancel a drain, re-validate, send to repair, hold and release automation, open a
 repair ticket.
 
 Declared here, not in nodes, because three of them need what sits above nodes: the blast-radius
 limits and holds (remediation.safety) and repair tickets (repairs). Every action calls the
 one-by-one verb once per node, in its own transaction with its own history row; a take-out
-(cordon, drain) first counts the node's failure domains against the blast-radius limits an admin
+(cordon, drain, start maintenance) first counts the node's failure domains against the blast-radius limits an admin
 configured (``BlastRadiusLimit``; the built-in default is for automation only), under the
 cluster's row lock as the remediation engine's admission does, so ten nodes selected against a
 limit of three are three taken out and seven refused with the limit's reason, whatever else runs
@@ -130,6 +130,8 @@ ACTIONS: tuple[tuple[str, str | None, str, Callable[[int, Actor, str, QueryDict]
     ("start_draining", None, "drained", _take_out("start_draining")),
     ("request_drain", None, "set to drain when their job ends", _take_out("request_drain")),
     ("cordon", None, "cordoned", _take_out("cordon")),
+    # Planned work: drains like "Drain when job ends", then waits in maintenance until ended.
+    ("start_maintenance", None, "set to maintenance (drain when their job ends)", _take_out("start_maintenance")),
     ("cancel_drain", None, "back in production (drain cancelled)", _verb("cancel_drain")),
     ("revalidate", None, "sent to re-validation", _verb("revalidate")),
     ("send_to_repair", None, "sent to repair", _verb("send_to_repair")),

@@ -85,37 +85,48 @@ def availability_over_time(counts: Sequence[DayCount]) -> Figure:
     return {"data": data, "layout": layout}
 
 
+FORWARD_BAND = "rgba(74,120,194,0.30)"
+RETURN_BAND = "rgba(46,160,67,0.30)"  # back to an earlier state of the lifecycle
+
+
 def lifecycle_sankey(flows: Sequence[dict[str, Any]], link: Callable[[str, str], str]) -> Figure:
     """The period's state changes as a Sankey diagram: a node per state, a band per (source, target)
     as wide as its count. Each band's customdata is the URL listing its nodes (``link``), which the
     page's script opens on a click."""
     states = [s for s in NodeState if any(s in (f["source"], f["target"]) for f in flows)]
     index = {s.value: i for i, s in enumerate(states)}
+    shown = [f for f in flows if f["source"] in index and f["target"] in index]
     data = [
         {
             "type": "sankey",
             "arrangement": "snap",
             "valueformat": ",d",
+            # The labels sit on the bands: plotly's automatic halo (a blurred outline in the colour
+            # opposite the text's) drew grey boxes over them in the dark theme. The colour is the
+            # theme's text colour (layout.font, set by portal.js), readable on the translucent bands.
+            "textfont": {"shadow": "none", "size": 12},
             "node": {
                 "label": [s.label for s in states],
                 "color": [STATE_COLOURS[s] for s in states],
-                "pad": 14,
+                "pad": 18,
                 "thickness": 14,
                 "hovertemplate": "%{label}: %{value:,d} changes<extra></extra>",
             },
             "link": {
-                "source": [index[f["source"]] for f in flows if f["source"] in index and f["target"] in index],
-                "target": [index[f["target"]] for f in flows if f["source"] in index and f["target"] in index],
-                "value": [f["count"] for f in flows if f["source"] in index and f["target"] in index],
-                "customdata": [
-                    link(f["source"], f["target"]) for f in flows if f["source"] in index and f["target"] in index
-                ],
-                "color": "rgba(74,120,194,0.25)",
+                "source": [index[f["source"]] for f in shown],
+                "target": [index[f["target"]] for f in shown],
+                "value": [f["count"] for f in shown],
+                "customdata": [link(f["source"], f["target"]) for f in shown],
+                # A change back to an earlier state of the lifecycle (drain cancelled, repaired and
+                # re-validated) is drawn by plotly as a loop over the others: its own colour says
+                # it is a return, not an empty box.
+                "color": [RETURN_BAND if index[f["target"]] < index[f["source"]] else FORWARD_BAND for f in shown],
                 "hovertemplate": "%{source.label} → %{target.label}: %{value:,d}<br>click to list the nodes<extra></extra>",
             },
         }
     ]
-    layout = {**_BASE_LAYOUT, "height": 460, "margin": {"l": 10, "r": 10, "t": 10, "b": 10}}
+    # Room on the right for the labels plotly puts beside the nodes of the next-to-last column.
+    layout = {**_BASE_LAYOUT, "height": 460, "margin": {"l": 10, "r": 150, "t": 10, "b": 10}}
     return {"data": data, "layout": layout}
 
 

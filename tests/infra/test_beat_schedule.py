@@ -38,6 +38,7 @@ PROMISED: dict[str, Any] = {
     "audit.tasks.audit_fleet": 300.0,
     "health.tasks.resend_alerts_to_alertmanager": 60.0,
     "feeds.tasks.deliver_events": 5.0,
+    "bmc.tasks.poll_power_states": 60.0,
 }
 
 

@@ -65,6 +65,29 @@ def test_nodes_set_to_drain_count_against_the_limit(client, operator, rack_b):
     assert NodeEvent.objects.filter(transition="request_drain").count() == 3
 
 
+def test_start_maintenance_per_node_with_one_reason_within_the_blast_radius_limit(client, operator, rack_b):
+    client.force_login(operator)
+    assert '<option value="start_maintenance">Start maintenance</option>' in (
+        client.get(reverse("node-list")).content.decode()
+    )
+
+    response = _bulk(client, rack_b, "start_maintenance", reason="rack B PDU swap")
+
+    done, refused = _messages(response)
+    assert done == "3 set to maintenance (drain when their job ends): gpu-b-00, gpu-b-01, gpu-b-02."
+    assert refused.startswith("7 refused: gpu-b-03 (stopped by the blast-radius limit of the cluster: 3 of 10 nodes")
+    events = NodeEvent.objects.filter(transition="start_maintenance").order_by("hostname")
+    assert [(e.hostname, e.reason, e.actor) for e in events] == [
+        (f"gpu-b-0{i}", "rack B PDU swap", operator) for i in range(3)
+    ]
+    states = dict(type(rack_b[0]).objects.filter(pk__in=[n.pk for n in rack_b]).values_list("hostname", "state"))
+    assert [states[n.hostname] for n in rack_b] == [S.DRAIN_PENDING] * 3 + [S.PRODUCTION] * 7
+
+    # A node not in production is refused with the verb's own reason, the others unaffected.
+    again = _bulk(client, rack_b[:1], "start_maintenance", reason="twice")
+    assert _messages(again)[0].startswith("1 refused: gpu-b-00 (")
+
+
 def test_without_a_configured_limit_an_operator_drains_ten_nodes_in_one_action(client, operator):
     # The built-in default (10% of a cluster) is for automation; an operator's bulk action counts
     # only the limits an admin configured.
@@ -169,7 +192,7 @@ def test_a_customer_cannot_hold_or_ticket(client, customer, tenant):
     assert not Hold.objects.exists() and not RepairTicket.objects.exists()
 
 
-@pytest.mark.parametrize("action", ["hold", "open_ticket", "start_draining"])
+@pytest.mark.parametrize("action", ["hold", "open_ticket", "start_draining", "start_maintenance"])
 def test_without_a_reason_nothing_is_done_and_it_is_a_400(client, operator, action):
     node = NodeFactory(state=S.PRODUCTION)
     client.force_login(operator)

@@ -51,6 +51,22 @@ def test_the_sankey_counts_every_state_change_of_the_period_once(client, operato
     assert "24 state changes in the period" in html
 
 
+def test_the_sankey_labels_have_no_halo_and_returns_have_their_own_colour(client, operator, week, frozen):
+    from reports.charts import FORWARD_BAND, RETURN_BAND
+
+    sankey = figure(page(client, operator, days=7).content.decode(), "flow-sankey-data")["data"][0]
+    # plotly's automatic halo drew grey boxes over the labels in the dark theme.
+    assert sankey["textfont"]["shadow"] == "none"
+    labels = sankey["node"]["label"]
+    colour = {
+        (labels[s], labels[t]): c
+        for s, t, c in zip(sankey["link"]["source"], sankey["link"]["target"], sankey["link"]["color"], strict=True)
+    }
+    assert colour[("Production", "Triage")] == FORWARD_BAND
+    assert colour[("Remediation in progress", "Production")] == RETURN_BAND
+    assert colour[("Triage", "Firmware update")] == RETURN_BAND
+
+
 def test_every_band_and_table_row_links_to_the_nodes_that_made_that_change(client, operator, week, frozen):
     html = page(client, operator, days=7).content.decode()
     sankey = figure(html, "flow-sankey-data")["data"][0]
