@@ -131,3 +131,38 @@ def test_remediation_marks_the_gpu_suspect_before_it_acts_whichever_task_runs_fi
     first_action = NodeEvent.objects.filter(node=node).exclude(kind__in=[EventKind.GPU, "finding"]).first()
     assert first_action is None or first_action.pk > gpu_events[0].pk  # the suspicion comes first
     assert GPU.objects.get(node=node, index=3).health == GpuHealth.SUSPECT
+
+
+class Undo(Exception):
+    """Rolls back a savepoint of the test."""
+
+
+def xid79_rolled_back(node) -> None:
+    """A finding raised in a savepoint that then rolls back."""
+    from django.db import transaction
+
+    try:
+        with transaction.atomic():
+            xid79(node)
+            raise Undo
+    except Undo:
+        pass
+
+
+def test_a_finding_rolled_back_with_its_savepoint_is_handed_to_no_handler(burst, django_capture_on_commit_callbacks):
+    from health.tasks import suspect_named_gpus
+
+    first, second, third = burst[:3]
+    with django_capture_on_commit_callbacks() as callbacks:
+        xid79_rolled_back(first)  # the batch's first id, rolled back: the batch goes with it
+        xid79(second)
+        xid79_rolled_back(third)  # rolled back inside a batch that stays
+    batches = [
+        c for c in callbacks if isinstance(c, followups.FollowupBatch) and c.handlers is followups.ON_NEW_FINDING
+    ]
+    (batch,) = batches
+    kept = Finding.objects.get(node=second).pk
+    assert kept in batch.ids and not Finding.objects.filter(node__in=[first, third]).exists()
+    suspect_named_gpus(batch.ids)  # the rolled-back finding's row is not there: nothing happens to its GPU
+    health = dict(GPU.objects.filter(node__in=burst[:3]).values_list("node_id", "health"))
+    assert health == {first.pk: GpuHealth.HEALTHY, second.pk: GpuHealth.SUSPECT, third.pk: GpuHealth.HEALTHY}
