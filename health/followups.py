@@ -49,7 +49,8 @@ def _queue(handlers: list[Handler], object_id: int) -> None:
     if connection.in_atomic_block:
         # Django keeps (savepoint ids, callback, robust) per on_commit. A batch still there depends
         # only on savepoints still open (the others were released), all of which enclose this id too.
-        for _sids, callback, _robust in connection.run_on_commit:
+        for entry in connection.run_on_commit:
+            callback = entry[1]
             if isinstance(callback, FollowupBatch) and callback.handlers is handlers and not callback.ran:
                 callback.ids.append(object_id)
                 return
