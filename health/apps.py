@@ -21,16 +21,15 @@ class HealthConfig(AppConfig):
         from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
         from .followups import on_alert_changed, on_new_finding
         from .gates import released
-        from .gpus import suspect_named_gpu
         from .models import Alert, HealthRule, XidDefinition
         from .seed import ensure_health_defaults
-        from .tasks import queue_alertmanager_push
+        from .tasks import queue_alertmanager_push, queue_gpu_suspicion
         from .whyhere import firing_alerts
 
         post_migrate.connect(ensure_health_defaults, sender=self)
 
-        # A new finding that names a GPU makes that GPU suspect (nodes.services), after its commit.
-        on_new_finding(suspect_named_gpu)
+        # A new finding that names a GPU makes that GPU suspect (nodes.services), in a task after its commit.
+        on_new_finding(queue_gpu_suspicion)
         # Every change of an alert is pushed to Alertmanager (health.alertmanager_push), after its commit.
         on_alert_changed(queue_alertmanager_push)
         # Released after re-validation: the events of before the pass are answered (health.gates).

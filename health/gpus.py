@@ -9,6 +9,7 @@ leave the GPU alone.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from nodes.models import GPU
 from nodes.services import Actor, mark_gpu_suspect
@@ -30,26 +31,32 @@ def casts_suspicion(finding: Finding) -> bool:
     return finding.xid not in APPLICATION_XIDS
 
 
-def suspect_named_gpu(finding_id: int) -> None:
-    """The GPU a new finding names becomes suspect (idempotent: one history row per suspicion)."""
-    finding = (
+def suspect_named_gpu(finding_ids: Sequence[int]) -> None:
+    """The GPUs new findings name become suspect (idempotent: one history row per suspicion).
+    One query reads the findings; each GPU named is marked once, by its first finding."""
+    findings = (
         Finding.objects.only("id", "node_id", "gpu_index", "severity", "xid", "shadow", "summary", "rule")
-        .filter(pk=finding_id)
-        .first()
+        .filter(pk__in=list(finding_ids))
+        .order_by("pk")
     )
-    if finding is None or not casts_suspicion(finding):
-        return
-    assert finding.node_id is not None and finding.gpu_index is not None  # noqa: S101 - checked above, for mypy
-    try:
-        mark_gpu_suspect(
-            finding.node_id,
-            finding.gpu_index,
-            actor=HEALTH,
-            reason=f"Finding {finding.pk} ({finding.rule}): {finding.summary}",
-            details={"finding": finding.pk, "rule": finding.rule, "xid": finding.xid},
-        )
-    except GPU.DoesNotExist:
-        # The agent reported a GPU index the inventory does not hold: the finding itself is the record.
-        log.warning(
-            "Finding %s names GPU %s, not in node %s's inventory", finding.pk, finding.gpu_index, finding.node_id
-        )
+    seen: set[tuple[int, int]] = set()
+    for finding in findings:
+        if not casts_suspicion(finding):
+            continue
+        assert finding.node_id is not None and finding.gpu_index is not None  # noqa: S101 - checked above, for mypy
+        if (finding.node_id, finding.gpu_index) in seen:
+            continue  # the same GPU named again in the burst: already suspect, nothing to write
+        seen.add((finding.node_id, finding.gpu_index))
+        try:
+            mark_gpu_suspect(
+                finding.node_id,
+                finding.gpu_index,
+                actor=HEALTH,
+                reason=f"Finding {finding.pk} ({finding.rule}): {finding.summary}",
+                details={"finding": finding.pk, "rule": finding.rule, "xid": finding.xid},
+            )
+        except GPU.DoesNotExist:
+            # The agent reported a GPU index the inventory does not hold: the finding itself is the record.
+            log.warning(
+                "Finding %s names GPU %s, not in node %s's inventory", finding.pk, finding.gpu_index, finding.node_id
+            )

@@ -8,6 +8,8 @@ scheduler's report after each new finding and each change of an alert (``health.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nodes.models import Node
 from schedulers import base, conditions
 from schedulers.tasks import report_node_health
@@ -30,24 +32,42 @@ def worst_open_problem(node_id: int) -> conditions.Problem | None:
     return conditions.Problem(*row) if row else None
 
 
-def _shows_health(node_id: int) -> bool:
-    """Only nodes whose scheduler shows health get a task (one query; no HTTP here)."""
-    node = Node.objects.select_related("cluster").only("cluster").filter(pk=node_id).first()
-    return bool(node and node.cluster and base.adapter_for(node.cluster).reports_health)
+def _showing_health(node_ids: set[int]) -> set[int]:
+    """Of these nodes, those whose scheduler shows health (one query; no HTTP here; Slurm: none)."""
+    if not node_ids:
+        return set()
+    shows: dict[int, bool] = {}  # per cluster: one adapter built per cluster of the batch
+    showing = set()
+    nodes = Node.objects.filter(pk__in=node_ids, cluster__isnull=False).select_related("cluster")
+    # The state too: the state machine reads it when a node loads (a deferred state is one query more).
+    for node in nodes.only("id", "state", "cluster"):
+        assert node.cluster is not None  # noqa: S101 - filtered above, for mypy
+        if node.cluster.pk not in shows:
+            shows[node.cluster.pk] = bool(base.adapter_for(node.cluster).reports_health)
+        if shows[node.cluster.pk]:
+            showing.add(node.pk)
+    return showing
 
 
-def report_new_finding(finding_id: int) -> None:
-    """After a finding's commit (``on_new_finding``): an Event naming it, and the condition."""
-    finding = Finding.objects.filter(pk=finding_id).values("node_id", "rule", "summary", "severity").first()
-    if finding is None or finding["node_id"] is None or not _shows_health(finding["node_id"]):
-        return
-    message = f"{finding['rule']} ({finding['severity']}): {finding['summary']}"
-    warning = finding["severity"] in SERIOUS
-    report_node_health.delay(finding["node_id"], conditions.FINDING_EVENT, message, warning)
+def report_new_finding(finding_ids: Sequence[int]) -> None:
+    """After findings' commit (``on_new_finding``): an Event naming each, and the condition.
+    Two queries for the whole batch, whatever its size."""
+    rows = list(
+        Finding.objects.filter(pk__in=list(finding_ids), node__isnull=False)
+        .order_by("pk")
+        .values_list("node_id", "rule", "summary", "severity")
+    )
+    showing = _showing_health({row[0] for row in rows})
+    for node_id, rule, summary, severity in rows:
+        if node_id in showing:
+            message = f"{rule} ({severity}): {summary}"
+            report_node_health.delay(node_id, conditions.FINDING_EVENT, message, severity in SERIOUS)
 
 
-def report_alert_change(alert_id: int) -> None:
-    """After an alert's change (``on_alert_changed``): the condition as it is now (no Event)."""
-    node_id = Alert.objects.filter(pk=alert_id).values_list("node_id", flat=True).first()
-    if node_id is not None and _shows_health(node_id):
+def report_alert_change(alert_ids: Sequence[int]) -> None:
+    """After alerts' change (``on_alert_changed``): each node's condition as it is now (no Event);
+    two queries for the whole batch, one report per node."""
+    node_ids = Alert.objects.filter(pk__in=list(alert_ids), node__isnull=False).values_list("node_id", flat=True)
+    showing = _showing_health(set(node_ids))
+    for node_id in sorted(showing):
         report_node_health.delay(node_id)

@@ -4,6 +4,7 @@ Alertmanager about alerts (on each change, and again every interval)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from telemetry.models import NodeHealth
 
 from . import alertmanager_push
 from .choices import AlertState
+from .gpus import suspect_named_gpu
 from .models import Alert
 from .ruleconfig import RuleBook
 from .services import HEALTH, clear_condition, raise_finding
@@ -169,12 +171,27 @@ def resend_alerts_to_alertmanager() -> dict[str, int]:
     return alertmanager_push.resend()
 
 
-def queue_alertmanager_push(alert_id: int) -> None:
-    """The alert changed and its transaction committed: queue its push (a no-op with no
-    Alertmanager configured). A broker that is down loses nothing: the resend sends it."""
+@shared_task(ignore_result=True, acks_late=True)
+def suspect_named_gpus(finding_ids: list[int]) -> None:
+    """The GPUs these new findings name become suspect (``health.gpus``), off the commit's path."""
+    suspect_named_gpu(finding_ids)
+
+
+def queue_gpu_suspicion(finding_ids: Sequence[int]) -> None:
+    """New findings committed: queue the suspicion of the GPUs they name, one task for the batch
+    (no query here: the committing request, an agent's ingest, does not wait for the writes).
+    Remediation marks the GPU itself before it acts (``remediation.tasks.consider_finding``), so
+    whichever task runs first writes the one history row."""
+    suspect_named_gpus.delay(list(finding_ids))
+
+
+def queue_alertmanager_push(alert_ids: Sequence[int]) -> None:
+    """The alerts changed and their transaction committed: queue their push, one task for the
+    batch (a no-op with no Alertmanager configured). A broker that is down loses nothing: the
+    resend sends it."""
     if not settings.NODEWARDEN_ALERTMANAGER_URLS:
         return
     try:
-        push_alerts_to_alertmanager.delay([alert_id])
-    except Exception:  # kombu's errors vary by transport; the alert's own transaction is done
-        log.exception("alertmanager: could not queue the push of alert %s", alert_id)
+        push_alerts_to_alertmanager.delay(list(alert_ids))
+    except Exception:  # kombu's errors vary by transport; the alerts' own transaction is done
+        log.exception("alertmanager: could not queue the push of alerts %s", list(alert_ids))

@@ -6,6 +6,8 @@ node's join (``provisioning.rejoin``), a running GPU reset at its agent command'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from health.followups import on_new_finding
 from nodes.followups import followup
 from nodes.models import Node, NodeEvent
@@ -21,9 +23,16 @@ from .tasks import command_ended, consider_finding
 
 
 @on_new_finding
-def queue_consideration(finding_id: int) -> None:
-    """Every new finding is considered once its transaction has committed (the remediation queue)."""
-    consider_finding.apply_async(args=(finding_id,), queue="remediation")
+def queue_consideration(finding_ids: Sequence[int]) -> None:
+    """Every new finding is considered once its transaction has committed (the remediation queue):
+    one task each, so a burst is worked in parallel, published over one broker connection."""
+    if consider_finding.app.conf.task_always_eager:  # run here, in order: no broker to publish to
+        for finding_id in finding_ids:
+            consider_finding.apply_async(args=(finding_id,), queue="remediation")
+        return
+    with consider_finding.app.producer_or_acquire() as producer:
+        for finding_id in finding_ids:
+            consider_finding.apply_async(args=(finding_id,), queue="remediation", producer=producer)
 
 
 @on_result

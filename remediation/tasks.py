@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from health.gpus import suspect_named_gpu
+
 from . import ladder, reconciler, services
 
 
 @shared_task(ignore_result=True, acks_late=True)
 def consider_finding(finding_id: int) -> str:
+    """Decide what a new finding calls for (``services.consider_finding``). The GPU it names is
+    made suspect first (idempotent: health's own task may have done it), so that nothing
+    remediation does to the GPU (a fence) comes before the suspicion in its history."""
+    suspect_named_gpu([finding_id])
     rem = services.consider_finding(finding_id)
     return f"remediation {rem.pk}: {rem.status}" if rem else "no action"
 

@@ -7,6 +7,7 @@ import pytest
 
 from health.choices import Severity
 from health.evaluation import evaluate_reports
+from health.followups import FollowupBatch
 from health.gpus import suspect_named_gpu
 from health.models import Finding
 from health.services import raise_finding
@@ -69,7 +70,7 @@ def test_the_suspicion_waits_for_the_findings_commit(node, gpus, django_capture_
     assert _health(node)[2] == GpuHealth.HEALTHY  # nothing ran inside the finding's transaction
 
     for callback in callbacks:
-        if getattr(callback, "func", None) is suspect_named_gpu:  # the commit: health's own follow-up
-            callback()
+        if isinstance(callback, FollowupBatch):  # the commit: health's own follow-up, on the batch
+            suspect_named_gpu(callback.ids)
 
     assert _health(node)[2] == GpuHealth.SUSPECT

@@ -35,7 +35,7 @@ def test_a_state_change_queues_its_reaction_and_keeps_the_reports_rows_in_step_i
 
 def test_a_new_finding_marks_its_gpu_suspect_and_is_considered_by_remediation_after_commit():
     assert names(ON_NEW_FINDING) == [
-        "health.gpus.suspect_named_gpu",
+        "health.tasks.queue_gpu_suspicion",  # the GPU named becomes suspect, in a task
         "health.scheduler_status.report_new_finding",  # a Kubernetes Event and the node's condition
         "remediation.followups.queue_consideration",
     ]
