@@ -47,16 +47,7 @@ def state_counts_over_time(counts: Sequence[DayCount], x_range: tuple[datetime, 
         for state in NodeState
         if state in per_state
     ]
-    layout = {
-        **_BASE_LAYOUT,
-        "height": 300,
-        "hovermode": "x unified",
-        "showlegend": True,
-        "legend": {"orientation": "h", "y": -0.2},
-        "xaxis": _time_axis(x_range),
-        "yaxis": {"title": {"text": "nodes"}},
-    }
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": _stacked_states_layout(x_range)}
 
 
 def state_counts_per_snapshot(
@@ -82,7 +73,12 @@ def state_counts_per_snapshot(
         for state in NodeState
         if state in per_state
     ]
-    layout = {
+    return {"data": data, "layout": _stacked_states_layout(x_range)}
+
+
+def _stacked_states_layout(x_range: tuple[datetime, datetime] | None) -> dict[str, Any]:
+    """The layout both stacked-area charts of node states share (per day and per snapshot)."""
+    return {
         **_BASE_LAYOUT,
         "height": 300,
         "hovermode": "x unified",
@@ -91,7 +87,6 @@ def state_counts_per_snapshot(
         "xaxis": _time_axis(x_range),
         "yaxis": {"title": {"text": "nodes"}},
     }
-    return {"data": data, "layout": layout}
 
 
 def _time_axis(x_range: tuple[datetime, datetime] | None) -> dict[str, Any]:
