@@ -263,6 +263,8 @@ def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: 
         f"{tn} AS tn FROM {db_table} WHERE node_id >= %s AND node_id <= %s AND {time_column} >= %s "
         f"AND {time_column} <= %s GROUP BY node_id, gpu_index, d) per_gpu GROUP BY node_id, d"
     )
+    if table == "daily":  # a day reaching into the window counts, as its hours in the window would
+        since = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(sql, [lo, hi, adapt(since), adapt(until)])
