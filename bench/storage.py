@@ -201,7 +201,7 @@ def daily_bytes_per_node_day(day: datetime, nodes: int, empty: int) -> float:
     rolled = roll_up_and_prune(now=later, max_batches=10**6)
     assert rolled.finished and rolled.rolled_up_hours == nodes * 24 * 8, rolled
     copies = max(DAILY_NODE_DAYS // nodes - 1, 0)
-    columns = [f.column for f in GpuSampleDaily._meta.concrete_fields if f.column != "node_id"]
+    columns = [str(f.column) for f in GpuSampleDaily._meta.concrete_fields if f.column != "node_id"]
     table = GpuSampleDaily._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
