@@ -4,7 +4,8 @@
    samples each and ``--xids`` XID events per node, through the real ingest
    (``telemetry.ingest.ingest_reports``, every health rule on), an hour of each node at a time,
    the nodes interleaved as a fleet's reports arrive. Then the retention beat's roll-up
-   (``telemetry.retention.roll_up_and_prune``) turns the day's raw samples into hourly rows.
+   (``telemetry.retention.roll_up_and_prune``) turns the day's raw samples into hourly rows, and
+   once those pass TELEMETRY_HOURLY_RETENTION_DAYS, the hours into daily rows (one per GPU and day).
 2. Bytes per node-day of each history table, with its indexes and TOAST
    (``pg_total_relation_size``, less the empty table's), divided by the nodes.
 3. The footprint of a fleet with the retention in place, which is what a year of it costs on
@@ -46,7 +47,7 @@ APP_XIDS = (13, 31, 43)  # application faults: recorded, none starts a remediati
 
 def tables() -> list[tuple[type[Model], str]]:
     """The history tables and the setting that says how many days each is kept."""
-    from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
+    from telemetry.models import GpuSample, GpuSampleDaily, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 
     return [
         (NodeReport, "TELEMETRY_REPORT_RETENTION_DAYS"),
@@ -54,6 +55,7 @@ def tables() -> list[tuple[type[Model], str]]:
         (XidRecord, "TELEMETRY_XID_RETENTION_DAYS"),
         (XidIdentity, "TELEMETRY_XID_RETENTION_DAYS"),
         (GpuSampleHourly, "TELEMETRY_HOURLY_RETENTION_DAYS"),
+        (GpuSampleDaily, "TELEMETRY_DAILY_RETENTION_DAYS"),
     ]
 
 
@@ -140,6 +142,8 @@ def run(args: argparse.Namespace) -> None:
     after = sizes()
     measured = {name: raw[name] - empty[name] for name in raw}
     measured["GpuSampleHourly"] = after["GpuSampleHourly"] - empty["GpuSampleHourly"]
+    packed_hours = packed_hours_size() / args.nodes
+    measured["GpuSampleDaily"] = daily_bytes_per_node_day(day, args.nodes, empty["GpuSampleDaily"]) * args.nodes
     print(
         f"PostgreSQL {connection.pg_version}; {args.nodes} nodes x 1 day at 30 s ({args.nodes * REPORTS_PER_DAY:,} "
         f"reports, 8 GPUs, {args.xids} XIDs per node) ingested in {took:.0f} s, rolled up "
@@ -170,6 +174,7 @@ def run(args: argparse.Namespace) -> None:
         f"the raw window (samples and reports) that fits the goal: "
         f"{f'{fit:.1f} days' if fit > 0 else 'none (the year-long tables alone exceed it)'}"
     )
+    print_roll_ups(per_day, args.fleet, packed_hours)
     packed_day = packed / args.nodes
     print(
         f"          samples packed one row per node, GPU and hour (arrays, TOAST-compressed): "
@@ -179,6 +184,51 @@ def run(args: argparse.Namespace) -> None:
 
 
 _RAW = ("GpuSample", "NodeReport")
+
+
+DAILY_NODE_DAYS = 2_000  # node-days the daily table is measured at
+
+
+def daily_bytes_per_node_day(day: datetime, nodes: int, empty: int) -> float:
+    """The retention beat once the day's hours pass TELEMETRY_HOURLY_RETENTION_DAYS: they become
+    daily rows, 8 per node-day. So few rows fill a handful of pages (table, key, BRIN), so the
+    rows are copied under other node ids up to DAILY_NODE_DAYS node-days, the same values and so
+    the same row and index entry sizes (nothing is compressed), and measured there."""
+    from telemetry.models import GpuSampleDaily
+    from telemetry.retention import roll_up_and_prune
+
+    later = day + timedelta(days=settings.TELEMETRY_HOURLY_RETENTION_DAYS + 1, hours=1)
+    rolled = roll_up_and_prune(now=later, max_batches=10**6)
+    assert rolled.finished and rolled.rolled_up_hours == nodes * 24 * 8, rolled
+    copies = max(DAILY_NODE_DAYS // nodes - 1, 0)
+    columns = [str(f.column) for f in GpuSampleDaily._meta.concrete_fields if f.column != "node_id"]
+    table = GpuSampleDaily._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (node_id, {', '.join(columns)}) SELECT node_id + k * 10000000, {', '.join(columns)} "  # noqa: S608 - the model's table and columns
+            f"FROM {table}, generate_series(1, %s) AS k ORDER BY day, node_id + k * 10000000, gpu_index",
+            [copies],
+        )
+    return (sizes()["GpuSampleDaily"] - empty) / (nodes * (copies + 1))
+
+
+def print_roll_ups(per_day: dict[str, float], fleet: int, packed_hours: float) -> None:
+    """The roll-ups' year: hourly rows for their window, then daily ones, against hourly rows for a
+    year (the layout before daily roll-ups) and a node-day's hours packed in one row. Each tier is
+    counted for its whole window, as above: an upper bound (hours younger than the raw window are
+    still raw samples)."""
+    hourly, daily = per_day["GpuSampleHourly"], per_day["GpuSampleDaily"]
+    hourly_days, daily_days = settings.TELEMETRY_HOURLY_RETENTION_DAYS, settings.TELEMETRY_DAILY_RETENTION_DAYS
+    thinned = (hourly * hourly_days + daily * daily_days) * fleet
+    print(
+        f"roll-ups: hourly {hourly:,.0f} bytes/node-day x {hourly_days} days + daily {daily:,.0f} bytes/node-day "
+        f"x {daily_days} days = {thinned / 1e12:.2f} TB for {fleet:,} nodes (hourly for {daily_days} days: "
+        f"{hourly * daily_days * fleet / 1e12:.2f} TB; a daily row is {hourly / daily:.0f}x fewer bytes a node-day)"
+    )
+    print(
+        f"          a node-day's hours packed in one row instead (arrays, TOAST-compressed): {packed_hours:,.0f} "
+        f"bytes/node-day, {(hourly * hourly_days + packed_hours * daily_days) * fleet / 1e12:.2f} TB"
+    )
 
 
 def packed_samples_size() -> int:
@@ -202,6 +252,28 @@ def packed_samples_size() -> int:
         cursor.execute("SELECT pg_total_relation_size('bench_packed_samples')")
         size: int = cursor.fetchone()[0]
         cursor.execute("DROP TABLE bench_packed_samples")
+    return size
+
+
+def packed_hours_size() -> int:
+    """What the hourly roll-ups would take packed as one row per node and day, each column an array
+    of the day's hours by GPU and time (TOAST-compressed): the layout weighed against daily rows,
+    built from the stored hours and measured with its primary key, then dropped."""
+    from telemetry.models import GpuSampleHourly
+
+    table = GpuSampleHourly._meta.db_table
+    columns = [f.column for f in GpuSampleHourly._meta.concrete_fields if f.column not in ("node_id", "hour")]
+    arrays = ", ".join(f"array_agg({c} ORDER BY gpu_index, hour) AS {c}" for c in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TABLE bench_packed_hours AS SELECT node_id, date_trunc('day', hour) AS day, "  # noqa: S608 - the model's table and columns
+            f"array_agg(hour ORDER BY gpu_index, hour) AS hour, {arrays} FROM {table} "
+            "GROUP BY node_id, date_trunc('day', hour)"
+        )
+        cursor.execute("ALTER TABLE bench_packed_hours ADD PRIMARY KEY (node_id, day)")
+        cursor.execute("SELECT pg_total_relation_size('bench_packed_hours')")
+        size: int = cursor.fetchone()[0]
+        cursor.execute("DROP TABLE bench_packed_hours")
     return size
 
 

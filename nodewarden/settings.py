@@ -181,7 +181,11 @@ CELERY_TIMEZONE = "UTC"
 TELEMETRY_RAW_RETENTION_DAYS = env.int("TELEMETRY_RAW_RETENTION_DAYS", 14)
 TELEMETRY_REPORT_RETENTION_DAYS = env.int("TELEMETRY_REPORT_RETENTION_DAYS", TELEMETRY_RAW_RETENTION_DAYS)
 TELEMETRY_XID_RETENTION_DAYS = env.int("TELEMETRY_XID_RETENTION_DAYS", 365)
-TELEMETRY_HOURLY_RETENTION_DAYS = env.int("TELEMETRY_HOURLY_RETENTION_DAYS", 365)
+# Roll-ups thin with age: hourly rows for TELEMETRY_HOURLY_RETENTION_DAYS, then one row per GPU and day
+# (GpuSampleDaily) for TELEMETRY_DAILY_RETENTION_DAYS; hourly rows for a year were 1.64 TB at 100,000
+# nodes (bin/bench storage), daily ones are 24 times fewer.
+TELEMETRY_HOURLY_RETENTION_DAYS = env.int("TELEMETRY_HOURLY_RETENTION_DAYS", 30)
+TELEMETRY_DAILY_RETENTION_DAYS = env.int("TELEMETRY_DAILY_RETENTION_DAYS", 365)
 TELEMETRY_MAX_BODY_BYTES = env.int("TELEMETRY_MAX_BODY_BYTES", 8 * 1024 * 1024)
 NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env.int("NODEWARDEN_REPORT_MAX_FUTURE_SECONDS", 300)
 # Group commit (telemetry.groupcommit): concurrent agent requests of one web process share one
@@ -203,10 +207,14 @@ for _name in (
     "TELEMETRY_REPORT_RETENTION_DAYS",
     "TELEMETRY_XID_RETENTION_DAYS",
     "TELEMETRY_HOURLY_RETENTION_DAYS",
+    "TELEMETRY_DAILY_RETENTION_DAYS",
     "TELEMETRY_MAX_BODY_BYTES",
     "NODEWARDEN_REPORT_MAX_FUTURE_SECONDS",
 ):
     _positive(_name, globals()[_name])
+if TELEMETRY_DAILY_RETENTION_DAYS < TELEMETRY_HOURLY_RETENTION_DAYS:
+    # Hours become days at the hourly window's end: a shorter daily window would drop them at once.
+    raise ImproperlyConfigured("TELEMETRY_DAILY_RETENTION_DAYS must be at least TELEMETRY_HOURLY_RETENTION_DAYS")
 
 # --- Auth, i18n, static ---------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -595,7 +603,8 @@ CELERY_BEAT_SCHEDULE = {
     "preempt-wanted-checks": {"task": "checks.tasks.preempt_wanted_checks", "schedule": 10.0},
     # Idle-time validation: the stalest due check on idle production nodes (NODEWARDEN_FRESHNESS_SHARE).
     "keep-checks-fresh": {"task": "checks.tasks.keep_checks_fresh", "schedule": 300.0},
-    # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
+    # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups, hours older than
+    # TELEMETRY_HOURLY_RETENTION_DAYS daily ones.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
     "fail-stuck-day0": {

@@ -81,7 +81,7 @@ def _text() -> models.CharField[str | int | Combinable | None, str | None]:
 class RealField(models.FloatField):  # type: ignore[type-arg]  # FloatField's generics, as _float says
     """A 4-byte float (``real``): a reading stored per GPU every 30 s needs 7 digits, not 15.
 
-    Halves each reading of the history tables (GpuSample, GpuSampleHourly) against FloatField's
+    Halves each reading of the history tables (GpuSample, GpuSampleHourly, GpuSampleDaily) against FloatField's
     ``double precision``; SQLite stores every REAL in 8 bytes whatever the declared type."""
 
     def db_type(self, connection: Any) -> str:
@@ -288,7 +288,8 @@ class XidIdentity(models.Model):
 
 
 class GpuSampleHourly(models.Model):
-    """GpuSample rolled up per hour once raw rows pass TELEMETRY_RAW_RETENTION_DAYS.
+    """GpuSample rolled up per hour once raw rows pass TELEMETRY_RAW_RETENTION_DAYS; past
+    TELEMETRY_HOURLY_RETENTION_DAYS the hours become GpuSampleDaily.
 
     Averages are over the hour's ``n`` samples; re-running a roll-up over rows of an hour
     already rolled up merges by weighting with ``n``."""
@@ -324,6 +325,54 @@ class GpuSampleHourly(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_index} of node {self.node_id}, hour {self.hour:%Y-%m-%d %H:00}"
+
+
+# A GPU counts as "under load" in an hour whose average utilisation reaches this: the trends compare
+# temperatures only under load (trends.collect), and the daily roll-up keeps those hours' temperature apart.
+LOAD_UTILIZATION_PCT = 80.0
+
+
+class GpuSampleDaily(models.Model):
+    """GpuSampleHourly rolled up per day (UTC) once hourly rows pass TELEMETRY_HOURLY_RETENTION_DAYS.
+
+    The same figures as the hourly row: minima of minima, maxima of maxima, averages weighted by
+    the samples ``n`` behind each hour. ``load_n`` and ``load_temperature_avg`` keep what the trends
+    read from hours at ``LOAD_UTILIZATION_PCT`` or more, which a day's average utilisation would
+    blur. A day rolled up again (late hourly rows) merges weighted by ``n`` and ``load_n``."""
+
+    pk = models.CompositePrimaryKey("node", "day", "gpu_index")
+    node = _history_node()
+    day = models.DateTimeField(help_text="midnight UTC of the day")
+    gpu_index = models.PositiveSmallIntegerField()
+    n = models.PositiveIntegerField()
+    temperature_avg = _real()
+    temperature_max = _real()
+    hbm_temperature_max = _real()
+    power_avg = _real()
+    power_max = _real()
+    utilization_avg = _real()
+    memory_used_max = _int()
+    ecc_volatile_corrected_max = _count()
+    ecc_volatile_uncorrected_max = _count()
+    ecc_aggregate_corrected_max = _count()
+    ecc_aggregate_uncorrected_max = _count()
+    remapped_rows_correctable_max = _count()
+    remapped_rows_uncorrectable_max = _count()
+    nvlink_crc_errors_max = _count()
+    nvlink_replay_errors_max = _count()
+    nvlink_recovery_errors_max = _count()
+    pcie_replay_count_max = _count()
+    pcie_link_gen_min = _small()
+    pcie_link_width_min = _small()
+    load_n = models.PositiveIntegerField(default=0, help_text="samples in hours under load")
+    load_temperature_avg = _real()
+
+    class Meta:
+        verbose_name = "GPU sample (daily)"
+        verbose_name_plural = "GPU samples (daily)"
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_index} of node {self.node_id}, day {self.day:%Y-%m-%d}"
 
 
 # --- Operations -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .models import GpuSample, NodeReport, XidRecord
+from .models import GpuSample, GpuSampleDaily, NodeReport, XidRecord
 
 MONTHS_AHEAD = 2
 # table -> the setting naming how many days its rows are kept
@@ -26,6 +26,7 @@ WINDOWS = {
     NodeReport._meta.db_table: "TELEMETRY_REPORT_RETENTION_DAYS",
     GpuSample._meta.db_table: "TELEMETRY_RAW_RETENTION_DAYS",
     XidRecord._meta.db_table: "TELEMETRY_XID_RETENTION_DAYS",
+    GpuSampleDaily._meta.db_table: "TELEMETRY_DAILY_RETENTION_DAYS",
 }
 _MONTHLY = re.compile(r"_p(\d{4})_(\d{2})$")
 # table, partition column, primary key columns (none: the table's B-tree is a plain index, below)
@@ -33,6 +34,7 @@ TABLES = [
     (NodeReport._meta.db_table, "collected_at", ("node_id", "collected_at")),
     (GpuSample._meta.db_table, "collected_at", ()),
     (XidRecord._meta.db_table, "observed_at", ("node_id", "observed_at", "fingerprint")),
+    (GpuSampleDaily._meta.db_table, "day", ("node_id", "day", "gpu_index")),
 ]
 # GpuSample has no primary key on PostgreSQL (telemetry migration 0009): its (node, time) index.
 _PLAIN_INDEXES = {
@@ -56,13 +58,17 @@ def _partition_ddl(table: str, month: date) -> str:
     )
 
 
-def partition_ddl(*, since: date, now: datetime | None = None) -> list[str]:
-    """The statements that turn each history table into monthly partitions from ``since``'s
-    month to MONTHS_AHEAD months after ``now``. Run them in one transaction."""
+def partition_ddl(
+    *, since: date, now: datetime | None = None, skip: set[str] | frozenset[str] = frozenset()
+) -> list[str]:
+    """The statements that turn each history table (but those in ``skip``) into monthly partitions
+    from ``since``'s month to MONTHS_AHEAD months after ``now``. Run them in one transaction."""
     now = now or timezone.now()
     count = (now.year - since.year) * 12 + now.month - since.month + 1 + MONTHS_AHEAD
     statements = []
     for table, column, key in TABLES:
+        if table in skip:
+            continue
         old = f"{table}_unpartitioned"
         statements += [
             f"ALTER TABLE {table} RENAME TO {old};",
@@ -89,12 +95,15 @@ def partitioned_tables() -> set[str]:
 
 
 def apply_partitioning(*, since: date) -> list[str]:
-    """Run ``partition_ddl`` in one transaction; refuses SQLite and tables already partitioned."""
+    """Run ``partition_ddl`` in one transaction for the tables not partitioned yet (a history table
+    added after an install was partitioned, as GpuSampleDaily was); refuses SQLite, and refuses when
+    every table is partitioned already."""
     if connection.vendor != "postgresql":
         raise RuntimeError("Partitioning needs PostgreSQL.")
-    if partitioned_tables():
-        raise RuntimeError(f"Already partitioned: {', '.join(sorted(partitioned_tables()))}.")
-    statements = partition_ddl(since=since)
+    done = partitioned_tables()
+    if len(done) == len(TABLES):
+        raise RuntimeError(f"Already partitioned: {', '.join(sorted(done))}.")
+    statements = partition_ddl(since=since, skip=done)
     with transaction.atomic(), connection.cursor() as cursor:
         for statement in statements:
             cursor.execute(statement)

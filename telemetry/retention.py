@@ -1,10 +1,13 @@
-"""Retention: raw GPU samples become hourly roll-ups, old history is pruned.
+"""Retention: raw GPU samples become hourly roll-ups, old hours daily ones, old history is pruned.
 
 Work is cut into bounded batches (one hour of samples of at most NODE_CHUNK nodes; one
 day of old rows) and each batch commits on its own, so a run can stop anywhere and the
 next one carries on. Rolling up and deleting the same rows share a transaction, and
 a roll-up into an hour that already has one merges (weighted by ``n``): running it
-twice, or over late rows of an old hour, never counts a sample twice.
+twice, or over late rows of an old hour, never counts a sample twice. Hours past
+TELEMETRY_HOURLY_RETENTION_DAYS become days the same way (one day of at most NODE_CHUNK nodes
+per batch, roll-up and delete in one transaction, merged by weight), so no hour ages out
+without its day holding it; only days are pruned, past TELEMETRY_DAILY_RETENTION_DAYS.
 
 On a partitioned database (``manage.py telemetry_partitioning``) whole month partitions past
 their window are dropped first (``partitioning.drop_expired_partitions``), far cheaper than
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -23,7 +26,15 @@ from django.db.models import Max, Min, Model
 from django.utils import timezone
 
 from . import partitioning
-from .models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
+from .models import (
+    LOAD_UTILIZATION_PCT,
+    GpuSample,
+    GpuSampleDaily,
+    GpuSampleHourly,
+    NodeReport,
+    XidIdentity,
+    XidRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +76,16 @@ class RetentionResult:
     """Rows moved or removed by one run, per table."""
 
     rolled_up: int = 0
+    rolled_up_hours: int = 0  # hourly rows that became daily ones
     deleted: dict[str, int] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
     finished: bool = True
 
 
 def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) -> RetentionResult:
-    """Roll raw samples past TELEMETRY_RAW_RETENTION_DAYS into hours, drop whole partitions past
-    their windows, then prune reports, XID records and roll-ups past their own windows. At most
-    ``max_batches`` batches."""
+    """Roll raw samples past TELEMETRY_RAW_RETENTION_DAYS into hours and hours past
+    TELEMETRY_HOURLY_RETENTION_DAYS into days, drop whole partitions past their windows, then prune
+    reports, XID records and daily roll-ups past their own windows. At most ``max_batches`` batches."""
     now = now or timezone.now()
     result = RetentionResult()
     budget = [max_batches]
@@ -82,13 +94,18 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
     )  # whole hours only: an hour is never half raw, half rolled
     while budget[0] > 0 and (hour := _oldest_hour(raw_cutoff)) is not None:
         result.rolled_up += _roll_up_hour(hour, budget)
+    hourly_cutoff = (now - timedelta(days=settings.TELEMETRY_HOURLY_RETENTION_DAYS)).astimezone(UTC)
+    hourly_cutoff = hourly_cutoff.replace(hour=0, minute=0, second=0, microsecond=0)  # whole UTC days only
+    while budget[0] > 0 and (day := _oldest_day(hourly_cutoff)) is not None:
+        result.rolled_up_hours += _roll_up_day(day, budget)
     result.dropped = partitioning.drop_expired_partitions(now)
     for model, column, name in (
         (NodeReport, "collected_at", "TELEMETRY_REPORT_RETENTION_DAYS"),
         (XidRecord, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
         # An event's identity goes with its line: resent later, it is new again.
         (XidIdentity, "observed_at", "TELEMETRY_XID_RETENTION_DAYS"),
-        (GpuSampleHourly, "hour", "TELEMETRY_HOURLY_RETENTION_DAYS"),
+        # Hours are not pruned: past their window they become days (above), which are.
+        (GpuSampleDaily, "day", "TELEMETRY_DAILY_RETENTION_DAYS"),
     ):
         cutoff = now - timedelta(days=getattr(settings, name))
         # The model_name (the stubs call _meta.model_name Optional; it is the lowered class name).
@@ -144,6 +161,79 @@ def _merge(table: str, column: str, how: str) -> str:
         both = f"{'GREATEST' if how == 'max' else 'LEAST'}({old}, {new})"
     else:
         both = f"{how.upper()}({old}, {new})"  # SQLite's two-argument MAX/MIN
+    return f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} ELSE {both} END"
+
+
+_LOADED = f"utilization_avg >= {LOAD_UTILIZATION_PCT} AND temperature_avg IS NOT NULL"
+# daily column -> (aggregate over hourly rows, how to merge with an existing daily row, its weight)
+_DAILY = {
+    **{
+        column: (
+            f"SUM({column} * n) / SUM(CASE WHEN {column} IS NOT NULL THEN n END)"
+            if how == "avg"
+            else f"{how.upper()}({column})",
+            how,
+            "n",
+        )
+        for column, (_, how) in _ROLLUP.items()
+    },
+    # Temperature under load: from the hours busy enough (trends.collect reads these two alone).
+    "load_n": (f"SUM(CASE WHEN {_LOADED} THEN n ELSE 0 END)", "sum", "n"),
+    "load_temperature_avg": (
+        f"SUM(CASE WHEN {_LOADED} THEN temperature_avg * n END) / NULLIF(SUM(CASE WHEN {_LOADED} THEN n END), 0)",
+        "avg",
+        "load_n",
+    ),
+}
+
+
+def _oldest_day(cutoff: datetime) -> datetime | None:
+    oldest = GpuSampleHourly.objects.filter(hour__lt=cutoff).aggregate(t=Min("hour"))["t"]
+    return oldest.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) if oldest else None
+
+
+def _roll_up_day(day: datetime, budget: list[int]) -> int:
+    """Roll one UTC day of hourly rows into daily rows and delete them, NODE_CHUNK nodes per batch."""
+    rows = GpuSampleHourly.objects.filter(hour__gte=day, hour__lt=day + DAY)
+    bounds = rows.aggregate(lo=Min("node_id"), hi=Max("node_id"))
+    moved = 0
+    start = bounds["lo"]
+    while start is not None and start <= bounds["hi"] and budget[0] > 0:
+        with transaction.atomic():
+            _insert_daily(day, start, start + NODE_CHUNK)
+            moved += rows.filter(node_id__gte=start, node_id__lt=start + NODE_CHUNK).delete()[0]
+        budget[0] -= 1
+        start += NODE_CHUNK
+    return moved
+
+
+def _insert_daily(day: datetime, node_from: int, node_to: int) -> None:
+    table, hourly = GpuSampleDaily._meta.db_table, GpuSampleHourly._meta.db_table
+    columns = ", ".join(_DAILY)
+    aggregates = ", ".join(agg for agg, _, _ in _DAILY.values())
+    # Every merge reads the row as it was (``table.col``), so load_temperature_avg weighs by the old load_n.
+    merges = ", ".join(f"{c} = {_merge_daily(table, c, how, weight)}" for c, (_, how, weight) in _DAILY.items())
+    sql = (
+        f"INSERT INTO {table} (node_id, day, gpu_index, n, {columns}) "  # noqa: S608 - table names and _DAILY's columns; values are parameters
+        f"SELECT node_id, %s, gpu_index, SUM(n), {aggregates} FROM {hourly} "
+        f"WHERE hour >= %s AND hour < %s AND node_id >= %s AND node_id < %s "
+        f"GROUP BY node_id, gpu_index "
+        f"ON CONFLICT (node_id, day, gpu_index) DO UPDATE SET n = {table}.n + EXCLUDED.n, {merges}"
+    )
+    at = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [at(day), at(day), at(day + DAY), node_from, node_to])
+
+
+def _merge_daily(table: str, column: str, how: str, weight: str) -> str:
+    """SQL merging an existing daily value with the incoming one: ``_merge``, averages weighted by
+    ``weight`` (the samples behind them), counts added."""
+    if how == "sum":
+        return f"{table}.{column} + EXCLUDED.{column}"
+    if how != "avg" or weight == "n":
+        return _merge(table, column, how)
+    old, new = f"{table}.{column}", f"EXCLUDED.{column}"
+    both = f"({old} * {table}.{weight} + {new} * EXCLUDED.{weight}) / ({table}.{weight} + EXCLUDED.{weight})"
     return f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} ELSE {both} END"
 
 

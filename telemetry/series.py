@@ -1,9 +1,12 @@
 """Downsampled GPU time series for charts and the samples API.
 
 The database does the bucketing (GROUP BY gpu, time bucket) so a 7-day window of
-30-second samples comes back as a few hundred rows per GPU, not 20,000. Raw samples
-and hourly roll-ups are read alike and merged, so a window reaching past the raw
-retention still draws.
+30-second samples comes back as a few hundred rows per GPU, not 20,000. Raw samples,
+hourly and daily roll-ups are read alike and merged, so a window reaching past the raw
+retention (or the hourly one: 90 days, a year) still draws. The three tables hold
+disjoint times (retention moves rows from one to the next), so each is asked for the
+whole window: one index range each, empty where the window is too recent or too old
+for it, and no time boundary to get wrong when the retention settings change.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ from typing import Any
 
 from django.db import connection
 
-from .models import GpuSample, GpuSampleHourly
+from .models import GpuSample, GpuSampleDaily, GpuSampleHourly
 
 MAX_POINTS_PER_FIGURE = 2000
 TRACES_PER_GPU = 2  # temperature: GPU + HBM; ECC: corrected + uncorrected
 WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 MAX_WINDOW = timedelta(days=400)
 
-# (output name, raw expression, hourly expression, how two partial buckets combine)
+# (output name, raw expression, roll-up expression (hourly and daily rows alike), how two partial buckets combine)
 _COLUMNS = [
     ("temperature_max", "MAX(temperature_c)", "MAX(temperature_max)", "max"),
     ("hbm_temperature_max", "MAX(hbm_temperature_c)", "MAX(hbm_temperature_max)", "max"),
@@ -63,7 +66,7 @@ def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int
     """Bucketed temperature, power, utilisation and ECC per GPU over [since, until)."""
     bucket = bucket_seconds(since, until, 1 if gpu is not None else gpu_count)
     merged: dict[tuple[int, int], dict[str, Any]] = {}
-    for table, time_column, index in (("raw", "collected_at", 1), ("hourly", "hour", 2)):
+    for table, time_column, index in (("raw", "collected_at", 1), ("hourly", "hour", 2), ("daily", "day", 2)):
         for row in _query(table, time_column, index, node_id, since, until, bucket, gpu):
             key = (row["gpu"], row["b"])
             merged[key] = _combine(merged[key], row) if key in merged else row
@@ -92,7 +95,7 @@ def _query(
     bucket: int,
     gpu: int | None,
 ) -> list[dict[str, Any]]:
-    model = GpuSample if table == "raw" else GpuSampleHourly
+    model = {"raw": GpuSample, "hourly": GpuSampleHourly, "daily": GpuSampleDaily}[table]
     count = "COUNT(*)" if table == "raw" else "SUM(n)"
     selects = ", ".join(f"{cols[index]} AS {cols[0]}" for cols in _COLUMNS)
     where = f"node_id = %s AND {time_column} >= %s AND {time_column} < %s"
@@ -121,7 +124,7 @@ def _adapt(value: datetime) -> Any:
 
 
 def _combine(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two partial buckets (raw and hourly) of the same GPU and time."""
+    """Two partial buckets (raw, hourly or daily) of the same GPU and time."""
     out = dict(a, n=a["n"] + b["n"])
     for name, _, _, how in _COLUMNS:
         x, y = a[name], b[name]

@@ -42,8 +42,8 @@ def scrape_dcgm_exporters() -> dict[str, int]:
 
 @shared_task(name="telemetry.tasks.roll_up_and_prune", ignore_result=True)
 def roll_up_and_prune() -> dict[str, Any]:
-    """Hourly: keep future partitions ready, roll raw samples into hours, drop whole partitions past
-    their window, prune the rest of old history."""
+    """Hourly: keep future partitions ready, roll raw samples into hours and old hours into days, drop
+    whole partitions past their window, prune the rest of old history."""
     partitioning.ensure_future_partitions()
     return asdict(retention.roll_up_and_prune())
 

@@ -27,10 +27,10 @@ from nodes.models import Node, NodeEvent, Run
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
-from telemetry.models import GpuSample, GpuSampleHourly, XidRecord
+from telemetry.models import LOAD_UTILIZATION_PCT, GpuSample, GpuSampleDaily, GpuSampleHourly, XidRecord
 
 DAY = 86400
-LOAD_PCT = 80.0  # "comparable load": temperature is compared only while the GPU is this busy
+LOAD_PCT = LOAD_UTILIZATION_PCT  # "comparable load": temperature is compared only while the GPU is this busy
 # Active-check figures a trend or a peer comparison reads: (run kind, key in Run.figures).
 CHECK_FIGURES: dict[str, tuple[str, str]] = {
     "nccl_busbw_gbps": (RunKind.NCCL_TEST, "busbw_gbps"),
@@ -189,7 +189,7 @@ def _check_figures(
             batch.series[(node_id, figure)].append((finished, float(value)))
 
 
-# --- Telemetry: one row per node and day, from raw samples and hourly roll-ups -------------------
+# --- Telemetry: one row per node and day, from raw samples, hourly and daily roll-ups ------------
 
 
 def _day(column: str) -> str:
@@ -217,15 +217,24 @@ _INNER = {
         f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} THEN temperature_avg * n END)",
         f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} AND temperature_avg IS NOT NULL THEN n ELSE 0 END)",
     ),
+    # A daily row holds what the hourly rows above would give: the counters' maxima (cumulative, so
+    # the day's maximum of the sum is the sum of its maxima) and the hours under load kept apart.
+    "daily": (
+        "day",
+        "MAX(ecc_aggregate_corrected_max)",
+        "MAX(COALESCE(remapped_rows_correctable_max, 0) + COALESCE(remapped_rows_uncorrectable_max, 0))",
+        "SUM(load_temperature_avg * load_n)",
+        "SUM(CASE WHEN load_temperature_avg IS NOT NULL THEN load_n ELSE 0 END)",
+    ),
 }
 
 
 def _telemetry(batch: Batch, lo: int, hi: int, since: datetime, until: datetime) -> None:
     days: dict[tuple[int, int], list[float | None]] = {}
-    for table, model in (("raw", GpuSample), ("hourly", GpuSampleHourly)):
+    for table, model in (("raw", GpuSample), ("hourly", GpuSampleHourly), ("daily", GpuSampleDaily)):
         for node_id, day, ecc, rows, tsum, tn in _daily(table, model._meta.db_table, lo, hi, since, until):
             seen = days.setdefault((node_id, day), [None, None, 0.0, 0.0])
-            # The day at the raw/hourly boundary comes from both tables: counters take the larger.
+            # The day at a raw/hourly/daily boundary comes from two tables: counters take the larger.
             seen[0] = _max(seen[0], ecc)
             seen[1] = _max(seen[1], rows)
             seen[2] = (seen[2] or 0.0) + float(tsum or 0.0)
@@ -254,6 +263,8 @@ def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: 
         f"{tn} AS tn FROM {db_table} WHERE node_id >= %s AND node_id <= %s AND {time_column} >= %s "
         f"AND {time_column} <= %s GROUP BY node_id, gpu_index, d) per_gpu GROUP BY node_id, d"
     )
+    if table == "daily":  # a day reaching into the window counts, as its hours in the window would
+        since = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(sql, [lo, hi, adapt(since), adapt(until)])

@@ -10,7 +10,7 @@ import time_machine
 from django.test import override_settings
 
 from telemetry.ingest import ingest_reports
-from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
+from telemetry.models import GpuSample, GpuSampleDaily, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
 from telemetry.retention import roll_up_and_prune
 from telemetry.schema import AgentReport
 from telemetry.tasks import roll_up_and_prune as roll_up_task
@@ -99,20 +99,106 @@ def test_the_celery_task_runs_the_same_roll_up(node):
     assert result["rolled_up"] == 8
 
 
-def test_by_default_roll_ups_are_kept_a_year_and_raw_samples_two_weeks(node):
-    # Issue 17: raw samples for a configurable window (14 days), roll-ups for a year.
+def test_by_default_hours_are_kept_a_month_days_a_year_and_raw_samples_two_weeks(node):
+    # Issue 17: raw samples for a configurable window (14 days), roll-ups for a year: hourly ones for
+    # 30 days (a year of them was 1.64 TB at 100,000 nodes), then one row per GPU and day.
     now = T0 + timedelta(days=400)
-    for days in (366, 364):
-        GpuSampleHourly.objects.create(node=node, hour=now - timedelta(days=days), gpu_index=0, n=120)
+    midnight = now.replace(hour=0)
+    for days in (366, 364, 31, 29):
+        GpuSampleHourly.objects.create(node=node, hour=midnight - timedelta(days=days), gpu_index=0, n=120)
     with time_machine.travel(now, tick=False):
         send(node, now - timedelta(days=14, hours=2), 1)  # past the raw window: rolled up
         send(node, now - timedelta(days=13), 1)  # inside it: stays raw
-        roll_up_and_prune()
+        result = roll_up_and_prune()
     assert sorted(GpuSampleHourly.objects.values_list("hour", flat=True).distinct()) == [
-        now - timedelta(days=364),
+        midnight - timedelta(days=29),
         (now - timedelta(days=14, hours=2)).replace(minute=0),
     ]
+    # 364 and 31 days old: days now; 366 days old: rolled into a day, then pruned with it.
+    assert sorted(GpuSampleDaily.objects.values_list("day", flat=True)) == [
+        midnight - timedelta(days=364),
+        midnight - timedelta(days=31),
+    ]
+    assert result.rolled_up_hours == 3 and result.deleted["gpusampledaily"] == 1
     assert set(GpuSample.objects.values_list("collected_at", flat=True)) == {now - timedelta(days=13)}
+
+
+def _hour(node, at, gpu=0, **figures):
+    return GpuSampleHourly(node=node, hour=at, gpu_index=gpu, **figures)
+
+
+@pytest.fixture
+def old_day(node):
+    """Three hours of GPU 0 and one of GPU 1 on a day 40 days before T0, one hour of the day after,
+    and a recent hour: the hourly rows retention turns into days (TELEMETRY_HOURLY_RETENTION_DAYS 30)."""
+    day = T0.replace(hour=0) - timedelta(days=40)
+    hours = [
+        _hour(node, day + timedelta(hours=1), n=120, temperature_avg=60.0, temperature_max=64.0, power_avg=500.0,
+              power_max=610.0, utilization_avg=95.0, ecc_aggregate_corrected_max=7, pcie_link_gen_min=5,
+              remapped_rows_correctable_max=1),
+        _hour(node, day + timedelta(hours=9), n=60, temperature_avg=70.0, temperature_max=79.5, power_avg=650.0,
+              power_max=700.0, utilization_avg=85.0, ecc_aggregate_corrected_max=9, pcie_link_gen_min=4,
+              remapped_rows_correctable_max=2),
+        # Idle and without power readings: weighs in the temperature, not the power or the load.
+        _hour(node, day + timedelta(hours=23), n=30, temperature_avg=40.0, temperature_max=41.0, power_avg=None,
+              utilization_avg=5.0, ecc_aggregate_corrected_max=9, pcie_link_gen_min=5),
+        _hour(node, day + timedelta(hours=2), gpu=1, n=120, temperature_avg=50.0, temperature_max=52.0,
+              utilization_avg=10.0),
+        _hour(node, day + timedelta(days=1, hours=3), n=120, temperature_avg=55.0, utilization_avg=90.0),
+        _hour(node, T0 - timedelta(days=20), n=120, temperature_avg=58.0),
+    ]  # fmt: skip
+    GpuSampleHourly.objects.bulk_create(hours)
+    return day
+
+
+@override_settings(TELEMETRY_HOURLY_RETENTION_DAYS=30)
+def test_hours_past_their_window_become_one_row_per_gpu_and_day_as_rolled_up_by_hand(node, old_day):
+    result = roll_up_and_prune(now=T0)
+    assert result.rolled_up_hours == 5 and result.finished
+    assert list(GpuSampleHourly.objects.values_list("hour", flat=True)) == [T0 - timedelta(days=20)]
+    gpu0 = GpuSampleDaily.objects.get(node=node, day=old_day, gpu_index=0)
+    assert gpu0.n == 120 + 60 + 30
+    assert gpu0.temperature_avg == pytest.approx((60 * 120 + 70 * 60 + 40 * 30) / 210)  # weighted by samples
+    assert gpu0.power_avg == pytest.approx((500 * 120 + 650 * 60) / 180)  # the hour without power weighs nothing
+    assert (gpu0.temperature_max, gpu0.power_max) == (79.5, 700.0)  # max of maxes
+    assert gpu0.utilization_avg == pytest.approx((95 * 120 + 85 * 60 + 5 * 30) / 210)
+    assert (gpu0.ecc_aggregate_corrected_max, gpu0.remapped_rows_correctable_max) == (9, 2)
+    assert gpu0.pcie_link_gen_min == 4  # min of mins
+    assert gpu0.ecc_volatile_uncorrected_max is None  # never reported stays unknown, not 0
+    # Under load (>= 80 % an hour): the two busy hours' temperature, what the trends compare.
+    assert gpu0.load_n == 180 and gpu0.load_temperature_avg == pytest.approx((60 * 120 + 70 * 60) / 180)
+    gpu1 = GpuSampleDaily.objects.get(node=node, day=old_day, gpu_index=1)
+    assert (gpu1.n, gpu1.temperature_avg, gpu1.load_n, gpu1.load_temperature_avg) == (120, 50.0, 0, None)
+    next_day = GpuSampleDaily.objects.get(node=node, day=old_day + timedelta(days=1))
+    assert (next_day.n, next_day.load_n) == (120, 120)
+
+
+@override_settings(TELEMETRY_HOURLY_RETENTION_DAYS=30)
+def test_rolling_days_up_again_changes_nothing_and_late_hours_merge_by_weight(node, old_day):
+    roll_up_and_prune(now=T0)
+    before = list(GpuSampleDaily.objects.order_by("day", "gpu_index").values())
+    assert roll_up_and_prune(now=T0 + timedelta(hours=1)).rolled_up_hours == 0
+    assert list(GpuSampleDaily.objects.order_by("day", "gpu_index").values()) == before
+    # A late hour of a day already rolled up (a very late buffer flush, rolled into hours late).
+    GpuSampleHourly.objects.create(
+        node=node, hour=old_day + timedelta(hours=12), gpu_index=0, n=90, temperature_avg=80.0, utilization_avg=99.0
+    )
+    assert roll_up_and_prune(now=T0 + timedelta(hours=2)).rolled_up_hours == 1
+    gpu0 = GpuSampleDaily.objects.get(node=node, day=old_day, gpu_index=0)
+    assert gpu0.n == 300
+    assert gpu0.temperature_avg == pytest.approx((60 * 120 + 70 * 60 + 40 * 30 + 80 * 90) / 300, rel=1e-6)
+    assert gpu0.load_n == 270
+    assert gpu0.load_temperature_avg == pytest.approx((60 * 120 + 70 * 60 + 80 * 90) / 270, rel=1e-6)
+    assert gpu0.temperature_max == 79.5  # the late hour had none: the day's stays
+
+
+@override_settings(TELEMETRY_HOURLY_RETENTION_DAYS=30)
+def test_a_day_is_rolled_up_within_the_batch_budget_and_the_next_run_carries_on(node, old_day):
+    first = roll_up_and_prune(now=T0, max_batches=1)
+    assert not first.finished and first.rolled_up_hours == 4  # the older day, one batch
+    assert GpuSampleHourly.objects.filter(hour__lt=T0 - timedelta(days=30)).count() == 1
+    assert roll_up_and_prune(now=T0).finished
+    assert GpuSampleDaily.objects.count() == 3
 
 
 def test_by_default_reports_are_kept_as_long_as_raw_samples(node):

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, transaction
 
 from telemetry.ingest import IngestRefused, ingest_reports
-from telemetry.models import GpuSample, GpuSampleHourly
+from telemetry.models import GpuSample, GpuSampleDaily, GpuSampleHourly
 from telemetry.retention import roll_up_and_prune
 from telemetry.schema import AgentReport
 from telemetry.testing import make_batch, make_report
@@ -50,6 +50,9 @@ def test_a_sample_row_and_its_roll_up_are_narrow(node):
     hourly = _column_types(GpuSampleHourly._meta.db_table)
     assert {hourly[c] for c in ("temperature_avg", "temperature_max", "power_avg", "utilization_avg")} == {"real"}
     assert _avg_row_bytes(GpuSampleHourly._meta.db_table) <= 175  # was 200
+    daily = _column_types(GpuSampleDaily._meta.db_table)
+    assert {daily[c] for c in ("temperature_avg", "power_avg", "load_temperature_avg")} == {"real"}
+    assert daily["memory_used_max"] == "integer" and daily["pcie_link_gen_min"] == "smallint"
 
 
 def test_a_reading_wider_than_its_column_is_refused_naming_the_field(node):
@@ -103,7 +106,8 @@ def test_the_migrations_narrow_a_partitioned_install_and_keep_its_rows(node):
         # Partitioned as the code before 0009 did it: the (node, time, GPU) primary key.
         old_key = "ALTER TABLE telemetry_gpusample ADD PRIMARY KEY (node_id, collected_at, gpu_index);"
         with transaction.atomic(), connection.cursor() as cursor:
-            for statement in partition_ddl(since=T0.date().replace(day=1)):
+            # GpuSampleDaily came later (0010): not there to partition at 0007.
+            for statement in partition_ddl(since=T0.date().replace(day=1), skip={"telemetry_gpusampledaily"}):
                 cursor.execute(old_key if "gpusample_node_time" in statement else statement)
         migrate(latest)
         rows = sorted(GpuSample.objects.values_list("gpu_index", "temperature_c", "memory_used_mib", "pcie_link_gen"))

@@ -7,12 +7,14 @@ import random
 from datetime import timedelta
 
 import pytest
+from django.test import override_settings
 
 from health.choices import AlertState
 from health.models import Alert, Finding
 from nodes.models import Run
-from telemetry.models import GpuSample, GpuSampleHourly
-from trends import services
+from telemetry.models import GpuSample, GpuSampleDaily, GpuSampleHourly
+from telemetry.retention import roll_up_and_prune
+from trends import collect, services
 from trends.choices import FlagKind
 from trends.models import TrendFlag, TrendRun
 
@@ -171,7 +173,21 @@ def test_decommissioned_nodes_are_left_out_and_their_flags_cleared(fleet):
     assert run.nodes == 49 and not TrendFlag.objects.filter(node=fleet.lemon, cleared_at__isnull=True).exists()
 
 
-def test_telemetry_counters_and_temperature_at_load_are_trended(db):
+def roll_old_hours_into_days() -> None:
+    """The retention beat at NOW with a 15-day hourly window: the fixtures' hours older than that
+    (16 to 42 days) become daily rows; raw samples stay raw (a 20-day raw window)."""
+    with override_settings(TELEMETRY_RAW_RETENTION_DAYS=20, TELEMETRY_HOURLY_RETENTION_DAYS=15):
+        assert roll_up_and_prune(now=NOW).finished
+    assert GpuSampleDaily.objects.exists() and not GpuSampleHourly.objects.filter(hour__lt=NOW - timedelta(days=16))
+
+
+def test_the_planted_verdicts_hold_once_old_hours_are_days(fleet):
+    roll_old_hours_into_days()
+    services.evaluate(now=NOW)
+    assert open_flags() == expected(fleet)
+
+
+def planted_telemetry() -> tuple:
     nodes = make_nodes(8, prefix="tele")
     climbing, creeping, flat = nodes[0], nodes[1], nodes[2:]
     rng = random.Random(2)
@@ -184,6 +200,14 @@ def test_telemetry_counters_and_temperature_at_load_are_trended(db):
         raw += r
     GpuSampleHourly.objects.bulk_create(hourly)
     GpuSample.objects.bulk_create(raw)
+    return climbing, creeping
+
+
+@pytest.mark.parametrize("old_hours_as_days", [False, True], ids=["hourly", "daily"])
+def test_telemetry_counters_and_temperature_at_load_are_trended(db, old_hours_as_days):
+    climbing, creeping = planted_telemetry()
+    if old_hours_as_days:  # the same verdicts and evidence once retention thinned the old hours to days
+        roll_old_hours_into_days()
     services.evaluate(now=NOW)
     assert open_flags() == {
         (climbing.hostname, FlagKind.DEGRADING, "ecc_corrected"),
@@ -195,6 +219,26 @@ def test_telemetry_counters_and_temperature_at_load_are_trended(db):
     assert len(ecc["points"]) == 42  # 28 days of hourly roll-ups + 14 days of raw samples, one point a day
     temp = TrendFlag.objects.get(figure="temperature_at_load")
     assert temp.score == pytest.approx(1.0, abs=0.15) and temp.evidence["unit"] == "degC"
+
+
+def test_the_daily_telemetry_series_are_the_same_read_from_hours_or_days(db):
+    planted_telemetry()
+    rows = collect.nodes()
+
+    def series() -> dict:
+        batch = collect.read_batch(
+            rows, now=NOW, trend_since=NOW - timedelta(days=42), lemon_since=NOW - timedelta(days=30), app_xids=[]
+        )
+        return dict(batch.series)
+
+    from_hours = series()
+    roll_old_hours_into_days()
+    from_days = series()
+    assert from_days.keys() == from_hours.keys() and len(from_days) == 8 * 3
+    for key, points in from_hours.items():
+        assert [t for t, _ in from_days[key]] == [t for t, _ in points]
+        # Readings are 4-byte floats: a day's temperature under load is stored to 7 digits.
+        assert [v for _, v in from_days[key]] == pytest.approx([v for _, v in points], rel=1e-6)
 
 
 def test_runs_with_other_parameters_are_not_compared(fleet):

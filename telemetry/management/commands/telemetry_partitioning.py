@@ -11,13 +11,14 @@ from django.db.models import Min
 from django.utils import timezone
 
 from telemetry.models import NodeReport
-from telemetry.partitioning import apply_partitioning, partition_ddl
+from telemetry.partitioning import apply_partitioning, partition_ddl, partitioned_tables
 
 
 class Command(BaseCommand):
     help = (
-        "Print the SQL that turns telemetry_nodereport, telemetry_gpusample and telemetry_xidrecord into "
-        "tables range-partitioned by month (PostgreSQL). --apply runs it in one transaction."
+        "Print the SQL that turns telemetry_nodereport, telemetry_gpusample, telemetry_xidrecord and "
+        "telemetry_gpusampledaily (those not partitioned yet) into tables range-partitioned by month "
+        "(PostgreSQL). --apply runs it in one transaction."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -34,7 +35,9 @@ class Command(BaseCommand):
             oldest = NodeReport.objects.aggregate(t=Min("collected_at"))["t"] or timezone.now()
             since = oldest.date()
         if not apply:
-            self.stdout.write("BEGIN;\n" + "\n".join(partition_ddl(since=since)) + "\nCOMMIT;")
+            self.stdout.write(
+                "BEGIN;\n" + "\n".join(partition_ddl(since=since, skip=partitioned_tables())) + "\nCOMMIT;"
+            )
             return
         if connection.vendor != "postgresql":
             raise CommandError("--apply needs PostgreSQL; without it the DDL is only printed.")
