@@ -597,6 +597,8 @@ CELERY_BEAT_SCHEDULE = {
     "keep-checks-fresh": {"task": "checks.tasks.keep_checks_fresh", "schedule": 300.0},
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
+    # PACK_DELAY (10 min) after the hour's end; retention (minute 7) has no part in it.
+    "pack-telemetry": {"task": "telemetry.tasks.pack_past_hours", "schedule": crontab(minute=12)},
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
     "fail-stuck-day0": {
         "task": "provisioning.tasks.fail_stuck_day0",

@@ -23,7 +23,7 @@ from django.db.models import Max, Min, Model
 from django.utils import timezone
 
 from . import partitioning
-from .models import GpuSample, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
+from .models import GpuSample, GpuSampleHourly, NodeReport, TelemetryHourPack, XidIdentity, XidRecord
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
         cutoff = now - timedelta(days=getattr(settings, name))
         # The model_name (the stubs call _meta.model_name Optional; it is the lowered class name).
         result.deleted[model.__name__.lower()] = _prune(model, column, cutoff, budget)
+    # Packed raw hours (telemetry.packing) go with the raw window; their roll-ups were made when packed.
+    result.deleted["telemetryhourpack"] = _prune(TelemetryHourPack, "hour", raw_cutoff, budget)
     result.finished = budget[0] > 0
     log.info("telemetry retention: %s", result)
     return result

@@ -2,8 +2,10 @@
 
 The database does the bucketing (GROUP BY gpu, time bucket) so a 7-day window of
 30-second samples comes back as a few hundred rows per GPU, not 20,000. Raw samples
+(packed hours too: ``telemetry.packing``, bucketed here in Python as the database would)
 and hourly roll-ups are read alike and merged, so a window reaching past the raw
-retention still draws.
+retention still draws. Roll-ups are read before ``packing.raw_floor`` only: a packed hour
+has both, and is read from its pack.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
+from django.utils import timezone
 
+from . import packing
 from .models import GpuSample, GpuSampleHourly
 
 MAX_POINTS_PER_FIGURE = 2000
@@ -63,8 +67,14 @@ def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int
     """Bucketed temperature, power, utilisation and ECC per GPU over [since, until)."""
     bucket = bucket_seconds(since, until, 1 if gpu is not None else gpu_count)
     merged: dict[tuple[int, int], dict[str, Any]] = {}
-    for table, time_column, index in (("raw", "collected_at", 1), ("hourly", "hour", 2)):
-        for row in _query(table, time_column, index, node_id, since, until, bucket, gpu):
+    floor = packing.raw_floor(timezone.now())
+    parts = [
+        _query("raw", "collected_at", 1, node_id, since, until, bucket, gpu),
+        _packed(node_id, since, until, bucket, gpu),
+        _query("hourly", "hour", 2, node_id, since, min(until, floor), bucket, gpu) if since < floor else [],
+    ]
+    for rows in parts:
+        for row in rows:
             key = (row["gpu"], row["b"])
             merged[key] = _combine(merged[key], row) if key in merged else row
     series = Series(since=since, until=until, bucket_s=bucket)
@@ -108,6 +118,27 @@ def _query(
         cursor.execute(sql, params)
         names = ["gpu", "b", "n", *FIELDS]
         return [dict(zip(names, (*row[:3], *(_reading(v) for v in row[3:])), strict=True)) for row in cursor.fetchall()]
+
+
+def _packed(node_id: int, since: datetime, until: datetime, bucket: int, gpu: int | None) -> list[dict[str, Any]]:
+    """The raw query's rows, from the packed hours: same buckets, same aggregates (NULLs skipped,
+    ``n`` counting every sample)."""
+    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for sample in packing.packed_samples(node_id, since=since, until=until, gpu=gpu):
+        b = int(sample["collected_at"].timestamp()) // bucket
+        groups.setdefault((sample["gpu_index"], b), []).append(sample)
+    rows = []
+    for (gpu_index, b), group in sorted(groups.items()):
+        row: dict[str, Any] = {"gpu": gpu_index, "b": b, "n": len(group)}
+        for name, raw, _, _ in _COLUMNS:
+            how, column = raw[:3], raw[4:-1]
+            values = [s[column] for s in group if s[column] is not None]
+            if not values:
+                row[name] = None
+            else:
+                row[name] = _reading(max(values) if how == "MAX" else sum(values) / len(values))
+        rows.append(row)
+    return rows
 
 
 def _reading(value: Any) -> Any:

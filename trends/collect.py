@@ -27,6 +27,7 @@ from nodes.models import Node, NodeEvent, Run
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
+from telemetry import packing
 from telemetry.models import GpuSample, GpuSampleHourly, XidRecord
 
 DAY = 86400
@@ -222,8 +223,17 @@ _INNER = {
 
 def _telemetry(batch: Batch, lo: int, hi: int, since: datetime, until: datetime) -> None:
     days: dict[tuple[int, int], list[float | None]] = {}
-    for table, model in (("raw", GpuSample), ("hourly", GpuSampleHourly)):
-        for node_id, day, ecc, rows, tsum, tn in _daily(table, model._meta.db_table, lo, hi, since, until):
+    # Roll-ups only before the raw window's first hour: a packed hour has both, read from its pack.
+    floor = packing.raw_floor(until)
+    parts = [
+        _daily("raw", GpuSample._meta.db_table, lo, hi, since, until),
+        _packed_daily(lo, hi, since, until, until),
+        _daily("hourly", GpuSampleHourly._meta.db_table, lo, hi, since, floor - timedelta(microseconds=1))
+        if since < floor
+        else [],
+    ]
+    for part in parts:
+        for node_id, day, ecc, rows, tsum, tn in part:
             seen = days.setdefault((node_id, day), [None, None, 0.0, 0.0])
             # The day at the raw/hourly boundary comes from both tables: counters take the larger.
             seen[0] = _max(seen[0], ecc)
@@ -244,6 +254,29 @@ def _max(a: float | None, b: Any) -> float | None:
     if b is None:
         return a
     return float(b) if a is None else max(a, float(b))
+
+
+def _packed_daily(lo: int, hi: int, since: datetime, until: datetime, now: datetime) -> list[tuple[Any, ...]]:
+    """``_daily("raw", ...)``'s rows from the packed hours: per GPU and day first, then per node."""
+    per_gpu: dict[tuple[int, int, int], list[Any]] = {}
+    for node_id, samples in packing.packed_samples_of_nodes(lo, hi, since=since, until=until, now=now):
+        for s in samples:
+            key = (node_id, s["gpu_index"], int(s["collected_at"].timestamp()) // DAY)
+            acc = per_gpu.setdefault(key, [None, None, None, 0])
+            acc[0] = _max(acc[0], s["ecc_aggregate_corrected"])
+            acc[1] = _max(acc[1], (s["remapped_rows_correctable"] or 0) + (s["remapped_rows_uncorrectable"] or 0))
+            util, temp = s["utilization_pct"], s["temperature_c"]
+            if util is not None and util >= LOAD_PCT and temp is not None:
+                acc[2] = (acc[2] or 0.0) + temp
+                acc[3] += 1
+    per_node: dict[tuple[int, int], list[Any]] = {}
+    for (node_id, _, day), (ecc, rows, tsum, tn) in per_gpu.items():
+        out = per_node.setdefault((node_id, day), [None, None, None, 0])
+        out[0] = ecc if out[0] is None else out[0] + (ecc or 0)
+        out[1] = rows if out[1] is None else out[1] + (rows or 0)
+        out[2] = tsum if out[2] is None else out[2] + (tsum or 0.0)
+        out[3] += tn
+    return [(node_id, day, *values) for (node_id, day), values in sorted(per_node.items())]
 
 
 def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: datetime) -> list[tuple[Any, ...]]:
