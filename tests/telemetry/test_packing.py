@@ -170,6 +170,14 @@ def test_a_report_resent_after_its_hour_was_packed_is_a_duplicate(node):
 # --- Readers ----------------------------------------------------------------------------------
 
 
+def _approx(gpus: dict[int, list[dict]]) -> dict[int, list[dict]]:
+    # PostgreSQL averages its 4-byte readings in its own order: the 7th digit may differ by one.
+    return {
+        g: [{k: pytest.approx(v, rel=1e-6) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
+        for g, rows in gpus.items()
+    }
+
+
 @pytest.mark.parametrize("window", [timedelta(hours=1), timedelta(hours=3)])
 def test_charts_read_the_same_series_before_and_after_packing(node, window):
     _ingest(node, T0, 300)  # 2.5 hours
@@ -181,7 +189,7 @@ def test_charts_read_the_same_series_before_and_after_packing(node, window):
         after = gpu_series(node.pk, since=since, until=NOW, gpu_count=8)
         one_gpu = gpu_series(node.pk, since=since, until=NOW, gpu_count=8, gpu=3)
     assert before.points > 0
-    assert after.gpus == before.gpus
+    assert after.gpus == _approx(before.gpus)
     assert list(one_gpu.gpus) == [3] and one_gpu.points > 0
 
 
