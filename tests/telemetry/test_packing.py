@@ -202,7 +202,17 @@ def test_a_packed_hour_is_read_from_its_pack_not_also_from_its_roll_up(node):
 
 
 def test_trends_read_the_same_days_before_and_after_packing(node):
-    _ingest(node, T0, 240)
+    # Busy every other report (100 % at 70 °C, else 70 % at 50 °C): raw samples count only the busy
+    # ones, an hour's roll-up (85 % on average) all of them, so reading a packed hour twice shows.
+    reports = []
+    for i in range(240):
+        report = make_report(node.hostname, collected_at=T0 + timedelta(seconds=30 * i), seed=i, seq=i)
+        for gpu in report["gpus"]:
+            gpu["utilization_pct"], gpu["temperature_c"] = (100.0, 70.0) if i % 2 else (70.0, 50.0)
+            gpu["ecc_aggregate_corrected"] = i // 10
+        reports.append(msgspec.convert(report, AgentReport))
+    with time_machine.travel(T0 + timedelta(hours=2), tick=False):
+        ingest_reports(node.pk, reports)
 
     def days():
         from trends.collect import Batch
@@ -215,7 +225,7 @@ def test_trends_read_the_same_days_before_and_after_packing(node):
     packing.pack_past_hours(now=NOW)
     assert TelemetryHourPack.objects.count() == 2
     assert days() == before
-    assert before  # there was something to compare
+    assert before[(node.pk, "temperature_at_load")][0][1] == 70.0
 
 
 # --- Retention --------------------------------------------------------------------------------
