@@ -140,7 +140,7 @@ def realistic(report: dict[str, Any], node: int, i: int) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> None:
     from telemetry.models import TelemetryHourPack
-    from telemetry.packing import pack_past_hours
+    from telemetry.packing import pack_past_hours, packed_columns
     from telemetry.retention import roll_up_and_prune
 
     empty = sizes()
@@ -155,8 +155,16 @@ def run(args: argparse.Namespace) -> None:
     assert packed.finished and packed.samples == args.nodes * REPORTS_PER_DAY * 8, packed
     after = sizes()
     cpu = time.process_time()
-    decoded = sum(len(decode_samples(p)) for p in TelemetryHourPack.objects.iterator())
+    packs = list(TelemetryHourPack.objects.all())
+    decoded = sum(len(decode_samples(p)) for p in packs)
     read_cpu = time.process_time() - cpu
+    cpu = time.process_time()
+    # What the trends' daily evaluation decodes: five columns (charts: six).
+    names = ["ecc_aggregate_corrected", "remapped_rows_correctable", "remapped_rows_uncorrectable"]
+    names += ["utilization_pct", "temperature_c"]
+    span = {"since": day, "until": day + timedelta(days=1), "now": day + timedelta(days=1)}
+    columns = sum(len(at) for _, _, at, _ in packed_columns(nodes[0][0], nodes[-1][0], names, **span))
+    columns_cpu = time.process_time() - cpu
     # The retention beat past the raw window: nothing raw is left to roll up.
     rolled = roll_up_and_prune(now=day + timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS + 1, hours=1))
     assert rolled.rolled_up == 0, rolled
@@ -172,7 +180,8 @@ def run(args: argparse.Namespace) -> None:
         f"reports, 8 GPUs, {args.xids} XIDs per node, readings as nvidia-smi prints them) ingested in {took:.0f} s; "
         f"packed {packed.packs:,} node-hours ({packed.samples:,} samples) in {pack_cpu / node_hours * 1000:.1f} CPU ms "
         f"per node-hour (rolled up in the same run); read back {decoded:,} samples at "
-        f"{read_cpu / node_hours * 1000:.1f} CPU ms per node-hour"
+        f"{read_cpu / node_hours * 1000:.1f} CPU ms per node-hour (rows), {columns:,} samples' five columns "
+        f"at {columns_cpu / node_hours * 1000:.1f} (trends)"
     )
     goal = args.goal_tb * 1e12
     print(
@@ -189,12 +198,14 @@ def run(args: argparse.Namespace) -> None:
             f"{old * days * args.fleet / 1e12:9.2f} -> {new * days * args.fleet / 1e12:6.2f} TB"
         )
     print(f"{'total':24} {'':33} {totals[0] / 1e12:19.2f} -> {totals[1] / 1e12:6.2f} TB")
-    raw_window = sum(now[m.__name__] for m in (TelemetryHourPack,)) / args.nodes
+    raw_window = now["TelemetryHourPack"] / args.nodes
     print(
         f"\nthe raw window packed: {raw_window:,.0f} bytes/node-day (rows: "
         f"{(before['GpuSample'] + before['NodeReport']) / args.nodes:,.0f}), "
         f"{raw_window * settings.TELEMETRY_RAW_RETENTION_DAYS * args.fleet / 1e12:.2f} TB for "
-        f"{settings.TELEMETRY_RAW_RETENTION_DAYS} days of {args.fleet:,} nodes"
+        f"{settings.TELEMETRY_RAW_RETENTION_DAYS} days of {args.fleet:,} nodes; the blobs alone "
+        f"{sum(len(p.blob) for p in packs) / args.nodes:,.0f} bytes/node-day, "
+        f"{sum(len(p.blob) for p in packs) / len(packs):,.0f} per node-hour"
     )
     verdict = "met" if totals[1] < goal else "MISSED"
     print(f"goal: a year of {args.fleet:,} nodes under {args.goal_tb:g} TB: {totals[1] / goal:.2f} of it ({verdict})")

@@ -9,8 +9,9 @@ per chunk of nodes, so a packed hour is never also raw, and a run can stop anywh
 Running it again finds nothing to do; a report arriving late for a packed hour is stored raw
 and merged into the hour's pack (and its roll-up) by the next run.
 
-Readers: ``samples`` (one node) and ``packed_samples_of_nodes`` (a range, one pack at a time)
-give raw samples whether packed or not. Packs are read for hours from ``raw_floor`` on and the
+Readers: ``samples`` (one node's rows, packed or not), ``packed_samples`` (its packed rows) and
+``packed_columns`` (a few columns of a node or a range of nodes, one pack at a time, no rows built:
+what charts and trends read). Packs are read for hours from ``raw_floor`` on and the
 hourly roll-ups before it, so no hour is counted from both.
 """
 
@@ -209,14 +210,17 @@ def samples(
     return sorted(rows, key=lambda r: (r["collected_at"], r["gpu_index"]))
 
 
-def packed_samples_of_nodes(
-    node_from: int, node_to: int, *, since: datetime, until: datetime, now: datetime | None = None
-) -> Iterator[tuple[int, list[dict[str, Any]]]]:
-    """(node id, the pack's samples in [since, until]) per pack of nodes node_from..node_to
-    (inclusive), one pack in memory at a time."""
-    packs = _packs({"node_id__gte": node_from, "node_id__lte": node_to}, since, until + timedelta(microseconds=1), now)
+def packed_columns(
+    node_from: int, node_to: int, names: list[str], *, since: datetime, until: datetime, now: datetime | None = None
+) -> Iterator[tuple[int, int, list[datetime], dict[str, list[Any]]]]:
+    """(node id, GPU index, instants, name -> values) of the packed samples of nodes node_from..node_to
+    (inclusive) in the packs of hours overlapping [since, until): whole hours, the caller bounds the
+    instants. One pack in memory at a time, only the ``names`` columns decoded."""
+    kinds = columns()["g"]
+    packs = _packs({"node_id__gte": node_from, "node_id__lte": node_to}, since, until, now)
     for pack in packs.iterator(chunk_size=200):
-        yield pack.node_id, _decoded_samples(pack, since, until + timedelta(microseconds=1), None)
+        for index, at, values in packformat.decode_gpu_columns(pack.hour, bytes(pack.blob), kinds, names):
+            yield pack.node_id, index, at, values
 
 
 def packed_report_times(node_id: int, times: list[datetime]) -> set[datetime]:

@@ -11,6 +11,7 @@ has both, and is read from its pack.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -123,20 +124,29 @@ def _query(
 def _packed(node_id: int, since: datetime, until: datetime, bucket: int, gpu: int | None) -> list[dict[str, Any]]:
     """The raw query's rows, from the packed hours: same buckets, same aggregates (NULLs skipped,
     ``n`` counting every sample)."""
-    groups: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for sample in packing.packed_samples(node_id, since=since, until=until, gpu=gpu):
-        b = int(sample["collected_at"].timestamp()) // bucket
-        groups.setdefault((sample["gpu_index"], b), []).append(sample)
+    names = sorted({raw[4:-1] for _, raw, _, _ in _COLUMNS})
+    groups: dict[tuple[int, int], dict[str, list[Any]]] = {}
+    for _, index, at, values in packing.packed_columns(node_id, node_id, names, since=since, until=until):
+        if gpu is not None and index != gpu:
+            continue
+        # The instants are sorted: each bucket is a slice (a 7-day chart takes an hour's pack in one or two).
+        i, end = bisect_left(at, since), bisect_left(at, until)
+        while i < end:
+            b = int(at[i].timestamp()) // bucket
+            j = bisect_left(at, datetime.fromtimestamp((b + 1) * bucket, tz=UTC), i, end)
+            group = groups.setdefault((index, b), {name: [] for name in names})
+            for name in names:
+                group[name] += values[name][i:j]
+            i = j
     rows = []
     for (gpu_index, b), group in sorted(groups.items()):
-        row: dict[str, Any] = {"gpu": gpu_index, "b": b, "n": len(group)}
+        row: dict[str, Any] = {"gpu": gpu_index, "b": b, "n": len(group[names[0]])}
         for name, raw, _, _ in _COLUMNS:
-            how, column = raw[:3], raw[4:-1]
-            values = [s[column] for s in group if s[column] is not None]
-            if not values:
+            found = [v for v in group[raw[4:-1]] if v is not None]
+            if not found:
                 row[name] = None
             else:
-                row[name] = _reading(max(values) if how == "MAX" else sum(values) / len(values))
+                row[name] = _reading(max(found) if raw.startswith("MAX") else sum(found) / len(found))
         rows.append(row)
     return rows
 

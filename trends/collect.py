@@ -259,13 +259,18 @@ def _max(a: float | None, b: Any) -> float | None:
 def _packed_daily(lo: int, hi: int, since: datetime, until: datetime, now: datetime) -> list[tuple[Any, ...]]:
     """``_daily("raw", ...)``'s rows from the packed hours: per GPU and day first, then per node."""
     per_gpu: dict[tuple[int, int, int], list[Any]] = {}
-    for node_id, samples in packing.packed_samples_of_nodes(lo, hi, since=since, until=until, now=now):
-        for s in samples:
-            key = (node_id, s["gpu_index"], int(s["collected_at"].timestamp()) // DAY)
-            acc = per_gpu.setdefault(key, [None, None, None, 0])
-            acc[0] = _max(acc[0], s["ecc_aggregate_corrected"])
-            acc[1] = _max(acc[1], (s["remapped_rows_correctable"] or 0) + (s["remapped_rows_uncorrectable"] or 0))
-            util, temp = s["utilization_pct"], s["temperature_c"]
+    names = ["ecc_aggregate_corrected", "remapped_rows_correctable", "remapped_rows_uncorrectable"]
+    names += ["utilization_pct", "temperature_c"]
+    # Trends' windows include ``until`` (``_daily``'s <=).
+    packed = packing.packed_columns(lo, hi, names, since=since, until=until + timedelta(microseconds=1), now=now)
+    for node_id, gpu, at, columns in packed:
+        rows = zip(at, *(columns[name] for name in names), strict=True)
+        for t, ecc, remap_c, remap_u, util, temp in rows:
+            if not since <= t <= until:
+                continue
+            acc = per_gpu.setdefault((node_id, gpu, int(t.timestamp()) // DAY), [None, None, None, 0])
+            acc[0] = _max(acc[0], ecc)
+            acc[1] = _max(acc[1], (remap_c or 0) + (remap_u or 0))
             if util is not None and util >= LOAD_PCT and temp is not None:
                 acc[2] = (acc[2] or 0.0) + temp
                 acc[3] += 1
