@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 import time_machine
+from django.db import transaction
 
 from telemetry import packformat, packing
-from telemetry.ingest import ingest_reports
+from telemetry.ingest import ingest_many, ingest_reports
 from telemetry.models import GpuSample, GpuSampleHourly, NodeReport, TelemetryHourPack
 from telemetry.retention import roll_up_and_prune
 from telemetry.schema import AgentReport
@@ -191,6 +192,28 @@ def test_charts_read_the_same_series_before_and_after_packing(node, window):
     assert before.points > 0
     assert after.gpus == _approx(before.gpus)
     assert list(one_gpu.gpus) == [3] and one_gpu.points > 0
+
+
+def test_a_nodes_samples_read_the_same_packed_or_not(node):
+    _ingest(node, T0, 150)
+    span = {"since": T0 + timedelta(minutes=50), "until": T0 + timedelta(hours=1, minutes=10), "now": NOW}
+    before = packing.samples(node.pk, **span)
+    packing.pack_past_hours(now=T0 + timedelta(hours=1, minutes=20))
+    assert TelemetryHourPack.objects.count() == 1 and GpuSample.objects.exists()  # half packed, half raw
+    assert packing.samples(node.pk, **span) == before
+    assert len(before) == 40 * 8
+    assert packing.samples(node.pk, **span, gpu=2) == [s for s in before if s["gpu_index"] == 2]
+
+
+def test_a_batch_of_several_nodes_recognises_a_resend_of_a_packed_hour(node):
+    reports = _reports(node.hostname, T0, 120)
+    with time_machine.travel(NOW, tick=False):
+        ingest_reports(node.pk, reports)
+        packing.pack_past_hours(now=NOW)
+        with transaction.atomic():
+            (result,) = ingest_many([(node.pk, reports[:3])])
+    assert (result.accepted, result.duplicates) == (0, 3)
+    assert not NodeReport.objects.exists()
 
 
 def test_a_packed_hour_is_read_from_its_pack_not_also_from_its_roll_up(node):
