@@ -172,7 +172,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
 
 # --- Telemetry ------------------------------------------------------------
-# Raw GpuSample rows older than TELEMETRY_RAW_RETENTION_DAYS become GpuSampleHourly; NodeReport
+# Raw history (GpuSample, NodeReport) is rolled up into GpuSampleHourly and packed one row per node-hour
+# once the hour is past (telemetry.packing); packs are kept for the longer of the raw and report windows. NodeReport
 # history (heartbeat evidence) and XID records (evidence for RMA cases) are kept for their own days.
 # Reports are raw too and by default kept as long as the samples: at 90 days they were 17 of the
 # 29 TB a year of 100,000 nodes took (bin/bench storage), and nothing reads one older than minutes.

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 import time_machine
 from django.db import transaction
+from django.test import override_settings
 
 from telemetry import packformat, packing
 from telemetry.ingest import ingest_many, ingest_reports
@@ -261,6 +262,16 @@ def test_retention_drops_packs_past_the_raw_window_and_keeps_their_roll_ups(node
     assert result.deleted["telemetryhourpack"] == 1
     assert list(TelemetryHourPack.objects.values_list("hour", flat=True)) == [T0 + timedelta(hours=1)]
     assert GpuSampleHourly.objects.filter(node=node).count() == 16
+
+
+def test_packs_are_kept_as_long_as_reports_when_reports_are_kept_longer(node):
+    _ingest(node, T0, 120)
+    packing.pack_past_hours(now=NOW)
+    with override_settings(TELEMETRY_REPORT_RETENTION_DAYS=30):
+        roll_up_and_prune(now=T0 + timedelta(days=20))
+        assert TelemetryHourPack.objects.count() == 1
+        roll_up_and_prune(now=T0 + timedelta(days=31))
+        assert not TelemetryHourPack.objects.exists()
 
 
 def test_old_hours_are_read_from_roll_ups_once_out_of_the_raw_window(node):
