@@ -9,6 +9,11 @@ per chunk of nodes, so a packed hour is never also raw, and a run can stop anywh
 Running it again finds nothing to do; a report arriving late for a packed hour is stored raw
 and merged into the hour's pack (and its roll-up) by the next run.
 
+Duplicates: the ingest drops a report that its hour's pack holds (``packed_report_times``). A resend
+that races the packing of its own hour (read before the pack commits, inserted after the raw row
+is deleted) is accepted once more; the next run's merge keeps the pack's copy of the report and its
+samples, so it is stored once, though its samples are counted twice in that hour's roll-up.
+
 Readers: ``samples`` (one node's rows, packed or not), ``packed_samples`` (its packed rows) and
 ``packed_columns`` (a few columns of a node or a range of nodes, one pack at a time, no rows built:
 what charts and trends read). Packs are read for hours from ``raw_floor`` on and the
