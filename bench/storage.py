@@ -3,11 +3,16 @@
 1. A node-day at the 30 s cadence for ``--nodes`` nodes: 2,880 reports per node with 8 GPUs'
    samples each and ``--xids`` XID events per node, through the real ingest
    (``telemetry.ingest.ingest_reports``, every health rule on), an hour of each node at a time,
-   the nodes interleaved as a fleet's reports arrive. Then the retention beat's roll-up
-   (``telemetry.retention.roll_up_and_prune``) turns the day's raw samples into hourly rows, and
-   once those pass TELEMETRY_HOURLY_RETENTION_DAYS, the hours into daily rows (one per GPU and day).
+   the nodes interleaved as a fleet's reports arrive, readings drifting slowly at nvidia-smi's
+   precision (``realistic``). Then the packing beat (``telemetry.packing.pack_past_hours``) rolls
+   each hour up and packs each node-hour into one row, deleting the raw rows; its CPU time per
+   node-hour is printed, and that of reading the packs back. Once the hours pass
+   TELEMETRY_HOURLY_RETENTION_DAYS the retention beat rolls them into daily rows (one per GPU and
+   day), measured at ``DAILY_NODE_DAYS`` node-days.
 2. Bytes per node-day of each history table, with its indexes and TOAST
-   (``pg_total_relation_size``, less the empty table's), divided by the nodes.
+   (``pg_total_relation_size``, less the empty table's), divided by the nodes: the raw rows
+   before packing -> the packs after (and hourly roll-ups kept a year -> hourly for their window,
+   then daily rows).
 3. The footprint of a fleet with the retention in place, which is what a year of it costs on
    disk once the windows are full: for each table, its bytes per node-day x the days it is kept
    (``TELEMETRY_*_RETENTION_DAYS``) x ``--fleet`` nodes, against the goal (issue 17: under 2 TB
@@ -20,12 +25,14 @@ Usage: bin/bench storage [--nodes 10] [--xids 3] [--fleet 100000] [--goal-tb 2]
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import random
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nodewarden.settings")
@@ -43,20 +50,6 @@ from django.test.utils import setup_test_environment  # noqa: E402
 REPORTS_PER_DAY = 2_880  # one every 30 s
 PER_CALL = 120  # an hour of one node per ingest call (an agent's buffer flushes in batches too)
 APP_XIDS = (13, 31, 43)  # application faults: recorded, none starts a remediation
-
-
-def tables() -> list[tuple[type[Model], str]]:
-    """The history tables and the setting that says how many days each is kept."""
-    from telemetry.models import GpuSample, GpuSampleDaily, GpuSampleHourly, NodeReport, XidIdentity, XidRecord
-
-    return [
-        (NodeReport, "TELEMETRY_REPORT_RETENTION_DAYS"),
-        (GpuSample, "TELEMETRY_RAW_RETENTION_DAYS"),
-        (XidRecord, "TELEMETRY_XID_RETENTION_DAYS"),
-        (XidIdentity, "TELEMETRY_XID_RETENTION_DAYS"),
-        (GpuSampleHourly, "TELEMETRY_HOURLY_RETENTION_DAYS"),
-        (GpuSampleDaily, "TELEMETRY_DAILY_RETENTION_DAYS"),
-    ]
 
 
 def sizes() -> dict[str, int]:
@@ -110,13 +103,17 @@ def ingest_day(nodes: list[tuple[int, str]], day: datetime, xids: int, seed: int
         for pk, hostname in nodes:
             batch = [
                 msgspec.convert(
-                    make_report(
-                        hostname,
-                        collected_at=day + timedelta(seconds=30 * i),
-                        seed=i,
-                        seq=i,
-                        xid=with_xid[pk].get(i),
-                        xid_gpu=i % 8,
+                    realistic(
+                        make_report(
+                            hostname,
+                            collected_at=day + timedelta(seconds=30 * i),
+                            seed=i,
+                            seq=i,
+                            xid=with_xid[pk].get(i),
+                            xid_gpu=i % 8,
+                        ),
+                        pk,
+                        i,
                     ),
                     AgentReport,
                 )
@@ -126,7 +123,27 @@ def ingest_day(nodes: list[tuple[int, str]], day: datetime, xids: int, seed: int
     return time.perf_counter() - started
 
 
+def realistic(report: dict[str, Any], node: int, i: int) -> dict[str, Any]:
+    """``make_report`` draws each GPU's load afresh every 30 s, to the tenth of a unit; a GPU's
+    readings drift slowly and nvidia-smi prints temperatures, utilisation, clocks and MiB as
+    integers and watts with two decimals. Same node, GPU and instant, same values."""
+    for gpu in report["gpus"]:
+        # A load that moves over minutes (jobs) with a little jitter, per node and GPU.
+        phase = (node * 8 + gpu["index"]) * 0.7
+        load = 0.5 + 0.45 * math.sin(i / 90 + phase) + 0.02 * math.sin(i * 1.7 + phase)
+        temp = 35 + 35 * load
+        gpu["temperature_c"] = float(round(temp))
+        gpu["hbm_temperature_c"] = float(round(temp + 3))
+        gpu["power_w"] = round(100 + 550 * load + (i * 37 + gpu["index"] * 11) % 100 / 100, 2)
+        gpu["utilization_pct"] = float(round(100 * load))
+        gpu["memory_used_mib"] = int(80_000 * load) // 64 * 64
+        gpu["sm_clock_mhz"] = 1980 if load > 0.2 else 345
+    return report
+
+
 def run(args: argparse.Namespace) -> None:
+    from telemetry.models import TelemetryHourPack
+    from telemetry.packing import pack_past_hours, packed_columns
     from telemetry.retention import roll_up_and_prune
 
     empty = sizes()
@@ -134,56 +151,71 @@ def run(args: argparse.Namespace) -> None:
     day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=3)
     took = ingest_day(nodes, day, args.xids, args.seed)
     raw = sizes()
-    packed = packed_samples_size()
-    # The retention beat once the day is past the raw window: samples become hours.
-    later = day + timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS + 1, hours=1)
-    rolled = roll_up_and_prune(now=later, max_batches=10**6)
-    assert rolled.finished and rolled.rolled_up == args.nodes * REPORTS_PER_DAY * 8, rolled
+    # The packing beat once the day's hours are past: roll-ups, then one row per node-hour.
+    cpu = time.process_time()
+    packed = pack_past_hours(now=day + timedelta(days=1, hours=1), max_batches=10**6)
+    pack_cpu = time.process_time() - cpu
+    assert packed.finished and packed.samples == args.nodes * REPORTS_PER_DAY * 8, packed
     after = sizes()
-    measured = {name: raw[name] - empty[name] for name in raw}
-    measured["GpuSampleHourly"] = after["GpuSampleHourly"] - empty["GpuSampleHourly"]
-    packed_hours = packed_hours_size() / args.nodes
-    measured["GpuSampleDaily"] = daily_bytes_per_node_day(day, args.nodes, empty["GpuSampleDaily"]) * args.nodes
+    cpu = time.process_time()
+    packs = list(TelemetryHourPack.objects.all())
+    decoded = sum(len(decode_samples(p)) for p in packs)
+    read_cpu = time.process_time() - cpu
+    cpu = time.process_time()
+    # What the trends' daily evaluation decodes: five columns (charts: six).
+    names = ["ecc_aggregate_corrected", "remapped_rows_correctable", "remapped_rows_uncorrectable"]
+    names += ["utilization_pct", "temperature_c"]
+    span = {"since": day, "until": day + timedelta(days=1), "now": day + timedelta(days=1)}
+    columns = sum(len(at) for _, _, at, _ in packed_columns(nodes[0][0], nodes[-1][0], names, **span))
+    columns_cpu = time.process_time() - cpu
+    # The retention beat past the raw window: nothing raw is left to roll up.
+    rolled = roll_up_and_prune(now=day + timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS + 1, hours=1))
+    assert rolled.rolled_up == 0, rolled
+    before = {name: raw[name] - empty[name] for name in raw}
+    before["GpuSampleHourly"] = after["GpuSampleHourly"] - empty["GpuSampleHourly"]
+    before["TelemetryHourPack"] = 0
+    now = dict(
+        before, GpuSample=0, NodeReport=0, TelemetryHourPack=after["TelemetryHourPack"] - empty["TelemetryHourPack"]
+    )
+    # Before issue 17's thinning, hourly roll-ups were kept the daily table's year and no day was rolled up.
+    before["GpuSampleDaily"] = 0
+    now["GpuSampleDaily"] = daily_bytes_per_node_day(day, args.nodes, empty["GpuSampleDaily"]) * args.nodes
+    node_hours = args.nodes * 24
     print(
         f"PostgreSQL {connection.pg_version}; {args.nodes} nodes x 1 day at 30 s ({args.nodes * REPORTS_PER_DAY:,} "
-        f"reports, 8 GPUs, {args.xids} XIDs per node) ingested in {took:.0f} s, rolled up "
-        f"{rolled.rolled_up:,} samples"
+        f"reports, 8 GPUs, {args.xids} XIDs per node, readings as nvidia-smi prints them) ingested in {took:.0f} s; "
+        f"packed {packed.packs:,} node-hours ({packed.samples:,} samples) in {pack_cpu / node_hours * 1000:.1f} CPU ms "
+        f"per node-hour (rolled up in the same run); read back {decoded:,} samples at "
+        f"{read_cpu / node_hours * 1000:.1f} CPU ms per node-hour (rows), {columns:,} samples' five columns "
+        f"at {columns_cpu / node_hours * 1000:.1f} (trends)"
     )
-    print(
-        f"\n{'table (with indexes)':24} {'bytes/node-day':>15} {'kept days':>10} {'year of ' + f'{args.fleet:,}':>18}"
-    )
-    total = 0.0
-    for model, setting in tables():
-        per_day = measured[model.__name__] / args.nodes
-        days = getattr(settings, setting)
-        footprint = per_day * days * args.fleet
-        total += footprint
-        print(f"{model.__name__:24} {per_day:15,.0f} {days:10d} {footprint / 1e12:15.2f} TB")
     goal = args.goal_tb * 1e12
-    print(f"{'total':24} {sum(measured.values()) / args.nodes:15,.0f} {'':10} {total / 1e12:15.2f} TB")
-    verdict = "met" if total < goal else "MISSED"
-    print(f"\ngoal: a year of {args.fleet:,} nodes under {args.goal_tb:g} TB: {total / goal:.2f} of it ({verdict})")
-    per_day = {name: n / args.nodes for name, n in measured.items()}
-    raw_days = settings.TELEMETRY_RAW_RETENTION_DAYS
-    year_long = sum(per_day[m.__name__] * getattr(settings, s) for m, s in tables() if m.__name__ not in _RAW)
-    raw_day = per_day["GpuSample"] + per_day["NodeReport"]
-    fit = (goal / args.fleet - year_long) / raw_day
     print(
-        f"what-ifs: reports kept 90 days (the default before issue 17): "
-        f"{(year_long + per_day['GpuSample'] * raw_days + per_day['NodeReport'] * 90) * args.fleet / 1e12:.2f} TB; "
-        f"the raw window (samples and reports) that fits the goal: "
-        f"{f'{fit:.1f} days' if fit > 0 else 'none (the year-long tables alone exceed it)'}"
+        f"\n{'table (with indexes)':24} {'bytes/node-day':>22} {'kept days':>10} {'year of ' + f'{args.fleet:,}':>24}"
     )
-    print_roll_ups(per_day, args.fleet, packed_hours)
-    packed_day = packed / args.nodes
+    totals = [0.0, 0.0]
+    for model, setting in tables():
+        name, days = model.__name__, getattr(settings, setting)
+        old, new = before[name] / args.nodes, now[name] / args.nodes
+        old_days = settings.TELEMETRY_DAILY_RETENTION_DAYS if name == "GpuSampleHourly" else days
+        totals[0] += old * old_days * args.fleet
+        totals[1] += new * days * args.fleet
+        print(
+            f"{name:24} {old:10,.0f} -> {new:9,.0f} {days:10d} "
+            f"{old * old_days * args.fleet / 1e12:9.2f} -> {new * days * args.fleet / 1e12:6.2f} TB"
+        )
+    print(f"{'total':24} {'':33} {totals[0] / 1e12:19.2f} -> {totals[1] / 1e12:6.2f} TB")
+    raw_window = now["TelemetryHourPack"] / args.nodes
     print(
-        f"          samples packed one row per node, GPU and hour (arrays, TOAST-compressed): "
-        f"{packed_day:,.0f} bytes/node-day ({per_day['GpuSample'] / packed_day:.1f}x smaller); with reports kept "
-        f"the raw window too: {(year_long + (packed_day + per_day['NodeReport']) * raw_days) * args.fleet / 1e12:.2f} TB"
+        f"\nthe raw window packed: {raw_window:,.0f} bytes/node-day (rows: "
+        f"{(before['GpuSample'] + before['NodeReport']) / args.nodes:,.0f}), "
+        f"{raw_window * settings.TELEMETRY_RAW_RETENTION_DAYS * args.fleet / 1e12:.2f} TB for "
+        f"{settings.TELEMETRY_RAW_RETENTION_DAYS} days of {args.fleet:,} nodes; the blobs alone "
+        f"{sum(len(p.blob) for p in packs) / args.nodes:,.0f} bytes/node-day, "
+        f"{sum(len(p.blob) for p in packs) / len(packs):,.0f} per node-hour"
     )
-
-
-_RAW = ("GpuSample", "NodeReport")
+    verdict = "met" if totals[1] < goal else "MISSED"
+    print(f"goal: a year of {args.fleet:,} nodes under {args.goal_tb:g} TB: {totals[1] / goal:.2f} of it ({verdict})")
 
 
 DAILY_NODE_DAYS = 2_000  # node-days the daily table is measured at
@@ -212,69 +244,33 @@ def daily_bytes_per_node_day(day: datetime, nodes: int, empty: int) -> float:
     return (sizes()["GpuSampleDaily"] - empty) / (nodes * (copies + 1))
 
 
-def print_roll_ups(per_day: dict[str, float], fleet: int, packed_hours: float) -> None:
-    """The roll-ups' year: hourly rows for their window, then daily ones, against hourly rows for a
-    year (the layout before daily roll-ups) and a node-day's hours packed in one row. Each tier is
-    counted for its whole window, as above: an upper bound (hours younger than the raw window are
-    still raw samples)."""
-    hourly, daily = per_day["GpuSampleHourly"], per_day["GpuSampleDaily"]
-    hourly_days, daily_days = settings.TELEMETRY_HOURLY_RETENTION_DAYS, settings.TELEMETRY_DAILY_RETENTION_DAYS
-    thinned = (hourly * hourly_days + daily * daily_days) * fleet
-    print(
-        f"roll-ups: hourly {hourly:,.0f} bytes/node-day x {hourly_days} days + daily {daily:,.0f} bytes/node-day "
-        f"x {daily_days} days = {thinned / 1e12:.2f} TB for {fleet:,} nodes (hourly for {daily_days} days: "
-        f"{hourly * daily_days * fleet / 1e12:.2f} TB; a daily row is {hourly / daily:.0f}x fewer bytes a node-day)"
+def decode_samples(pack: Any) -> list[dict[str, Any]]:
+    from telemetry import packformat, packing
+
+    return packformat.decode(pack.hour, bytes(pack.blob), packing.columns())[1]
+
+
+def tables() -> list[tuple[type[Model], str]]:
+    """The history tables and the setting that says how many days each is kept."""
+    from telemetry.models import (
+        GpuSample,
+        GpuSampleDaily,
+        GpuSampleHourly,
+        NodeReport,
+        TelemetryHourPack,
+        XidIdentity,
+        XidRecord,
     )
-    print(
-        f"          a node-day's hours packed in one row instead (arrays, TOAST-compressed): {packed_hours:,.0f} "
-        f"bytes/node-day, {(hourly * hourly_days + packed_hours * daily_days) * fleet / 1e12:.2f} TB"
-    )
 
-
-def packed_samples_size() -> int:
-    """What the raw samples would take packed as one row per node, GPU and hour, each metric an array
-    of the hour's values in time order (PostgreSQL compresses such rows in TOAST): a layout to weigh,
-    built from the stored samples and measured with its primary key, then dropped."""
-    from telemetry.models import GpuSample
-
-    table = GpuSample._meta.db_table
-    metrics = [
-        f.column for f in GpuSample._meta.concrete_fields if f.column not in ("node_id", "collected_at", "gpu_index")
+    return [
+        (NodeReport, "TELEMETRY_REPORT_RETENTION_DAYS"),
+        (GpuSample, "TELEMETRY_RAW_RETENTION_DAYS"),
+        (TelemetryHourPack, "TELEMETRY_RAW_RETENTION_DAYS"),
+        (XidRecord, "TELEMETRY_XID_RETENTION_DAYS"),
+        (XidIdentity, "TELEMETRY_XID_RETENTION_DAYS"),
+        (GpuSampleHourly, "TELEMETRY_HOURLY_RETENTION_DAYS"),
+        (GpuSampleDaily, "TELEMETRY_DAILY_RETENTION_DAYS"),
     ]
-    arrays = ", ".join(f"array_agg({c} ORDER BY collected_at) AS {c}" for c in metrics)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"CREATE TABLE bench_packed_samples AS SELECT node_id, gpu_index, date_trunc('hour', collected_at) AS hour, "  # noqa: S608 - the model's table and columns
-            f"array_agg(collected_at ORDER BY collected_at) AS collected_at, {arrays} FROM {table} "
-            "GROUP BY node_id, gpu_index, date_trunc('hour', collected_at)"
-        )
-        cursor.execute("ALTER TABLE bench_packed_samples ADD PRIMARY KEY (node_id, hour, gpu_index)")
-        cursor.execute("SELECT pg_total_relation_size('bench_packed_samples')")
-        size: int = cursor.fetchone()[0]
-        cursor.execute("DROP TABLE bench_packed_samples")
-    return size
-
-
-def packed_hours_size() -> int:
-    """What the hourly roll-ups would take packed as one row per node and day, each column an array
-    of the day's hours by GPU and time (TOAST-compressed): the layout weighed against daily rows,
-    built from the stored hours and measured with its primary key, then dropped."""
-    from telemetry.models import GpuSampleHourly
-
-    table = GpuSampleHourly._meta.db_table
-    columns = [f.column for f in GpuSampleHourly._meta.concrete_fields if f.column not in ("node_id", "hour")]
-    arrays = ", ".join(f"array_agg({c} ORDER BY gpu_index, hour) AS {c}" for c in columns)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"CREATE TABLE bench_packed_hours AS SELECT node_id, date_trunc('day', hour) AS day, "  # noqa: S608 - the model's table and columns
-            f"array_agg(hour ORDER BY gpu_index, hour) AS hour, {arrays} FROM {table} "
-            "GROUP BY node_id, date_trunc('day', hour)"
-        )
-        cursor.execute("ALTER TABLE bench_packed_hours ADD PRIMARY KEY (node_id, day)")
-        cursor.execute("SELECT pg_total_relation_size('bench_packed_hours')")
-        size: int = cursor.fetchone()[0]
-        cursor.execute("DROP TABLE bench_packed_hours")
-    return size
 
 
 def main() -> None:

@@ -172,7 +172,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TIMEZONE = "UTC"
 
 # --- Telemetry ------------------------------------------------------------
-# Raw GpuSample rows older than TELEMETRY_RAW_RETENTION_DAYS become GpuSampleHourly; NodeReport
+# Raw history (GpuSample, NodeReport) is rolled up into GpuSampleHourly and packed one row per node-hour
+# once the hour is past (telemetry.packing); packs are kept for the longer of the raw and report windows. NodeReport
 # history (heartbeat evidence) and XID records (evidence for RMA cases) are kept for their own days.
 # Reports are raw too and by default kept as long as the samples: at 90 days they were 17 of the
 # 29 TB a year of 100,000 nodes took (bin/bench storage), and nothing reads one older than minutes.
@@ -606,6 +607,8 @@ CELERY_BEAT_SCHEDULE = {
     # Raw samples older than TELEMETRY_RAW_RETENTION_DAYS become hourly roll-ups, hours older than
     # TELEMETRY_HOURLY_RETENTION_DAYS daily ones.
     "roll-up-telemetry": {"task": "telemetry.tasks.roll_up_and_prune", "schedule": crontab(minute=7)},
+    # PACK_DELAY (10 min) after the hour's end; retention (minute 7) has no part in it.
+    "pack-telemetry": {"task": "telemetry.tasks.pack_past_hours", "schedule": crontab(minute=12)},
     # Day 0: a node that never joins after its PXE boot goes to triage (NODEWARDEN_DAY0_TIMEOUT).
     "fail-stuck-day0": {
         "task": "provisioning.tasks.fail_stuck_day0",

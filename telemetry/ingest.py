@@ -34,7 +34,7 @@ from django.utils import timezone
 from nodes.models import Node
 from nodewarden.bounds import timestamp_problem
 
-from . import consumers, store
+from . import consumers, packing, store
 from .consumers import ReportContext
 from .models import GpuSample, GpuState, IngestRejection
 from .schema import AgentReport, XidEvent
@@ -118,6 +118,7 @@ def ingest_reports(node_id: int, reports: list[AgentReport], *, source: str = "a
     received_at = timezone.now()
     vet_reports(reports, now=received_at)
     unique, duplicates = _unique_in_batch(reports)
+    unique, duplicates = _not_packed(node_id, unique, duplicates, received_at)
     with transaction.atomic():
         node, latest, firing = _read_node(node_id)
         _unpin_latest(node_id, latest, received_at)
@@ -151,7 +152,7 @@ def ingest_many(
             outcomes.append(exc)
             continue
         outcomes.append(IngestResult())
-        work.append((len(outcomes) - 1, node_id, *_unique_in_batch(reports)))
+        work.append((len(outcomes) - 1, node_id, *_not_packed(node_id, *_unique_in_batch(reports), received_at)))
     consumer = consumers.CONSUMER
     extra = consumer.read_with_node if consumer is not None else None
     snapshots = store.read_nodes([w[1] for w in work], extra)
@@ -202,6 +203,21 @@ def _unique_in_batch(reports: list[AgentReport]) -> tuple[list[AgentReport], int
         times.add(report.collected_at)
         unique.append(report)
     return unique, len(reports) - len(unique)
+
+
+def _not_packed(
+    node_id: int, unique: list[AgentReport], duplicates: int, received_at: datetime
+) -> tuple[list[AgentReport], int]:
+    """Drop the reports a pack of their hour holds already (``telemetry.packing``): a report resent
+    after its hour was packed is a duplicate, as it was while raw (NodeReport's key). Only reports
+    of hours the packing beat may have reached are looked up: the steady stream costs nothing."""
+    bound = packing.floor_hour(received_at - packing.PACK_DELAY)
+    old = [r.collected_at for r in unique if r.collected_at < bound]
+    packed = packing.packed_report_times(node_id, old) if old else set()
+    if not packed:
+        return unique, duplicates
+    kept = [r for r in unique if r.collected_at not in packed]
+    return kept, duplicates + len(unique) - len(kept)
 
 
 NODE_COLUMNS = store.NODE_COLUMNS

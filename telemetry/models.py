@@ -375,6 +375,29 @@ class GpuSampleDaily(models.Model):
         return f"GPU {self.gpu_index} of node {self.node_id}, day {self.day:%Y-%m-%d}"
 
 
+class TelemetryHourPack(models.Model):
+    """One node's hour of raw history (its NodeReport and GpuSample rows) packed into one row.
+
+    Written by the packing beat (``telemetry.packing.pack_past_hours``) once the hour is past,
+    in the transaction that deletes the hour's raw rows; read back through
+    ``telemetry.packing`` by every reader of raw samples. ``blob`` is columnar and compressed
+    (``telemetry.packformat``, versioned by its first byte): a few kB where the rows took about
+    a hundred. Kept, like the raw rows, for TELEMETRY_RAW_RETENTION_DAYS."""
+
+    pk = models.CompositePrimaryKey("node", "hour")
+    node = _history_node()
+    hour = models.DateTimeField()
+    reports = models.PositiveIntegerField(default=0)
+    samples = models.PositiveIntegerField(default=0)
+    blob = models.BinaryField()
+
+    class Meta:
+        indexes = [models.Index(fields=["hour"], name="telemetryhourpack_hour")]
+
+    def __str__(self) -> str:
+        return f"telemetry of node {self.node_id}, hour {self.hour:%Y-%m-%d %H:00}"
+
+
 # --- Operations -------------------------------------------------------------------------
 class IngestRejection(models.Model):
     """A dead letter: something sent to an ingest endpoint that was refused, with why.

@@ -32,6 +32,7 @@ from .models import (
     GpuSampleDaily,
     GpuSampleHourly,
     NodeReport,
+    TelemetryHourPack,
     XidIdentity,
     XidRecord,
 )
@@ -110,6 +111,12 @@ def roll_up_and_prune(*, now: datetime | None = None, max_batches: int = 200) ->
         cutoff = now - timedelta(days=getattr(settings, name))
         # The model_name (the stubs call _meta.model_name Optional; it is the lowered class name).
         result.deleted[model.__name__.lower()] = _prune(model, column, cutoff, budget)
+    # Packed hours (telemetry.packing; their roll-ups were made when packed) hold samples and reports:
+    # kept for the longer of the two windows (the same by default). Readers take samples from packs
+    # within the raw window only.
+    days = max(settings.TELEMETRY_RAW_RETENTION_DAYS, settings.TELEMETRY_REPORT_RETENTION_DAYS)
+    pack_cutoff = (now - timedelta(days=days)).replace(minute=0, second=0, microsecond=0)
+    result.deleted["telemetryhourpack"] = _prune(TelemetryHourPack, "hour", pack_cutoff, budget)
     result.finished = budget[0] > 0
     log.info("telemetry retention: %s", result)
     return result

@@ -1,23 +1,27 @@
 """Downsampled GPU time series for charts and the samples API.
 
 The database does the bucketing (GROUP BY gpu, time bucket) so a 7-day window of
-30-second samples comes back as a few hundred rows per GPU, not 20,000. Raw samples,
+30-second samples comes back as a few hundred rows per GPU, not 20,000. Raw samples
+(packed hours too: ``telemetry.packing``, bucketed here in Python as the database would),
 hourly and daily roll-ups are read alike and merged, so a window reaching past the raw
-retention (or the hourly one: 90 days, a year) still draws. The three tables hold
-disjoint times (retention moves rows from one to the next), so each is asked for the
-whole window: one index range each, empty where the window is too recent or too old
-for it, and no time boundary to get wrong when the retention settings change.
+retention (or the hourly one: 90 days, a year) still draws. Hourly roll-ups are read before
+``packing.raw_floor`` only: a packed hour has both, and is read from its pack. Daily rows
+replace hourly ones (retention deletes the hours it rolls into a day), so they are disjoint
+from the hourly rows and, the hourly window being longer than the raw one, from the raw window.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection
+from django.utils import timezone
 
+from . import packing
 from .models import GpuSample, GpuSampleDaily, GpuSampleHourly
 
 MAX_POINTS_PER_FIGURE = 2000
@@ -66,8 +70,15 @@ def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int
     """Bucketed temperature, power, utilisation and ECC per GPU over [since, until)."""
     bucket = bucket_seconds(since, until, 1 if gpu is not None else gpu_count)
     merged: dict[tuple[int, int], dict[str, Any]] = {}
-    for table, time_column, index in (("raw", "collected_at", 1), ("hourly", "hour", 2), ("daily", "day", 2)):
-        for row in _query(table, time_column, index, node_id, since, until, bucket, gpu):
+    floor = packing.raw_floor(timezone.now())
+    parts = [
+        _query("raw", "collected_at", 1, node_id, since, until, bucket, gpu),
+        _packed(node_id, since, until, bucket, gpu),
+        _query("hourly", "hour", 2, node_id, since, min(until, floor), bucket, gpu) if since < floor else [],
+        _query("daily", "day", 2, node_id, since, min(until, floor), bucket, gpu) if since < floor else [],
+    ]
+    for rows in parts:
+        for row in rows:
             key = (row["gpu"], row["b"])
             merged[key] = _combine(merged[key], row) if key in merged else row
     series = Series(since=since, until=until, bucket_s=bucket)
@@ -111,6 +122,36 @@ def _query(
         cursor.execute(sql, params)
         names = ["gpu", "b", "n", *FIELDS]
         return [dict(zip(names, (*row[:3], *(_reading(v) for v in row[3:])), strict=True)) for row in cursor.fetchall()]
+
+
+def _packed(node_id: int, since: datetime, until: datetime, bucket: int, gpu: int | None) -> list[dict[str, Any]]:
+    """The raw query's rows, from the packed hours: same buckets, same aggregates (NULLs skipped,
+    ``n`` counting every sample)."""
+    names = sorted({raw[4:-1] for _, raw, _, _ in _COLUMNS})
+    groups: dict[tuple[int, int], dict[str, list[Any]]] = {}
+    for _, index, at, values in packing.packed_columns(node_id, node_id, names, since=since, until=until):
+        if gpu is not None and index != gpu:
+            continue
+        # The instants are sorted: each bucket is a slice (a 7-day chart takes an hour's pack in one or two).
+        i, end = bisect_left(at, since), bisect_left(at, until)
+        while i < end:
+            b = int(at[i].timestamp()) // bucket
+            j = bisect_left(at, datetime.fromtimestamp((b + 1) * bucket, tz=UTC), i, end)
+            group = groups.setdefault((index, b), {name: [] for name in names})
+            for name in names:
+                group[name] += values[name][i:j]
+            i = j
+    rows = []
+    for (gpu_index, b), group in sorted(groups.items()):
+        row: dict[str, Any] = {"gpu": gpu_index, "b": b, "n": len(group[names[0]])}
+        for name, raw, _, _ in _COLUMNS:
+            found = [v for v in group[raw[4:-1]] if v is not None]
+            if not found:
+                row[name] = None
+            else:
+                row[name] = _reading(max(found) if raw.startswith("MAX") else sum(found) / len(found))
+        rows.append(row)
+    return rows
 
 
 def _reading(value: Any) -> Any:

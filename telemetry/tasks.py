@@ -11,7 +11,7 @@ from celery import shared_task
 from django.db.models import F
 from django.utils import timezone
 
-from . import commands, dcgm_exporter, partitioning, retention
+from . import commands, dcgm_exporter, packing, partitioning, retention
 from .models import DcgmExporterTarget
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,13 @@ def roll_up_and_prune() -> dict[str, Any]:
     whole partitions past their window, prune the rest of old history."""
     partitioning.ensure_future_partitions()
     return asdict(retention.roll_up_and_prune())
+
+
+@shared_task(name="telemetry.tasks.pack_past_hours", ignore_result=True)
+def pack_past_hours() -> dict[str, Any]:
+    """Hourly, after the hour's end: each node's past hour of raw rows becomes one packed row
+    (its samples rolled up first); idempotent, a second run finds nothing to pack."""
+    return asdict(packing.pack_past_hours())
 
 
 @shared_task(name="telemetry.tasks.expire_agent_commands", ignore_result=True)

@@ -27,6 +27,7 @@ from nodes.models import Node, NodeEvent, Run
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
+from telemetry import packing
 from telemetry.models import LOAD_UTILIZATION_PCT, GpuSample, GpuSampleDaily, GpuSampleHourly, XidRecord
 
 DAY = 86400
@@ -231,8 +232,18 @@ _INNER = {
 
 def _telemetry(batch: Batch, lo: int, hi: int, since: datetime, until: datetime) -> None:
     days: dict[tuple[int, int], list[float | None]] = {}
-    for table, model in (("raw", GpuSample), ("hourly", GpuSampleHourly), ("daily", GpuSampleDaily)):
-        for node_id, day, ecc, rows, tsum, tn in _daily(table, model._meta.db_table, lo, hi, since, until):
+    # Roll-ups only before the raw window's first hour: a packed hour has both, read from its pack.
+    # Daily rows replace the hourly rows they roll up, so the two never hold the same hour.
+    floor = packing.raw_floor(until)
+    before_floor = floor - timedelta(microseconds=1)
+    parts = [
+        _daily("raw", GpuSample._meta.db_table, lo, hi, since, until),
+        _packed_daily(lo, hi, since, until, until),
+        _daily("hourly", GpuSampleHourly._meta.db_table, lo, hi, since, before_floor) if since < floor else [],
+        _daily("daily", GpuSampleDaily._meta.db_table, lo, hi, since, before_floor) if since < floor else [],
+    ]
+    for part in parts:
+        for node_id, day, ecc, rows, tsum, tn in part:
             seen = days.setdefault((node_id, day), [None, None, 0.0, 0.0])
             # The day at a raw/hourly/daily boundary comes from two tables: counters take the larger.
             seen[0] = _max(seen[0], ecc)
@@ -253,6 +264,34 @@ def _max(a: float | None, b: Any) -> float | None:
     if b is None:
         return a
     return float(b) if a is None else max(a, float(b))
+
+
+def _packed_daily(lo: int, hi: int, since: datetime, until: datetime, now: datetime) -> list[tuple[Any, ...]]:
+    """``_daily("raw", ...)``'s rows from the packed hours: per GPU and day first, then per node."""
+    per_gpu: dict[tuple[int, int, int], list[Any]] = {}
+    names = ["ecc_aggregate_corrected", "remapped_rows_correctable", "remapped_rows_uncorrectable"]
+    names += ["utilization_pct", "temperature_c"]
+    # Trends' windows include ``until`` (``_daily``'s <=).
+    packed = packing.packed_columns(lo, hi, names, since=since, until=until + timedelta(microseconds=1), now=now)
+    for node_id, gpu, at, columns in packed:
+        rows = zip(at, *(columns[name] for name in names), strict=True)
+        for t, ecc, remap_c, remap_u, util, temp in rows:
+            if not since <= t <= until:
+                continue
+            acc = per_gpu.setdefault((node_id, gpu, int(t.timestamp()) // DAY), [None, None, None, 0])
+            acc[0] = _max(acc[0], ecc)
+            acc[1] = _max(acc[1], (remap_c or 0) + (remap_u or 0))
+            if util is not None and util >= LOAD_PCT and temp is not None:
+                acc[2] = (acc[2] or 0.0) + temp
+                acc[3] += 1
+    per_node: dict[tuple[int, int], list[Any]] = {}
+    for (node_id, _, day), (ecc, rows, tsum, tn) in per_gpu.items():
+        out = per_node.setdefault((node_id, day), [None, None, None, 0])
+        out[0] = ecc if out[0] is None else out[0] + (ecc or 0)
+        out[1] = rows if out[1] is None else out[1] + (rows or 0)
+        out[2] = tsum if out[2] is None else out[2] + (tsum or 0.0)
+        out[3] += tn
+    return [(node_id, day, *values) for (node_id, day), values in sorted(per_node.items())]
 
 
 def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: datetime) -> list[tuple[Any, ...]]:

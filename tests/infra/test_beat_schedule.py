@@ -27,6 +27,7 @@ PROMISED: dict[str, Any] = {
     "checks.tasks.keep_checks_fresh": 300.0,
     "checks.tasks.preempt_wanted_checks": 10.0,
     "telemetry.tasks.roll_up_and_prune": crontab(minute=7),
+    "telemetry.tasks.pack_past_hours": crontab(minute=12),
     "provisioning.tasks.fail_stuck_day0": 300.0,
     "fabric.tasks.collect_fabric": 4 * 3600.0,
     "fabric.tasks.record_agent_counters": 900.0,

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import msgspec
 import pytest
+import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -170,8 +171,12 @@ def test_a_failing_rule_keeps_the_telemetry_and_leaves_a_rejection_to_find(node,
     assert rejection.node_id == node.pk
 
 
-def _queries_for(node, count: int, start) -> int:
-    with CaptureQueriesContext(connection) as ctx:
+def _queries_for(node, count: int, start, *, late: timedelta = timedelta(minutes=1)) -> int:
+    # Received ``late`` after the batch's last report: the steady stream, unless told otherwise.
+    with (
+        time_machine.travel(start + timedelta(seconds=30 * count) + late, tick=False),
+        CaptureQueriesContext(connection) as ctx,
+    ):
         ingest_reports(node.pk, batch(node.hostname, start=start, count=count, seed=count))
     return len(ctx.captured_queries)
 
@@ -182,6 +187,14 @@ def test_the_number_of_queries_does_not_grow_with_the_batch(node):
     fifty = _queries_for(node, 50, T0 + timedelta(hours=2))
     assert one == fifty
     assert fifty <= 11  # SQLite; on PostgreSQL far fewer, see test_ingest_round_trips
+
+
+def test_reports_of_an_hour_the_packing_beat_may_have_reached_cost_one_lookup_more(node):
+    # A resend of a packed hour is a duplicate (telemetry.packing): its hour's pack is read once.
+    _queries_for(node, 1, T0)
+    steady = _queries_for(node, 50, T0 + timedelta(hours=1))
+    late = _queries_for(node, 50, T0 + timedelta(hours=2), late=timedelta(hours=3))
+    assert late == steady + 1
 
 
 def test_on_postgresql_gpu_samples_go_in_with_copy(node):
