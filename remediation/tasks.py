@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from health.gpus import suspect_named_gpu
 
 from . import ladder, reconciler, services
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -20,11 +24,34 @@ def consider_finding(finding_id: int) -> str:
 
 
 @shared_task(ignore_result=True, acks_late=True)
+def consider_findings(finding_ids: list[int]) -> str:
+    """Decide what the new findings of one commit call for, together (``services.consider_findings``),
+    after making the GPUs they name suspect (as ``consider_finding``)."""
+    suspect_named_gpu(finding_ids)
+    rems = services.consider_findings(finding_ids)
+    return f"{sum(rem is not None for rem in rems)} of {len(rems)} findings remediated"
+
+
+@shared_task(ignore_result=True, acks_late=True)
 def start_rung(remediation_id: int) -> str:
     """Start the rung of a remediation whose node was just cordoned (idempotent: a started rung,
     a finished remediation or a node no longer in triage is left alone)."""
     rem = services.start_rung(remediation_id)
     return f"remediation {rem.pk}: {rem.status}"
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def start_rungs(remediation_ids: list[int]) -> str:
+    """``start_rung`` of each remediation a batch cordoned, in order. One that fails is logged and left
+    queued on its node in triage (the reconciler admits it again); the others still start."""
+    started = 0
+    for remediation_id in remediation_ids:
+        try:
+            services.start_rung(remediation_id)
+            started += 1
+        except Exception:
+            log.exception("remediation %s: the rung could not start", remediation_id)
+    return f"{started} of {len(remediation_ids)} rungs started"
 
 
 @shared_task(ignore_result=True, acks_late=True)
