@@ -1,8 +1,7 @@
 """Remediation verbs: the only road from a finding to an action on a node.
 
-``consider_finding`` (for the findings of a commit together: ``consider_findings``, one task queued
-on commit) picks the policy, the
-urgency and the rung, explains why on the node's history, and either acts, queues
+``consider_finding`` (the findings of a commit together: ``consider_findings``, one task queued on
+commit) picks the policy, the urgency and the rung, explains why on the node's history, and either acts, queues
 (a hold, a tripped breaker, a blast-radius limit, a closed window), or waits for an
 operator's approval. Acting:
 - now (catastrophic): cordon (out of production at once, the scheduler evicts), then the rung;

@@ -18,7 +18,7 @@ def consider_finding(finding_id: int) -> str:
     """Decide what a new finding calls for (``services.consider_finding``). The GPU it names is
     made suspect first (idempotent: health's own task may have done it), so that nothing
     remediation does to the GPU (a fence) comes before the suspicion in its history."""
-    suspect_named_gpu([finding_id])
+    suspect_named_gpu([finding_id], warn_unknown=False)  # health's own task warns
     rem = services.consider_finding(finding_id)
     return f"remediation {rem.pk}: {rem.status}" if rem else "no action"
 
@@ -27,7 +27,7 @@ def consider_finding(finding_id: int) -> str:
 def consider_findings(finding_ids: list[int]) -> str:
     """Decide what the new findings of one commit call for, together (``services.consider_findings``),
     after making the GPUs they name suspect (as ``consider_finding``)."""
-    suspect_named_gpu(finding_ids)
+    suspect_named_gpu(finding_ids, warn_unknown=False)  # health's own task warns
     rems = services.consider_findings(finding_ids)
     return f"{sum(rem is not None for rem in rems)} of {len(rems)} findings remediated"
 

@@ -224,9 +224,10 @@ def test_a_commit_of_findings_is_decided_in_bounded_statements_per_node(big_clus
         assert PendingReaction.objects.filter(node=node, reaction="evict").count() == 1
 
 
-def test_a_commit_of_findings_is_one_task_and_its_rungs_one_more(fleet, eager):
+def test_a_commit_of_findings_is_one_task_and_its_rungs_one_more(fleet, eager, caplog):
     """The consideration of a commit's findings is one task, and the rungs of the nodes it cordoned
-    start in one more: not a task of each per node."""
+    start in one more: not a task of each per node. A GPU the inventory lacks is warned about once
+    (by health's task), not again by remediation's."""
     from remediation import tasks
 
     BlastRadiusLimit.objects.create(domain="cluster", max_share=1.0, max_count=1000, max_drains_per_hour=1000)
@@ -246,6 +247,8 @@ def test_a_commit_of_findings_is_one_task_and_its_rungs_one_more(fleet, eager):
     finally:
         for task in (tasks.consider_findings, tasks.consider_finding, tasks.start_rungs, tasks.start_rung):
             del task.apply_async
+    unknown = [r for r in caplog.records if r.levelname == "WARNING" and "not in node" in r.getMessage()]
+    assert len(unknown) == 3, unknown  # the fleet's nodes have no GPU 3
     names = [name for name, _ in sent]
     assert names == ["remediation.tasks.consider_findings", "remediation.tasks.start_rungs"], sent
     assert list(sent[0][1][0]) == findings
