@@ -530,6 +530,24 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
     return rem
 
 
+def start_rungs(remediation_ids: Sequence[int]) -> int:
+    """``start_rung`` of each remediation a batch cordoned, in order, ``ADMIT_CHUNK`` of them to a
+    transaction (their transitions' follow-ups are then one task a chunk). One that fails is logged
+    and undone alone, left queued on its node in triage (the reconciler admits it again). Returns how
+    many started without error."""
+    started = 0
+    for first in range(0, len(remediation_ids), ADMIT_CHUNK):
+        with transaction.atomic():
+            for remediation_id in remediation_ids[first : first + ADMIT_CHUNK]:
+                try:
+                    with transaction.atomic():
+                        start_rung(remediation_id)
+                    started += 1
+                except Exception:
+                    log.exception("remediation %s: the rung could not start", remediation_id)
+    return started
+
+
 def queue_start_rungs(remediation_ids: list[int]) -> None:
     from .tasks import start_rungs
 

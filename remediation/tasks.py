@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 from celery import shared_task
 
 from health.gpus import suspect_named_gpu
 
 from . import ladder, reconciler, services
-
-log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True, acks_late=True)
@@ -42,15 +38,8 @@ def start_rung(remediation_id: int) -> str:
 
 @shared_task(ignore_result=True, acks_late=True)
 def start_rungs(remediation_ids: list[int]) -> str:
-    """``start_rung`` of each remediation a batch cordoned, in order. One that fails is logged and left
-    queued on its node in triage (the reconciler admits it again); the others still start."""
-    started = 0
-    for remediation_id in remediation_ids:
-        try:
-            services.start_rung(remediation_id)
-            started += 1
-        except Exception:
-            log.exception("remediation %s: the rung could not start", remediation_id)
+    """``start_rung`` of each remediation a batch cordoned (``services.start_rungs``; idempotent)."""
+    started = services.start_rungs(remediation_ids)
     return f"{started} of {len(remediation_ids)} rungs started"
 
 

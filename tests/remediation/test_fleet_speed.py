@@ -225,19 +225,29 @@ def test_a_commit_of_findings_is_decided_in_bounded_statements_per_node(big_clus
 
 
 def test_a_commit_of_findings_is_one_task_and_its_rungs_one_more(fleet, eager, caplog):
-    """The consideration of a commit's findings is one task, and the rungs of the nodes it cordoned
-    start in one more: not a task of each per node. A GPU the inventory lacks is warned about once
-    (by health's task), not again by remediation's."""
+    """The consideration of a commit's findings is one task, the rungs of the nodes it cordoned start in
+    one more, and the follow-ups of the cordons (and of the hand-offs) are one task for each
+    transaction: not a task of each per node. Every transition keeps its own run. A GPU the inventory
+    lacks is warned about once (by health's task), not again by remediation's."""
+    from nodes import tasks as node_tasks
     from remediation import tasks
 
     BlastRadiusLimit.objects.create(domain="cluster", max_share=1.0, max_count=1000, max_drains_per_hour=1000)
     RemediationPolicy.objects.create(name="xid 79 now", match_xid=79, urgency="now", first_rung="repair")
+    spied = (
+        tasks.consider_findings,
+        tasks.consider_finding,
+        tasks.start_rungs,
+        tasks.start_rung,
+        node_tasks.run_transition_followup,
+        node_tasks.run_transition_followups,
+    )
     sent: list[tuple[str, object]] = []
-    for task in (tasks.consider_findings, tasks.consider_finding, tasks.start_rungs, tasks.start_rung):
+    for task in spied:
         original = task.apply_async
 
         def spy(args=None, kwargs=None, _name=task.name, _original=original, **options):
-            sent.append((_name, args))
+            sent.append((_name.rsplit(".", 1)[1], args))
             return _original(args=args, kwargs=kwargs, **options)
 
         task.apply_async = spy
@@ -245,13 +255,23 @@ def test_a_commit_of_findings_is_one_task_and_its_rungs_one_more(fleet, eager, c
         with eager(), transaction.atomic():
             findings = [xid(node) for node in fleet[:3]]
     finally:
-        for task in (tasks.consider_findings, tasks.consider_finding, tasks.start_rungs, tasks.start_rung):
+        for task in spied:
             del task.apply_async
     unknown = [r for r in caplog.records if r.levelname == "WARNING" and "not in node" in r.getMessage()]
     assert len(unknown) == 3, unknown  # the fleet's nodes have no GPU 3
-    names = [name for name, _ in sent]
-    assert names == ["remediation.tasks.consider_findings", "remediation.tasks.start_rungs"], sent
+    assert sorted(name for name, _ in sent) == [
+        "consider_findings",
+        "run_transition_followups",  # the three cordons
+        "run_transition_followups",  # the three hand-offs to repair
+        "start_rungs",
+    ], sent
     assert list(sent[0][1][0]) == findings
+    assert all(len(args[0]) == 3 for name, args in sent if name != "consider_findings")
     for node in fleet[:3]:
         node.refresh_from_db()
         assert node.state == NodeState.REPAIR  # cordoned, then handed to a repair ticket
+        runs = Run.objects.filter(node=node, kind=RunKind.TRANSITION_FOLLOWUP)
+        assert sorted(runs.values_list("trigger__transition", "status")) == [
+            ("cordon", RunStatus.PASSED),
+            ("send_to_repair", RunStatus.PASSED),
+        ]
