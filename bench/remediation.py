@@ -519,7 +519,8 @@ def measure_latency(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]
         "ingest": ingest,
         "decide": decide,
         "to_slurm": to_slurm,
-        "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
+        "task": task_times(workers, offsets, "remediation.tasks.consider_finding")
+        + task_times(workers, offsets, "remediation.tasks.consider_findings"),
     }
 
 
@@ -567,7 +568,8 @@ def measure_burst(fleet: Fleet, slurm: Any, workers: list[Worker]) -> dict[str, 
         # One task a finding (before) or one for the commit's findings (consider_findings).
         "task": task_times(workers, offsets, "remediation.tasks.consider_finding")
         + task_times(workers, offsets, "remediation.tasks.consider_findings"),
-        "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup"),
+        "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup")
+        + task_times(workers, offsets, "nodes.tasks.run_transition_followups"),
         "rungs": task_times(workers, offsets, "remediation.tasks.start_rung")
         + task_times(workers, offsets, "remediation.tasks.start_rungs"),
     }
@@ -683,7 +685,7 @@ def report(
         f"cordon committed -> seen drained in Slurm {ms(statistics.median(lat['to_slurm']))}"
     )
     print(
-        f"    consider_finding in the worker (the cordon; the rung starts in its own task): p50 {ms(statistics.median(lat['task']))}"
+        f"    the consideration in the worker (the cordon; the rung starts in its own task): p50 {ms(statistics.median(lat['task']))}"
     )
     n = len(burst["per_node"])
     print(f"\n(b) {n} findings committed at once -> all {n} drained in Slurm (nodes without slurmd):")

@@ -19,7 +19,7 @@ Every decision is kept on the remediation and written to the node's history.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -218,14 +218,17 @@ class Batch:
 ADMIT_CHUNK = 25
 
 
-def consider_findings(finding_ids: Sequence[int], now: datetime | None = None) -> list[Remediation | None]:
+def consider_findings(
+    finding_ids: Sequence[int], now: datetime | None = None, *, before: Callable[[list[int]], None] | None = None
+) -> list[Remediation | None]:
     """``consider_finding`` for a batch of findings (a commit's), in order, each with the same outcome as
     if considered alone in that order: consecutive findings of one cluster are decided in chunks, each
     in one transaction under the cluster's lock with the safety rails read once (``safety.Rails``) and
     kept up to date as each node is taken out. The rungs of the nodes cordoned start in one task once
     all are out (a lost start leaves a queued remediation on a node in triage: the reconciler admits it).
     A finding that may be answered by fencing its GPU is considered alone: the scheduler is asked
-    outside any lock. Idempotent per finding."""
+    outside any lock. ``before`` is called with each chunk's ids (or a lone finding's) before they are
+    decided (the task marks their GPUs suspect). Idempotent per finding."""
     now = now or timezone.now()
     fencing_on = settings.NODEWARDEN_GPU_FENCING
     meta = {
@@ -241,24 +244,32 @@ def consider_findings(finding_ids: Sequence[int], now: datetime | None = None) -
     for finding_id in finding_ids:
         cluster_id, alone = meta.get(finding_id, (None, False))  # a finding gone: considered as nothing
         if chunk and (alone or len(chunk) == ADMIT_CHUNK or cluster_id != chunk_cluster):
-            results += _consider_chunk(chunk, chunk_cluster, now, rungs)
+            results += _consider_chunk(chunk, chunk_cluster, now, rungs, before)
             chunk = []
         if alone:
+            if before is not None:
+                before([finding_id])
             results.append(consider_finding(finding_id, now))
         else:
             chunk.append(finding_id)
             chunk_cluster = cluster_id
     if chunk:
-        results += _consider_chunk(chunk, chunk_cluster, now, rungs)
+        results += _consider_chunk(chunk, chunk_cluster, now, rungs, before)
     if rungs:
         transaction.on_commit(lambda: queue_start_rungs(rungs))
     return results
 
 
 def _consider_chunk(
-    finding_ids: list[int], cluster_id: int | None, now: datetime, rungs: list[int]
+    finding_ids: list[int],
+    cluster_id: int | None,
+    now: datetime,
+    rungs: list[int],
+    before: Callable[[list[int]], None] | None,
 ) -> list[Remediation | None]:
     """Consider findings of one cluster in one transaction under its lock (see ``consider_findings``)."""
+    if before is not None:
+        before(finding_ids)  # outside the lock
     results: list[Remediation | None] = []
     with transaction.atomic():
         if cluster_id:  # as ``_admit``: one admission at a time per cluster

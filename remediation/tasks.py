@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from celery import shared_task
 
 from health.gpus import suspect_named_gpu
@@ -22,9 +24,9 @@ def consider_finding(finding_id: int) -> str:
 @shared_task(ignore_result=True, acks_late=True)
 def consider_findings(finding_ids: list[int]) -> str:
     """Decide what the new findings of one commit call for, together (``services.consider_findings``),
-    after making the GPUs they name suspect (as ``consider_finding``)."""
-    suspect_named_gpu(finding_ids, warn_unknown=False)  # health's own task warns
-    rems = services.consider_findings(finding_ids)
+    each chunk of them after making the GPUs they name suspect (as ``consider_finding``): the first
+    cordons do not wait for the whole burst's suspicions."""
+    rems = services.consider_findings(finding_ids, before=partial(suspect_named_gpu, warn_unknown=False))
     return f"{sum(rem is not None for rem in rems)} of {len(rems)} findings remediated"
 
 
