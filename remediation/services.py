@@ -227,8 +227,8 @@ def consider_findings(
     kept up to date as each node is taken out. The rungs of the nodes cordoned start in one task once
     all are out (a lost start leaves a queued remediation on a node in triage: the reconciler admits it).
     A finding that may be answered by fencing its GPU is considered alone: the scheduler is asked
-    outside any lock. ``before`` is called with each chunk's ids (or a lone finding's) before they are
-    decided (the task marks their GPUs suspect). Idempotent per finding."""
+    outside any lock, after ``before([its id])`` (the task marks its GPU suspect: a fence must not come
+    before the suspicion in the GPU's history). Idempotent per finding."""
     now = now or timezone.now()
     fencing_on = settings.NODEWARDEN_GPU_FENCING
     meta = {
@@ -244,7 +244,7 @@ def consider_findings(
     for finding_id in finding_ids:
         cluster_id, alone = meta.get(finding_id, (None, False))  # a finding gone: considered as nothing
         if chunk and (alone or len(chunk) == ADMIT_CHUNK or cluster_id != chunk_cluster):
-            results += _consider_chunk(chunk, chunk_cluster, now, rungs, before)
+            results += _consider_chunk(chunk, chunk_cluster, now, rungs)
             chunk = []
         if alone:
             if before is not None:
@@ -254,22 +254,16 @@ def consider_findings(
             chunk.append(finding_id)
             chunk_cluster = cluster_id
     if chunk:
-        results += _consider_chunk(chunk, chunk_cluster, now, rungs, before)
+        results += _consider_chunk(chunk, chunk_cluster, now, rungs)
     if rungs:
         transaction.on_commit(lambda: queue_start_rungs(rungs))
     return results
 
 
 def _consider_chunk(
-    finding_ids: list[int],
-    cluster_id: int | None,
-    now: datetime,
-    rungs: list[int],
-    before: Callable[[list[int]], None] | None,
+    finding_ids: list[int], cluster_id: int | None, now: datetime, rungs: list[int]
 ) -> list[Remediation | None]:
     """Consider findings of one cluster in one transaction under its lock (see ``consider_findings``)."""
-    if before is not None:
-        before(finding_ids)  # outside the lock
     results: list[Remediation | None] = []
     with transaction.atomic():
         if cluster_id:  # as ``_admit``: one admission at a time per cluster
