@@ -284,7 +284,7 @@ def test_a_node_of_a_burst_costs_bounded_statements_from_its_finding_to_its_hand
     """Everything a commit of 8 catastrophic findings causes, all run inline (Celery eager): the GPU
     suspicion, the consideration, the cordons' follow-ups (the scheduler reaction), the rungs' start
     (repair: a ticket) and the hand-offs' follow-ups: 103.3 statements a node with a task of each per node
-    (this test on the code before), 95.9 now; a third of them savepoints (inside the test's transaction
+    (this test on the code before), 96.0 now; a third of them savepoints (inside the test's transaction
     every ``atomic`` is one)."""
     BlastRadiusLimit.objects.create(domain="cluster", max_share=1.0, max_count=1000, max_drains_per_hour=1000)
     RemediationPolicy.objects.create(name="xid 79 now", match_xid=79, urgency="now", first_rung="repair")
@@ -300,3 +300,24 @@ def test_a_node_of_a_burst_costs_bounded_statements_from_its_finding_to_its_hand
     for node in big_cluster[:8]:
         node.refresh_from_db()
         assert node.state == NodeState.REPAIR
+
+
+def test_a_finding_that_fails_in_a_batch_undoes_its_own_work_only(fleet, monkeypatch, caplog):
+    """One finding's error (here, its cordon) is logged and rolled back alone, as its own failed task
+    would be; the findings after it in the same chunk are still decided, against counts read again."""
+    BlastRadiusLimit.objects.create(domain="cluster", max_share=1.0, max_count=1000, max_drains_per_hour=1000)
+    findings = [xid(node) for node in fleet[:3]]
+    cordon = node_services.cordon
+
+    def failing_cordon(node_id, **kwargs):
+        if node_id == fleet[1].pk:
+            raise RuntimeError("the database went away for this one")
+        return cordon(node_id, **kwargs)
+
+    monkeypatch.setattr(node_services, "cordon", failing_cordon)
+    results = services.consider_findings(findings)
+    assert [rem is not None for rem in results] == [True, False, True]
+    states = [Node.objects.get(pk=node.pk).state for node in fleet[:3]]
+    assert states == [NodeState.TRIAGE, NodeState.PRODUCTION, NodeState.TRIAGE]
+    assert not Remediation.objects.filter(node=fleet[1]).exists()
+    assert any(f"finding {findings[1]} could not be considered" in r.getMessage() for r in caplog.records)
