@@ -16,8 +16,8 @@ and the database. No Celery beat runs: nothing here waits for a periodic task.
     for a GPU that falls off the bus under a job. p50/p99 over ``--probes`` nodes.
 (b) Throughput, many cordons: ``--burst`` nodes' XID reports are ingested in-process
     (``telemetry.ingest.ingest_reports``, one savepoint each) inside ONE transaction,
-    so every finding commits, and every ``consider_finding`` task is queued, at the same
-    instant; the clock runs from just before that commit until Slurm lists the last of
+    so every finding commits, and their consideration is queued (one ``consider_findings``
+    task for the commit), at the same instant; the clock runs from just before that commit until Slurm lists the last of
     them drained by nodewarden (``sinfo -N -t drain``, every 0.1 s: one call for all
     nodes). These nodes are in slurm.conf without a slurmd (``unk*``): 200 more slurmd
     processes on 2 cores would measure this machine's process table, not Nodewarden,
@@ -48,8 +48,8 @@ Safety rails, and why the figures are not flattered by switching them off:
   other nodes exist in the database only (serving, never touched), not in slurm.conf.
   The script checks afterwards that no breaker tripped and nothing was queued.
 - A bench-only ``RemediationPolicy`` (XID 79: cordon now, first rung repair) is used
-  for (a) and (b): after the cordon the node is handed to a repair ticket by the rung's
-  own task (``remediation.tasks.start_rung``, queued when the cordon commits; nothing for
+  for (a) and (b): after the cordon the node is handed to a repair ticket by the rungs'
+  task (``remediation.tasks.start_rungs``, queued once the batch's cordons commit; nothing for
   the BMC to do, so 250 power cycles do not occupy the workers for minutes). Those tasks
   share the workers and the cores with the cordons, so they count against (b) as the
   default rung's start would. (c) switches to a second policy (XID 79: cordon now, first rung BMC power
@@ -216,7 +216,7 @@ def make_fleet(args: argparse.Namespace, slurm_conf: Path, emulator: Any) -> Fle
     from bmc.models import BmcEndpoint
     from fleet.choices import SchedulerKind
     from fleet.models import Cluster, HardwareProfile, Site
-    from nodes.models import Node
+    from nodes.models import GPU, Node
     from remediation.choices import Domain, Rung, Urgency
     from remediation.models import BlastRadiusLimit, RemediationPolicy
     from telemetry.auth import TOKEN_PREFIX, hash_token
@@ -255,6 +255,12 @@ def make_fleet(args: argparse.Namespace, slurm_conf: Path, emulator: Any) -> Fle
         for i, name in enumerate([*measured, *others])
     )
     by_name = {n.hostname: n for n in nodes}
+    # The measured nodes' GPUs, as their agents report them: the XID names GPU 3, which is made suspect.
+    GPU.objects.bulk_create(
+        GPU(node=by_name[name], index=i, uuid=f"GPU-rb{n:05d}-{i}", serial=f"RBG{n:05d}{i}", model=profile.gpu_model)
+        for n, name in enumerate(measured)
+        for i in range(profile.gpu_count)
+    )
     tokens = {name: TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for name in [*probe_names, cycle_name]}
     AgentToken.objects.bulk_create(
         AgentToken(node=by_name[name], key_hash=hash_token(tok), prefix=tok[:12]) for name, tok in tokens.items()
@@ -446,6 +452,8 @@ def cpu_snapshot(workers: list[Worker], slurm: Any) -> dict[str, float]:
 
 
 MACHINE = "machine"
+# Nodewarden's own parties in a burst: the CPU a node costs (the rest of the machine is other load).
+OWN = ("Celery workers (with their scontrol/squeue children)", "PostgreSQL", "slurmctld", "munged")
 
 
 def _machine_busy() -> float:
@@ -511,7 +519,8 @@ def measure_latency(fleet: Fleet, port: int, adapter: Any, workers: list[Worker]
         "ingest": ingest,
         "decide": decide,
         "to_slurm": to_slurm,
-        "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
+        "task": task_times(workers, offsets, "remediation.tasks.consider_finding")
+        + task_times(workers, offsets, "remediation.tasks.consider_findings"),
     }
 
 
@@ -532,7 +541,7 @@ def measure_burst(fleet: Fleet, slurm: Any, workers: list[Worker]) -> dict[str, 
             ingest_reports(node_id, reports, source="agent")
         cpu_before = cpu_snapshot(workers, slurm)
         started_wall, started = datetime.now(UTC), time.perf_counter()
-    queued = time.perf_counter() - started  # COMMIT, then every consider_finding published on commit
+    queued = time.perf_counter() - started  # COMMIT, then the consideration published on commit
     seen: dict[str, float] = {}
 
     def all_cordoned() -> bool:
@@ -544,6 +553,7 @@ def measure_burst(fleet: Fleet, slurm: Any, workers: list[Worker]) -> dict[str, 
     wait_until(all_cordoned, f"{len(wanted)} nodes to be cordoned in Slurm", 120, workers, poll=0.1)
     cpu_after = cpu_snapshot(workers, slurm)
     wait_quiet(workers)
+    cpu_quiet = cpu_snapshot(workers, slurm)  # and the rungs' hand-offs with their follow-ups
     cordons = [first_event(node_id, "cordon").created for node_id, _ in fleet.burst]
     per_node = [(c - started_wall).total_seconds() for c in cordons]
     return {
@@ -554,8 +564,14 @@ def measure_burst(fleet: Fleet, slurm: Any, workers: list[Worker]) -> dict[str, 
         "db_last": max(per_node),
         "per_node": per_node,
         "cpu": {k: cpu_after[k] - cpu_before[k] for k in cpu_before},
-        "task": task_times(workers, offsets, "remediation.tasks.consider_finding"),
-        "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup"),
+        "cpu_quiet": {k: cpu_quiet[k] - cpu_before[k] for k in cpu_before},
+        # One task a finding (before) or one for the commit's findings (consider_findings).
+        "task": task_times(workers, offsets, "remediation.tasks.consider_finding")
+        + task_times(workers, offsets, "remediation.tasks.consider_findings"),
+        "followups": task_times(workers, offsets, "nodes.tasks.run_transition_followup")
+        + task_times(workers, offsets, "nodes.tasks.run_transition_followups"),
+        "rungs": task_times(workers, offsets, "remediation.tasks.start_rung")
+        + task_times(workers, offsets, "remediation.tasks.start_rungs"),
     }
 
 
@@ -669,7 +685,7 @@ def report(
         f"cordon committed -> seen drained in Slurm {ms(statistics.median(lat['to_slurm']))}"
     )
     print(
-        f"    consider_finding in the worker (the cordon; the rung starts in its own task): p50 {ms(statistics.median(lat['task']))}"
+        f"    the consideration in the worker (the cordon; the rung starts in its own task): p50 {ms(statistics.median(lat['task']))}"
     )
     n = len(burst["per_node"])
     print(f"\n(b) {n} findings committed at once -> all {n} drained in Slurm (nodes without slurmd):")
@@ -682,9 +698,10 @@ def report(
         f"finding -> cordon p50 {ms(statistics.median(burst['per_node']))} p99 {ms(pct(burst['per_node'], 0.99))}"
     )
     print(
-        f"    consider_finding in the workers: p50 {ms(statistics.median(burst['task']))} "
+        f"    the consideration in the workers: p50 {ms(statistics.median(burst['task']))} "
         f"({len(burst['task'])} tasks, {args.workers * args.concurrency} at a time); then "
-        f"{len(burst['followups'])} transition follow-ups, p50 {ms(statistics.median(burst['followups']))}"
+        f"{len(burst['followups'])} transition follow-ups, p50 {ms(statistics.median(burst['followups']))}; "
+        f"{len(burst['rungs'])} tasks starting the rungs"
     )
     cpu = dict(burst["cpu"])
     busy = cpu.pop(MACHINE)
@@ -693,6 +710,13 @@ def report(
         f"    CPU seconds meanwhile: machine busy {busy:.1f} of {os.cpu_count() * burst['elapsed']:.1f} "
         f"({os.cpu_count()} cores x {burst['elapsed']:.1f} s): "
         + "; ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    )
+    quiet = burst["cpu_quiet"]
+    ours = sum(quiet[k] for k in OWN)
+    print(
+        "    CPU seconds until the workers were idle (the rungs' hand-offs too): "
+        + "; ".join(f"{k} {quiet[k]:.1f}" for k in OWN)
+        + f"; together {ours:.1f} s, {ours / n * 1000:.0f} ms a node"
     )
     marks = cycle["marks"]
     print(f"\n(c) full cycle, idle node, BMC power cycle (emulator delay {args.power_delay:g} s), re-validation:")

@@ -31,9 +31,10 @@ def casts_suspicion(finding: Finding) -> bool:
     return finding.xid not in APPLICATION_XIDS
 
 
-def suspect_named_gpu(finding_ids: Sequence[int]) -> None:
+def suspect_named_gpu(finding_ids: Sequence[int], *, warn_unknown: bool = True) -> None:
     """The GPUs new findings name become suspect (idempotent: one history row per suspicion).
-    One query reads the findings; each GPU named is marked once, by its first finding."""
+    One query reads the findings; each GPU named is marked once, by its first finding.
+    ``warn_unknown``: log a GPU the inventory lacks (off for a second caller of the same findings)."""
     findings = (
         Finding.objects.only("id", "node_id", "gpu_index", "severity", "xid", "shadow", "summary", "rule")
         .filter(pk__in=list(finding_ids))
@@ -57,6 +58,6 @@ def suspect_named_gpu(finding_ids: Sequence[int]) -> None:
             )
         except GPU.DoesNotExist:
             # The agent reported a GPU index the inventory does not hold: the finding itself is the record.
-            log.warning(
+            (log.warning if warn_unknown else log.debug)(
                 "Finding %s names GPU %s, not in node %s's inventory", finding.pk, finding.gpu_index, finding.node_id
             )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed, can_proceed, has_transition_perm
 
@@ -107,15 +107,42 @@ def _transition(
         )
         followups.state_changed(event)  # derived rows (reports' outages) in this transaction
         if followups.has_followups(name):  # a task (and its Run row) only where a handler answers
-            transaction.on_commit(lambda: _queue_followup(event, name))
+            _queue_followup(event, transition_meta(name).get("queue", "default"))
     return event
 
 
-def _queue_followup(event: NodeEvent, transition_name: str) -> None:
-    from .tasks import run_transition_followup
+class _Followups:
+    """One ``on_commit`` callback for the follow-ups of every transition a transaction records on one
+    queue: one task for them all (a batch's cordons: the first one's reaction carries out the
+    others', which then cost a read each, not a task each). Django drops it, ids and all, when a
+    savepoint it was registered under rolls back; an id queued inside a savepoint that rolls back
+    while the batch lives is still handed over, and its task finds no event ("gone")."""
 
-    queue = transition_meta(transition_name).get("queue", "default")
-    run_transition_followup.apply_async(args=(event.pk,), queue=queue)
+    def __init__(self, queue: str, event_id: int) -> None:
+        self.queue = queue
+        self.event_ids = [event_id]
+        self.ran = False  # a test's captured callbacks run before the (test's) transaction ends
+
+    def __call__(self) -> None:
+        from .tasks import run_transition_followup, run_transition_followups
+
+        self.ran = True
+        if len(self.event_ids) == 1:
+            run_transition_followup.apply_async(args=(self.event_ids[0],), queue=self.queue)
+        else:
+            run_transition_followups.apply_async(args=(self.event_ids,), queue=self.queue)
+
+
+def _queue_followup(event: NodeEvent, queue: str) -> None:
+    """Add the event to this transaction's follow-ups for ``queue``, or start them (``on_commit``)."""
+    # Django keeps (savepoint ids, callback, robust) per on_commit. A batch still there depends only on
+    # savepoints still open (the others were released), all of which enclose this event too.
+    for entry in connection.run_on_commit:
+        callback = entry[1]
+        if isinstance(callback, _Followups) and callback.queue == queue and not callback.ran:
+            callback.event_ids.append(event.pk)
+            return
+    transaction.on_commit(_Followups(queue, event.pk))
 
 
 def transition_meta(name: str) -> dict[str, Any]:

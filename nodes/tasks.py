@@ -25,10 +25,31 @@ def run_transition_followup(self: Task[Any, Any], event_id: int) -> str:
     Idempotent: a second delivery finds the finished run and returns; a node that
     has moved on since the transition is left alone (the run is marked superseded).
     """
+    return _run_followup(event_id, self.request.id or "")
+
+
+@shared_task(bind=True, acks_late=True)
+def run_transition_followups(self: Task[Any, Any], event_ids: list[int]) -> str:
+    """``run_transition_followup`` of each transition one transaction recorded, in order, each with its
+    own run. One that fails is recorded on its run; the others still run, then the first error is raised."""
+    statuses: list[str] = []
+    failed: Exception | None = None
+    for event_id in event_ids:
+        try:
+            statuses.append(_run_followup(event_id, self.request.id or ""))
+        except Exception as exc:  # recorded on its run by _run_followup
+            statuses.append(RunStatus.ERROR)
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+    return " ".join(statuses)
+
+
+def _run_followup(event_id: int, task_id: str) -> str:
+    """One transition's follow-up, recorded as a ``Run`` (see ``run_transition_followup``)."""
     event = NodeEvent.objects.select_related("node__cluster").filter(pk=event_id).first()
     if event is None or event.node is None:
         return "gone"
-    task_id = self.request.id or ""
     try:
         with transaction.atomic():
             # Created running (one INSERT); a redelivery finds it and marks it running again.

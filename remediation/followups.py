@@ -9,30 +9,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from health.followups import on_new_finding
-from nodes.followups import followup
+from nodes.followups import followup, on_state_change
 from nodes.models import Node, NodeEvent
 from nodes.services import awaits_drain
 from provisioning.rejoin import AwaitedRejoin, awaits_rejoin
 from schedulers.reactions import drain_hold
 from telemetry.commands import on_result
 
-from . import ladder, services
+from . import ladder, safety, services
 from .choices import Status
 from .models import Remediation
-from .tasks import command_ended, consider_finding
+from .tasks import command_ended, consider_findings
+
+# Inside a batch's transaction the rails in hand count every change of state it records.
+on_state_change(safety.note_state_change)
 
 
 @on_new_finding
 def queue_consideration(finding_ids: Sequence[int]) -> None:
-    """Every new finding is considered once its transaction has committed (the remediation queue):
-    one task each, so a burst is worked in parallel, published over one broker connection."""
-    if consider_finding.app.conf.task_always_eager:  # run here, in order: no broker to publish to
-        for finding_id in finding_ids:
-            consider_finding.apply_async(args=(finding_id,), queue="remediation")
-        return
-    with consider_finding.app.producer_or_acquire() as producer:
-        for finding_id in finding_ids:
-            consider_finding.apply_async(args=(finding_id,), queue="remediation", producer=producer)
+    """The findings of a commit are considered once it has committed (the remediation queue): one task
+    for all of them, so the safety rails are counted once for the batch (``services.consider_findings``)."""
+    consider_findings.apply_async(args=(list(finding_ids),), queue="remediation")
 
 
 @on_result

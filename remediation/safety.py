@@ -7,6 +7,9 @@ remediation is queued and the reconciler tries again later; nothing is lost.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Q
@@ -216,3 +219,142 @@ def block_reason(node: Node, *, taking_out: bool, now: datetime | None = None) -
     if taking_out and node.state in SERVING:
         return blast_radius_block(node, now)
     return None
+
+
+# --- The rails counted once for a batch of admissions ----------------------------------------------
+_ACTIVE_RAILS: ContextVar[Rails | None] = ContextVar("remediation_rails", default=None)
+
+
+class Rails:
+    """``block_reason`` for a batch of findings admitted in order, in one transaction under their
+    cluster's lock (``services.consider_findings``): the holds, the limits, each breaker, each domain's
+    nodes per state and its automated drains in the hour are read once, then kept up to date in
+    memory from every change of state the transaction records (``note``, a ``nodes.followups``
+    recorder while the rails are ``active``). The verdicts are those of ``block_reason`` asked
+    before each admission: nothing else can take a node of the locked cluster out by automation
+    meanwhile, and the findings the breaker counts do not change inside the transaction."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self._holds: list[Hold] | None = None
+        self._limits: dict[str, BlastRadiusLimit] | None = None
+        self._breakers: dict[int, CircuitBreaker | None] = {}
+        self._states: dict[tuple[str, int], dict[str, int]] = {}
+        self._drains: dict[tuple[str, int], int] = {}
+
+    @contextmanager
+    def active(self) -> Iterator[Rails]:
+        """While inside: every change of state recorded (``nodes.followups.state_changed``) is noted."""
+        token = _ACTIVE_RAILS.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE_RAILS.reset(token)
+
+    def forget(self) -> None:
+        """Read everything again at the next question (after a finding's work was rolled back)."""
+        self._holds, self._limits = None, None
+        self._breakers.clear()
+        self._states.clear()
+        self._drains.clear()
+
+    def block_reason(self, node: Node, *, taking_out: bool) -> str | None:
+        """``block_reason(node, taking_out=..., now=self.now)``, from the counts in hand."""
+        hold = self._hold(node)
+        if hold is not None:
+            return f"{ON_HOLD}: {hold.reason} ({hold.actor_name})"
+        breaker = self._breaker(node)
+        if breaker is not None:
+            return f"circuit breaker tripped for {node.cluster}: {breaker.reason}"
+        if taking_out and node.state in SERVING:
+            return self._blast_radius(node)
+        return None
+
+    def _hold(self, node: Node) -> Hold | None:
+        if self._holds is None:  # the standing holds of the whole fleet: a few rows
+            self._holds = list(
+                Hold.objects.filter(released_at__isnull=True)
+                .filter(Q(until__isnull=True) | Q(until__gt=self.now))
+                .order_by("created", "pk")
+            )
+        for hold in self._holds:
+            fleet_wide = not (hold.node_id or hold.cluster_id or hold.rack_id or hold.tenant_id)
+            if (
+                fleet_wide
+                or hold.node_id == node.pk
+                or (node.cluster_id and hold.cluster_id == node.cluster_id)
+                or (node.rack_id and hold.rack_id == node.rack_id)
+                or (node.tenant_id and hold.tenant_id == node.tenant_id)
+            ):
+                return hold
+        return None
+
+    def _breaker(self, node: Node) -> CircuitBreaker | None:
+        if not node.cluster_id:
+            return None
+        if node.cluster_id not in self._breakers:
+            self._breakers[node.cluster_id] = maybe_trip_breaker(node, self.now)
+        return self._breakers[node.cluster_id]
+
+    def _blast_radius(self, node: Node) -> str | None:
+        if self._limits is None:
+            self._limits = _limits()
+        for domain in Domain.values:
+            limit, lookup = self._limits.get(domain), _domain_lookup(node, domain)
+            if limit is None or lookup is None:
+                continue
+            field, value = lookup
+            counts = dict(self._counts(field, value))
+            counts[node.state] = counts.get(node.state, 0) - 1  # the others: as ``exclude(pk=node.pk)``
+            out = sum(counts.get(s, 0) for s in OUT)
+            total = out + sum(counts.get(s, 0) for s in SERVING) + 1
+            label = Domain(domain).label.lower()
+            if out + 1 > limit.max_count or (out + 1) / total > limit.max_share:
+                return (
+                    f"blast-radius limit of the {label}: {out} of {total} nodes already out of production "
+                    f"(limit {limit.max_share:.0%} and {limit.max_count} nodes)"
+                )
+            drains = self._drain_count(field, value)
+            if drains >= limit.max_drains_per_hour:
+                return f"drain-rate limit of the {label}: {drains} automated drains in the last hour (limit {limit.max_drains_per_hour})"
+        return None
+
+    def _counts(self, field: str, value: int) -> dict[str, int]:
+        key = (field, value)
+        if key not in self._states:
+            nodes = Node.objects.filter(**{field: value})
+            self._states[key] = dict(nodes.values_list("state").annotate(n=Count("id")).order_by())
+        return self._states[key]
+
+    def _drain_count(self, field: str, value: int) -> int:
+        key = (field, value)
+        if key not in self._drains:
+            self._drains[key] = NodeEvent.objects.filter(
+                **{f"node__{field}": value},
+                transition__in=TAKE_OUT_TRANSITIONS,
+                actor_name__startswith="system:remediation",
+                created__gte=self.now - timedelta(hours=1),
+            ).count()
+        return self._drains[key]
+
+    def note(self, event: NodeEvent) -> None:
+        """A change of state recorded in the transaction: the counts of the node's domains follow it."""
+        node = event.node
+        if node is None:
+            return
+        for field in ("cluster_id", "rack_id", "tenant_id"):
+            key = (field, getattr(node, field))
+            counts = self._states.get(key)
+            if counts is not None:
+                counts[event.source_state] = counts.get(event.source_state, 0) - 1
+                counts[event.target_state] = counts.get(event.target_state, 0) + 1
+            automated = event.transition in TAKE_OUT_TRANSITIONS and event.actor_name.startswith("system:remediation")
+            if key in self._drains and automated and event.created >= self.now - timedelta(hours=1):
+                self._drains[key] += 1
+
+
+def note_state_change(event: NodeEvent) -> None:
+    """``nodes.followups`` recorder: the active rails, if any, count the change."""
+    rails = _ACTIVE_RAILS.get()
+    if rails is not None:
+        rails.note(event)

@@ -1,7 +1,7 @@
 """Remediation verbs: the only road from a finding to an action on a node.
 
-``consider_finding`` (queued on commit for every new finding) picks the policy, the
-urgency and the rung, explains why on the node's history, and either acts, queues
+``consider_finding`` (the findings of a commit together: ``consider_findings``, one task queued on
+commit) picks the policy, the urgency and the rung, explains why on the node's history, and either acts, queues
 (a hold, a tripped breaker, a blast-radius limit, a closed window), or waits for an
 operator's approval. Acting:
 - now (catastrophic): cordon (out of production at once, the scheduler evicts), then the rung;
@@ -19,6 +19,7 @@ Every decision is kept on the remediation and written to the node's history.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -94,8 +95,9 @@ class Plan:
 DEFAULT_URGENCY = {Severity.CATASTROPHIC: Urgency.NOW, Severity.DEGRADED: Urgency.WHEN_IDLE}
 
 
-def match_policy(finding: Any) -> RemediationPolicy | None:
-    for policy in RemediationPolicy.objects.filter(enabled=True):
+def match_policy(finding: Any, policies: list[RemediationPolicy] | None = None) -> RemediationPolicy | None:
+    """The first enabled policy (in their order) that matches the finding; ``policies``: as read already."""
+    for policy in RemediationPolicy.objects.filter(enabled=True) if policies is None else policies:
         if policy.match_rule and policy.match_rule != finding.rule:
             continue
         if policy.match_xid is not None and policy.match_xid != finding.xid:
@@ -108,9 +110,11 @@ def match_policy(finding: Any) -> RemediationPolicy | None:
     return None
 
 
-def urgency_and_rung(finding: Any) -> tuple[str, str, RemediationPolicy | None]:
+def urgency_and_rung(
+    finding: Any, policies: list[RemediationPolicy] | None = None
+) -> tuple[str, str, RemediationPolicy | None]:
     """What the finding alone calls for: its policy's urgency and first rung, else the defaults."""
-    policy = match_policy(finding)
+    policy = match_policy(finding, policies)
     urgency = policy.urgency if policy else DEFAULT_URGENCY.get(finding.severity, Urgency.WATCH)
     rung = (
         policy.first_rung
@@ -120,9 +124,9 @@ def urgency_and_rung(finding: Any) -> tuple[str, str, RemediationPolicy | None]:
     return urgency, rung, policy
 
 
-def plan_for(finding: Any, node: Node, now: datetime) -> Plan:
+def plan_for(finding: Any, node: Node, now: datetime, policies: list[RemediationPolicy] | None = None) -> Plan:
     """Urgency and rung for this finding on this node, with the reasons (see the module docstring)."""
-    urgency, rung, policy = urgency_and_rung(finding)
+    urgency, rung, policy = urgency_and_rung(finding, policies)
     reasons = [
         f"policy {policy.name!r}" if policy else f"default for {finding.severity} findings",
         f"{Urgency(urgency).label.lower()}",
@@ -199,11 +203,95 @@ def _decision_event(
 # --- From a finding to a plan --------------------------------------------------------------------
 
 
+@dataclass
+class Batch:
+    """Findings considered together (``consider_findings``): the rails counted once for a chunk of
+    them, and the remediations cordoned, whose rungs start once the whole batch has committed."""
+
+    rails: safety.Rails
+    rungs: list[int] = field(default_factory=list)
+    policies: list[RemediationPolicy] = field(default_factory=list)  # the enabled ones, read with the chunk
+
+
+# Findings admitted in one transaction under their cluster's lock: the rails are read once for them;
+# their cordons commit together, so this also bounds how long the first of them waits for the scheduler.
+ADMIT_CHUNK = 25
+
+
+def consider_findings(
+    finding_ids: Sequence[int], now: datetime | None = None, *, before: Callable[[list[int]], None] | None = None
+) -> list[Remediation | None]:
+    """``consider_finding`` for a batch of findings (a commit's), in order, each with the same outcome as
+    if considered alone in that order: consecutive findings of one cluster are decided in chunks, each
+    in one transaction under the cluster's lock with the safety rails read once (``safety.Rails``) and
+    kept up to date as each node is taken out. The rungs of the nodes cordoned start in one task once
+    all are out (a lost start leaves a queued remediation on a node in triage: the reconciler admits it).
+    A finding that may be answered by fencing its GPU is considered alone: the scheduler is asked
+    outside any lock, after ``before([its id])`` (the task marks its GPU suspect: a fence must not come
+    before the suspicion in the GPU's history). Idempotent per finding."""
+    now = now or timezone.now()
+    fencing_on = settings.NODEWARDEN_GPU_FENCING
+    meta = {
+        pk: (cluster_id, fencing_on and severity == Severity.DEGRADED and gpu_index is not None)
+        for pk, cluster_id, severity, gpu_index in Finding.objects.filter(pk__in=list(finding_ids)).values_list(
+            "pk", "node__cluster_id", "severity", "gpu_index"
+        )
+    }
+    results: list[Remediation | None] = []
+    rungs: list[int] = []
+    chunk: list[int] = []
+    chunk_cluster: int | None = None
+    for finding_id in finding_ids:
+        cluster_id, alone = meta.get(finding_id, (None, False))  # a finding gone: considered as nothing
+        if chunk and (alone or len(chunk) == ADMIT_CHUNK or cluster_id != chunk_cluster):
+            results += _consider_chunk(chunk, chunk_cluster, now, rungs)
+            chunk = []
+        if alone:
+            if before is not None:
+                before([finding_id])
+            results.append(consider_finding(finding_id, now))
+        else:
+            chunk.append(finding_id)
+            chunk_cluster = cluster_id
+    if chunk:
+        results += _consider_chunk(chunk, chunk_cluster, now, rungs)
+    if rungs:
+        transaction.on_commit(lambda: queue_start_rungs(rungs))
+    return results
+
+
+def _consider_chunk(
+    finding_ids: list[int], cluster_id: int | None, now: datetime, rungs: list[int]
+) -> list[Remediation | None]:
+    """Consider findings of one cluster in one transaction under its lock (see ``consider_findings``)."""
+    results: list[Remediation | None] = []
+    with transaction.atomic():
+        if cluster_id:  # as ``_admit``: one admission at a time per cluster
+            list(Cluster.objects.select_for_update().filter(pk=cluster_id).values_list("pk"))
+        batch = Batch(safety.Rails(now), rungs, list(RemediationPolicy.objects.filter(enabled=True)))
+        findings = Finding.objects.select_related("node__cluster").in_bulk(finding_ids)
+        with batch.rails.active():
+            for finding_id in finding_ids:
+                try:
+                    with transaction.atomic():  # one finding's failure undoes its own work only
+                        results.append(_consider(findings.get(finding_id), now, batch))
+                except Exception:
+                    # As a failed task of its own: logged, the others considered; the counts are read again.
+                    log.exception("finding %s could not be considered", finding_id)
+                    batch.rails.forget()
+                    results.append(None)
+    return results
+
+
 def consider_finding(finding_id: int, now: datetime | None = None) -> Remediation | None:
     """Decide what a new finding calls for (see the module docstring). Idempotent per finding."""
-    now = now or timezone.now()
     # The node's cluster too: the safety rails name it, and admission locks it.
     finding = Finding.objects.select_related("node__cluster").filter(pk=finding_id).first()
+    return _consider(finding, now or timezone.now(), None)
+
+
+def _consider(finding: Finding | None, now: datetime, batch: Batch | None) -> Remediation | None:
+    """``consider_finding`` of a finding read with its node and cluster (``batch``: in a chunk)."""
     if finding is None or finding.node is None or finding.shadow:
         return None
     node = finding.node
@@ -225,7 +313,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         and not RemediationPolicy.objects.filter(enabled=True, match_rule=finding.rule).exists()
     ):
         return None
-    plan = plan_for(finding, node, now)
+    plan = plan_for(finding, node, now, batch.policies if batch else None)
     if plan.urgency == Urgency.WATCH:
         return None  # the finding itself is on the record and its alert on the list
     try:
@@ -255,7 +343,7 @@ def consider_finding(finding_id: int, now: datetime | None = None) -> Remediatio
         move(rem, Status.AWAITING_APPROVAL)
         _decide(rem, "waiting for an operator's approval")
         return rem
-    return _admit(rem, now=now, actor=ACTOR)
+    return _admit(rem, now=now, actor=ACTOR, batch=batch)
 
 
 URGENCY_RANK: dict[str, int] = {Urgency.WATCH: 0, Urgency.WHEN_IDLE: 1, Urgency.NOW: 2}
@@ -309,20 +397,25 @@ def admit(remediation_id: int, *, now: datetime | None = None, actor: Actor = AC
     return _admit(rem, now=now, actor=actor)
 
 
-def _admit(rem: Remediation, *, now: datetime, actor: Actor) -> Remediation:
-    """``admit`` of a remediation already read with its node (and cluster), policy and finding."""
+def _admit(rem: Remediation, *, now: datetime, actor: Actor, batch: Batch | None = None) -> Remediation:
+    """``admit`` of a remediation already read with its node (and cluster), policy and finding. In a
+    ``batch`` the caller holds the cluster's lock and the rails in hand answer (``consider_findings``)."""
     if rem.status != Status.QUEUED:  # awaiting approval: ``approve`` queues it first
         return rem
     node = rem.node
-    gpu = fencing.fence_candidate(rem, node, now)  # asks the scheduler: outside the lock below
-    if gpu is not None:
-        return _fence_instead(rem, gpu)
-    with transaction.atomic():
+    if batch is None:
+        gpu = fencing.fence_candidate(rem, node, now)  # asks the scheduler: outside the lock below
+        if gpu is not None:
+            return _fence_instead(rem, gpu)
+    with transaction.atomic(savepoint=batch is None):  # a batch's finding has a savepoint of its own
         # One admission at a time per cluster: the limits are counted and the node taken out
         # under the same lock, so a burst of findings cannot overshoot a blast-radius limit.
-        if node.cluster_id:
+        if batch is None and node.cluster_id:
             list(Cluster.objects.select_for_update().filter(pk=node.cluster_id).values_list("pk"))
-        blocked = safety.block_reason(node, taking_out=True, now=now)
+        if batch is None:
+            blocked = safety.block_reason(node, taking_out=True, now=now)
+        else:
+            blocked = batch.rails.block_reason(node, taking_out=True)
         if blocked:
             if rem.queued_reason != blocked:
                 move(rem, Status.QUEUED)
@@ -330,7 +423,7 @@ def _admit(rem: Remediation, *, now: datetime, actor: Actor) -> Remediation:
                 _decide(rem, f"queued: {blocked}")
             return rem
         rem.queued_reason = ""
-        return _act(rem, node, actor, now)
+        return _act(rem, node, actor, now, batch)
 
 
 def _fence_instead(rem: Remediation, gpu: GPU) -> Remediation:
@@ -350,7 +443,7 @@ def _fence_instead(rem: Remediation, gpu: GPU) -> Remediation:
     return rem
 
 
-def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediation:
+def _act(rem: Remediation, node: Node, actor: Actor, now: datetime, batch: Batch | None = None) -> Remediation:
     """Take the admitted node out of production as its urgency says, then start its rung."""
     if node.state in (S.PRODUCTION, S.DRAIN_PENDING, S.DRAINING) and rem.urgency == Urgency.NOW:
         _take_out_now(rem, actor)
@@ -358,7 +451,10 @@ def _act(rem: Remediation, node: Node, actor: Actor, now: datetime) -> Remediati
         # node is taken out first, not after the rungs (and hand-offs) of those considered before it.
         # A start that is lost leaves the remediation queued on a node in triage: the reconciler admits it.
         _decide(rem, "cordoned: the rung starts once the cordon has committed", event=False)
-        transaction.on_commit(lambda: queue_start_rung(rem.pk))
+        if batch is not None:
+            batch.rungs.append(rem.pk)  # one task for the batch's, once all of it has committed
+        else:
+            transaction.on_commit(lambda: queue_start_rungs([rem.pk]))
         return rem
     if node.state == S.PRODUCTION and rem.urgency == Urgency.WHEN_IDLE:
         move(rem, Status.DRAINING)
@@ -439,10 +535,28 @@ def start_rung(remediation_id: int, *, now: datetime | None = None) -> Remediati
     return rem
 
 
-def queue_start_rung(remediation_id: int) -> None:
-    from .tasks import start_rung as start_rung_task
+def start_rungs(remediation_ids: Sequence[int]) -> int:
+    """``start_rung`` of each remediation a batch cordoned, in order, ``ADMIT_CHUNK`` of them to a
+    transaction (their transitions' follow-ups are then one task a chunk). One that fails is logged
+    and undone alone, left queued on its node in triage (the reconciler admits it again). Returns how
+    many started without error."""
+    started = 0
+    for first in range(0, len(remediation_ids), ADMIT_CHUNK):
+        with transaction.atomic():
+            for remediation_id in remediation_ids[first : first + ADMIT_CHUNK]:
+                try:
+                    with transaction.atomic():
+                        start_rung(remediation_id)
+                    started += 1
+                except Exception:
+                    log.exception("remediation %s: the rung could not start", remediation_id)
+    return started
 
-    start_rung_task.apply_async(args=(remediation_id,), queue="remediation")
+
+def queue_start_rungs(remediation_ids: list[int]) -> None:
+    from .tasks import start_rungs
+
+    start_rungs.apply_async(args=(remediation_ids,), queue="remediation")
 
 
 def queue_step(step_id: int) -> None:

@@ -27,6 +27,7 @@ def test_no_signal_receiver_acts_on_the_domains_records():
 def test_a_state_change_queues_its_reaction_and_keeps_the_reports_rows_in_step_in_its_transaction():
     assert names(ON_STATE_CHANGE) == [
         "schedulers.reactions.queue_reaction",  # the scheduler reaction, queued with the transition
+        "remediation.safety.note_state_change",  # a batch's safety rails count it (remediation.safety.Rails)
         "reports.followups.rebuild_node_outages",
         "reports.followups.forget_rolled_up_days",
     ]

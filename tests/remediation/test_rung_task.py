@@ -27,7 +27,7 @@ def test_considering_a_catastrophic_finding_cordons_and_queues_the_rung_for_its_
         node.pk, rule="xid", severity="catastrophic", xid=79, subject="xid:79", summary="XID 79: fallen off the bus"
     )
     started: list[int] = []
-    monkeypatch.setattr(tasks.start_rung, "apply_async", lambda args, **kw: started.append(args[0]))
+    monkeypatch.setattr(tasks.start_rungs, "apply_async", lambda args, **kw: started.extend(args[0]))
     with django_capture_on_commit_callbacks(execute=True):
         services.consider_finding(finding.pk)
     node.refresh_from_db()
