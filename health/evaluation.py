@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 SHADOW_DEDUPE = timedelta(hours=1)
 
 
-def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None) -> None:
+def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None, screened: bool = True) -> None:
     """Run every enabled health rule over the batch.
 
     Cost when nothing fires: the rule book (cached) and one query for the batch's open
@@ -47,8 +47,17 @@ def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None 
     else:
         open_alerts = {(a.node_id, a.dedupe_key): a for a in firing}
     for ctx in contexts:
-        gpus = [(gpu, ctx.previous_gpus.get(gpu.index) or {}) for gpu in ctx.report.gpus]
-        for spec, cfg in book.for_profile(ctx.hardware_profile_id):
+        previous = ctx.previous_gpus
+        gpus = [(gpu, previous.get(gpu.index) or {}) for gpu in ctx.report.gpus]
+        open_rules = _rules_open_on(ctx.node_id, open_alerts) if open_alerts else ()
+        for spec, cfg, screen in book.plan(ctx.hardware_profile_id):
+            if screened and screen is not None and spec.key not in open_rules:
+                try:
+                    quiet = not screen(ctx, gpus)
+                except Exception:  # a report the screen cannot read: the rule runs, and logs what it makes of it
+                    quiet = False
+                if quiet:
+                    continue  # it could only clear or hold, and has no alert here to do it to
             for condition in _run_rule(spec, cfg, ctx, gpus):
                 # Clear and hold only act on an open alert: with none open (most reports of
                 # a healthy fleet) only a firing condition has anything to do.
@@ -98,6 +107,11 @@ def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
     else:
         alerts = list(_firing(node_ids).only(*OPEN_ALERT_FIELDS))
     return {(a.node_id, a.dedupe_key): a for a in alerts}
+
+
+def _rules_open_on(node_id: int, open_alerts: dict[tuple[int, str], Any]) -> set[str]:
+    """The rules with an open alert on the node (a dedupe key starts with its rule's key)."""
+    return {key.split("|", 1)[0] for node, key in open_alerts if node == node_id}
 
 
 def _run_rule(spec: Any, cfg: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
