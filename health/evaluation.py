@@ -39,31 +39,70 @@ def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None 
     """
     if not contexts:
         return
-    from .ruleconfig import RuleBook
-
-    book = RuleBook()
+    book = _rule_book()
     if firing is None:
         open_alerts = _open_alerts({c.node_id for c in contexts})
     else:
         open_alerts = {(a.node_id, a.dedupe_key): a for a in firing}
     for ctx in contexts:
-        previous = ctx.previous_gpus
-        gpus = [(gpu, previous.get(gpu.index) or {}) for gpu in ctx.report.gpus]
+        gpus = _gpu_pairs(ctx)
         open_rules = _rules_open_on(ctx.node_id, open_alerts) if open_alerts else ()
         for spec, cfg, screen in book.plan(ctx.hardware_profile_id):
-            if screened and screen is not None and spec.key not in open_rules:
-                try:
-                    quiet = not screen(ctx, gpus)
-                except Exception:  # a report the screen cannot read: the rule runs, and logs what it makes of it
-                    quiet = False
-                if quiet:
-                    continue  # it could only clear or hold, and has no alert here to do it to
+            if screened and _quiet(screen, spec.key, open_rules, ctx, gpus):
+                continue  # it could only clear or hold, and has no alert here to do it to
             for condition in _run_rule(spec, cfg, ctx, gpus):
                 # Clear and hold only act on an open alert: with none open (most reports of
                 # a healthy fleet) only a firing condition has anything to do.
                 if open_alerts or condition.state == FIRE:
                     _apply(condition, spec.key, cfg, ctx, open_alerts)
         _clear_heartbeat(ctx, open_alerts)
+
+
+def reports_are_quiet(contexts: list[ReportContext], *, firing: list[Any] | None) -> bool:
+    """Whether ``evaluate_reports(contexts, firing=firing)`` would do nothing: no open alert
+    to clear or hold (``firing`` given and empty) and every rule screened out on every
+    report. Sends no statement: ingest asks outside the rules' savepoint, and then skips the
+    call and the savepoint (telemetry.consumers.ReportConsumer.quiet)."""
+    from .ruleconfig import cached_book
+
+    book = cached_book() if firing == [] else None
+    if book is None:  # open alerts to act on, or the rules not in memory (reading them is evaluation's)
+        return False
+    for ctx in contexts:
+        gpus = _gpu_pairs(ctx)
+        for spec, _cfg, screen in book.plan(ctx.hardware_profile_id):
+            if not _quiet(screen, spec.key, (), ctx, gpus):
+                return False
+    return True
+
+
+def _rule_book() -> Any:
+    global _RuleBook
+    if _RuleBook is None:  # imported late: this module loads before the models do
+        from .ruleconfig import RuleBook
+
+        _RuleBook = RuleBook
+    return _RuleBook()
+
+
+_RuleBook: Any = None
+
+
+def _gpu_pairs(ctx: ReportContext) -> list[tuple[Any, dict[str, Any]]]:
+    """Each GPU reading of the report with its fields as of the previous report (or ``{}``)."""
+    previous = ctx.previous_gpus
+    return [(gpu, previous.get(gpu.index) or {}) for gpu in ctx.report.gpus]
+
+
+def _quiet(screen: Any, key: str, open_rules: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> bool:
+    """Whether rule ``key`` may be skipped on this report: it has a screen, no open alert on
+    the node, and its screen rules out any fire or write."""
+    if screen is None or key in open_rules:
+        return False
+    try:
+        return not screen(ctx, gpus)
+    except Exception:  # a report the screen cannot read: the rule runs, and logs what it makes of it
+        return False
 
 
 # What evaluation reads of an open alert, in Alert's field order (Model.from_db wants it;
@@ -116,7 +155,7 @@ def _rules_open_on(node_id: int, open_alerts: dict[tuple[int, str], Any]) -> set
 
 def _run_rule(spec: Any, cfg: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
     """The rule's conditions; a rule that raises is logged and skipped, never fails the ingest.
-    ``gpus``: each GPU reading of the report with its previous fields (or ``{}``)."""
+    ``gpus``: ``_gpu_pairs(ctx)``."""
     try:
         if spec.scope == GPU:
             fn = spec.fn

@@ -76,8 +76,8 @@ def _compile_screen(key: str, cfg: RuleConfig) -> Screen | None:
 class RuleBook:
     """The rules in force for one batch: ``plan(id)`` gives each rule's config for a node."""
 
-    def __init__(self) -> None:
-        _at, self.rows, self.rates, self._per_profile = _load()
+    def __init__(self, cache: _Cache | None = None) -> None:
+        _at, self.rows, self.rates, self._per_profile = cache or _load()
 
     def config(self, key: str, profile_id: int | None) -> RuleConfig:
         """Profile row, else default row, else the code's defaults."""
@@ -101,6 +101,15 @@ class RuleBook:
                 if cfg.enabled
             ]
         return plan
+
+
+def cached_book() -> RuleBook | None:
+    """The rule book from the cache, or None where reading it would take a statement (cold or
+    stale): for callers outside the rules' savepoint (``health.evaluation.reports_are_quiet``)."""
+    cache = _cache
+    if cache is None or time.monotonic() - cache[0] > TTL_SECONDS:
+        return None
+    return RuleBook(cache)
 
 
 def rule_config(key: str, profile_id: int | None = None) -> RuleConfig:

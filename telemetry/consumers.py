@@ -54,11 +54,14 @@ class NodeRows:
 class ReportConsumer:
     """``evaluate(contexts, firing=...)`` runs inside the ingest transaction, in a savepoint.
     ``firing`` is ``read_with_node``'s rows made objects by ``rows_to_objects``, or None where
-    they were not read with the node (the consumer then reads them itself)."""
+    they were not read with the node (the consumer then reads them itself). ``quiet(contexts,
+    firing=...)``, where given, says cheaply that ``evaluate`` would do nothing with them (no
+    statement, no effect): ingest then calls neither it nor opens its savepoint."""
 
     evaluate: Callable[..., None]
     read_with_node: NodeRows | None = None
     rows_to_objects: Callable[[list[tuple[Any, ...]]], list[Any]] = list
+    quiet: Callable[..., bool] | None = None
 
 
 CONSUMER: ReportConsumer | None = None

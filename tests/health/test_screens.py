@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from health import ruleconfig
-from health.evaluation import evaluate_reports
+from health.evaluation import evaluate_reports, reports_are_quiet
 from health.models import Alert, Finding, HealthRule, RuleWindow
 from health.rules import REGISTRY, RuleConfig
 from health.rules.base import FIRE, GPU, SCREENS
@@ -175,7 +175,7 @@ def test_every_rule_run_per_report_has_a_screen():
 
 
 @pytest.mark.parametrize("key", SCREENED)
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_where_the_screen_sees_nothing_to_do_the_rule_fires_nothing_and_writes_nothing(key, data, node):
     spec, cfg = REGISTRY[key], data.draw(configs(key))
@@ -375,3 +375,20 @@ def test_a_rule_with_an_open_alert_still_runs_on_a_healthy_report_and_clears(nod
     evaluate_reports([context(node, cool[0], hot)])
     evaluate_reports([context(node, cool[1], cool[0])])
     assert Alert.objects.get(node=node, rule="gpu_temperature").state == "resolved"
+
+
+def test_ingest_may_skip_the_rules_only_for_healthy_reports_of_nodes_without_open_alerts(node):
+    previous, current = report(T0), report(T0 + timedelta(seconds=30))
+    hot = report(T0 + timedelta(seconds=30), gpus=[gpu(0, temperature_c=90.0), *[gpu(i) for i in range(1, 8)]])
+    evaluate_reports([context(node, previous)], firing=[])  # the rules are in memory now
+    with CaptureQueriesContext(connection) as queries:
+        assert reports_are_quiet([context(node, current, previous)], firing=[])
+        assert not reports_are_quiet([context(node, hot, previous)], firing=[])
+        assert not reports_are_quiet([context(node, current, previous)], firing=None), "open alerts unknown"
+        ruleconfig.invalidate_cache()
+        assert not reports_are_quiet([context(node, current, previous)], firing=[]), "reading the rules is evaluation's"
+    assert len(queries) == 0, "asked outside the rules' savepoint: it must send nothing"
+
+    evaluate_reports([context(node, hot, previous)])
+    open_alerts = list(Alert.objects.filter(node=node))
+    assert not reports_are_quiet([context(node, current, hot)], firing=open_alerts)
