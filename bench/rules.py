@@ -144,7 +144,7 @@ def run(rounds: int, reports: int) -> None:
 
         registered = consumers.CONSUMER
         assert registered is not None
-        everything = replace(registered, evaluate=partial(evaluate_reports, screened=False), quiet=None)
+        everything = replace(registered, evaluate=partial(evaluate_reports, screened=False))
 
         def one_group() -> None:
             consumers.CONSUMER = registered if screened else everything

@@ -18,7 +18,7 @@ class HealthConfig(AppConfig):
 
         from . import ruleconfig, xid
         from .choices import AlertState
-        from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values, reports_are_quiet
+        from .evaluation import OPEN_ALERT_FIELDS, evaluate_reports, open_alerts_from_values
         from .followups import on_alert_changed, on_new_finding
         from .gates import released
         from .models import Alert, HealthRule, XidDefinition
@@ -55,7 +55,7 @@ class HealthConfig(AppConfig):
         # Telemetry hands every newly stored batch of reports to the rules; the node's firing
         # alerts are read with the node in ingest's one statement (a healthy report: no query).
         firing = NodeRows(Alert, OPEN_ALERT_FIELDS, "state", AlertState.FIRING.value)
-        consumes_reports(ReportConsumer(evaluate_reports, firing, open_alerts_from_values, reports_are_quiet))
+        consumes_reports(ReportConsumer(evaluate_reports, firing, open_alerts_from_values))
 
         # The alert list's bulk bar (nodewarden.bulk's registry).
         from .bulk import register_alert_actions

@@ -449,8 +449,9 @@ def _state_of(report: AgentReport) -> _Latest:
 def _quiet(consumer: consumers.ReportConsumer, contexts: list[ReportContext], firing: list[Any] | None) -> bool:
     """The consumer's word that it has nothing to do; a consumer that fails to say is asked
     the long way (``evaluate``, in its savepoint, where a failure costs no telemetry)."""
+    quiet = consumers.quiet_of(consumer.evaluate)
     try:
-        return consumer.quiet is not None and consumer.quiet(contexts, firing=firing)
+        return quiet is not None and quiet(contexts, firing=firing)
     except Exception:
         log.exception("report consumer's quiet check failed; evaluating")
         return False

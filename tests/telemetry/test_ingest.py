@@ -178,8 +178,12 @@ def test_a_quiet_batch_costs_the_rules_no_call_and_a_failing_quiet_check_falls_b
 
     for quiet, evaluated in ((lambda contexts, **_: True, 0), (broken, 1)):
         seen.clear()
-        consumer = replace(consumers.CONSUMER, evaluate=lambda contexts, **_: seen.extend(contexts), quiet=quiet)
-        monkeypatch.setattr(consumers, "CONSUMER", consumer)
+
+        def evaluate(contexts, **_):
+            seen.extend(contexts)
+
+        evaluate.quiet = quiet  # what the consumer's evaluate says of itself (consumers.quiet_of)
+        monkeypatch.setattr(consumers, "CONSUMER", replace(consumers.CONSUMER, evaluate=evaluate))
         start = T0 + timedelta(minutes=len(seen) + evaluated)
         assert ingest_reports(node.pk, batch(node.hostname, start=start, seed=evaluated)).accepted == 1
         assert len(seen) == evaluated
