@@ -29,7 +29,8 @@ SHADOW_DEDUPE = timedelta(hours=1)
 
 
 def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None, screened: bool = True) -> None:
-    """Run every enabled health rule over the batch.
+    """Run every enabled health rule over the batch (a rule screened out on a report, with
+    no open alert on the node, is skipped: see the module's docstring).
 
     Cost when nothing fires: the rule book (cached) and one query for the batch's open
     alerts, whatever the batch size, or none where the caller passes them as ``firing``
