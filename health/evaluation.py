@@ -28,8 +28,9 @@ logger = logging.getLogger(__name__)
 SHADOW_DEDUPE = timedelta(hours=1)
 
 
-def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None) -> None:
-    """Run every enabled health rule over the batch.
+def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None = None, screened: bool = True) -> None:
+    """Run every enabled health rule over the batch (a rule screened out on a report, with
+    no open alert on the node, is skipped: see the module's docstring).
 
     Cost when nothing fires: the rule book (cached) and one query for the batch's open
     alerts, whatever the batch size, or none where the caller passes them as ``firing``
@@ -39,22 +40,82 @@ def evaluate_reports(contexts: list[ReportContext], *, firing: list[Any] | None 
     """
     if not contexts:
         return
-    from .ruleconfig import RuleBook
-
-    book = RuleBook()
+    book = _rule_book()
     if firing is None:
         open_alerts = _open_alerts({c.node_id for c in contexts})
     else:
         open_alerts = {(a.node_id, a.dedupe_key): a for a in firing}
     for ctx in contexts:
-        gpus = [(gpu, ctx.previous_gpus.get(gpu.index) or {}) for gpu in ctx.report.gpus]
-        for spec, cfg in book.for_profile(ctx.hardware_profile_id):
+        gpus = _gpu_pairs(ctx)
+        open_rules = _rules_open_on(ctx.node_id, open_alerts) if open_alerts else ()
+        for spec, cfg, screen in book.plan(ctx.hardware_profile_id):
+            if screened and _quiet(screen, spec.key, open_rules, ctx, gpus):
+                continue  # it could only clear or hold, and has no alert here to do it to
             for condition in _run_rule(spec, cfg, ctx, gpus):
                 # Clear and hold only act on an open alert: with none open (most reports of
                 # a healthy fleet) only a firing condition has anything to do.
                 if open_alerts or condition.state == FIRE:
                     _apply(condition, spec.key, cfg, ctx, open_alerts)
         _clear_heartbeat(ctx, open_alerts)
+
+
+def reports_are_quiet(contexts: list[ReportContext], *, firing: list[Any] | None) -> bool:
+    """Whether ``evaluate_reports(contexts, firing=firing)`` would do nothing: no open alert
+    to clear or hold (``firing`` given and empty) and every rule screened out on every
+    report. Sends no statement: ingest asks outside the rules' savepoint, and then skips the
+    call and the savepoint (``evaluate_reports.quiet``, telemetry.consumers.quiet_of)."""
+    book = _ruleconfig().cached_book() if firing == [] else None
+    if book is None:  # open alerts to act on, or the rules not in memory (reading them is evaluation's)
+        return False
+    try:
+        for ctx in contexts:
+            gpus = _gpu_pairs(ctx)
+            for _spec, _cfg, screen in book.plan(ctx.hardware_profile_id):
+                # _quiet() with no open rule, inlined: this runs for every report of a healthy fleet.
+                if screen is None or screen(ctx, gpus):
+                    return False
+    except Exception:  # a report a screen cannot read: evaluation runs the rule, and logs what it makes of it
+        return False
+    return True
+
+
+# Ingest asks before it opens the rules' savepoint (telemetry.consumers.quiet_of).
+evaluate_reports.quiet = reports_are_quiet  # type: ignore[attr-defined]
+
+
+def _rule_book() -> Any:
+    return _ruleconfig().RuleBook()
+
+
+def _ruleconfig() -> Any:
+    """health.ruleconfig, imported once: this module loads before the models do (an import
+    statement in a function costs a lookup in the import machinery on every call)."""
+    global _RULECONFIG
+    if _RULECONFIG is None:
+        from . import ruleconfig
+
+        _RULECONFIG = ruleconfig
+    return _RULECONFIG
+
+
+_RULECONFIG: Any = None
+
+
+def _gpu_pairs(ctx: ReportContext) -> list[tuple[Any, dict[str, Any]]]:
+    """Each GPU reading of the report with its fields as of the previous report (or ``{}``)."""
+    previous = ctx.previous_gpus
+    return [(gpu, previous.get(gpu.index) or {}) for gpu in ctx.report.gpus]
+
+
+def _quiet(screen: Any, key: str, open_rules: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> bool:
+    """Whether rule ``key`` may be skipped on this report: it has a screen, no open alert on
+    the node, and its screen rules out any fire or write."""
+    if screen is None or key in open_rules:
+        return False
+    try:
+        return not screen(ctx, gpus)
+    except Exception:  # a report the screen cannot read: the rule runs, and logs what it makes of it
+        return False
 
 
 # What evaluation reads of an open alert, in Alert's field order (Model.from_db wants it;
@@ -100,9 +161,14 @@ def _open_alerts(node_ids: set[int]) -> dict[tuple[int, str], Any]:
     return {(a.node_id, a.dedupe_key): a for a in alerts}
 
 
+def _rules_open_on(node_id: int, open_alerts: dict[tuple[int, str], Any]) -> set[str]:
+    """The rules with an open alert on the node (a dedupe key starts with its rule's key)."""
+    return {key.split("|", 1)[0] for node, key in open_alerts if node == node_id}
+
+
 def _run_rule(spec: Any, cfg: Any, ctx: ReportContext, gpus: list[tuple[Any, dict[str, Any]]]) -> list[Any]:
     """The rule's conditions; a rule that raises is logged and skipped, never fails the ingest.
-    ``gpus``: each GPU reading of the report with its previous fields (or ``{}``)."""
+    ``gpus``: ``_gpu_pairs(ctx)``."""
     try:
         if spec.scope == GPU:
             fn = spec.fn
@@ -200,6 +266,8 @@ def _shadow_seen_recently(node_id: int, rule: str, condition: Any, observed: dat
 
 def _clear_heartbeat(ctx: ReportContext, open_alerts: dict[tuple[int, str], Any]) -> None:
     """A report arrived: the node is reachable again."""
+    if not open_alerts:
+        return  # nothing open on the batch's nodes (a healthy fleet): skip the lookup
     from .services import HEALTH, dedupe_key, resolve_alert_locked
 
     alert = open_alerts.pop((ctx.node_id, dedupe_key("heartbeat_missing", None, "")), None)

@@ -54,11 +54,21 @@ class NodeRows:
 class ReportConsumer:
     """``evaluate(contexts, firing=...)`` runs inside the ingest transaction, in a savepoint.
     ``firing`` is ``read_with_node``'s rows made objects by ``rows_to_objects``, or None where
-    they were not read with the node (the consumer then reads them itself)."""
+    they were not read with the node (the consumer then reads them itself). ``evaluate`` may
+    carry ``evaluate.quiet(contexts, firing=...)`` (``quiet_of``): a cheap word that this very
+    function would do nothing with them (no statement, no effect); ingest then calls neither it
+    nor opens its savepoint. It belongs to the function, so that a stand-in ``evaluate`` is
+    always called."""
 
     evaluate: Callable[..., None]
     read_with_node: NodeRows | None = None
     rows_to_objects: Callable[[list[tuple[Any, ...]]], list[Any]] = list
+
+
+def quiet_of(evaluate: Callable[..., None]) -> Callable[..., bool] | None:
+    """The quiet check ``evaluate`` carries (see ``ReportConsumer``), if any."""
+    quiet: Callable[..., bool] | None = getattr(evaluate, "quiet", None)
+    return quiet
 
 
 CONSUMER: ReportConsumer | None = None

@@ -462,6 +462,17 @@ def _state_of(report: AgentReport) -> _Latest:
     )
 
 
+def _quiet(consumer: consumers.ReportConsumer, contexts: list[ReportContext], firing: list[Any] | None) -> bool:
+    """The consumer's word that it has nothing to do; a consumer that fails to say is asked
+    the long way (``evaluate``, in its savepoint, where a failure costs no telemetry)."""
+    quiet = consumers.quiet_of(consumer.evaluate)
+    try:
+        return quiet is not None and quiet(contexts, firing=firing)
+    except Exception:
+        log.exception("report consumer's quiet check failed; evaluating")
+        return False
+
+
 def _evaluate(node_id: int, contexts: list[ReportContext], source: str, firing: list[Any] | None) -> None:
     """Run the rules in a savepoint: if they fail, the telemetry is kept, the failure is
     logged and left as an IngestRejection to be found, and the request still succeeds.
@@ -469,6 +480,8 @@ def _evaluate(node_id: int, contexts: list[ReportContext], source: str, firing: 
     consumer = consumers.CONSUMER  # health's rules (telemetry.consumers)
     if not contexts or consumer is None:
         return
+    if _quiet(consumer, contexts, firing):
+        return  # a healthy report of a node with no open alert: nothing for the rules to do
     try:
         with store.savepoint_on_first_statement():
             consumer.evaluate(contexts, firing=firing)

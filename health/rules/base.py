@@ -5,6 +5,12 @@ previous)`` once per GPU reading (``previous`` is that GPU's fields as of the pr
 report, or ``{}``); node rules get ``(config, context)``. Both yield ``Condition``s:
 ``fire`` (the condition holds), ``clear`` (data present and the condition absent beyond
 the clear threshold) or ``hold`` (inside the hysteresis band, or no way to tell).
+
+A rule may also have a screen (``@screen(key)``, next to the rule): compiled once per
+config, it tells from a report alone whether the rule may fire or write (an event
+window) on it. Where it may not, and the rule has no open alert on the node, the rule's
+clear and hold conditions would change nothing, so evaluation skips the rule: a healthy
+report costs a few comparisons per rule, not ~160 conditions.
 """
 
 from __future__ import annotations
@@ -129,6 +135,11 @@ def hold(*, gpu: int | None = None, subject: str = "") -> Condition:
 
 
 REGISTRY: dict[str, RuleSpec] = {}
+# (report context, [(gpu reading, its previous fields or {})]) -> may the rule fire or write?
+Screen = Callable[[Any, list[tuple[Any, dict[str, Any]]]], bool]
+# rule key -> compile(config): the config's screen, or None where no screen can vouch for
+# that config (a limit below zero fires on an unchanged counter): the rule then always runs.
+SCREENS: dict[str, Callable[[RuleConfig], Screen | None]] = {}
 
 
 def _register(scope: str, key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -145,6 +156,28 @@ def gpu_rule(key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callab
 
 def node_rule(key: str, **defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return _register(NODE, key, **defaults)
+
+
+def screen(key: str) -> Callable[[Callable[[RuleConfig], Screen | None]], Callable[[RuleConfig], Screen | None]]:
+    """Register the screen compiler of rule ``key``: it must answer True on every report on
+    which the rule could yield a fire condition or touch the database (tests/health/test_screens.py
+    holds each screen to its rule)."""
+
+    def decorator(compile_screen: Callable[[RuleConfig], Screen | None]) -> Callable[[RuleConfig], Screen | None]:
+        SCREENS[key] = compile_screen
+        return compile_screen
+
+    return decorator
+
+
+def rises(current: int | None, previous: int | None) -> bool:
+    """Whether ``counter_delta`` would be above zero."""
+    return current is not None and previous is not None and current > previous
+
+
+def non_negative(value: Any) -> bool:
+    """A limit a screen can vouch for: an unchanged counter (delta 0) stays within it."""
+    return isinstance(value, int | float) and value >= 0
 
 
 def declare(key: str, scope: str, description: str, **defaults: Any) -> None:
@@ -169,10 +202,12 @@ def elapsed_seconds(now: datetime, previous: datetime | None) -> float | None:
 
 __all__ = [
     "REGISTRY",
+    "SCREENS",
     "Condition",
     "RecommendedAction",
     "RuleConfig",
     "RuleSpec",
+    "Screen",
     "Severity",
     "clear",
     "counter_delta",
@@ -182,4 +217,7 @@ __all__ = [
     "gpu_rule",
     "hold",
     "node_rule",
+    "non_negative",
+    "rises",
+    "screen",
 ]

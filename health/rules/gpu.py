@@ -15,6 +15,7 @@ from .base import (
     CONFIRM_HEAT,
     Condition,
     RuleConfig,
+    Screen,
     clear,
     counter_delta,
     elapsed_seconds,
@@ -22,10 +23,14 @@ from .base import (
     gpu_rule,
     hold,
     node_rule,
+    non_negative,
+    rises,
+    screen,
 )
 
 Gpu = Any  # telemetry.schema.GpuReading
 Prev = dict[str, Any]
+Gpus = list[tuple[Gpu, Prev]]
 
 
 def _above(
@@ -409,3 +414,190 @@ def nvml_unavailable(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
         yield clear()
     else:
         yield hold()
+
+
+# --- Screens: whether each rule above may fire on a report (base.screen). Each mirrors its
+# rule's fire condition (or a looser one), compiled once per config; a healthy GPU fails all.
+
+
+def _above_screen(cfg: RuleConfig, value_field: str, own_limit_field: str) -> Screen:
+    own, threshold = cfg.param("use_gpu_limit", True), cfg.threshold
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            value, own_limit = getattr(gpu, value_field), getattr(gpu, own_limit_field)
+            limit = own_limit if own and own_limit else threshold
+            if value is not None and limit is not None and value > limit:
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("gpu_temperature")
+def _gpu_temperature_screen(cfg: RuleConfig) -> Screen:
+    return _above_screen(cfg, "temperature_c", "max_operating_temp_c")
+
+
+@screen("hbm_temperature")
+def _hbm_temperature_screen(cfg: RuleConfig) -> Screen:
+    return _above_screen(cfg, "hbm_temperature_c", "hbm_max_operating_temp_c")
+
+
+@screen("ecc_uncorrectable")
+def _ecc_uncorrectable_screen(cfg: RuleConfig) -> Screen:
+    threshold = cfg.threshold or 0
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, prev in gpus:
+            if (gpu.ecc_volatile_uncorrected or 0) > threshold:
+                return True
+            if rises(gpu.ecc_aggregate_uncorrected, prev.get("ecc_aggregate_uncorrected")):
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("row_remap_pending")
+def _row_remap_pending_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: any(gpu.remapped_rows_pending for gpu, _ in gpus)
+
+
+@screen("row_remap_failure")
+def _row_remap_failure_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: any(gpu.remapped_rows_failure for gpu, _ in gpus)
+
+
+@screen("row_remap_uncorrectable_limit")
+def _row_remap_uncorrectable_limit_screen(cfg: RuleConfig) -> Screen:
+    limit = cfg.threshold or 512
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            rows = gpu.remapped_rows_uncorrectable
+            if rows is not None and rows >= limit:
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("retired_pages")
+def _retired_pages_screen(cfg: RuleConfig) -> Screen:
+    limit = cfg.threshold or 63
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            sbe, dbe = gpu.retired_pages_sbe, gpu.retired_pages_dbe
+            if gpu.retired_pages_pending or ((sbe is not None or dbe is not None) and (sbe or 0) + (dbe or 0) >= limit):
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("nvlink_down")
+def _nvlink_down_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            up, total = gpu.nvlink_links_up, gpu.nvlink_links_total
+            if up is not None and total and up < total:
+                return True
+        return False
+
+    return may_fire
+
+
+def _rise_screen(*fields: str) -> Screen:
+    """May fire only where one of ``fields`` (cumulative counters) rose since the previous report."""
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, prev in gpus:
+            for name in fields:
+                now = getattr(gpu, name)  # rises(), inlined: this runs for every GPU of every report
+                if now is not None:
+                    before = prev.get(name)
+                    if before is not None and now > before:
+                        return True
+        return False
+
+    return may_fire
+
+
+@screen("nvlink_crc_rate")
+def _nvlink_crc_rate_screen(cfg: RuleConfig) -> Screen | None:
+    limit = cfg.threshold or 100
+    # A limit of 0 or less fires on an unchanged counter (a rate of 0): no screen.
+    return _rise_screen("nvlink_crc_errors") if non_negative(limit) and limit > 0 else None
+
+
+@screen("nvlink_replay_recovery")
+def _nvlink_replay_recovery_screen(cfg: RuleConfig) -> Screen | None:
+    ok = non_negative(cfg.threshold or 0)
+    return _rise_screen("nvlink_replay_errors", "nvlink_recovery_errors") if ok else None
+
+
+@screen("pcie_degraded")
+def _pcie_degraded_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            width, max_width = gpu.pcie_link_width, gpu.pcie_max_link_width
+            if width is not None and max_width and width < max_width:
+                return True
+            gen, max_gen = gpu.pcie_link_gen, gpu.pcie_max_link_gen
+            if gen is not None and max_gen and gen < max_gen and (gpu.utilization_pct or 0) > 0:
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("pcie_replay_rate")
+def _pcie_replay_rate_screen(cfg: RuleConfig) -> Screen | None:
+    # The budget must not be below zero, or an unchanged counter (0 replays a minute) fires.
+    if cfg.threshold:
+        ok = non_negative(cfg.threshold)
+    else:
+        table = cfg.param("replays_per_lane_per_min") or PCIE_REPLAYS_PER_LANE_MIN
+        ok = isinstance(table, dict) and all(non_negative(v) for v in table.values())
+    return _rise_screen("pcie_replay_count") if ok else None
+
+
+@screen("clock_slowdown")
+def _clock_slowdown_screen(cfg: RuleConfig) -> Screen | None:
+    try:
+        mask = int(cfg.param("mask", 0xC8))
+    except (TypeError, ValueError):
+        return None  # the rule raises on every reading: let it say so
+
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        for gpu, _ in gpus:
+            reasons = gpu.clock_event_reasons
+            if reasons is not None and reasons & mask:
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("recovery_action")
+def _recovery_action_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: any(gpu.recovery_action in RECOVERY_ACTIONS for gpu, _ in gpus)
+
+
+@screen("gpu_missing")
+def _gpu_missing_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Gpus) -> bool:
+        report = ctx.report
+        if "nvml" in report.collector_errors:
+            return False
+        seen = {g.index for g in report.gpus}
+        return len(seen) < (ctx.expected_gpu_count or 0) or not seen.issuperset(ctx.previous_gpus)
+
+    return may_fire
+
+
+@screen("nvml_unavailable")
+def _nvml_unavailable_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: bool(ctx.report.collector_errors.get("nvml"))

@@ -7,7 +7,22 @@ from typing import Any
 
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import EXTERNAL, TASK, Condition, RuleConfig, clear, counter_delta, declare, fire, hold, node_rule
+from .base import (
+    EXTERNAL,
+    TASK,
+    Condition,
+    RuleConfig,
+    Screen,
+    clear,
+    counter_delta,
+    declare,
+    fire,
+    hold,
+    node_rule,
+    non_negative,
+    rises,
+    screen,
+)
 
 
 @node_rule(
@@ -57,6 +72,41 @@ def scheduler_daemon_unresponsive(cfg: RuleConfig, ctx: Any) -> Iterator[Conditi
         )
     else:
         yield clear()
+
+
+# --- Screens: whether each rule above may fire on a report (base.screen).
+
+
+@screen("host_edac_uncorrected")
+def _host_edac_uncorrected_screen(cfg: RuleConfig) -> Screen | None:
+    if not non_negative(cfg.threshold or 0):
+        return None  # a limit below zero fires on an unchanged count
+
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        host = ctx.report.host
+        return rises(host.edac_uncorrected if host else None, (ctx.previous_host or {}).get("edac_uncorrected"))
+
+    return may_fire
+
+
+@screen("disk_unhealthy")
+def _disk_unhealthy_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        host = ctx.report.host
+        return any(disk.healthy is not None and not disk.healthy for disk in (host.disks if host else []))
+
+    return may_fire
+
+
+@screen("scheduler_daemon_unresponsive")
+def _scheduler_daemon_unresponsive_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        scheduler = ctx.report.host.scheduler if ctx.report.host else None
+        if scheduler is None or scheduler.kind == "none" or scheduler.responsive is None:
+            return False
+        return not scheduler.responsive
+
+    return may_fire
 
 
 declare(

@@ -7,7 +7,21 @@ from typing import Any
 
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import CONFIRM_LINK, Condition, RuleConfig, clear, counter_delta, elapsed_seconds, fire, hold, node_rule
+from .base import (
+    CONFIRM_LINK,
+    Condition,
+    RuleConfig,
+    Screen,
+    clear,
+    counter_delta,
+    elapsed_seconds,
+    fire,
+    hold,
+    node_rule,
+    non_negative,
+    rises,
+    screen,
+)
 from .windows import record_events
 
 
@@ -149,3 +163,79 @@ def ib_link_flaps(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
                 )
             else:
                 yield hold(subject=subject)
+
+
+# --- Screens: whether each rule above may fire or write on a report (base.screen).
+
+
+@screen("ib_port_down")
+def _ib_port_down_screen(cfg: RuleConfig) -> Screen:
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        for port in ctx.report.ib_ports:
+            state, phys = port.state, port.phys_state
+            if state == "ACTIVE" and phys == "LinkUp":
+                continue  # as the kernel spells a healthy port: skip the case folding
+            if (state or phys) and (state.upper() != "ACTIVE" or phys.lower() != "linkup"):
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("ib_rate_degraded")
+def _ib_rate_degraded_screen(cfg: RuleConfig) -> Screen | None:
+    expected = cfg.threshold or cfg.param("profile_hca_rate_gbps")
+    if not expected:
+        return lambda ctx, gpus: False  # nothing to compare with: the rule holds every port
+    if not isinstance(expected, int | float):
+        return None
+
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        for port in ctx.report.ib_ports:
+            rate = port.rate_gbps
+            if rate is not None and rate < expected and port.state.upper() == "ACTIVE":
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("ib_errors_rising")
+def _ib_errors_rising_screen(cfg: RuleConfig) -> Screen | None:
+    limits = cfg.param("limits", IB_ERROR_LIMITS)
+    try:
+        names = tuple(name for name, (limit, per) in limits.items() if non_negative(limit) and non_negative(per))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if len(names) != len(limits):
+        return None  # a limit below zero is breached by an unchanged counter
+
+    def may_fire(ctx: Any, gpus: Any) -> bool:
+        if ctx.previous_report_at is None:
+            return False
+        for port in ctx.report.ib_ports:
+            previous = ctx.previous_ib_ports.get((port.device, port.port))
+            if previous is None:
+                continue
+            counters, before = port.counters, previous.get("counters") or {}
+            if counters == before:
+                continue  # the steady state: nothing moved
+            if any(rises(counters.get(name), before.get(name)) for name in names):
+                return True
+        return False
+
+    return may_fire
+
+
+@screen("ib_link_flaps")
+def _ib_link_flaps_screen(cfg: RuleConfig) -> Screen:
+    def may_write(ctx: Any, gpus: Any) -> bool:
+        for port in ctx.report.ib_ports:
+            previous = ctx.previous_ib_ports.get((port.device, port.port))
+            # The rule's own lookup, so that a malformed previous row raises here as it does there.
+            before = (previous or {}).get("counters", {})
+            if port.counters != before and rises(port.counters.get("link_downed"), before.get("link_downed")):
+                return True
+        return False
+
+    return may_write

@@ -15,7 +15,7 @@ from typing import Any
 from .. import xid as catalog
 from ..choices import RecommendedAction as A
 from ..choices import Severity as S
-from .base import Condition, RuleConfig, fire, node_rule
+from .base import Condition, RuleConfig, Screen, fire, node_rule, screen
 from .gpu import RECOVERY_ACTIONS
 from .windows import record_events
 
@@ -159,3 +159,16 @@ def xid_repeated(cfg: RuleConfig, ctx: Any) -> Iterator[Condition]:
                 evidence={"events_in_window": seen, "count": needed, "window_seconds": window},
                 observed_at=max(times),
             )
+
+
+# Both XID rules act on the report's XID lines only: a report without any is nothing to them.
+
+
+@screen("xid")
+def _xid_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: bool(ctx.report.xid_events)
+
+
+@screen("xid_repeated")
+def _xid_repeated_screen(cfg: RuleConfig) -> Screen:
+    return lambda ctx, gpus: bool(ctx.report.xid_events)

@@ -171,6 +171,25 @@ def test_a_failing_rule_keeps_the_telemetry_and_leaves_a_rejection_to_find(node,
     assert rejection.node_id == node.pk
 
 
+def test_a_quiet_batch_costs_the_rules_no_call_and_a_failing_quiet_check_falls_back_to_them(node, monkeypatch):
+    seen: list = []
+
+    def broken(contexts, **_):
+        raise RuntimeError("quiet check bug")
+
+    for quiet, evaluated in ((lambda contexts, **_: True, 0), (broken, 1)):
+        seen.clear()
+
+        def evaluate(contexts, **_):
+            seen.extend(contexts)
+
+        evaluate.quiet = quiet  # what the consumer's evaluate says of itself (consumers.quiet_of)
+        monkeypatch.setattr(consumers, "CONSUMER", replace(consumers.CONSUMER, evaluate=evaluate))
+        start = T0 + timedelta(minutes=len(seen) + evaluated)
+        assert ingest_reports(node.pk, batch(node.hostname, start=start, seed=evaluated)).accepted == 1
+        assert len(seen) == evaluated
+
+
 def _queries_for(node, count: int, start, *, late: timedelta = timedelta(minutes=1)) -> int:
     # Received ``late`` after the batch's last report: the steady stream, unless told otherwise.
     with (
