@@ -25,6 +25,7 @@ from . import packing
 from .models import GpuSample, GpuSampleDaily, GpuSampleHourly
 
 MAX_POINTS_PER_FIGURE = 2000
+HOUR_S = 3600
 TRACES_PER_GPU = 2  # temperature: GPU + HBM; ECC: corrected + uncorrected
 WINDOWS = {"1h": timedelta(hours=1), "6h": timedelta(hours=6), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 MAX_WINDOW = timedelta(days=400)
@@ -71,10 +72,15 @@ def gpu_series(node_id: int, *, since: datetime, until: datetime, gpu_count: int
     bucket = bucket_seconds(since, until, 1 if gpu is not None else gpu_count)
     merged: dict[tuple[int, int], dict[str, Any]] = {}
     floor = packing.raw_floor(timezone.now())
+    # Buckets of an hour or more: a packed hour's roll-up, made in the transaction that packed it, holds
+    # what its bucket needs, so the chart reads the roll-ups and no pack is decoded (a 7-day chart would
+    # decode 168). Finer buckets read the packs. Either way raw rows not yet packed are read as they are.
+    coarse = bucket >= HOUR_S
+    hourly_until = until if coarse else min(until, floor)
     parts = [
         _query("raw", "collected_at", 1, node_id, since, until, bucket, gpu),
-        _packed(node_id, since, until, bucket, gpu),
-        _query("hourly", "hour", 2, node_id, since, min(until, floor), bucket, gpu) if since < floor else [],
+        [] if coarse else _packed(node_id, since, until, bucket, gpu),
+        _query("hourly", "hour", 2, node_id, since, hourly_until, bucket, gpu) if since < hourly_until else [],
         _query("daily", "day", 2, node_id, since, min(until, floor), bucket, gpu) if since < floor else [],
     ]
     for rows in parts:

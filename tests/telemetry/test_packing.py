@@ -195,6 +195,28 @@ def test_charts_read_the_same_series_before_and_after_packing(node, window):
     assert list(one_gpu.gpus) == [3] and one_gpu.points > 0
 
 
+def test_a_chart_of_hour_wide_buckets_reads_packed_hours_from_their_roll_ups_not_the_packs(node, monkeypatch):
+    _ingest(node, T0, 300)  # 2.5 hours: two packed hours and a raw half hour
+    with time_machine.travel(NOW, tick=False):
+        since = NOW - timedelta(days=7)
+        before = gpu_series(node.pk, since=since, until=NOW, gpu_count=8)
+        assert before.bucket_s >= 3600
+        packing.pack_past_hours(now=T0 + timedelta(hours=2, minutes=20))
+        assert TelemetryHourPack.objects.count() == 2 and GpuSample.objects.exists()
+
+        def no_decoding(*args, **kwargs):
+            raise AssertionError("a pack was decoded for an hour-wide bucket")
+
+        monkeypatch.setattr(packing, "packed_columns", no_decoding)
+        after = gpu_series(node.pk, since=since, until=NOW, gpu_count=8)
+    for gpu in range(8):
+        assert sum(row["n"] for row in after.gpus[gpu]) == sum(row["n"] for row in before.gpus[gpu]) == 300
+        for name in ("temperature_max", "power_max"):
+            assert max(r[name] for r in after.gpus[gpu]) == pytest.approx(max(r[name] for r in before.gpus[gpu]))
+        weighted = [sum(r["power_avg"] * r["n"] for r in series.gpus[gpu]) for series in (before, after)]
+        assert weighted[1] == pytest.approx(weighted[0], rel=1e-5)
+
+
 def test_a_nodes_samples_read_the_same_packed_or_not(node):
     _ingest(node, T0, 150)
     span = {"since": T0 + timedelta(minutes=50), "until": T0 + timedelta(hours=1, minutes=10), "now": NOW}

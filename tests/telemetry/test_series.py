@@ -56,10 +56,10 @@ def test_a_long_chart_reads_the_days_and_keeps_the_shape_of_the_hours(hours, win
     assert roll_up_and_prune(now=NOW).finished
     assert GpuSampleDaily.objects.count() == DAYS - 30 and GpuSampleHourly.objects.count() == 30 * 24
     from_days = gpu_series(hours.pk, since=since, until=NOW, gpu_count=1)
-    # Every sample still counted, the extremes and the weighted mean unchanged. The raw window's last
-    # 14 days are read from packs and raw rows (telemetry.packing), none here: their hours are not read.
+    # Every sample still counted, the extremes and the weighted mean unchanged (buckets of hours: the
+    # raw window's packed hours are read from their roll-ups too, telemetry.series).
     days = min(DAYS, window_days)
-    assert sum(p["n"] for p in from_days.gpus[0]) == sum(p["n"] for p in from_hours.gpus[0]) == (days - 14) * 24 * 120
+    assert sum(p["n"] for p in from_days.gpus[0]) == sum(p["n"] for p in from_hours.gpus[0]) == days * 24 * 120
     for name in ("temperature_max", "power_max"):
         assert max(p[name] for p in from_days.gpus[0]) == max(p[name] for p in from_hours.gpus[0])
     assert sum(p["power_avg"] * p["n"] for p in from_days.gpus[0]) == pytest.approx(
