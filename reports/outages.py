@@ -233,6 +233,12 @@ def rebuild(node_ids: Sequence[int] | None = None) -> int:
         cursor.execute(delete)
         cursor.execute(insert, params)
         written: int = cursor.rowcount  # the DB-API cursor is Any to mypy
+        if node_ids is None:
+            # A rebuild of every node follows a bulk load, whose rows no save announced: the cached
+            # figures of settled days are retired with it (settled imports this module).
+            from .settled import forget
+
+            forget()
         return written
 
 

@@ -1,0 +1,216 @@
+"""The fleet report's figures of settled days come from the cache (``reports.settled``): the same
+numbers as reading every row of the period, cold and warm, for the fleet, a cluster and a tenant,
+and a write into a settled day, a node moved or a cluster renamed shows on the next request."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from health.models import Finding
+from nodes import statecounts
+from nodes.models import Node, StateCountSnapshot
+from remediation.choices import Status
+from remediation.models import Remediation
+from reports import charts, summary
+from reports.filters import period_of
+from tests.factories import ClusterFactory, NodeFactory, TenantFactory
+
+from .conftest import NOW, D, H, remediation
+
+pytestmark = pytest.mark.django_db
+
+STATES = ("production", "triage", "repair", "decommissioned")  # serving, not, and in no bucket
+RULES = [("xid", 79), ("xid", 48), ("xid", 94), ("gpu_temperature", None), ("ecc_dbe", None)]
+
+
+@pytest.fixture
+def history(frozen):
+    """120 days of a small fleet: recoveries, findings and hourly state counts, seeded at random,
+    rolled up as the hourly task does."""
+    rng = random.Random(17)
+    east, west = ClusterFactory(name="c-east"), ClusterFactory(name="c-west")
+    acme, globex = TenantFactory(name="Acme", slug="acme"), TenantFactory(name="Globex", slug="globex")
+    nodes = [
+        NodeFactory(hostname=f"n{i}", cluster=(east, west)[i % 2], tenant=(acme, globex, None)[i % 3])
+        for i in range(12)
+    ]
+    for _ in range(160):
+        n, found = rng.choice(nodes), NOW - timedelta(seconds=rng.uniform(0, 120 * 86400))
+        finished = found + timedelta(seconds=rng.uniform(600, 3 * 86400))
+        rule, xid = rng.choice(RULES)
+        status = Status.SUCCEEDED if rng.random() < 0.8 else Status.FAILED
+        remediation(n, found, finished if finished < NOW else None, status=status, rule=rule, xid=xid)
+    for _ in range(80):  # findings that needed no remediation (fabric, shadow ones too)
+        n, at = rng.choice(nodes), NOW - timedelta(seconds=rng.uniform(0, 120 * 86400))
+        Finding.objects.create(
+            node=n,
+            hostname=n.hostname,
+            rule="ib_fabric",
+            severity="warning",
+            summary="x",
+            subject="ib",
+            evidence={"kind": rng.choice(["missing_link", "speed_mismatch"])},
+            shadow=rng.random() < 0.2,
+            observed_at=at,
+            created=at,
+        )
+    snapshots = []
+    for hour in range(92 * 24):  # the longest period read, and today
+        taken = NOW - hour * H
+        for cluster, tenant in ((east, acme), (east, globex), (west, globex), (west, None)):
+            for state in STATES:
+                snapshots.append(
+                    StateCountSnapshot(
+                        taken_at=taken, state=state, cluster=cluster, tenant=tenant, count=rng.randint(1, 9)
+                    )
+                )
+    StateCountSnapshot.objects.bulk_create(snapshots, batch_size=2000)
+    statecounts.roll_up(today=NOW.date())
+    return {"east": east, "west": west, "acme": acme, "nodes": nodes}
+
+
+def read_every_row(scope: dict, days: int) -> dict:
+    """The figures as the page read them before the cache: every row of the period."""
+    period = period_of(None, NOW, days)
+    nodes = Node.objects.filter(**scope)
+    remediations = Remediation.objects.filter(node__in=nodes) if scope else Remediation.objects.all()
+    findings = Finding.objects.filter(node__in=nodes) if scope else Finding.objects.all()
+    hours = {
+        by: statecounts.daily_counts(
+            period.since, period.until, by=by, scope=scope, buckets=charts.AVAILABILITY_BUCKETS
+        )
+        for by in ("cluster__name", "tenant__name")
+    }
+    return {
+        "mttr": summary.mttr(remediations, period),
+        "causes": summary.failure_causes(findings, period),
+        "availability_clusters": charts.availability_over_time(hours["cluster__name"]),
+        "availability_tenants": charts.availability_over_time(hours["tenant__name"]),
+    }
+
+
+def shown(client, days: int, **params) -> dict:
+    response = client.get(reverse("report-overview"), {"days": days, **params})
+    assert response.status_code == 200
+    return {key: response.context[key] for key in ("mttr", "causes", "availability_clusters", "availability_tenants")}
+
+
+def same(shown_figures: dict, expected: dict) -> None:
+    """Every number equal; percentiles to the float (PostgreSQL's percentile_cont against Python's)."""
+    for key in ("causes", "availability_clusters", "availability_tenants"):
+        assert shown_figures[key] == expected[key], key
+    got, want = shown_figures["mttr"], expected["mttr"]
+    assert got["capped"] == want["capped"]
+    assert [c["cluster"] for c in got["clusters"]] == [c["cluster"] for c in want["clusters"]]
+    for g, w in zip([got["overall"], *got["clusters"]], [want["overall"], *want["clusters"]], strict=True):
+        assert (g["count"], g["median"], g["p90"]) == (w["count"], w["median"], w["p90"])
+        for figure in ("median_s", "p90_s"):
+            assert g[figure] == pytest.approx(w[figure], rel=1e-9, abs=1e-6)
+
+
+@pytest.mark.parametrize("days", [7, 30, 90])
+def test_the_page_shows_the_figures_of_every_row_cold_and_warm(client, operator, history, days):
+    client.force_login(operator)
+    expected = read_every_row({}, days)
+    assert expected["mttr"]["overall"]["count"] > 2 and expected["causes"]
+    same(shown(client, days), expected)  # cold: computed and cached
+    same(shown(client, days), expected)  # warm: the settled days from the cache
+
+
+@pytest.mark.parametrize(
+    ("params", "scope"), [({"cluster": "c-east"}, "east"), ({"tenant": "acme"}, "acme")], ids=["cluster", "tenant"]
+)
+def test_a_cluster_or_tenant_sees_only_its_own_figures(client, operator, history, params, scope):
+    client.force_login(operator)
+    key = "cluster" if "cluster" in params else "tenant"
+    expected = read_every_row({key: history[scope]}, 90)
+    assert expected != read_every_row({}, 90)
+    shown(client, 90)  # the fleet's figures cached first: not served to the scoped page
+    same(shown(client, 90, **params), expected)
+    same(shown(client, 90, **params), expected)
+
+
+def test_the_newest_recoveries_are_kept_when_capped(client, operator, history, monkeypatch):
+    monkeypatch.setattr(summary, "MAX_RECOVERIES", 25)
+    client.force_login(operator)
+    expected = read_every_row({}, 90)
+    assert expected["mttr"]["capped"]
+    same(shown(client, 90), expected)
+    same(shown(client, 90), expected)
+
+
+def test_the_settled_days_are_read_once(client, operator, history):
+    """Warm, the page reads no finding, recovery or roll-up row of a settled day."""
+    client.force_login(operator)
+    shown(client, 90)
+    with CaptureQueriesContext(connection) as ctx:
+        shown(client, 90)
+    reads = [q["sql"] for q in ctx.captured_queries]
+    settled_since = (NOW - 89 * D).date().isoformat()
+    assert not [sql for sql in reads if "dailystatecount" in sql and '"day" >=' in sql and settled_since in sql]
+    # The findings and recoveries read are the edges': today and the partial first day.
+    finding_reads = [sql for sql in reads if 'FROM "health_finding"' in sql]
+    assert len(finding_reads) == 1 and " OR " in finding_reads[0]
+
+
+def test_a_finding_saved_into_a_settled_day_shows_at_once(
+    client, operator, history, django_capture_on_commit_callbacks
+):
+    client.force_login(operator)
+    shown(client, 30)
+    n = history["nodes"][0]
+    with django_capture_on_commit_callbacks(execute=True):  # the cache is told after commit
+        Finding.objects.create(
+            node=n, hostname=n.hostname, rule="nvlink_down", severity="warning", summary="x", created=NOW - 10 * D
+        )
+    figures = shown(client, 30)
+    assert [c["count"] for c in figures["causes"] if c["cause"] == "nvlink_down"] == [1]
+    same(figures, read_every_row({}, 30))
+
+
+def test_a_recovery_saved_into_a_settled_day_shows_at_once(
+    client, operator, history, django_capture_on_commit_callbacks
+):
+    client.force_login(operator)
+    before = shown(client, 30)["mttr"]["overall"]["count"]
+    with django_capture_on_commit_callbacks(execute=True):
+        remediation(history["nodes"][1], NOW - 12 * D, NOW - 12 * D + 5 * H)
+    figures = shown(client, 30)
+    assert figures["mttr"]["overall"]["count"] == before + 1
+    same(figures, read_every_row({}, 30))
+
+
+def test_a_node_moved_or_a_cluster_renamed_takes_its_figures_along(
+    client, operator, history, django_capture_on_commit_callbacks
+):
+    client.force_login(operator)
+    shown(client, 90, cluster="c-east")
+    moved = history["nodes"][0]
+    moved.cluster = history["west"]
+    with django_capture_on_commit_callbacks(execute=True):
+        moved.save()  # a whole save, as the admin and the API make
+    same(shown(client, 90, cluster="c-east"), read_every_row({"cluster": history["east"]}, 90))
+    west = history["west"]
+    west.name = "c-north"
+    with django_capture_on_commit_callbacks(execute=True):
+        west.save()
+    figures = shown(client, 90)
+    assert "c-north" in [c["cluster"] for c in figures["mttr"]["clusters"]]
+    same(figures, read_every_row({}, 90))
+
+
+def test_a_node_saved_for_its_state_keeps_the_cache(client, operator, history):
+    """The services save a node's state with ``update_fields``: nothing moved, the cache stays."""
+    client.force_login(operator)
+    shown(client, 90)
+    generation = cache.get("reports:settled:generation")
+    n = history["nodes"][2]
+    n.save(update_fields=["last_updated"])
+    assert cache.get("reports:settled:generation") == generation
