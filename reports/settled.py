@@ -219,6 +219,8 @@ def _recoveries(remediations: QuerySet[Remediation], where: Q) -> Recoveries:
     index: dict[str, int] = {}
     found = Recoveries([], array("I"), array("d"), array("d"))
     for name, start, end in rows:
+        if end is None:  # not a recovery; succeeded ones have finished
+            continue
         found.cluster.append(index.setdefault(name or "", len(index)))
         found.seconds.append(max((end - start).total_seconds(), 0.0))
         found.finished.append(end.timestamp())

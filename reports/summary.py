@@ -124,13 +124,14 @@ def failure_causes(findings: QuerySet[Finding], period: Period) -> list[dict[str
 
 def cause_counts(findings: QuerySet[Finding]) -> list[dict[str, Any]]:
     """The findings (shadow ones left out) counted per rule, XID and fabric kind: one query."""
-    return list(
-        findings.filter(shadow=False)
+    return [
+        dict(row)
+        for row in findings.filter(shadow=False)
         .annotate(fabric_kind=KT("evidence__kind"))
         .values("rule", "xid", "fabric_kind")
         .annotate(n=Count("id"))
         .order_by("-n", "rule")
-    )
+    ]
 
 
 def causes_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

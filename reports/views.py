@@ -173,7 +173,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         flow["url"] = scope.flow_link(flow["source"], flow["target"])
     # The settled days' figures come from the cache (``settled``); the generation is read before any
     # row, so figures a concurrent write changes are stored where no reader looks.
-    generation, ids = settled.generation(), dict(scope.ids)
+    generation, ids = settled.generation(), {"cluster_id": scope.ids["cluster_id"], "tenant_id": scope.ids["tenant_id"]}
     days = settled.settled_days(period.since, period.until)
     causes = settled.failure_causes(scope.of_nodes(Finding), ids, days, generation)
     hours = settled.availability(ids, period.since, period.until, generation)
