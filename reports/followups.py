@@ -42,6 +42,8 @@ def rebuild_node_outages(event: NodeEvent) -> None:
 def forget_rolled_up_days(event: NodeEvent) -> None:
     # Changes are recorded as they happen, so this is a no-op (no query) but for back-dated rows.
     flows.forget_days_from(event.created)
+    # A back-dated change may rewrite an outage of a settled day.
+    settled.forget_if_before_today(event.created)
 
 
 @on_cluster_change

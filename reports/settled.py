@@ -20,8 +20,9 @@ What is cached: the availability charts' node-hours per day (``statecounts.daily
 day rolled up is left out, the roll-up may rewrite it), the failure causes' counts, and the newest
 ``MAX_RECOVERIES`` recoveries (cluster name and seconds each) from which time to recover's
 percentiles are computed exactly, as PostgreSQL's percentile_cont does (a cluster renamed retires
-the entries too). Downtime (its attribution depends on the period's end), remediations by rung (an
-open remediation climbs rungs for days) and Day 1 yield are read as before.
+the entries too), and the downtime of the outages begun and over within the settled days (a
+back-dated state change retires it). Remediations by rung (an open remediation climbs rungs for
+days) and Day 1 yield are read as before.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from remediation.choices import Status
 from remediation.models import Remediation
 from remediation.summary import percentile
 
-from . import charts, summary
+from . import charts, outages, summary
 from .flows import DAY, midnight
 
 T = TypeVar("T")
@@ -180,6 +181,32 @@ def failure_causes(
     return summary.causes_of(
         [{"rule": rule, "xid": xid, "fabric_kind": kind, "n": n} for (rule, xid, kind), n in rows.items()]
     )
+
+
+# --- Downtime ------------------------------------------------------------------------------------
+
+
+def downtime(scope: outages.Scope, ids: dict[str, int | None], days: Days, generation: str) -> dict[str, Any]:
+    """``summary.downtime``: the outages begun and over within the settled days from the cache (their
+    seconds and attribution are the same for any period around them), the others read now."""
+    if days.end <= days.first:
+        return summary.downtime_of(outages.downtime_by_attribution(scope, days.since, days.until))
+    start, end = midnight(days.first), midnight(days.end)
+    inside = outages.Block(start, end, inside=True)
+    block = cached(
+        "downtime",
+        ids,
+        days,
+        lambda: outages.downtime_by_attribution(scope, days.since, days.until, block=inside),
+        generation,
+    )
+    rest = outages.downtime_by_attribution(scope, days.since, days.until, block=outages.Block(start, end, inside=False))
+    merged: dict[tuple[int | None, str], dict[str, Any]] = {}
+    for r in [*block, *rest]:
+        row = merged.setdefault((r["cluster_id"], r["attribution"]), {**r, "outages": 0, "seconds": 0.0})
+        row["outages"] += r["outages"]
+        row["seconds"] += r["seconds"]
+    return summary.downtime_of(list(merged.values()))
 
 
 # --- Time to recover -----------------------------------------------------------------------------

@@ -209,7 +209,11 @@ def downtime_totals(totals: dict[str, tuple[int, float]]) -> dict[str, Any]:
 
 def downtime(scope: outages.Scope, period: Period) -> dict[str, Any]:
     """Node-hours of downtime in the period, provider's and customer's, over all and per cluster."""
-    rows = outages.downtime_by_attribution(scope, period.since, period.until)
+    return downtime_of(outages.downtime_by_attribution(scope, period.since, period.until))
+
+
+def downtime_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``downtime`` of ``outages.downtime_by_attribution`` rows (one query for the clusters' names)."""
     names = dict(
         Cluster.objects.filter(pk__in={r["cluster_id"] for r in rows if r["cluster_id"]}).values_list("pk", "name")
     )

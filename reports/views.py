@@ -177,7 +177,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     days = settled.settled_days(period.since, period.until)
     causes = settled.failure_causes(scope.of_nodes(Finding), ids, days, generation)
     hours = settled.availability(ids, period.since, period.until, generation)
-    downtime = summary.downtime(outages.Scope(**scope.ids), period)
+    downtime = settled.downtime(outages.Scope(**scope.ids), ids, days, generation)
     return render(
         request,
         "reports/overview.html",

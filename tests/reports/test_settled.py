@@ -15,14 +15,15 @@ from django.urls import reverse
 
 from health.models import Finding
 from nodes import statecounts
+from nodes.choices import NodeState as S
 from nodes.models import Node, StateCountSnapshot
 from remediation.choices import Status
 from remediation.models import Remediation
-from reports import charts, summary
+from reports import charts, outages, summary
 from reports.filters import period_of
 from tests.factories import ClusterFactory, NodeFactory, TenantFactory
 
-from .conftest import NOW, D, H, remediation
+from .conftest import NOW, D, H, change, remediation
 
 pytestmark = pytest.mark.django_db
 
@@ -61,6 +62,21 @@ def history(frozen):
             observed_at=at,
             created=at,
         )
+    for n in nodes[:8]:  # outages: begun before the period, across midnight, still open at NOW
+        at = NOW - 125 * D
+        while True:
+            at += timedelta(seconds=rng.uniform(2 * 86400, 14 * 86400))
+            if at >= NOW:
+                break
+            actor = rng.choice(["system:remediation", "operator", "system:fabric"])
+            change(n, at, S.PRODUCTION, S.TRIAGE, actor=actor)
+            back = at + timedelta(seconds=rng.uniform(1800, 4 * 86400))
+            if rng.random() < 0.4:
+                change(n, at + (back - at) / 2, S.TRIAGE, S.REPAIR)
+            if back >= NOW:
+                break
+            change(n, back, S.REPAIR if rng.random() < 0.4 else S.TRIAGE, S.PRODUCTION, actor="system:validation")
+            at = back
     snapshots = []
     for hour in range(92 * 24):  # the longest period read, and today
         taken = NOW - hour * H
@@ -89,6 +105,7 @@ def read_every_row(scope: dict, days: int) -> dict:
         for by in ("cluster__name", "tenant__name")
     }
     return {
+        "downtime": summary.downtime(outages.Scope(**{f"{k}_id": v.pk for k, v in scope.items()}), period),
         "mttr": summary.mttr(remediations, period),
         "causes": summary.failure_causes(findings, period),
         "availability_clusters": charts.availability_over_time(hours["cluster__name"]),
@@ -99,12 +116,13 @@ def read_every_row(scope: dict, days: int) -> dict:
 def shown(client, days: int, **params) -> dict:
     response = client.get(reverse("report-overview"), {"days": days, **params})
     assert response.status_code == 200
-    return {key: response.context[key] for key in ("mttr", "causes", "availability_clusters", "availability_tenants")}
+    keys = ("downtime", "mttr", "causes", "availability_clusters", "availability_tenants")
+    return {key: response.context[key] for key in keys}
 
 
 def same(shown_figures: dict, expected: dict) -> None:
     """Every number equal; percentiles to the float (PostgreSQL's percentile_cont against Python's)."""
-    for key in ("causes", "availability_clusters", "availability_tenants"):
+    for key in ("downtime", "causes", "availability_clusters", "availability_tenants"):
         assert shown_figures[key] == expected[key], key
     got, want = shown_figures["mttr"], expected["mttr"]
     assert got["capped"] == want["capped"]
@@ -120,6 +138,10 @@ def test_the_page_shows_the_figures_of_every_row_cold_and_warm(client, operator,
     client.force_login(operator)
     expected = read_every_row({}, days)
     assert expected["mttr"]["overall"]["count"] > 2 and expected["causes"]
+    assert {t["attribution"]: t["outages"] > 0 for t in expected["downtime"]["totals"]} == {
+        "provider": True,
+        "customer": True,
+    }
     same(shown(client, days), expected)  # cold: computed and cached
     same(shown(client, days), expected)  # warm: the settled days from the cache
 
@@ -204,6 +226,19 @@ def test_a_node_moved_or_a_cluster_renamed_takes_its_figures_along(
     figures = shown(client, 90)
     assert "c-north" in [c["cluster"] for c in figures["mttr"]["clusters"]]
     same(figures, read_every_row({}, 90))
+
+
+def test_a_back_dated_state_change_rewrites_the_downtime_of_a_settled_day(
+    client, operator, history, django_capture_on_commit_callbacks
+):
+    client.force_login(operator)
+    shown(client, 30)
+    n = history["nodes"][11]  # no outage of its own yet
+    with django_capture_on_commit_callbacks(execute=True):
+        change(n, NOW - 20 * D, S.PRODUCTION, S.TRIAGE, actor="operator")
+        change(n, NOW - 20 * D + 5 * H, S.TRIAGE, S.PRODUCTION, actor="operator")
+    figures = shown(client, 30)
+    same(figures, read_every_row({}, 30))
 
 
 def test_a_node_saved_for_its_state_keeps_the_cache(client, operator, history):
