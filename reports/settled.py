@@ -36,8 +36,8 @@ from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.core.cache import cache
-from django.db import transaction
-from django.db.models import Case, F, Max, Q, QuerySet, When
+from django.db import connection, transaction
+from django.db.models import Case, DurationField, ExpressionWrapper, F, FloatField, Func, Max, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -232,25 +232,45 @@ class Recoveries:
         )
 
 
+class _Epoch(Func):
+    """Seconds since the epoch of a timestamp, or in an interval, as PostgreSQL counts them."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::float8"
+    output_field = FloatField()
+
+
 def _recoveries(remediations: QuerySet[Remediation], where: Q) -> Recoveries:
     """The newest ``MAX_RECOVERIES`` recoveries matching ``where``."""
     # The finding's time copied onto the remediation, or its own start when the finding is gone:
     # the same clock as summary.mttr, read from the remediation row alone.
     began = Coalesce(Case(When(finding_id__isnull=False, then=F("finding_created"))), F("created"))
-    rows = (
-        remediations.filter(where, status=Status.SUCCEEDED)
+    recoveries = (
+        remediations.filter(where, status=Status.SUCCEEDED, finished__isnull=False)
         .annotate(began=began)
         .order_by("-finished")
-        .values_list("node__cluster__name", "began", "finished")[: summary.MAX_RECOVERIES]
     )
     index: dict[str, int] = {}
     found = Recoveries([], array("I"), array("d"), array("d"))
-    for name, start, end in rows:
-        if end is None:  # not a recovery; succeeded ones have finished
-            continue
-        found.cluster.append(index.setdefault(name or "", len(index)))
-        found.seconds.append(max((end - start).total_seconds(), 0.0))
-        found.finished.append(end.timestamp())
+    if connection.vendor == "postgresql":
+        # Seconds computed by PostgreSQL as summary.mttr's statement does: parsing two timestamps
+        # per row in Python took most of a cold request's CPU (20,000 recoveries).
+        rows = recoveries.annotate(
+            seconds=_Epoch(ExpressionWrapper(F("finished") - F("began"), output_field=DurationField())),
+            at=_Epoch(F("finished")),
+        ).values_list("node__cluster__name", "seconds", "at")[: summary.MAX_RECOVERIES]
+        for name, seconds, at in rows:
+            found.cluster.append(index.setdefault(name or "", len(index)))
+            found.seconds.append(max(seconds, 0.0))
+            found.finished.append(at)
+    else:
+        for name, start, end in recoveries.values_list("node__cluster__name", "began", "finished")[
+            : summary.MAX_RECOVERIES
+        ]:
+            if end is None:  # excluded by the filter; the stubs do not know it
+                continue
+            found.cluster.append(index.setdefault(name or "", len(index)))
+            found.seconds.append(max((end - start).total_seconds(), 0.0))
+            found.finished.append(end.timestamp())
     found.names.extend(index)
     return found
 
