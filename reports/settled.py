@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Case, DurationField, ExpressionWrapper, F, FloatField, Func, Max, Q, QuerySet, When
@@ -123,7 +124,10 @@ def forget_if_before_today(at: datetime | None) -> None:
 
 
 def cached(part: str, ids: dict[str, int | None], days: Days, compute: Callable[[], T], generation: str) -> T:
-    """The part's figures of the settled days, from the cache or ``compute()`` (then stored)."""
+    """The part's figures of the settled days, from the cache or ``compute()`` (then stored).
+    Without a shared cache (``NODEWARDEN_SETTLED_CACHE``), always ``compute()``."""
+    if not settings.NODEWARDEN_SETTLED_CACHE:
+        return compute()
     key = f"reports:settled:{SHAPE}:{generation}:{part}:{ids.get('cluster_id')}:{ids.get('tenant_id')}:{days.first}:{days.end}"
     value: T | None = cache.get(key)
     if value is None:

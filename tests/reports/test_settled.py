@@ -249,3 +249,10 @@ def test_a_node_saved_for_its_state_keeps_the_cache(client, operator, history):
     n = history["nodes"][2]
     n.save(update_fields=["last_updated"])
     assert cache.get("reports:settled:generation") == generation
+
+
+def test_without_a_shared_cache_every_request_reads_every_row(client, operator, history, settings):
+    settings.NODEWARDEN_SETTLED_CACHE = False
+    client.force_login(operator)
+    same(shown(client, 30), read_every_row({}, 30))
+    assert not [key for key in cache._cache if ":reports:settled:1:" in key]  # locmem's own keys
