@@ -4,13 +4,15 @@ longer change once, then only its edges (the partial first day, today) per reque
 A day is **settled** once it is over by ``SETTLE``: the rows these figures count are written with
 the time they are written at (a finding's ``created``, a recovery's ``finished``: ``timezone.now()``
 in the services), so a day that is over gets no new rows but for a transaction still open across
-midnight (``SETTLE`` covers it) and for back-dated writes (an import, a seed, the admin).
+midnight (``SETTLE`` covers it) and for back-dated writes (a state change recorded late, which
+``followups`` sees; an import or a seed, which ends with ``outages.rebuild`` as every bulk load).
 
 The cache holds one entry per part, scope (cluster, tenant) and block of settled days, keyed by a
 **generation**: a random string in the cache that ``forget`` replaces, after commit, whenever something may
-change a settled day's figures: a finding or a successful remediation saved into a past day, a node
-created, deleted or saved with its placement (the reports count by the node's cluster and tenant
-now), a bulk load (``outages.rebuild``). Entries of an old generation are never read again (they
+change a settled day's figures: a state change recorded into a past day, a node moved to another
+cluster or tenant or deleted (the reports count by the node's cluster and tenant now;
+``nodes.followups.cluster_changed``), a bulk load (``outages.rebuild``). The clusters' and tenants'
+names are part of the key (a rename reads anew). Entries of an old generation are never read again (they
 expire). A reader takes the generation before it reads the database, so an entry computed from data
 a concurrent write changed is stored under the generation that write replaces: never read. One the
 cache evicts is replaced by a new random one, never by an old value. So the figures are exactly
@@ -19,14 +21,14 @@ those of reading every row of the period (``tests/reports/test_settled.py`` comp
 What is cached: the availability charts' node-hours per day (``statecounts.daily_counts``; the last
 day rolled up is left out, the roll-up may rewrite it), the failure causes' counts, and the newest
 ``MAX_RECOVERIES`` recoveries (cluster name and seconds each) from which time to recover's
-percentiles are computed exactly, as PostgreSQL's percentile_cont does (a cluster renamed retires
-the entries too), and the downtime of the outages begun and over within the settled days (a
+percentiles are computed exactly, as PostgreSQL's percentile_cont does, and the downtime of the outages begun and over within the settled days (a
 back-dated state change retires it). Remediations by rung (an open remediation climbs rungs for
 days) and Day 1 yield are read as before.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from array import array
 from collections import Counter, defaultdict
@@ -42,6 +44,7 @@ from django.db.models import Case, DurationField, ExpressionWrapper, F, FloatFie
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from fleet.models import Cluster, Tenant
 from health.models import Finding
 from nodes import statecounts
 from nodes.models import DailyStateCount
@@ -104,12 +107,19 @@ def settled_days(since: datetime, until: datetime, now: datetime | None = None) 
 
 
 def generation() -> str:
-    """The cache's current generation (a new one when it has none)."""
+    """The cache's current generation (a new one when it has none), with the clusters' and tenants'
+    names: the cached figures carry them, so a rename or a deletion reads anew (two small reads)."""
     current = cache.get(GENERATION_KEY)
     if current is None:
         cache.add(GENERATION_KEY, uuid.uuid4().hex, None)
         current = cache.get(GENERATION_KEY) or "none"
-    return str(current)
+    names = repr(
+        (
+            list(Cluster.objects.order_by("pk").values_list("pk", "name")),
+            list(Tenant.objects.order_by("pk").values_list("pk", "name")),
+        )
+    )
+    return f"{current}-{hashlib.blake2b(names.encode(), digest_size=8).hexdigest()}"
 
 
 def forget() -> None:
