@@ -29,6 +29,7 @@ days) and Day 1 yield are read as before.
 from __future__ import annotations
 
 import hashlib
+import logging
 import uuid
 from array import array
 from collections import Counter, defaultdict
@@ -43,6 +44,7 @@ from django.db import connection, transaction
 from django.db.models import Case, DurationField, ExpressionWrapper, F, FloatField, Func, Max, Q, QuerySet, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from fleet.models import Cluster, Tenant
 from health.models import Finding
@@ -55,6 +57,7 @@ from remediation.summary import percentile
 from . import charts, outages, summary
 from .flows import DAY, midnight
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 SETTLE = timedelta(minutes=10)  # a day's rows are all committed this long after it ends
 TTL = 2 * 24 * 3600  # seconds: an entry is read for a day (its block then moves on), kept a day longer
@@ -108,11 +111,17 @@ def settled_days(since: datetime, until: datetime, now: datetime | None = None) 
 
 def generation() -> str:
     """The cache's current generation (a new one when it has none), with the clusters' and tenants'
-    names: the cached figures carry them, so a rename or a deletion reads anew (two small reads)."""
-    current = cache.get(GENERATION_KEY)
-    if current is None:
-        cache.add(GENERATION_KEY, uuid.uuid4().hex, None)
-        current = cache.get(GENERATION_KEY) or "none"
+    names: the cached figures carry them, so a rename or a deletion reads anew (two small reads).
+    "" when the cache does not answer: the page then reads every row."""
+    try:
+        current = cache.get(GENERATION_KEY)
+        if current is None:
+            cache.add(GENERATION_KEY, uuid.uuid4().hex, None)
+            # Evicted at once: a generation of our own, which no later reader takes.
+            current = cache.get(GENERATION_KEY) or uuid.uuid4().hex
+    except RedisError as exc:
+        log.warning("reports: the cache does not answer, reading every row: %s", exc)
+        return ""
     names = repr(
         (
             list(Cluster.objects.order_by("pk").values_list("pk", "name")),
@@ -123,8 +132,18 @@ def generation() -> str:
 
 
 def forget() -> None:
-    """After commit, start a new generation: every cached entry is retired (a settled day's figures may have changed)."""
-    transaction.on_commit(lambda: cache.set(GENERATION_KEY, uuid.uuid4().hex, None))
+    """After commit, start a new generation: every cached entry is retired (a settled day's figures
+    may have changed)."""
+    transaction.on_commit(_new_generation)
+
+
+def _new_generation() -> None:
+    try:
+        cache.set(GENERATION_KEY, uuid.uuid4().hex, None)
+    except RedisError:
+        # After commit: the write stands, the page must not fail. Entries it should retire may
+        # be read until their block moves on (a day) or the cache is flushed: say so loudly.
+        log.exception("reports: could not retire the cached figures of settled days (flush the cache)")
 
 
 def forget_if_before_today(at: datetime | None) -> None:
@@ -136,13 +155,19 @@ def forget_if_before_today(at: datetime | None) -> None:
 def cached(part: str, ids: dict[str, int | None], days: Days, compute: Callable[[], T], generation: str) -> T:
     """The part's figures of the settled days, from the cache or ``compute()`` (then stored).
     Without a shared cache (``NODEWARDEN_SETTLED_CACHE``), always ``compute()``."""
-    if not settings.NODEWARDEN_SETTLED_CACHE:
+    if not settings.NODEWARDEN_SETTLED_CACHE or not generation:
         return compute()
     key = f"reports:settled:{SHAPE}:{generation}:{part}:{ids.get('cluster_id')}:{ids.get('tenant_id')}:{days.first}:{days.end}"
-    value: T | None = cache.get(key)
+    try:
+        value: T | None = cache.get(key)
+    except RedisError:
+        return compute()
     if value is None:
         value = compute()
-        cache.set(key, value, TTL)
+        try:
+            cache.set(key, value, TTL)
+        except RedisError:
+            log.warning("reports: could not cache %s", part)
     return value
 
 

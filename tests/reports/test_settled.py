@@ -14,6 +14,7 @@ from django.db import connection
 from django.forms.models import model_to_dict
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from redis.exceptions import RedisError
 
 from health.models import Finding
 from nodes import followups, statecounts
@@ -22,7 +23,7 @@ from nodes.choices import NodeState as S
 from nodes.models import Node, StateCountSnapshot
 from remediation.choices import Status
 from remediation.models import Remediation
-from reports import charts, outages, summary
+from reports import charts, outages, settled, summary
 from reports.filters import period_of
 from tests.factories import ClusterFactory, NodeFactory, TenantFactory
 
@@ -263,3 +264,23 @@ def test_a_node_given_to_another_tenant_in_the_admin_retires_the_cache(
     with django_capture_on_commit_callbacks(execute=True):
         node_admin.save_model(request, form.save(commit=False), form, change=True)
     same(shown(client, 90, tenant="acme"), read_every_row({"tenant": history["acme"]}, 90))
+
+
+class _Unreachable:
+    """A cache that does not answer, as Redis down does (a stand-in: the tests' cache is in memory)."""
+
+    def __getattr__(self, name):
+        def fail(*args, **kwargs):
+            raise RedisError("Connection refused")
+
+        return fail
+
+
+def test_without_an_answering_cache_the_page_reads_every_row(
+    client, operator, history, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(settled, "cache", _Unreachable())
+    client.force_login(operator)
+    same(shown(client, 30), read_every_row({}, 30))
+    with django_capture_on_commit_callbacks(execute=True):  # a retiring write commits all the same
+        settled.forget()
