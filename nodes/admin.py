@@ -82,10 +82,21 @@ class NodeAdmin(admin.ModelAdmin[Node]):
 
     def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
         """An inventory edit (the admin's change view runs in one transaction); a node moved to
-        another cluster takes the rows other apps derive from its placement along."""
+        another cluster or tenant takes the rows other apps derive from its placement along."""
         super().save_model(request, obj, form, change)
-        if change and "cluster" in form.changed_data:
+        if change and {"cluster", "tenant"} & set(form.changed_data):
             followups.cluster_changed(obj)
+
+    def delete_model(self, request: HttpRequest, obj: Node) -> None:
+        """A node deleted leaves its placement (its history goes with it): derived rows follow."""
+        super().delete_model(request, obj)
+        followups.cluster_changed(obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        nodes = list(queryset)
+        super().delete_queryset(request, queryset)
+        for node in nodes:
+            followups.cluster_changed(node)
 
     @admin.action(description="Force state (audited, reason required)", permissions=["force_state"])
     def force_state_action(self, request: HttpRequest, queryset: QuerySet[Node]) -> HttpResponse | None:

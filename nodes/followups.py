@@ -127,6 +127,6 @@ def state_changed(event: NodeEvent) -> None:
 
 
 def cluster_changed(node: Node) -> None:
-    """A node was saved with another cluster: its derived rows follow it."""
+    """A node was saved with another cluster or tenant, or deleted: its derived rows follow it."""
     for record in ON_CLUSTER_CHANGE:
         record(node)

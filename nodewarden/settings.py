@@ -497,6 +497,10 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# The fleet report caches the figures of settled days (reports/settled.py) only in a cache every
+# process shares: a write retires them in the cache, and one process's memory would keep them.
+NODEWARDEN_SETTLED_CACHE = env.bool("NODEWARDEN_SETTLED_CACHE", bool(REDIS_URL))
+
 
 # The scrapers' networks for /metrics (CIDRs, comma-separated): a client there needs no token.
 # None by default, the loopback included (docs/reports.md, "Prometheus metrics").

@@ -38,8 +38,13 @@ class Outage(models.Model):
 
     class Meta:
         ordering = ["-started"]
-        # started: the fleet's outages of a period; (node, started): a page of nodes, and the rewrite.
-        indexes = [models.Index(fields=["started"]), models.Index(fields=["node", "started"])]
+        # started: the fleet's outages of a period; (node, started): a page of nodes, and the rewrite;
+        # ended: the outages still open or over since the report's settled days (reports.settled).
+        indexes = [
+            models.Index(fields=["started"]),
+            models.Index(fields=["node", "started"]),
+            models.Index(fields=["ended"], name="reports_outage_ended"),
+        ]
 
     def __str__(self) -> str:
         return f"node {self.node_id}: {self.started:%Y-%m-%d %H:%M} to {self.ended or 'now'}"

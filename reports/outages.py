@@ -185,7 +185,7 @@ def _live_outages_sql(scope: Scope, since: datetime, until: datetime) -> tuple[s
 
 
 def _outages_sql(
-    scope: Scope, since: datetime, until: datetime, *, cluster: bool = False
+    scope: Scope, since: datetime, until: datetime, *, cluster: bool = False, block: Block | None = None
 ) -> tuple[str, dict[str, Any]]:
     """Per outage overlapping the period: node, start, end (NULL: still out), seconds in the
     period, attribution, the initiating change and its actor; read from the ``Outage`` rows, cut
@@ -195,6 +195,16 @@ def _outages_sql(
     params: dict[str, Any] = {"since": _ts(since), "until": _ts(until), "lower": _ts(since - LOOKBACK)}
     where = ["o.started >= %(lower)s", "o.started < %(until)s", "(o.ended IS NULL OR o.ended > %(since)s)"]
     where += _scope_sql("o", scope, params)
+    if block is not None:
+        params.update(block_start=_ts(block.start), block_end=_ts(block.end))
+        # Inside: begun and over within the block. Outside, each arm is an index's range (started,
+        # ended; IS NULL is indexed too), so only the outages around the block's edges are read.
+        where.append(
+            "o.started >= %(block_start)s AND o.ended < %(block_end)s"
+            if block.inside
+            else "((o.started >= %(lower)s AND o.started < %(block_start)s) OR o.ended IS NULL"
+            " OR o.ended >= %(block_end)s)"
+        )
     sql = f"""
         WITH stored AS (
             SELECT o.node_id, o.started,
@@ -233,6 +243,12 @@ def rebuild(node_ids: Sequence[int] | None = None) -> int:
         cursor.execute(delete)
         cursor.execute(insert, params)
         written: int = cursor.rowcount  # the DB-API cursor is Any to mypy
+        if node_ids is None:
+            # A rebuild of every node follows a bulk load, whose rows no save announced: the cached
+            # figures of settled days are retired with it (settled imports this module).
+            from .settled import forget
+
+            forget()
         return written
 
 
@@ -341,10 +357,23 @@ def count_outages(scope: Scope, since: datetime, until: datetime) -> int:
     return int(_fetch(sql + " SELECT COUNT(*) FROM attributed", params)[0][0])
 
 
-def downtime_by_attribution(scope: Scope, since: datetime, until: datetime) -> list[dict[str, Any]]:
-    """Per cluster (id; None for none) and attribution: outages and node-seconds of downtime in the period.
+@dataclass(frozen=True)
+class Block:
+    """Days inside a period (``reports.settled``): the outages begun and over within them
+    (``inside``), whose figures do not depend on the period around them, or all the others."""
+
+    start: datetime
+    end: datetime
+    inside: bool
+
+
+def downtime_by_attribution(
+    scope: Scope, since: datetime, until: datetime, *, block: Block | None = None
+) -> list[dict[str, Any]]:
+    """Per cluster (id; None for none) and attribution: outages and node-seconds of downtime in the period
+    (of the outages inside or outside ``block`` only, when given).
     The cluster is the row's copy of the node's (no join of tens of thousands of outages to the nodes)."""
-    sql, params = _outages_sql(scope, since, until, cluster=True)
+    sql, params = _outages_sql(scope, since, until, cluster=True, block=block)
     sql += (
         " SELECT cluster_id, attribution, COUNT(*), SUM(seconds) FROM attributed"
         " GROUP BY cluster_id, attribution ORDER BY cluster_id, attribution"

@@ -36,10 +36,10 @@ FABRIC_RULE = "ib_fabric"
 
 
 def _stats(seconds: list[float]) -> dict[str, Any]:
-    return _figures(len(seconds), percentile(seconds, 50), percentile(seconds, 90))
+    return figures(len(seconds), percentile(seconds, 50), percentile(seconds, 90))
 
 
-def _figures(count: int, median: float | None, p90: float | None) -> dict[str, Any]:
+def figures(count: int, median: float | None, p90: float | None) -> dict[str, Any]:
     return {
         "count": count,
         "median_s": median,
@@ -111,7 +111,7 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
             params,
         )
         return {
-            None if total else name: _figures(count, median, p90)
+            None if total else name: figures(count, median, p90)
             for total, name, count, median, p90 in cursor.fetchall()
         }
 
@@ -119,13 +119,24 @@ def _recovery_stats_in_sql(recoveries: QuerySet[Remediation]) -> dict[str | None
 def failure_causes(findings: QuerySet[Finding], period: Period) -> list[dict[str, Any]]:
     """Findings of the period (shadow ones left out) by component and cause: the rule, the XID for
     XID rules, the discrepancy kind for fabric findings. Commonest first, the top ``TOP_CAUSES``."""
-    rows = list(
-        findings.filter(shadow=False, created__gte=period.since, created__lt=period.until)
+    return causes_of(cause_counts(findings.filter(created__gte=period.since, created__lt=period.until)))
+
+
+def cause_counts(findings: QuerySet[Finding]) -> list[dict[str, Any]]:
+    """The findings (shadow ones left out) counted per rule, XID and fabric kind: one query."""
+    return [
+        dict(row)
+        for row in findings.filter(shadow=False)
         .annotate(fabric_kind=KT("evidence__kind"))
         .values("rule", "xid", "fabric_kind")
         .annotate(n=Count("id"))
         .order_by("-n", "rule")
-    )
+    ]
+
+
+def causes_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``cause_counts`` rows named and ranked: per component and cause, commonest first, the top
+    ``TOP_CAUSES`` (one query for the XIDs' names)."""
     xids = {r["xid"] for r in rows if r["xid"] is not None}
     xid_names = dict(XidDefinition.objects.filter(xid__in=xids).values_list("xid", "name")) if xids else {}
     kinds = dict(DiscrepancyKind.choices)
@@ -198,7 +209,11 @@ def downtime_totals(totals: dict[str, tuple[int, float]]) -> dict[str, Any]:
 
 def downtime(scope: outages.Scope, period: Period) -> dict[str, Any]:
     """Node-hours of downtime in the period, provider's and customer's, over all and per cluster."""
-    rows = outages.downtime_by_attribution(scope, period.since, period.until)
+    return downtime_of(outages.downtime_by_attribution(scope, period.since, period.until))
+
+
+def downtime_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``downtime`` of ``outages.downtime_by_attribution`` rows (one query for the clusters' names)."""
     names = dict(
         Cluster.objects.filter(pk__in={r["cluster_id"] for r in rows if r["cluster_id"]}).values_list("pk", "name")
     )

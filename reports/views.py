@@ -42,7 +42,7 @@ from nodewarden.throttling import AuthFailureThrottle, too_many_failures_respons
 from remediation.models import Remediation
 from validation.summary import day1_yield
 
-from . import availability, charts, flows, metrics, outages, summary
+from . import availability, charts, flows, metrics, outages, settled, summary
 from .filters import Period, ReportForm
 
 PAGE_SIZE = 50
@@ -140,16 +140,6 @@ class FleetScope:
         )
         return rows
 
-    def daily_counts(self, by: str) -> list[statecounts.DayCount]:
-        """Node-hours per day, availability bucket and ``by`` of the scope in the period (daily roll-ups)."""
-        return statecounts.daily_counts(
-            self.period.since,
-            self.period.until,
-            by=by,
-            scope={k: v for k, v in self.ids.items() if v is not None},
-            buckets=charts.AVAILABILITY_BUCKETS,
-        )
-
     def transition_counts(self) -> list[dict[str, Any]]:
         """The period's flows: the fleet's from the daily roll-up, a cluster's or tenant's from the changes."""
         if self.cluster or self.tenant:
@@ -181,8 +171,13 @@ def overview(request: HttpRequest) -> HttpResponse:
     transitions = scope.transition_counts()
     for flow in transitions:
         flow["url"] = scope.flow_link(flow["source"], flow["target"])
-    causes = summary.failure_causes(scope.of_nodes(Finding), period)
-    downtime = summary.downtime(outages.Scope(**scope.ids), period)
+    # The settled days' figures come from the cache (``settled``); the generation is read before any
+    # row, so figures a concurrent write changes are stored where no reader looks.
+    generation, ids = settled.generation(), {"cluster_id": scope.ids["cluster_id"], "tenant_id": scope.ids["tenant_id"]}
+    days = settled.settled_days(period.since, period.until)
+    causes = settled.failure_causes(scope.of_nodes(Finding), ids, days, generation)
+    hours = settled.availability(ids, period.since, period.until, generation)
+    downtime = settled.downtime(outages.Scope(**scope.ids), ids, days, generation)
     return render(
         request,
         "reports/overview.html",
@@ -192,9 +187,9 @@ def overview(request: HttpRequest) -> HttpResponse:
             **_picker(request, period),
             "cluster": scope.cluster,
             "tenant": scope.tenant,
-            "availability_clusters": charts.availability_over_time(scope.daily_counts("cluster__name")),
-            "availability_tenants": charts.availability_over_time(scope.daily_counts("tenant__name")),
-            "mttr": summary.mttr(remediations, period),
+            "availability_clusters": charts.availability_over_time(hours["cluster__name"]),
+            "availability_tenants": charts.availability_over_time(hours["tenant__name"]),
+            "mttr": settled.mttr(remediations, ids, days, generation),
             "causes": causes,
             "components": summary.failures_by_component(causes),
             "causes_chart": charts.failure_causes(causes),

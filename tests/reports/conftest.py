@@ -36,6 +36,12 @@ D = timedelta(days=1)
 SYSTEM, USER = "system", "user"
 
 
+@pytest.fixture(autouse=True)
+def settled_cache(settings):
+    """The report's cache of settled days on, as with Redis (one process here: its memory is shared)."""
+    settings.NODEWARDEN_SETTLED_CACHE = True
+
+
 @pytest.fixture
 def frozen():
     with time_machine.travel(NOW, tick=False):
