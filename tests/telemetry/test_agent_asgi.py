@@ -336,3 +336,21 @@ async def other(app: AgentReportsApp, method: str, path: str) -> tuple[int, dict
         lambda: connection.close()
     )()  # the connection of Django's sync thread, before the database goes
     return sent[0]["status"], {}, b"".join(m.get("body", b"") for m in sent[1:])
+
+
+@override_settings(NODEWARDEN_INGEST_GROUP_WAIT_MS=2000, NODEWARDEN_INGEST_GROUP_MAX=2)
+def test_a_request_carrying_an_xid_jumps_the_queue(app, nodes, monkeypatch):
+    groups: list[list[int]] = []
+    original = groupcommit.ingest_group
+
+    def counting(batches: list[Any], *, source: str) -> list[Any]:
+        groups.append([node_id for node_id, _ in batches])
+        return original(batches, source=source)
+
+    monkeypatch.setattr("telemetry.api.asgi.ingest_group", counting)
+    requests = [(json.dumps(make_batch(node.hostname, start=T0)).encode(), bearer(token)) for node, token in nodes]
+    node, token = nodes[2]
+    requests.append((json.dumps(xid_batch(node.hostname, T0 + timedelta(minutes=10))).encode(), bearer(token)))
+    answers = post_all(app, requests)  # four requests queued in this order, the XID's last; groups of two
+    assert [a[0] for a in answers] == [200] * 4
+    assert groups == [[node.pk, nodes[0][0].pk], [nodes[1][0].pk, node.pk]]  # the XID's request went first
