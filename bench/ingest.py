@@ -2,7 +2,8 @@
 
 What it measures, in one run on one machine (figures are only comparable as ratios):
 (a) end-to-end throughput: realistic 8-GPU H100 reports POSTed over HTTP to
-    /api/agent/reports/ (gunicorn, keep-alive connections, one token per node),
+    /api/agent/reports/ (the ASGI ingest app under uvicorn, or --server granian / gunicorn;
+    keep-alive connections from a uvloop client, one token per node),
     validated, stored in PostgreSQL (history, latest state) and run through the
     health rules, in reports/s. Two shapes: one report per request (the steady
     state: every node every 30 s) and 50 reports per request (a node flushing its
@@ -18,7 +19,10 @@ Target (issue 3): >= 3,000 reports/s end to end (90,000 nodes at 30 s) and withi
 third of the raw ceiling; XID p99 < 200 ms.
 
 Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
-server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 3]
+server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 2]
+[--server uvicorn|granian|gunicorn] [--compare]. CPU per report is printed per party (server
+processes, PostgreSQL, clients) from /proc and getrusage over the measured window: on a shared
+machine it is the steadier figure.
 """
 
 from __future__ import annotations
@@ -588,6 +592,7 @@ def main() -> None:
         f"end to end, {BATCH_FLUSH} reports/request: {batch.rate:8,.0f} reports/s  ({batch.accepted:,} accepted, "
         f"{batch.errors} errors)"
     )
+    print(f"  CPU per report: {cpu_line(batch)} (the per-request cost spread over {BATCH_FLUSH} reports)")
     print(
         f"  first report of each node to a fresh server (cold token cache, worker boot): {one.warm_rate:,.0f} reports/s"
     )

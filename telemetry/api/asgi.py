@@ -15,7 +15,7 @@ Guarantees, as on the WSGI road: a 2xx only after the commit that holds the repo
 recognised (a node's second request in a group sees its first); each refusal is the request's own
 (4xx, recorded as an IngestRejection); a group whose ingest fails for another reason than a
 database error is rolled back whole and every request of it is answered 500; requests carrying
-XID events go first in the queue and in their group. Backpressure: past NODEWARDEN_INGEST_QUEUE_LIMIT waiting
+XID events jump the queue and go in a group of their own. Backpressure: past NODEWARDEN_INGEST_QUEUE_LIMIT waiting
 requests the endpoint answers 503 + Retry-After at once, counted for /metrics.
 
 Any other path goes to Django's own ASGI handler, so an agent pointed at this server works
@@ -61,11 +61,13 @@ XID_MARK = b'"xid"'  # the key of every XID event in the JSON ("xid_events" is a
 class _Arrival:
     """One queued request: the Django request the writer vets, and where its answer goes."""
 
-    __slots__ = ("answer", "arrived_at", "request", "size")
+    __slots__ = ("answer", "arrived_at", "request", "size", "xid")
 
-    def __init__(self, request: HttpRequest, size: int, answer: asyncio.Future[Answer], arrived_at: float) -> None:
+    def __init__(self, request: HttpRequest, body: bytes, answer: asyncio.Future[Answer], arrived_at: float) -> None:
         self.request = request
-        self.size = size
+        self.size = len(body)
+        # A guess from the bytes (the key of every XID event), for order only: the writer vets it as any other.
+        self.xid = XID_MARK in body
         self.answer = answer
         self.arrived_at = arrived_at
 
@@ -102,10 +104,8 @@ class AgentReportsApp:
             await _send(send, _unavailable("The portal's ingest queue is full; resend after Retry-After."))
             return
         answer: asyncio.Future[Answer] = loop.create_future()
-        arrival = _Arrival(request, len(body), answer, loop.time())
-        if XID_MARK in body:
-            # An XID may be catastrophic: its request jumps the queue, as on the WSGI road (a guess
-            # from the bytes, for order only: the writer decodes and vets it as any other).
+        arrival = _Arrival(request, body, answer, loop.time())
+        if arrival.xid:  # an XID may be catastrophic: its request jumps the queue, as on the WSGI road
             self._queue.insert(0, arrival)
         else:
             self._queue.append(arrival)
@@ -152,8 +152,9 @@ class AgentReportsApp:
 
     def _take(self, limit: int) -> list[_Arrival]:
         count = size = 0
+        xids = self._queue[0].xid  # a group of XIDs alone: their answers wait for no one's reports
         for arrival in self._queue:
-            if count and (count >= limit or size + arrival.size > GROUP_BYTES):
+            if count and (count >= limit or size + arrival.size > GROUP_BYTES or arrival.xid != xids):
                 break
             count += 1
             size += arrival.size
