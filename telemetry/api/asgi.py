@@ -110,11 +110,11 @@ class AgentReportsApp:
         else:
             self._queue.append(arrival)
         self._wake()
-        try:
-            reply = await asyncio.wait_for(asyncio.shield(answer), WAIT_SECONDS)
-        except TimeoutError:
-            # The report may still be committed later; the agent's resend is then a duplicate.
-            reply = _unavailable("The reports could not be stored in time; resend after Retry-After.")
+        # A timer, not wait_for: no task per request. Past it the report may still be committed
+        # later; the agent's resend is then a duplicate.
+        timer = loop.call_later(WAIT_SECONDS, _too_late, answer)
+        reply = await answer
+        timer.cancel()
         await _send(send, reply)
 
     def _wake(self) -> None:
@@ -179,6 +179,11 @@ class AgentReportsApp:
             await asyncio.sleep(0.1)
         await asyncio.get_running_loop().run_in_executor(self._executor, _close_connection)
         self._executor.shutdown(wait=True)
+
+
+def _too_late(answer: asyncio.Future[Answer]) -> None:
+    if not answer.done():
+        answer.set_result(_unavailable("The reports could not be stored in time; resend after Retry-After."))
 
 
 def ingest_arrivals(requests: list[HttpRequest], busy: int) -> list[Answer]:

@@ -14,6 +14,7 @@ import gzip
 import itertools
 import json
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -352,3 +353,23 @@ def test_a_request_carrying_an_xid_jumps_the_queue_into_a_group_of_its_own(app, 
     # The XID's request went first, in a group of its own: its answer waits for no one else's reports.
     assert groups == [[node.pk], [nodes[0][0].pk, nodes[1][0].pk], [node.pk]]
     assert XidRecord.objects.filter(node=node, xid=79).exists()
+
+
+def test_a_group_slower_than_the_wait_answers_503_and_the_resend_is_a_duplicate(app, nodes, monkeypatch):
+    original = groupcommit.commit_group
+
+    def slow(group: list[Any]) -> None:
+        time.sleep(1.0)  # a writer far behind (a lock wait, a slow disk)
+        original(group)
+
+    monkeypatch.setattr(groupcommit, "commit_group", slow)
+    monkeypatch.setattr("telemetry.api.asgi.WAIT_SECONDS", 0.2)
+    node, token = nodes[0]
+    body = json.dumps(make_batch(node.hostname, start=T0)).encode()
+    status, headers, _ = post(app, body, bearer(token))
+    assert (status, headers["retry-after"]) == (
+        503,
+        str(groupcommit.RETRY_AFTER_SECONDS),
+    )  # never a 2xx before the commit
+    monkeypatch.setattr("telemetry.api.asgi.WAIT_SECONDS", 30.0)
+    assert json.loads(post(app, body, bearer(token))[2]) == {"accepted": 0, "duplicates": 1}  # committed meanwhile
