@@ -2,7 +2,7 @@
 
 What it measures, in one run on one machine (figures are only comparable as ratios):
 (a) end-to-end throughput: realistic 8-GPU H100 reports POSTed over HTTP to
-    /api/agent/reports/ (the ASGI ingest app under uvicorn, or --server granian / gunicorn;
+    /api/agent/reports/ (the ASGI ingest app under granian as deployed, or --server uvicorn / gunicorn;
     keep-alive connections from a uvloop client, one token per node),
     validated, stored in PostgreSQL (history, latest state) and run through the
     health rules, in reports/s. Two shapes: one report per request (the steady
@@ -20,7 +20,7 @@ third of the raw ceiling; XID p99 < 200 ms.
 
 Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
 server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 2]
-[--server uvicorn|granian|gunicorn] [--compare]. CPU per report is printed per party (server
+[--server granian|uvicorn|gunicorn] [--compare [SERVER ...]]. CPU per report is printed per party (server
 processes, PostgreSQL, clients) from /proc and getrusage over the measured window: on a shared
 machine it is the steadier figure.
 """
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -406,7 +407,7 @@ def postmaster_pid() -> int:
 
 # --- The server -------------------------------------------------------------------
 
-SERVERS = ("uvicorn", "granian", "gunicorn")
+SERVERS = ("granian", "uvicorn", "gunicorn")
 
 
 @dataclass
@@ -528,9 +529,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--clients", type=int, default=3, help="client processes")
     parser.add_argument("--connections", type=int, default=16, help="keep-alive connections per client process")
-    parser.add_argument("--server", choices=SERVERS, default="uvicorn", help="gunicorn: the WSGI road (before)")
+    parser.add_argument("--server", choices=SERVERS, default="granian", help="gunicorn: the WSGI road (before)")
     parser.add_argument(
-        "--compare", action="store_true", help="only the 1 report/request load, on each server in turn (CPU per report)"
+        "--compare",
+        nargs="*",
+        choices=SERVERS,
+        help="only the 1 report/request load, on each server named (default: all) in turn, with CPU per report",
     )
     parser.add_argument("--workers", type=int, default=2, help="server processes (the scale-out figure uses 1 too)")
     # gunicorn: gthread keeps the agents' connections open, as a fleet behind a load balancer would, and its
@@ -561,8 +565,8 @@ def main() -> None:
             server.proc.terminate()
             server.proc.wait()
 
-    if args.compare:
-        compare(serve, args.workers)
+    if args.compare is not None:
+        compare(serve, args.workers, args.compare or SERVERS)
         return
     one = serve(1, [("single", {"per_request": 1, "offset": 0})])["single"]
     runs = serve(
@@ -614,10 +618,10 @@ def cpu_line(load: Load) -> str:
     return f"{parties}; all {sum(load.cpu_ms.values()):.2f} ms"
 
 
-def compare(serve: Any, workers: int) -> None:
+def compare(serve: Any, workers: int, servers: Iterable[str]) -> None:
     """The same 1 report/request load against each server, back to back: rate and CPU per report."""
     accepted = 0
-    for n, kind in enumerate(SERVERS):
+    for n, kind in enumerate(servers):
         load = serve(workers, [("single", {"per_request": 1, "offset": 300_000 + 100_000 * n})], kind)["single"]
         accepted += load.accepted + load.warm
         print(

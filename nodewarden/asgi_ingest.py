@@ -1,6 +1,7 @@
 """ASGI entry point of the ingest process group: the agent report endpoint's own road
 (telemetry.api.asgi: grouped, one writer thread), every other path to Django's ASGI handler.
 
+    granian --interface asgi --loop uvloop --no-ws nodewarden.asgi_ingest:application   (bin/serve ingest)
     uvicorn nodewarden.asgi_ingest:application --loop uvloop --http httptools --no-proxy-headers
 """
 

@@ -1,5 +1,5 @@
-"""The agent report endpoint as an ASGI app: POST /api/agent/reports/ under a server with a C or
-Rust HTTP parser (uvicorn with httptools and uvloop; nodewarden.asgi_ingest is its entry point).
+"""The agent report endpoint as an ASGI app: POST /api/agent/reports/ under a server with a Rust or
+C HTTP parser (granian as deployed, or uvicorn with httptools; nodewarden.asgi_ingest is its entry point).
 
 At fleet scale that endpoint is nearly every request the portal gets, and one report per request
 is the steady state: per-request Python (the HTTP parsing, a thread per request, Django's handler)
