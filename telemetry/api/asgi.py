@@ -13,10 +13,13 @@ and builds each answer (``answer_agent_reports``). Each request is answered only
 
 Guarantees, as on the WSGI road: a 2xx only after the commit that holds the report; duplicates
 recognised (a node's second request in a group sees its first); each refusal is the request's own
-(4xx, recorded as an IngestRejection); a group whose ingest fails for another reason than a
-database error is rolled back whole and every request of it is answered 500; requests carrying
-XID events jump the queue and go in a group of their own. Backpressure: past NODEWARDEN_INGEST_QUEUE_LIMIT waiting
-requests the endpoint answers 503 + Retry-After at once, counted for /metrics.
+(4xx, recorded as an IngestRejection); a group that hits a database error is ingested again one
+request at a time (``commit_group``), and a request that still fails is answered 503 +
+Retry-After; a group whose ingest fails otherwise is rolled back whole and each of its requests
+answered 500; a request not answered within WAIT_SECONDS gets 503 (its resend is then a
+duplicate if the report was committed after all). Requests carrying XID events jump the queue
+into a group of their own. Backpressure: past NODEWARDEN_INGEST_QUEUE_LIMIT waiting requests the
+endpoint answers 503 + Retry-After at once, counted for /metrics.
 
 Any other path goes to Django's own ASGI handler, so an agent pointed at this server works
 unchanged (its check, state and command requests are ordinary Django views); a deployment
