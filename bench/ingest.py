@@ -2,7 +2,8 @@
 
 What it measures, in one run on one machine (figures are only comparable as ratios):
 (a) end-to-end throughput: realistic 8-GPU H100 reports POSTed over HTTP to
-    /api/agent/reports/ (gunicorn, keep-alive connections, one token per node),
+    /api/agent/reports/ (the ASGI ingest app under granian as deployed, or --server uvicorn / gunicorn;
+    keep-alive connections from a uvloop client, one token per node),
     validated, stored in PostgreSQL (history, latest state) and run through the
     health rules, in reports/s. Two shapes: one report per request (the steady
     state: every node every 30 s) and 50 reports per request (a node flushing its
@@ -18,23 +19,28 @@ Target (issue 3): >= 3,000 reports/s end to end (90,000 nodes at 30 s) and withi
 third of the raw ceiling; XID p99 < 200 ms.
 
 Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
-server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 3]
+server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 2]
+[--server granian|uvicorn|gunicorn] [--compare [SERVER ...]]. CPU per report is printed per party (server
+processes, PostgreSQL, clients) from /proc and getrusage over the measured window: on a shared
+machine it is the steadier figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import multiprocessing as mp
 import os
+import resource
 import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -145,6 +151,44 @@ def _post(conn: http.client.HTTPConnection, token: str, body: bytes) -> tuple[in
     return response.status, response.read()
 
 
+class Template:
+    """A report's JSON as bytes around its two placeholders: a request is a few joins, no JSON."""
+
+    def __init__(self, hostname: str, token: str, template: str) -> None:
+        head, rest = template.split("REPORT_ID_PLACEHOLDER")
+        middle, tail = rest.split("COLLECTED_AT_PLACEHOLDER")
+        self.parts = (head.encode(), middle.encode(), tail.encode())
+        self.head = (
+            f"POST /api/agent/reports/ HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: "
+        ).encode()
+
+    def request(self, whens: list[datetime]) -> bytes:
+        head, middle, tail = self.parts
+        reports = b",".join(
+            b"".join((head, uuid.uuid4().hex.encode(), middle, when.isoformat().encode(), tail)) for when in whens
+        )
+        body = b'{"reports":[' + reports + b"]}"
+        return b"".join((self.head, str(len(body)).encode(), b"\r\n\r\n", body))
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, bytes]:
+    """One request on a keep-alive connection; the status and the body of its answer."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    lower = head.lower()
+    if b"transfer-encoding: chunked" in lower:  # gunicorn's answers (the WSGI road) carry no length
+        chunks = []
+        while size := int((await reader.readuntil(b"\r\n"))[:-2], 16):
+            chunks.append((await reader.readexactly(size + 2))[:-2])
+        await reader.readuntil(b"\r\n")
+        return status, b"".join(chunks)
+    at = lower.find(b"content-length:")
+    length = int(lower[at + 15 : lower.index(b"\r\n", at)]) if at >= 0 else 0
+    return status, await reader.readexactly(length)
+
+
 def load_client(
     port: int,
     fleet: list[tuple[str, str, str]],
@@ -155,46 +199,65 @@ def load_client(
     results: mp.Queue,
     start: Any,
 ) -> None:
-    """One client process: ``connections`` keep-alive connections (threads), each round-robin over
-    its share of the nodes until time is up, as many agents posting at once would.
+    """One client process: ``connections`` keep-alive connections on one uvloop event loop, each
+    round-robin over its share of the nodes until time is up, as many agents posting at once
+    would; requests are pre-built bytes (no HTTP library, no JSON encoding) so that the client is
+    not the cap. Still one report per request, each answer read and counted.
 
     The steady state is measured, not a cold start: each connection first posts one report of
     each node of its share, uncounted, so the server's workers have booted and hold the tokens
     in their caches (as they do a minute after a restart); then all client processes start the
     measured ``seconds`` together (``start``, a barrier across processes)."""
-    totals = [(0, 0, 0, 0)] * connections
-    ends = [0.0] * connections
-    warmed = [0] * connections  # reports accepted in the warm-up: stored too, so counted for "missing"
-    began = [0.0]
+    import uvloop
 
-    def release() -> None:
-        start.wait()
-        began[0] = time.perf_counter()
+    results.put(uvloop.run(_load(port, fleet, per_request, seconds, offset, connections, start)))
 
-    warm = threading.Barrier(connections, action=release)
+
+async def _load(
+    port: int,
+    fleet: list[tuple[str, str, str]],
+    per_request: int,
+    seconds: float,
+    offset: int,
+    connections: int,
+    start: Any,
+) -> tuple[Any, ...]:
+    loop = asyncio.get_running_loop()
+    templates = [Template(hostname, token, template) for hostname, token, template in fleet]
+    streams = [await asyncio.open_connection("127.0.0.1", port) for _ in range(connections)]
     warm_started = time.perf_counter()
 
-    def agent_connection(i: int) -> None:
-        share = fleet[i::connections]
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    async def warm_up(i: int) -> int:
+        reader, writer = streams[i]
+        share = templates[i::connections]
         first = START + timedelta(seconds=30 * (offset * per_request - len(share) - 1))
-        for k, (_hostname, token, template) in enumerate(share):
-            body = ('{"reports":[' + fill(template, first + timedelta(seconds=30 * k)) + "]}").encode()
-            status, payload = _post(conn, token, body)
+        warmed = 0
+        for k, template in enumerate(share):
+            status, payload = await _exchange(reader, writer, template.request([first + timedelta(seconds=30 * k)]))
             if status == 200:
-                warmed[i] += json.loads(payload)["accepted"]
-        warm.wait()
-        deadline = began[0] + seconds
+                warmed += json.loads(payload)["accepted"]
+        return warmed
+
+    warmed = sum(await asyncio.gather(*(warm_up(i) for i in range(connections))))
+    warm_seconds = time.perf_counter() - warm_started
+    await loop.run_in_executor(None, start.wait)
+    began = time.perf_counter()
+    cpu_began = _own_cpu()
+    deadline = began + seconds
+
+    async def measured(i: int) -> tuple[int, int, int, int]:
+        reader, writer = streams[i]
+        share = templates[i::connections]
         sent = accepted = errors = busy = step = 0
         while time.perf_counter() < deadline:
-            _hostname, token, template = share[step % len(share)]
+            template = share[step % len(share)]
             base = START + timedelta(seconds=30 * (offset + step // len(share)) * per_request)
-            reports = [fill(template, base + timedelta(seconds=30 * k)) for k in range(per_request)]
-            body = ('{"reports":[' + ",".join(reports) + "]}").encode()
-            status, payload = _post(conn, token, body)
+            status, payload = await _exchange(
+                reader, writer, template.request([base + timedelta(seconds=30 * k) for k in range(per_request)])
+            )
             if status == 503:  # backpressure: the agent keeps the report and resends after Retry-After
                 busy += 1
-                time.sleep(0.05)
+                await asyncio.sleep(0.05)
                 continue
             sent += per_request
             if status == 200:
@@ -204,16 +267,19 @@ def load_client(
                 if errors < 3:
                     print(f"  HTTP {status}: {payload[:300]!r}", file=sys.stderr)
             step += 1
-        totals[i] = (sent, accepted, errors, busy)
-        ends[i] = time.perf_counter()
+        return sent, accepted, errors, busy
 
-    threads = [threading.Thread(target=agent_connection, args=(i,)) for i in range(connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    measured = max(ends) - began[0]
-    results.put((*(sum(t[k] for t in totals) for k in range(4)), measured, sum(warmed), began[0] - warm_started))
+    totals = await asyncio.gather(*(measured(i) for i in range(connections)))
+    measured_seconds = time.perf_counter() - began
+    cpu = _own_cpu() - cpu_began
+    for _reader, writer in streams:
+        writer.close()
+    return (*(sum(t[k] for t in totals) for k in range(4)), measured_seconds, warmed, warm_seconds, cpu)
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results: mp.Queue, start: Any) -> None:
@@ -250,10 +316,11 @@ class Load:
     latencies: list[float]
     warm: int  # accepted in the uncounted warm-up
     warm_rate: float  # reports/s of the warm-up: each node's first report to a fresh server (tokens unknown)
+    cpu_ms: dict[str, float]  # CPU per report accepted in the measured window, per party (server, PostgreSQL, client)
 
 
 def run_load(
-    port: int,
+    server: Server,
     fleet: list[tuple[str, str, str]],
     *,
     clients: int,
@@ -264,8 +331,9 @@ def run_load(
     probe: int = 0,
 ) -> Load:
     results: mp.Queue = mp.Queue()
-    start = mp.Barrier(clients + (1 if probe else 0))
+    start = mp.Barrier(clients + (1 if probe else 0) + 1)  # and this process: it reads the CPU counters
     share = [fleet[i::clients] for i in range(clients)]
+    port = server.port
     procs = [
         mp.Process(target=load_client, args=(port, share[i], per_request, seconds, offset, connections, results, start))
         for i in range(clients)
@@ -275,7 +343,10 @@ def run_load(
         procs.append(mp.Process(target=xid_probe, args=(port, fleet[:50], probe, probe_q, start)))
     for p in procs:
         p.start()
+    start.wait()
+    before = (tree_cpu(server.proc.pid), tree_cpu(server.postmaster))
     totals = [results.get() for _ in range(clients)]
+    after = (tree_cpu(server.proc.pid), tree_cpu(server.postmaster))
     latencies, probed = probe_q.get() if probe else ([], 0)
     for p in procs:
         p.join()
@@ -283,10 +354,69 @@ def run_load(
     accepted = sum(t[1] for t in totals)
     warm = sum(t[5] for t in totals)
     errors, busy = sum(t[2] for t in totals), sum(t[3] for t in totals)
-    return Load(accepted / elapsed, accepted + probed, errors, busy, latencies, warm, warm / max(t[6] for t in totals))
+    counted = max(1, accepted + probed)
+    cpu_ms = {
+        "server": (after[0] - before[0]) / counted * 1e3,
+        "PostgreSQL": (after[1] - before[1]) / counted * 1e3,
+        "client": sum(t[7] for t in totals) / counted * 1e3,
+    }
+    warm_rate = warm / max(t[6] for t in totals)
+    return Load(accepted / elapsed, accepted + probed, errors, busy, latencies, warm, warm_rate, cpu_ms)
+
+
+# --- CPU from /proc -----------------------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of a process and all its descendants, living or reaped."""
+    stats: dict[int, tuple[int, float, float]] = {}  # pid -> (ppid, own, reaped children's)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) ": state is fields[0]
+        ppid = int(fields[1])
+        own = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        reaped = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+        stats[int(entry)] = (ppid, own, reaped)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1] + stats[pid][2]
+            todo.extend(children.get(pid, []))
+    return total
+
+
+def postmaster_pid() -> int:
+    """This benchmark's PostgreSQL server: the parent of this connection's backend."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    raw = Path(f"/proc/{backend}/stat").read_text()
+    return int(raw[raw.rindex(")") + 2 :].split()[1])
 
 
 # --- The server -------------------------------------------------------------------
+
+SERVERS = ("granian", "uvicorn", "gunicorn")
+
+
+@dataclass
+class Server:
+    """A running ingest server: its process, its port, and the PostgreSQL server it writes to."""
+
+    proc: subprocess.Popen
+    port: int
+    postmaster: int
 
 
 def free_port() -> int:
@@ -295,37 +425,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(workers: int, worker_class: str, threads: int) -> tuple[subprocess.Popen, int]:
+def server_command(server: str, port: int, workers: int, worker_class: str, threads: int) -> list[str]:
+    """The ingest server as deployed (docs/production.md): the ASGI app under uvicorn (httptools,
+    uvloop) or granian, or the WSGI portal under gunicorn (the road before the ASGI one)."""
+    bin_dir = Path(sys.executable).parent
+    if server == "uvicorn":
+        return [
+            *(str(bin_dir / "uvicorn"), "nodewarden.asgi_ingest:application", "--port", str(port)),
+            *("--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--no-proxy-headers"),
+            *("--no-access-log", "--log-level", "warning", "--timeout-keep-alive", "30"),
+        ]
+    if server == "granian":
+        return [
+            *(str(bin_dir / "granian"), "--interface", "asgi", "--port", str(port), "--workers", str(workers)),
+            *("--loop", "uvloop", "--no-ws", "--log-level", "warning", "nodewarden.asgi_ingest:application"),
+        ]
+    return [
+        *(str(bin_dir / "gunicorn"), "nodewarden.wsgi:application", "--bind", f"127.0.0.1:{port}"),
+        *("--workers", str(workers), "--worker-class", worker_class, "--threads", str(threads)),
+        *("--keep-alive", "30", "--log-level", "warning"),
+    ]
+
+
+def start_server(server: str, workers: int, worker_class: str, threads: int) -> Server:
     port = free_port()
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    proc = subprocess.Popen(
-        [
-            str(gunicorn),
-            "nodewarden.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--worker-class",
-            worker_class,
-            "--threads",
-            str(threads),
-            "--keep-alive",
-            "30",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env={**os.environ, "DEBUG": "0"},
-    )
-    for _ in range(200):
+    command = server_command(server, port, workers, worker_class, threads)
+    proc = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "DEBUG": "0"})
+    for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, port
+            return Server(proc, port, postmaster_pid())
         except OSError:
             time.sleep(0.05)
     proc.kill()
-    raise SystemExit("gunicorn did not start")
+    raise SystemExit(f"{server} did not start")
 
 
 # --- The raw ceiling -------------------------------------------------------------
@@ -396,8 +529,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--clients", type=int, default=3, help="client processes")
     parser.add_argument("--connections", type=int, default=16, help="keep-alive connections per client process")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn processes (the scale-out figure uses 1 too)")
-    # gthread keeps the agents' connections open, as a fleet behind a load balancer would, and its
+    parser.add_argument("--server", choices=SERVERS, default="granian", help="gunicorn: the WSGI road (before)")
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        choices=SERVERS,
+        help="only the 1 report/request load, on each server named (default: all) in turn, with CPU per report",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="server processes (the scale-out figure uses 1 too)")
+    # gunicorn: gthread keeps the agents' connections open, as a fleet behind a load balancer would, and its
     # threads are what telemetry.groupcommit groups; sync workers close every connection.
     parser.add_argument("--worker-class", choices=["sync", "gthread"], default="gthread")
     parser.add_argument("--threads", type=int, default=32, help="threads per gthread worker")
@@ -408,7 +548,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     print(
         f"PostgreSQL {connection.cursor().connection.info.server_version}; {os.cpu_count()} CPUs; "
-        f"{args.nodes} nodes x 8 GPUs; gunicorn {args.workers} {args.worker_class} workers x {args.threads} threads; "
+        f"{args.nodes} nodes x 8 GPUs; {args.server} x {args.workers} processes"
+        f"{f' ({args.worker_class} x {args.threads} threads)' if args.server == 'gunicorn' else ''}; "
         f"{args.clients} client processes x {args.connections} connections; "
         f"group commit wait {os.environ.get('NODEWARDEN_INGEST_GROUP_WAIT_MS', 'default')} ms"
     )
@@ -416,14 +557,17 @@ def main() -> None:
     connection.close()
     load = {"clients": args.clients, "connections": args.connections, "seconds": args.seconds}
 
-    def serve(workers: int, runs: list[tuple[str, dict[str, int]]]) -> dict[str, Load]:
-        server, port = start_server(workers, args.worker_class, args.threads)
+    def serve(workers: int, runs: list[tuple[str, dict[str, int]]], kind: str = args.server) -> dict[str, Load]:
+        server = start_server(kind, workers, args.worker_class, args.threads)
         try:
-            return {name: run_load(port, fleet, **load, **extra) for name, extra in runs}  # type: ignore[arg-type]
+            return {name: run_load(server, fleet, **load, **extra) for name, extra in runs}  # type: ignore[arg-type]
         finally:
-            server.terminate()
-            server.wait()
+            server.proc.terminate()
+            server.proc.wait()
 
+    if args.compare is not None:
+        compare(serve, args.workers, args.compare or SERVERS)
+        return
     one = serve(1, [("single", {"per_request": 1, "offset": 0})])["single"]
     runs = serve(
         args.workers,
@@ -444,6 +588,7 @@ def main() -> None:
         f"end to end, 1 report/request:   {single.rate:8,.0f} reports/s  ({single.accepted:,} accepted, "
         f"{single.errors} errors)  goal 2,500: {single.rate / 2500:.2f}"
     )
+    print(f"  CPU per report: {cpu_line(single)}")
     print(
         f"  with 1 ingest process:        {one.rate:8,.0f} reports/s  (2 processes / 1: {single.rate / one.rate:.2f})"
     )
@@ -451,6 +596,7 @@ def main() -> None:
         f"end to end, {BATCH_FLUSH} reports/request: {batch.rate:8,.0f} reports/s  ({batch.accepted:,} accepted, "
         f"{batch.errors} errors)"
     )
+    print(f"  CPU per report: {cpu_line(batch)} (the per-request cost spread over {BATCH_FLUSH} reports)")
     print(
         f"  first report of each node to a fresh server (cold token cache, worker boot): {one.warm_rate:,.0f} reports/s"
     )
@@ -464,6 +610,24 @@ def main() -> None:
         f"(n={len(lat_ms)}, under load, {xid.errors} load errors; goal p99 < 200 ms: {p99 / 200:.2f} of it)"
     )
     print(f"503 + Retry-After (backpressure), resent by the clients: {busy:,}")
+    print(f"reports stored: {stored:,}; accepted and missing: {max(0, accepted - stored):,} (goal 0)")
+
+
+def cpu_line(load: Load) -> str:
+    parties = ", ".join(f"{party} {ms:.2f} ms" for party, ms in load.cpu_ms.items())
+    return f"{parties}; all {sum(load.cpu_ms.values()):.2f} ms"
+
+
+def compare(serve: Any, workers: int, servers: Iterable[str]) -> None:
+    """The same 1 report/request load against each server, back to back: rate and CPU per report."""
+    accepted = 0
+    for n, kind in enumerate(servers):
+        load = serve(workers, [("single", {"per_request": 1, "offset": 300_000 + 100_000 * n})], kind)["single"]
+        accepted += load.accepted + load.warm
+        print(
+            f"{kind:9} x {workers}: {load.rate:7,.0f} reports/s, {load.errors} errors, {load.busy} 503s; CPU per report: {cpu_line(load)}"
+        )
+    stored = count_stored()
     print(f"reports stored: {stored:,}; accepted and missing: {max(0, accepted - stored):,} (goal 0)")
 
 

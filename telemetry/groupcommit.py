@@ -190,6 +190,23 @@ def commit_group(group: list[_Request]) -> None:
         request.done.set()  # only now: the commit (or the failure) is final
 
 
+def ingest_group(batches: list[tuple[int, list[AgentReport]]], *, source: str) -> list[IngestResult | Exception]:
+    """``commit_group`` for a caller that gathers the group itself (the ASGI endpoint's writer,
+    telemetry.api.asgi): each (node id, reports) gets its result or its own error, after the commit.
+    Raises what is not ingest's own (the whole group rolled back)."""
+    if not batches:
+        return []
+    group = [_Request(node_id, reports, source) for node_id, reports in batches]
+    commit_group(group)
+    return [r.result if r.result is not None else _as_exception(r.error) for r in group]
+
+
+def _as_exception(error: BaseException | None) -> Exception:
+    if isinstance(error, Exception):
+        return error
+    return DatabaseError("the ingest writer gave no result")
+
+
 def _rounds(group: list[_Request]) -> list[list[_Request]]:
     """The group as rounds in which each node appears once (ingest_many's rule), in arrival order:
     a node's second request goes in the next round and sees the first one's reports. Within a
@@ -208,13 +225,13 @@ def _rounds(group: list[_Request]) -> list[list[_Request]]:
     return [sorted(round_, key=lambda request: request.node_id) for round_ in split if round_]
 
 
-def count_busy() -> None:
-    """Count one IngestBusy answer where /metrics reads it (the shared cache, all processes)."""
+def count_busy(count: int = 1) -> None:
+    """Count IngestBusy answers where /metrics reads them (the shared cache, all processes)."""
     try:
-        cache.incr(BUSY_COUNTER_KEY)
+        cache.incr(BUSY_COUNTER_KEY, count)
     except ValueError:  # the first one (or the cache was flushed)
         cache.add(BUSY_COUNTER_KEY, 0, timeout=None)
-        cache.incr(BUSY_COUNTER_KEY)
+        cache.incr(BUSY_COUNTER_KEY, count)
     except Exception:  # a count must never turn a 503 into a 500
         log.warning("could not count an ingest 503", exc_info=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -41,10 +42,10 @@ from schedulers.reactions import out_of_production_cause, scheduler_reason
 from .. import commands, dcgm_exporter
 from ..auth import AgentAuthError, AgentIdentity, AgentThrottled, AgentTokenAuthentication, identify_agent
 from ..groupcommit import RETRY_AFTER_SECONDS, IngestBusy, ingest_request
-from ..ingest import IngestRefused
+from ..ingest import IngestRefused, IngestResult
 from ..models import AgentCommand, GpuState, NodeHealth
 from ..rejections import BodyTooLarge, read_body, reject
-from ..schema import MAX_GPUS, decode_batch
+from ..schema import MAX_GPUS, AgentReport, decode_batch
 from ..series import FIELDS, MAX_WINDOW, gpu_series
 from . import serializers
 
@@ -58,6 +59,31 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
         return JsonResponse(
             error_body("POST a ReportBatch.", "method_not_allowed", error="method not allowed"), status=405
         )
+    vetted = vet_agent_reports(request)
+    if isinstance(vetted, JsonResponse):
+        return vetted
+    try:
+        outcome: IngestResult | Exception = ingest_request(vetted.node_id, vetted.reports, source="agent")
+    except (IngestRefused, Node.DoesNotExist, IngestBusy, DatabaseError) as exc:
+        outcome = exc
+    return answer_agent_reports(request, vetted, outcome)  # after the commit
+
+
+@dataclass(frozen=True)
+class VettedReports:
+    """An agent request that passed authentication, the body limit, decoding and the node check."""
+
+    node_id: int
+    hostname: str
+    reports: list[AgentReport]
+    body: bytes
+
+
+def vet_agent_reports(request: HttpRequest) -> VettedReports | JsonResponse:
+    """Everything before ingest: the token, the body, the decoding, the node; or the refusal.
+
+    Shared by both roads to ingest (this view, grouped by telemetry.groupcommit, and the ASGI
+    endpoint of telemetry.api.asgi), so that they answer alike."""
     try:
         agent = identify_agent(request.headers.get("Authorization"), request)
     except AgentThrottled as exc:
@@ -82,21 +108,31 @@ def agent_reports(request: HttpRequest) -> JsonResponse:
     if foreign:
         detail = f"This token belongs to {agent.hostname!r}; the batch has reports for {', '.join(map(repr, foreign))}."
         return refuse(403, "wrong node", detail, body)
-    try:
-        result = ingest_request(agent.node_id, reports, source="agent")  # returns after the commit
-    except IngestRefused as exc:
-        return refuse(400, "invalid report", str(exc), body)
-    except Node.DoesNotExist:
+    return VettedReports(agent.node_id, agent.hostname, reports, body)
+
+
+def answer_agent_reports(
+    request: HttpRequest, vetted: VettedReports, outcome: IngestResult | Exception
+) -> JsonResponse:
+    """The answer to a vetted request once its ingest is final: its result, or its own error.
+    An exception of another kind than ingest's own is raised again (a 500)."""
+    if isinstance(outcome, IngestResult):
+        return JsonResponse({"accepted": outcome.accepted, "duplicates": outcome.duplicates})
+    if isinstance(outcome, IngestRefused):
+        return _refuser(request, "agent", vetted.node_id, vetted.hostname)(
+            400, "invalid report", str(outcome), vetted.body
+        )
+    if isinstance(outcome, Node.DoesNotExist):
         return JsonResponse(
             error_body("The token's node no longer exists.", "unauthorized", error="unauthorized"), status=401
         )
-    except IngestBusy as exc:
-        return _unavailable("The portal's ingest queue is full; resend after Retry-After.", exc.retry_after)
-    except DatabaseError:
+    if isinstance(outcome, IngestBusy):
+        return _unavailable("The portal's ingest queue is full; resend after Retry-After.", outcome.retry_after)
+    if isinstance(outcome, DatabaseError):
         # Nothing of this request was committed: the agent keeps the reports and resends them.
-        log.exception("ingest failed for node %s", agent.node_id)
+        log.error("ingest failed for node %s", vetted.node_id, exc_info=outcome)
         return _unavailable("The reports could not be stored; resend after Retry-After.", RETRY_AFTER_SECONDS)
-    return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+    raise outcome
 
 
 def _unavailable(detail: str, retry_after: int) -> JsonResponse:

@@ -28,7 +28,7 @@ from nodewarden.celery import QUEUE_NAMES
 from tests.conftest import IN_CI
 
 ROOT = settings.BASE_DIR
-APP_SERVICES = ("web", "worker", "beat")
+APP_SERVICES = ("web", "ingest", "worker", "beat")
 
 
 @pytest.fixture(scope="module")
@@ -132,11 +132,19 @@ def test_web_migrates_then_serves_on_the_published_port(services):
         assert "ports" not in services[name], f"{name} must not be reachable from outside"
 
 
+def test_ingest_serves_the_asgi_app_once_web_has_migrated(services):
+    ingest = services["ingest"]
+    command = shlex.split(command_of(ingest))
+    assert command[:3] == ["granian", "--interface", "asgi"] and command[-1] == "nodewarden.asgi_ingest:application"
+    assert ingest["ports"] == [f"127.0.0.1:8001:{command[command.index('--port') + 1]}"]  # loopback only
+    assert ingest["depends_on"]["web"] == {"condition": "service_healthy"}
+
+
 def test_every_program_the_services_run_is_installed_by_the_image(services):
     installed = project_dependencies()
     for name in APP_SERVICES:
         command = command_of(services[name])
-        for program in ("gunicorn", "celery"):
+        for program in ("gunicorn", "granian", "celery"):
             if re.search(rf"(^|\s){program}\s", command):
                 assert program in installed, f"{name} runs {program}, which pyproject.toml does not install"
 
