@@ -94,6 +94,7 @@ WIRED: dict[str, Wired] = {
     ),
     # --- fabric
     "NODEWARDEN_GPU_FENCING": Wired("NODEWARDEN_GPU_FENCING", "false", False, "sometimes"),
+    "NODEWARDEN_SETTLED_CACHE": Wired("NODEWARDEN_SETTLED_CACHE", "true", True, "sometimes"),
     "NODEWARDEN_FABRIC_COLLECT": Wired("NODEWARDEN_FABRIC_COLLECT", "yes", True, "maybe"),
     "NODEWARDEN_FABRIC_COLLECT_HOURS": Wired("NODEWARDEN_FABRIC_COLLECT_HOURS", "0.5", 0.5, "1x5"),
     "NODEWARDEN_FABRIC_TOOL_TIMEOUT": Wired("NODEWARDEN_FABRIC_TOOL_TIMEOUT", "30", 30, "long"),

@@ -18,6 +18,7 @@ from nodes.services import Actor
 from nodewarden.celery import app as celery_app
 from repairs import services
 from tests.factories import NodeFactory, RackFactory
+from tests.oncommit import committed
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def eager(django_capture_on_commit_callbacks) -> Iterator[Callable[[], Any]]:
     """Tasks run inline, and on-commit callbacks run when the block ends: ``with eager(): ...``."""
     celery_app.conf.task_always_eager = True
     try:
-        yield lambda: django_capture_on_commit_callbacks(execute=True)
+        yield committed(django_capture_on_commit_callbacks)
     finally:
         celery_app.conf.task_always_eager = False
 

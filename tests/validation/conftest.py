@@ -18,6 +18,7 @@ from telemetry.ingest import ingest_reports
 from telemetry.schema import AgentReport
 from telemetry.testing import make_report
 from tests.factories import NodeFactory
+from tests.oncommit import committed
 
 
 @pytest.fixture
@@ -26,7 +27,7 @@ def eager(django_capture_on_commit_callbacks) -> Iterator[Callable[[], Any]]:
     ``with eager(): ...``. Callbacks queued by those tasks run too, in order."""
     celery_app.conf.task_always_eager = True
     try:
-        yield lambda: django_capture_on_commit_callbacks(execute=True)
+        yield committed(django_capture_on_commit_callbacks)
     finally:
         celery_app.conf.task_always_eager = False
 
