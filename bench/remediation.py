@@ -180,7 +180,8 @@ def stop_worker(worker: Worker) -> None:
 
 
 def start_gunicorn(stack: contextlib.ExitStack) -> int:
-    server, port = start_server(2, "sync", 1)
+    running = start_server("gunicorn", 2, "sync", 1)  # the whole portal (the WSGI road), as bin/serve runs it
+    server, port = running.proc, running.port
 
     def stop() -> None:
         server.terminate()
