@@ -27,10 +27,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Max
+from django.db import connection
+from django.db.models import Count, Max
 from django.utils import timezone
 
-from fleet.models import Cluster
+from fleet.models import Cluster, HardwareProfile
 from nodes.choices import ACTIVE_KINDS, NodeState, RunKind, RunStatus
 from nodes.models import Node, Run
 from nodes.services import Actor
@@ -165,6 +166,70 @@ def coverage(freshness: list[NodeFreshness], by: str) -> list[Share]:
         fresh[name] += not item.due
         stale[name].update(d.kind for d in item.due)
     return [Share(name, nodes[name], fresh[name], dict(stale[name])) for name in sorted(nodes)]
+
+
+def fleet_coverage(now: datetime) -> dict[str, list[Share]]:
+    """``coverage`` of every production node by "cluster", "profile" and "fleet", counted in the database.
+
+    What ``coverage(fleet_freshness(now), by)`` gives, without a row per node in Python (/metrics at
+    100,000 nodes took 1.2 s building them): one query counts the production nodes per (cluster,
+    profile), one the stale nodes per (cluster, profile, kind) and per (cluster, profile). A kind is
+    stale on a node when its last passed run finished before ``now`` less the profile's target."""
+    node, run = Node._meta.db_table, Run._meta.db_table
+    cluster, profile = Cluster._meta.db_table, HardwareProfile._meta.db_table
+    groups = list(
+        Node.objects.filter(state=NodeState.PRODUCTION)
+        .values_list("cluster__name", "hardware_profile_id", "hardware_profile__name")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    owed = targets({row[1] for row in groups})
+    rows = [(pk, kind, now - target) for pk, kinds in owed.items() for kind, target in kinds.items()]
+    stale_kinds: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    stale_nodes: Counter[tuple[str, str]] = Counter()
+    if rows:
+        at = connection.ops.adapt_datetimefield_value
+        kinds = sorted({kind for _, kind, _ in rows})
+        values = ", ".join(["(%s, %s, %s)"] * len(rows))
+        per = (
+            f"WITH owed(profile_id, kind, cutoff) AS (VALUES {values}), "  # noqa: S608 - the models' tables; values are parameters
+            f"last_passed AS (SELECT node_id, kind, MAX(finished) AS finished FROM {run} "
+            f"WHERE status = %s AND finished IS NOT NULL AND kind IN ({', '.join(['%s'] * len(kinds))}) "
+            "GROUP BY node_id, kind), "
+            f"per AS (SELECT n.id AS node_id, COALESCE(c.name, '') AS cluster, p.name AS profile, o.kind AS kind, "
+            "CASE WHEN l.finished IS NULL OR l.finished < o.cutoff THEN 1 ELSE 0 END AS stale "
+            f"FROM {node} n JOIN owed o ON o.profile_id = n.hardware_profile_id "
+            f"JOIN {profile} p ON p.id = n.hardware_profile_id LEFT JOIN {cluster} c ON c.id = n.cluster_id "
+            "LEFT JOIN last_passed l ON l.node_id = n.id AND l.kind = o.kind WHERE n.state = %s) "
+        )
+        params = [v for pk, kind, cutoff in rows for v in (pk, kind, at(cutoff))]
+        params += [RunStatus.PASSED, *kinds, NodeState.PRODUCTION]
+        # One statement: the stale nodes per kind, then (kind NULL) the nodes with any kind stale.
+        sql = per + (  # noqa: S608 - constant SQL over the models' tables; values are parameters
+            "SELECT cluster, profile, kind, SUM(stale) FROM per GROUP BY cluster, profile, kind UNION ALL "
+            "SELECT cluster, profile, NULL, COUNT(*) FROM (SELECT node_id, cluster, profile FROM per "
+            "GROUP BY node_id, cluster, profile HAVING SUM(stale) > 0) stale_node GROUP BY cluster, profile"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            for name, profile_name, kind, n in cursor.fetchall():
+                if kind is None:
+                    stale_nodes[(name, profile_name)] += int(n)
+                elif n:
+                    stale_kinds[(name, profile_name)][kind] += int(n)
+    result: dict[str, list[Share]] = {}
+    for by in ("cluster", "profile", "fleet"):
+        nodes: Counter[str] = Counter()
+        fresh: Counter[str] = Counter()
+        stale: dict[str, Counter[str]] = defaultdict(Counter)
+        for name, _, profile_name, n in groups:
+            key = (name or "", profile_name)
+            group = {"cluster": key[0], "profile": profile_name, "fleet": "fleet"}[by]
+            nodes[group] += n
+            fresh[group] += n - stale_nodes[key]
+            stale[group].update(stale_kinds[key])
+        result[by] = [Share(name, nodes[name], fresh[name], dict(stale[name])) for name in sorted(nodes)]
+    return result
 
 
 def keep_checks_fresh(now: datetime | None = None) -> int:

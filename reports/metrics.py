@@ -281,8 +281,8 @@ class FleetCollector(Collector):
     def _check_coverage(now: datetime) -> Iterator[Metric]:
         """Idle-time validation: the share of production nodes whose every owed active check is
         fresh, fleet-wide, per cluster and per hardware profile, and the stale nodes per cluster and kind."""
-        items = freshness.fleet_freshness(now)
-        by_cluster = freshness.coverage(items, "cluster")
+        shares = freshness.fleet_coverage(now)  # counted in the database: no row per node here
+        by_cluster = shares["cluster"]
         ratio = GaugeMetricFamily(
             "nodewarden_check_coverage_ratio",
             'Share of production nodes whose every owed active check is fresh, per cluster (cluster "": none).',
@@ -302,9 +302,9 @@ class FleetCollector(Collector):
             "Share of production nodes whose every owed active check is fresh, per hardware profile.",
             labels=["profile"],
         )
-        for share in freshness.coverage(items, "profile"):
+        for share in shares["profile"]:
             profiles.add_metric([share.name], share.ratio)
-        fleet = freshness.coverage(items, "fleet")
+        fleet = shares["fleet"]
         yield GaugeMetricFamily(
             "nodewarden_check_fleet_coverage_ratio",
             "Share of all production nodes whose every owed active check is fresh (1 with no production node).",

@@ -14,7 +14,7 @@ from checks import freshness
 from checks.models import FreshnessTarget
 from checks.tasks import keep_checks_fresh
 from nodes.choices import ACTIVE_KINDS, RunStatus
-from nodes.models import NodeEvent, Run
+from nodes.models import Node, NodeEvent, Run
 from tests.checks.conftest import report_health
 from tests.factories import ClusterFactory, HardwareProfileFactory, NodeFactory
 
@@ -200,6 +200,39 @@ def test_coverage_is_the_share_of_production_nodes_with_every_owed_check_fresh(s
         ("L40S", 0, 1),
     ]
     assert freshness.coverage(items, "fleet")[0].ratio == 0.5
+
+
+def test_the_fleets_coverage_counted_in_the_database_is_the_per_node_one(seeded, django_assert_max_num_queries):
+    """/metrics counts coverage in SQL (``fleet_coverage``): the same shares as the per-node road, on a
+    fleet with ages either side of each target, failed and never-run checks, a
+    kind a profile does not owe, a node without a cluster, and nodes out of production."""
+    import random
+
+    rng = random.Random(5)
+    now = timezone.now()
+    small = HardwareProfileFactory(name="A100", gpu_count=8)
+    FreshnessTarget.objects.create(profile=small, kind="dcgm_diag", max_age=2 * DAY)
+    FreshnessTarget.objects.create(profile=small, kind="memory_test", max_age=None)
+    clusters = [seeded, ClusterFactory(name="north"), None]
+    for i in range(40):
+        profile = {"hardware_profile": small} if i % 2 else {}
+        state = {"production": True} if i % 7 else {"triage": True}
+        node = NodeFactory(cluster=clusters[i % 3] or seeded, **profile, **state)
+        if clusters[i % 3] is None:
+            Node.objects.filter(pk=node.pk).update(cluster=None)
+        for kind in ACTIVE_KINDS:
+            for _ in range(rng.randint(0, 2)):
+                age = rng.choice([DAY, 2 * DAY, 3 * DAY, 4 * DAY, 8 * DAY, 31 * DAY])
+                passed(node, kind, age)
+            if rng.random() < 0.2:
+                Run.objects.create(node=node, kind=kind, status=RunStatus.FAILED, finished=now)
+    with django_assert_max_num_queries(3):  # the groups, the profiles' targets, the stale counts
+        counted = freshness.fleet_coverage(now)
+    items = freshness.fleet_freshness(now)
+    for by in ("cluster", "profile", "fleet"):
+        assert counted[by] == freshness.coverage(items, by), by
+    assert {s.name for s in counted["cluster"]} == {"", "east", "north", "west"}
+    assert any(s.stale_by_kind for s in counted["cluster"]) and any(s.fresh for s in counted["cluster"])
 
 
 def test_metrics_expose_coverage_and_stale_nodes_per_kind(client, seeded, settings):
