@@ -287,17 +287,10 @@ class XidIdentity(models.Model):
         return f"XID event {self.fingerprint} of node {self.node_id}"
 
 
-class GpuSampleHourly(models.Model):
-    """GpuSample rolled up per hour once raw rows pass TELEMETRY_RAW_RETENTION_DAYS; past
-    TELEMETRY_HOURLY_RETENTION_DAYS the hours become GpuSampleDaily.
+class GpuRollup(models.Model):
+    """The readings of a roll-up row (GpuSampleHourly, GpuSampleDaily): over its ``n`` samples the
+    averages, maxima and minima of what GpuSample holds, in the same narrow types."""
 
-    Averages are over the hour's ``n`` samples; re-running a roll-up over rows of an hour
-    already rolled up merges by weighting with ``n``."""
-
-    pk = models.CompositePrimaryKey("node", "hour", "gpu_index")
-    node = _history_node()
-    hour = models.DateTimeField()
-    gpu_index = models.PositiveSmallIntegerField()
     n = models.PositiveIntegerField()
     temperature_avg = _real()
     temperature_max = _real()
@@ -320,6 +313,22 @@ class GpuSampleHourly(models.Model):
     pcie_link_width_min = _small()
 
     class Meta:
+        abstract = True
+
+
+class GpuSampleHourly(GpuRollup):
+    """GpuSample rolled up per hour once raw rows pass TELEMETRY_RAW_RETENTION_DAYS; past
+    TELEMETRY_HOURLY_RETENTION_DAYS the hours become GpuSampleDaily.
+
+    Averages are over the hour's ``n`` samples; re-running a roll-up over rows of an hour
+    already rolled up merges by weighting with ``n``."""
+
+    pk = models.CompositePrimaryKey("node", "hour", "gpu_index")
+    node = _history_node()
+    hour = models.DateTimeField()
+    gpu_index = models.PositiveSmallIntegerField()
+
+    class Meta:
         verbose_name = "GPU sample (hourly)"
         verbose_name_plural = "GPU samples (hourly)"
 
@@ -332,7 +341,7 @@ class GpuSampleHourly(models.Model):
 LOAD_UTILIZATION_PCT = 80.0
 
 
-class GpuSampleDaily(models.Model):
+class GpuSampleDaily(GpuRollup):
     """GpuSampleHourly rolled up per day (UTC) once hourly rows pass TELEMETRY_HOURLY_RETENTION_DAYS.
 
     The same figures as the hourly row: minima of minima, maxima of maxima, averages weighted by
@@ -344,26 +353,6 @@ class GpuSampleDaily(models.Model):
     node = _history_node()
     day = models.DateTimeField(help_text="midnight UTC of the day")
     gpu_index = models.PositiveSmallIntegerField()
-    n = models.PositiveIntegerField()
-    temperature_avg = _real()
-    temperature_max = _real()
-    hbm_temperature_max = _real()
-    power_avg = _real()
-    power_max = _real()
-    utilization_avg = _real()
-    memory_used_max = _int()
-    ecc_volatile_corrected_max = _count()
-    ecc_volatile_uncorrected_max = _count()
-    ecc_aggregate_corrected_max = _count()
-    ecc_aggregate_uncorrected_max = _count()
-    remapped_rows_correctable_max = _count()
-    remapped_rows_uncorrectable_max = _count()
-    nvlink_crc_errors_max = _count()
-    nvlink_replay_errors_max = _count()
-    nvlink_recovery_errors_max = _count()
-    pcie_replay_count_max = _count()
-    pcie_link_gen_min = _small()
-    pcie_link_width_min = _small()
     load_n = models.PositiveIntegerField(default=0, help_text="samples in hours under load")
     load_temperature_avg = _real()
 
