@@ -332,3 +332,17 @@ def test_an_operators_queued_check_is_never_withdrawn(cluster, operator):
     expire_stale_checks(timezone.now() + 10 * UNCLAIMED_FRESHNESS_MAX_AGE)
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
+
+
+def test_a_fleet_that_owes_no_check_is_covered_counted_in_the_database_as_per_node(cluster):
+    profile = HardwareProfileFactory(name="CPU only", gpu_count=0)
+    for kind in ACTIVE_KINDS:
+        FreshnessTarget.objects.create(profile=profile, kind=kind, max_age=None)
+    NodeFactory(cluster=cluster, production=True, hardware_profile=profile)
+    NodeFactory(cluster=cluster, triage=True, hardware_profile=profile)
+    now = timezone.now()
+    counted = freshness.fleet_coverage(now)
+    items = freshness.fleet_freshness(now)
+    for by in freshness.BY:
+        assert counted[by] == freshness.coverage(items, by), by
+    assert [(s.nodes, s.fresh) for s in counted["fleet"]] == [(1, 1)]
