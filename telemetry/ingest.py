@@ -144,7 +144,7 @@ def ingest_many(
         return [_ingest_or_refusal(node_id, reports, source) for node_id, reports in batches]
     received_at = timezone.now()
     outcomes: list[IngestResult | IngestRefused | Node.DoesNotExist] = []
-    work = []
+    vetted = []
     for node_id, reports in batches:
         try:
             vet_reports(reports, now=received_at)
@@ -152,7 +152,14 @@ def ingest_many(
             outcomes.append(exc)
             continue
         outcomes.append(IngestResult())
-        work.append((len(outcomes) - 1, node_id, *_not_packed(node_id, *_unique_in_batch(reports), received_at)))
+        vetted.append((len(outcomes) - 1, node_id, *_unique_in_batch(reports)))
+    packed = packing.packed_report_times_of_nodes(
+        {node_id: _old_times(unique, received_at) for _, node_id, unique, _ in vetted}
+    )
+    work = [
+        (index, node_id, *_without_packed(unique, duplicates, packed.get(node_id)))
+        for index, node_id, unique, duplicates in vetted
+    ]
     consumer = consumers.CONSUMER
     extra = consumer.read_with_node if consumer is not None else None
     snapshots = store.read_nodes([w[1] for w in work], extra)
@@ -211,9 +218,19 @@ def _not_packed(
     """Drop the reports a pack of their hour holds already (``telemetry.packing``): a report resent
     after its hour was packed is a duplicate, as it was while raw (NodeReport's key). Only reports
     of hours the packing beat may have reached are looked up: the steady stream costs nothing."""
+    old = _old_times(unique, received_at)
+    return _without_packed(unique, duplicates, packing.packed_report_times(node_id, old) if old else None)
+
+
+def _old_times(unique: list[AgentReport], received_at: datetime) -> list[datetime]:
+    """The times of the reports whose hour the packing beat may have packed already."""
     bound = packing.floor_hour(received_at - packing.PACK_DELAY)
-    old = [r.collected_at for r in unique if r.collected_at < bound]
-    packed = packing.packed_report_times(node_id, old) if old else set()
+    return [r.collected_at for r in unique if r.collected_at < bound]
+
+
+def _without_packed(
+    unique: list[AgentReport], duplicates: int, packed: set[datetime] | None
+) -> tuple[list[AgentReport], int]:
     if not packed:
         return unique, duplicates
     kept = [r for r in unique if r.collected_at not in packed]

@@ -230,10 +230,20 @@ def packed_columns(
 
 def packed_report_times(node_id: int, times: list[datetime]) -> set[datetime]:
     """Of ``times``, those at which the node has a report in a pack (a resend of it is a duplicate)."""
-    hours = {floor_hour(t) for t in times}
-    if not hours:
-        return set()
-    found: set[datetime] = set()
-    for pack in TelemetryHourPack.objects.filter(node_id=node_id, hour__in=hours).only("hour", "blob"):
-        found.update(packformat.report_times(pack.hour, bytes(pack.blob)))
-    return found & set(times)
+    return packed_report_times_of_nodes({node_id: times}).get(node_id, set())
+
+
+def packed_report_times_of_nodes(times: dict[int, list[datetime]]) -> dict[int, set[datetime]]:
+    """``packed_report_times`` for several nodes in one statement (a group of ingest requests):
+    per node, those of its ``times`` at which a pack holds a report of it."""
+    wanted = {(node_id, floor_hour(t)) for node_id, node_times in times.items() for t in node_times}
+    if not wanted:
+        return {}
+    found: dict[int, set[datetime]] = {}
+    packs = TelemetryHourPack.objects.filter(
+        node_id__in={node_id for node_id, _ in wanted}, hour__in={hour for _, hour in wanted}
+    ).values_list("node_id", "hour", "blob")
+    for node_id, hour, blob in packs:
+        if (node_id, hour) in wanted:  # the statement's cross product holds pairs no one asked for
+            found.setdefault(node_id, set()).update(packformat.report_times(hour, bytes(blob)))
+    return {node_id: hits & set(times[node_id]) for node_id, hits in found.items() if hits & set(times[node_id])}

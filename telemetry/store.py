@@ -448,9 +448,13 @@ def read_nodes(node_ids: Sequence[int], extra: NodeRows | None = None) -> dict[i
     if key not in _node_reads:
         sql = _node_read_sql(extra)
         head, _, tail = sql.rpartition(" = %s) r")
-        _node_reads[key] = (f"{head} = ANY(%s)) r{tail}", msgspec.json.Decoder(_node_row_type(extra)).decode)
+        _node_reads[key] = (f"{head} = ANY(%s::bigint[])) r{tail}", msgspec.json.Decoder(_node_row_type(extra)).decode)
     sql, decode = _node_reads[key]
     with connection.cursor() as cursor:
+        # The planner's cost for a few dozen nodes' GPU rows passes jit_above_cost, and compiling
+        # the statement took 8 ms of a group's 10 (bench/ingest.py, pg_stat_statements): off, for
+        # this transaction only.
+        cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, [list(node_ids)] if extra is None else [extra.state, list(node_ids)])
         found = cursor.fetchall()
     snapshots = {}

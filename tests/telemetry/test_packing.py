@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 import time_machine
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from telemetry import packformat, packing
 from telemetry.ingest import ingest_many, ingest_reports
@@ -237,6 +238,30 @@ def test_a_batch_of_several_nodes_recognises_a_resend_of_a_packed_hour(node):
             (result,) = ingest_many([(node.pk, reports[:3])])
     assert (result.accepted, result.duplicates) == (0, 3)
     assert not NodeReport.objects.exists()
+
+
+def test_a_group_of_nodes_looks_up_their_packs_in_one_statement_each_node_its_own(node):
+    # A group of late reports (agents flushing their buffers): one pack lookup for the group, and a
+    # pack of one node never makes another node's report of the same instant a duplicate.
+    other = NodeFactory()
+    reports = _reports(node.hostname, T0, 120)
+    with time_machine.travel(NOW, tick=False):
+        ingest_reports(node.pk, reports)
+        packing.pack_past_hours(now=NOW)
+        theirs = _reports(other.hostname, T0, 3)  # the same instants as the packed ones, never sent
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            resent, new = ingest_many([(node.pk, reports[:3]), (other.pk, theirs)])
+    assert (resent.accepted, resent.duplicates) == (0, 3)
+    assert (new.accepted, new.duplicates) == (3, 0)
+    lookups = [q["sql"] for q in queries if TelemetryHourPack._meta.db_table in q["sql"]]
+    assert len(lookups) == (1 if connection.vendor == "postgresql" else 2), lookups  # SQLite: node by node
+
+
+def test_the_steady_stream_looks_up_no_pack(node):
+    with time_machine.travel(NOW, tick=False), transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        (result,) = ingest_many([(node.pk, _reports(node.hostname, NOW - timedelta(seconds=30), 1))])
+    assert result.accepted == 1
+    assert not [q for q in queries if TelemetryHourPack._meta.db_table in q["sql"]]
 
 
 def test_a_packed_hour_is_read_from_its_pack_not_also_from_its_roll_up(node):
