@@ -151,3 +151,16 @@ def test_the_lazy_savepoint_keeps_the_writes_of_a_block_that_succeeds(node):
             NodeReport.objects.create(node=node, collected_at=T0, report_id="r1", received_at=T0, summary={})
         assert NodeReport.objects.filter(node=node).count() == 1
         assert len(connection.run_on_commit) == 1 and connection.savepoint_ids == savepoints
+
+
+def test_gpu_rows_are_updated_in_place_with_no_index_to_touch(db):
+    # Every report rewrites its node's GPU rows: no index on a column that changes, and room in
+    # the pages (migration 0012), so that PostgreSQL's update is a HOT one.
+    with connection.cursor() as cursor:
+        indexes = connection.introspection.get_constraints(cursor, GpuState._meta.db_table)
+    indexed = sorted(tuple(c["columns"]) for c in indexes.values() if c["index"] or c["unique"] or c["primary_key"])
+    assert indexed == [("id",), ("node_id", "index")]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [GpuState._meta.db_table])
+            assert cursor.fetchone()[0] == ["fillfactor=50"]
