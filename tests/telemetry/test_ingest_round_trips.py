@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import msgspec
@@ -67,6 +68,24 @@ def test_the_one_statement_read_gives_what_the_orm_gives(node):
     assert snapshot.extra == list(Alert.objects.filter(node=node, state="firing").values_list(*OPEN_ALERT_FIELDS))
     assert snapshot.extra  # the XID 79 alert
     assert store.read_node(NodeFactory().pk + 1000) is None
+
+
+def test_the_read_of_a_group_gives_what_the_read_of_each_node_gives(node):
+    # telemetry.groupcommit reads a group's nodes at once: the same snapshots as one node at a time,
+    # for a node with a firing alert, one with reports, one that never reported and one that is gone.
+    postgresql_only()
+    quiet, silent = NodeFactory(), NodeFactory()
+    ingest_reports(node.pk, one(node, T0, xid=79))
+    ingest_reports(quiet.pk, one(quiet, T0, seed=3))
+    GpuState.objects.create(node=silent, index=0, uuid="GPU-left-over", updated_at=T0)  # not a previous state
+    firing = consumers.CONSUMER.read_with_node
+    ids = [node.pk, quiet.pk, silent.pk, silent.pk + 1000]
+    group = store.read_nodes(ids, firing)
+    assert group == {i: store.read_node(i, firing) for i in ids[:2]} | {
+        silent.pk: replace(store.read_node(silent.pk, firing), gpus=[])
+    }
+    assert len(group[quiet.pk].gpus) == 8 and group[node.pk].extra
+    assert [g["index"] for g in group[node.pk].gpus] == sorted(g["index"] for g in group[node.pk].gpus)
 
 
 def test_the_open_alert_fields_are_in_the_alert_models_own_order():
