@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
+import psycopg
 from django.db import connection, models, transaction
 from django.db.models import QuerySet
 
@@ -181,6 +182,25 @@ def _sql() -> _Statements:
     return built
 
 
+@contextmanager
+def _json_cursor() -> Iterator[Any]:
+    """A cursor for the statements that send rows as one JSON text (PostgreSQL; elsewhere the
+    usual cursor). It binds parameters on the server: the text goes as a parameter, where Django's
+    cursor (client-side binding) escapes it in Python and splices it into the SQL for PostgreSQL's
+    parser to scan again. bench/ingest.py: 0.41-0.43 to 0.34-0.40 ms of PostgreSQL per report,
+    0.51 to 0.47-0.50 ms of Python. Wrapped as Django wraps its own: errors are Django's, and
+    the statements are in the query log."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.ensure_connection()
+    raw: Any = psycopg.Cursor(connection.connection)  # django-stubs type this argument as the wrapper itself
+    wrapped = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    with wrapped as cursor:
+        yield cursor
+
+
 def _write(cursor: Any, table: _Table, rows: Sequence[Row]) -> None:
     """One statement on PostgreSQL; one executemany (in-process on SQLite) elsewhere, where
     a multi-row VALUES would have to be split to stay under SQLite's parameter limit."""
@@ -198,7 +218,7 @@ def insert_new_reports(rows: Sequence[Row]) -> set[str]:
     if not rows:
         return set()
     table = _sql().reports
-    with connection.cursor() as cursor:
+    with _json_cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(table.json, [_encode(rows).decode()])
             return {row[0] for row in cursor.fetchall()}
@@ -264,7 +284,7 @@ def store_xids(rows: Sequence[Row]) -> set[str]:
     if not unique:
         return set()
     identities = [{c: row[c] for c in XID_IDENTITY_COLUMNS} for row in unique]
-    with connection.cursor() as cursor:
+    with _json_cursor() as cursor:
         if connection.vendor == "postgresql":
             sql = _pg_statements.get("xids") or _pg_statements.setdefault("xids", _xids_sql())
             cursor.execute(sql, [_encode(identities).decode(), _encode(unique).decode()])
@@ -286,14 +306,14 @@ def upsert_gpu_states(rows: Sequence[Row]) -> None:
     """Latest GPU rows; an existing row newer than the incoming one is left alone (a late,
     out-of-order report or a concurrent request must not roll the state back)."""
     if rows:
-        with connection.cursor() as cursor:
+        with _json_cursor() as cursor:
             _write(cursor, _sql().gpu_states, rows)
 
 
 def upsert_node_health(row: Row) -> None:
     """The node's latest row. Fields describing the report only move forward in time;
     ``last_received_at`` always moves (the node is alive whatever it sent)."""
-    with connection.cursor() as cursor:
+    with _json_cursor() as cursor:
         _write(cursor, _sql().health, [row])
 
 
@@ -502,7 +522,7 @@ def insert_new_reports_of_nodes(rows: Sequence[Row]) -> set[tuple[int, str]]:
     sql = _pg_statements.get("reports-of-nodes") or _pg_statements.setdefault(
         "reports-of-nodes", _sql().reports.json.replace("RETURNING report_id", "RETURNING node_id, report_id")
     )
-    with connection.cursor() as cursor:
+    with _json_cursor() as cursor:
         cursor.execute(sql, [_encode(rows).decode()])
         return {(node_id, report_id) for node_id, report_id in cursor.fetchall()}
 
@@ -510,7 +530,7 @@ def insert_new_reports_of_nodes(rows: Sequence[Row]) -> set[tuple[int, str]]:
 def upsert_node_healths(rows: Sequence[Row]) -> None:
     """``upsert_node_health`` for many nodes (each once) in one statement."""
     if rows:
-        with connection.cursor() as cursor:
+        with _json_cursor() as cursor:
             _write(cursor, _sql().health, rows)
 
 
@@ -542,7 +562,7 @@ def insert_reports_with_latest(rows: Sequence[Row], newest_id: str, gpu_states: 
     """
     sql = _pg_statements.get("write") or _pg_statements.setdefault("write", _reports_with_latest_sql())
     params = [_encode(rows).decode(), _encode(gpu_states).decode(), newest_id, _encode([health]).decode(), newest_id]
-    with connection.cursor() as cursor:
+    with _json_cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}
 
