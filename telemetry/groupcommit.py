@@ -86,6 +86,7 @@ class GroupCommitter:
         self._queued_reports = 0
         self._pid = 0  # the process that started the writer: a forked child starts its own
         self._stopping = False
+        self._writers: list[threading.Thread] = []
 
     def submit(self, node_id: int, reports: list[AgentReport], *, source: str) -> IngestResult:
         """Ingest one request's reports in the next group; returns after their commit.
@@ -114,14 +115,21 @@ class GroupCommitter:
     def _ensure_writer(self) -> None:
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            for n in range(settings.NODEWARDEN_INGEST_WRITERS):
-                threading.Thread(target=self._run, name=f"ingest-writer-{n}", daemon=True).start()
+            self._writers = [
+                threading.Thread(target=self._run, name=f"ingest-writer-{n}", daemon=True)
+                for n in range(settings.NODEWARDEN_INGEST_WRITERS)
+            ]
+            for writer in self._writers:
+                writer.start()
 
-    def stop(self) -> None:
-        """Let the writers finish what is queued, close their connections and end (tests)."""
+    def stop(self, wait: float = 0.0) -> None:
+        """Let the writers finish what is queued, close their connections and end (tests); wait
+        up to ``wait`` seconds for each of this committer's own writers to be gone."""
         with self._lock:
             self._stopping = True
             self._wake.notify_all()
+        for writer in self._writers:
+            writer.join(wait)
 
     def _take(self) -> list[_Request] | None:
         """Wait for work; then (briefly) for company; then take a group (None: stopped)."""

@@ -14,6 +14,17 @@ from .factories import TenantFactory, UserFactory
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ingest_writers_end_before_the_database(django_db_setup, django_db_blocker):
+    """The process's group-commit writers (telemetry.groupcommit, started by a test posting reports on
+    PostgreSQL) hold a connection each: they end before the test database is dropped."""
+    yield
+    from telemetry import groupcommit
+
+    with django_db_blocker.unblock():
+        groupcommit.COMMITTER.stop(wait=5)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache(settings):
     """Every test starts with an empty cache of its own process: the counts of wrong credentials
