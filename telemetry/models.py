@@ -330,6 +330,15 @@ class GpuSampleHourly(GpuRollup):
     node = _history_node()
     hour = models.DateTimeField()
     gpu_index = models.PositiveSmallIntegerField()
+    # What the trends read of the hour (temperature under load), sample by sample, as the raw rows
+    # gave it: the trends read these instead of decoding the hour's pack. NULL: rolled up before
+    # these were counted (readers fall back to the hour's averages, as the daily roll-up does).
+    # IntegerField, not Positive...: its CHECK would have PostgreSQL scan the whole table (a year of a
+    # fleet's hours) under an exclusive lock when the column is added.
+    load_n = models.IntegerField(
+        null=True, blank=True, help_text="samples at LOAD_UTILIZATION_PCT or busier, with a temperature"
+    )
+    load_temperature_avg = _real()
 
     class Meta:
         verbose_name = "GPU sample (hourly)"

@@ -144,9 +144,11 @@ def _roll_up_hour(hour: datetime, budget: list[int]) -> int:
 
 def _insert_rollup(hour: datetime, node_from: int, node_to: int) -> None:
     table, raw = GpuSampleHourly._meta.db_table, GpuSample._meta.db_table
-    columns = ", ".join(_ROLLUP)
-    aggregates = ", ".join(agg for agg, _ in _ROLLUP.values())
-    merges = ", ".join(f"{c} = {_merge(table, c, how)}" for c, (_, how) in _ROLLUP.items())
+    columns = ", ".join([*_ROLLUP, *_HOURLY_LOAD])
+    aggregates = ", ".join([*(agg for agg, _ in _ROLLUP.values()), *_HOURLY_LOAD.values()])
+    merges = ", ".join(
+        [*(f"{c} = {_merge(table, c, how)}" for c, (_, how) in _ROLLUP.items()), *_merge_hourly_load(table)]
+    )
     sql = (
         f"INSERT INTO {table} (node_id, hour, gpu_index, n, {columns}) "  # noqa: S608 - table names and _ROLLUP's columns; values are parameters
         f"SELECT node_id, %s, gpu_index, COUNT(*), {aggregates} FROM {raw} "
@@ -171,7 +173,37 @@ def _merge(table: str, column: str, how: str) -> str:
     return f"CASE WHEN {old} IS NULL THEN {new} WHEN {new} IS NULL THEN {old} ELSE {both} END"
 
 
+# The hour's samples under load (raw rows: sample by sample), what the trends compare temperatures of.
+_BUSY_SAMPLE = f"utilization_pct >= {LOAD_UTILIZATION_PCT} AND temperature_c IS NOT NULL"
+_HOURLY_LOAD = {
+    "load_n": f"SUM(CASE WHEN {_BUSY_SAMPLE} THEN 1 ELSE 0 END)",
+    "load_temperature_avg": f"AVG(CASE WHEN {_BUSY_SAMPLE} THEN temperature_c END)",
+}
+
+
+def _merge_hourly_load(table: str) -> list[str]:
+    """Late samples of an hour already rolled up: counts added, the average weighted by them. An
+    hour rolled up before the counts existed (NULL) stays unknown."""
+    old_n, new_n = f"{table}.load_n", "EXCLUDED.load_n"
+    old_t, new_t = f"{table}.load_temperature_avg", "EXCLUDED.load_temperature_avg"
+    weighted = f"({old_t} * {old_n} + {new_t} * {new_n}) / ({old_n} + {new_n})"
+    return [
+        f"load_n = CASE WHEN {old_n} IS NULL THEN NULL ELSE {old_n} + {new_n} END",
+        (
+            f"load_temperature_avg = CASE WHEN {old_n} IS NULL THEN NULL WHEN {old_t} IS NULL THEN {new_t}"
+            f" WHEN {new_t} IS NULL THEN {old_t} ELSE {weighted} END"
+        ),
+    ]
+
+
 _LOADED = f"utilization_avg >= {LOAD_UTILIZATION_PCT} AND temperature_avg IS NOT NULL"
+# An hourly row's samples under load and their temperatures' sum (trends.collect, the daily roll-up):
+# counted sample by sample since the hourly row has them (load_n), else the whole hour if its
+# average utilisation was busy enough.
+HOURLY_LOAD_N = f"(CASE WHEN load_n IS NOT NULL THEN load_n WHEN {_LOADED} THEN n ELSE 0 END)"
+HOURLY_LOAD_TEMPERATURE_SUM = (
+    f"(CASE WHEN load_n IS NOT NULL THEN load_temperature_avg * load_n WHEN {_LOADED} THEN temperature_avg * n END)"
+)
 # daily column -> (aggregate over hourly rows, how to merge with an existing daily row, its weight)
 _DAILY = {
     **{
@@ -184,10 +216,10 @@ _DAILY = {
         )
         for column, (_, how) in _ROLLUP.items()
     },
-    # Temperature under load: from the hours busy enough (trends.collect reads these two alone).
-    "load_n": (f"SUM(CASE WHEN {_LOADED} THEN n ELSE 0 END)", "sum", "n"),
+    # Temperature under load: the hourly rows' samples under load (trends.collect reads these two alone).
+    "load_n": (f"SUM({HOURLY_LOAD_N})", "sum", "n"),
     "load_temperature_avg": (
-        f"SUM(CASE WHEN {_LOADED} THEN temperature_avg * n END) / NULLIF(SUM(CASE WHEN {_LOADED} THEN n END), 0)",
+        f"SUM({HOURLY_LOAD_TEMPERATURE_SUM}) / NULLIF(SUM({HOURLY_LOAD_N}), 0)",
         "avg",
         "load_n",
     ),

@@ -27,7 +27,7 @@ from nodes.models import Node, NodeEvent, Run
 from remediation.models import Remediation
 from repairs.choices import RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
-from telemetry import packing
+from telemetry import packing, retention
 from telemetry.models import LOAD_UTILIZATION_PCT, GpuSample, GpuSampleDaily, GpuSampleHourly, XidRecord
 
 DAY = 86400
@@ -211,12 +211,14 @@ _INNER = {
         f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} THEN temperature_c END)",
         f"SUM(CASE WHEN utilization_pct >= {LOAD_PCT} AND temperature_c IS NOT NULL THEN 1 ELSE 0 END)",
     ),
+    # An hourly row counts its samples under load one by one, as the raw rows do (rows rolled up before
+    # it did: the whole hour, if its average utilisation was busy enough).
     "hourly": (
         "hour",
         "MAX(ecc_aggregate_corrected_max)",
         "MAX(COALESCE(remapped_rows_correctable_max, 0) + COALESCE(remapped_rows_uncorrectable_max, 0))",
-        f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} THEN temperature_avg * n END)",
-        f"SUM(CASE WHEN utilization_avg >= {LOAD_PCT} AND temperature_avg IS NOT NULL THEN n ELSE 0 END)",
+        f"SUM({retention.HOURLY_LOAD_TEMPERATURE_SUM})",
+        f"SUM({retention.HOURLY_LOAD_N})",
     ),
     # A daily row holds what the hourly rows above would give: the counters' maxima (cumulative, so
     # the day's maximum of the sum is the sum of its maxima) and the hours under load kept apart.
@@ -232,14 +234,16 @@ _INNER = {
 
 def _telemetry(batch: Batch, lo: int, hi: int, since: datetime, until: datetime) -> None:
     days: dict[tuple[int, int], list[float | None]] = {}
-    # Roll-ups only before the raw window's first hour: a packed hour has both, read from its pack.
-    # Daily rows replace the hourly rows they roll up, so the two never hold the same hour.
+    # Raw rows for the hours not packed yet, the hourly roll-up of every packed hour (made when it was
+    # packed, with what the trends read of it: no pack is decoded), daily rows for the days past the
+    # hourly window. Daily rows replace the hourly rows they roll up and an hour's raw rows go when it
+    # is packed, so no hour is read twice (a report arriving late for a packed hour is raw until the
+    # next packing run merges it, as it was when packs were read).
     floor = packing.raw_floor(until)
     before_floor = floor - timedelta(microseconds=1)
     parts = [
         _daily("raw", GpuSample._meta.db_table, lo, hi, since, until),
-        _packed_daily(lo, hi, since, until, until),
-        _daily("hourly", GpuSampleHourly._meta.db_table, lo, hi, since, before_floor) if since < floor else [],
+        _daily("hourly", GpuSampleHourly._meta.db_table, lo, hi, since, until),
         _daily("daily", GpuSampleDaily._meta.db_table, lo, hi, since, before_floor) if since < floor else [],
     ]
     for part in parts:
@@ -264,34 +268,6 @@ def _max(a: float | None, b: Any) -> float | None:
     if b is None:
         return a
     return float(b) if a is None else max(a, float(b))
-
-
-def _packed_daily(lo: int, hi: int, since: datetime, until: datetime, now: datetime) -> list[tuple[Any, ...]]:
-    """``_daily("raw", ...)``'s rows from the packed hours: per GPU and day first, then per node."""
-    per_gpu: dict[tuple[int, int, int], list[Any]] = {}
-    names = ["ecc_aggregate_corrected", "remapped_rows_correctable", "remapped_rows_uncorrectable"]
-    names += ["utilization_pct", "temperature_c"]
-    # Trends' windows include ``until`` (``_daily``'s <=).
-    packed = packing.packed_columns(lo, hi, names, since=since, until=until + timedelta(microseconds=1), now=now)
-    for node_id, gpu, at, columns in packed:
-        rows = zip(at, *(columns[name] for name in names), strict=True)
-        for t, ecc, remap_c, remap_u, util, temp in rows:
-            if not since <= t <= until:
-                continue
-            acc = per_gpu.setdefault((node_id, gpu, int(t.timestamp()) // DAY), [None, None, None, 0])
-            acc[0] = _max(acc[0], ecc)
-            acc[1] = _max(acc[1], (remap_c or 0) + (remap_u or 0))
-            if util is not None and util >= LOAD_PCT and temp is not None:
-                acc[2] = (acc[2] or 0.0) + temp
-                acc[3] += 1
-    per_node: dict[tuple[int, int], list[Any]] = {}
-    for (node_id, _, day), (ecc, rows, tsum, tn) in per_gpu.items():
-        out = per_node.setdefault((node_id, day), [None, None, None, 0])
-        out[0] = ecc if out[0] is None else out[0] + (ecc or 0)
-        out[1] = rows if out[1] is None else out[1] + (rows or 0)
-        out[2] = tsum if out[2] is None else out[2] + (tsum or 0.0)
-        out[3] += tn
-    return [(node_id, day, *values) for (node_id, day), values in sorted(per_node.items())]
 
 
 def _daily(table: str, db_table: str, lo: int, hi: int, since: datetime, until: datetime) -> list[tuple[Any, ...]]:

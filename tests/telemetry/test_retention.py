@@ -209,3 +209,34 @@ def test_by_default_reports_are_kept_as_long_as_raw_samples(node):
         send(node, now - timedelta(days=13), 1, seed=1)  # inside it: kept
         roll_up_and_prune()
     assert list(NodeReport.objects.values_list("collected_at", flat=True)) == [now - timedelta(days=13)]
+
+
+def _busy_every_other(node, start, count, *, busy=(100.0, 70.0), idle=(70.0, 50.0), seed=0):
+    """Reports 30 s apart whose GPUs are busy (utilisation %, °C) on odd reports and idle on even ones."""
+    reports = []
+    for i in range(count):
+        report = make_report(node.hostname, collected_at=start + timedelta(seconds=30 * i), seed=seed + i, seq=seed + i)
+        for gpu in report["gpus"]:
+            gpu["utilization_pct"], gpu["temperature_c"] = busy if i % 2 else idle
+        reports.append(msgspec.convert(report, AgentReport))
+    return ingest_reports(node.pk, reports)
+
+
+@override_settings(TELEMETRY_HOURLY_RETENTION_DAYS=30)
+def test_an_hour_counts_its_samples_under_load_one_by_one_and_its_day_keeps_them(node):
+    # 85 % on average: the hour as a whole is "under load", yet only its busy samples ran at 70 °C.
+    # The trends compare those (trends.collect reads load_n and load_temperature_avg).
+    _busy_every_other(node, T0, 60)
+    with time_machine.travel(T0 + timedelta(days=15), tick=False):
+        roll_up_and_prune()
+        _busy_every_other(node, T0 + timedelta(minutes=40), 10, busy=(100.0, 80.0), seed=100)  # late, merged
+        roll_up_and_prune()
+    hour = GpuSampleHourly.objects.get(node=node, gpu_index=3)
+    assert hour.n == 70 and hour.utilization_avg == pytest.approx(85.0)
+    assert hour.load_n == 35
+    assert hour.load_temperature_avg == pytest.approx((30 * 70 + 5 * 80) / 35)
+    with time_machine.travel(T0 + timedelta(days=45), tick=False):
+        roll_up_and_prune()
+    day = GpuSampleDaily.objects.get(node=node, gpu_index=3)
+    assert (day.n, day.load_n) == (70, 35)  # not the whole hour's 70
+    assert day.load_temperature_avg == pytest.approx((30 * 70 + 5 * 80) / 35)

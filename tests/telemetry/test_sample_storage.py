@@ -49,7 +49,7 @@ def test_a_sample_row_and_its_roll_up_are_narrow(node):
     assert _avg_row_bytes(GpuSample._meta.db_table) <= 180  # was 208
     hourly = _column_types(GpuSampleHourly._meta.db_table)
     assert {hourly[c] for c in ("temperature_avg", "temperature_max", "power_avg", "utilization_avg")} == {"real"}
-    assert _avg_row_bytes(GpuSampleHourly._meta.db_table) <= 175  # was 200
+    assert _avg_row_bytes(GpuSampleHourly._meta.db_table) <= 183  # was 200; +8 for the samples under load (0013)
     daily = _column_types(GpuSampleDaily._meta.db_table)
     assert {daily[c] for c in ("temperature_avg", "power_avg", "load_temperature_avg")} == {"real"}
     assert daily["memory_used_max"] == "integer" and daily["pcie_link_gen_min"] == "smallint"
