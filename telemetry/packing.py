@@ -16,8 +16,10 @@ samples, so it is stored once, though its samples are counted twice in that hour
 
 Readers: ``samples`` (one node's rows, packed or not), ``packed_samples`` (its packed rows) and
 ``packed_columns`` (a few columns of a node or a range of nodes, one pack at a time, no rows built:
-what charts and trends read). Packs are read for hours from ``raw_floor`` on and the
-hourly roll-ups before it, so no hour is counted from both.
+what charts finer than an hour read). Packs are read for hours from ``raw_floor`` on and the
+hourly roll-ups before it, so no hour is counted from both. Charts of hour-wide buckets and the
+trends read every packed hour's roll-up instead, made when it was packed (with the hour's samples
+under load counted one by one for the trends).
 """
 
 from __future__ import annotations
