@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from nodes.choices import STATE_COLOURS, NodeState
@@ -45,12 +45,14 @@ AVAILABILITY_BUCKETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def availability_over_time(counts: Sequence[DayCount]) -> Figure:
+def availability_over_time(counts: Sequence[DayCount], period: tuple[datetime, datetime] | None = None) -> Figure:
     """Per group (``statecounts.daily_counts`` by cluster or tenant name, per state or in
     ``AVAILABILITY_BUCKETS``) and day, the share (%) of its nodes in production, one line each.
 
     A day's share is its production node-hours over all its node-hours (the snapshots being
-    hourly); decommissioned nodes are no longer anyone's and count nowhere.
+    hourly); decommissioned nodes are no longer anyone's and count nowhere. With ``period``
+    (since, until) the time axis spans its days, each point in the middle of its day: left to
+    itself, plotly spreads a single day's point over a millisecond of ticks.
     """
     totals: dict[tuple[str, date], list[int]] = defaultdict(lambda: [0, 0])
     for c in counts:
@@ -79,10 +81,21 @@ def availability_over_time(counts: Sequence[DayCount]) -> Figure:
         "hovermode": "x unified",
         "showlegend": True,
         "legend": {"orientation": "h", "y": -0.2},
-        "xaxis": {"type": "date"},
+        "xaxis": {"type": "date", **({"range": _day_span(*period)} if period else {})},
         "yaxis": {"title": {"text": "% in production"}, "range": [0, 100.5], "ticksuffix": "%"},
     }
     return {"data": data, "layout": layout}
+
+
+def _day_span(since: datetime, until: datetime) -> list[str]:
+    """The time axis of daily points from ``since`` to ``until``: half a day before the first day
+    and after the last (a point sits at its day's midnight)."""
+    first = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    last = max(
+        first, (until - timedelta(microseconds=1)).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    )
+    half = timedelta(hours=12)
+    return [(first - half).strftime("%Y-%m-%d %H:%M"), (last + half).strftime("%Y-%m-%d %H:%M")]
 
 
 FORWARD_BAND = "rgba(74,120,194,0.30)"
@@ -163,9 +176,12 @@ def failure_causes(causes: Sequence[dict[str, Any]]) -> Figure:
     return {"data": data, "layout": layout}
 
 
-def downtime_by_cluster(downtime: dict[str, Any]) -> Figure:
-    """Stacked bars per cluster: node-hours of downtime, the provider's and the customer's."""
+def downtime_by_cluster(downtime: dict[str, Any]) -> Figure | None:
+    """Stacked bars per cluster: node-hours of downtime, the provider's and the customer's (None
+    when no cluster had any: the table says so, and an empty chart would only show bare axes)."""
     clusters = downtime["clusters"]
+    if not any(c[a]["hours"] for c in clusters for a in Attribution.values):
+        return None
     data = [
         {
             "type": "bar",

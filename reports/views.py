@@ -178,6 +178,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     causes = settled.failure_causes(scope.of_nodes(Finding), ids, days, generation)
     hours = settled.availability(ids, period.since, period.until, generation)
     downtime = settled.downtime(outages.Scope(**scope.ids), ids, days, generation)
+    span = (period.since, period.until)
     return render(
         request,
         "reports/overview.html",
@@ -187,8 +188,8 @@ def overview(request: HttpRequest) -> HttpResponse:
             **_picker(request, period),
             "cluster": scope.cluster,
             "tenant": scope.tenant,
-            "availability_clusters": charts.availability_over_time(hours["cluster__name"]),
-            "availability_tenants": charts.availability_over_time(hours["tenant__name"]),
+            "availability_clusters": charts.availability_over_time(hours["cluster__name"], span),
+            "availability_tenants": charts.availability_over_time(hours["tenant__name"], span),
             "mttr": settled.mttr(remediations, ids, days, generation),
             "causes": causes,
             "components": summary.failures_by_component(causes),
@@ -299,7 +300,7 @@ def tenant_availability(request: HttpRequest) -> HttpResponse:
             "rows": availability.node_availability(list(page.object_list), period),
             "incidents": incidents,
             "downtime": summary.downtime_totals(listed.totals()),
-            "chart": charts.availability_over_time(counts),
+            "chart": charts.availability_over_time(counts, (period.since, period.until)),
             "query": _query(request, "page"),
             "iquery": _query(request, "ipage"),
             "csv_query": period.query(tenant=tenant.slug),

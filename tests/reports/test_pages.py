@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -17,6 +18,7 @@ from health.models import Finding
 from nodes import statecounts
 from nodes.models import StateCountSnapshot
 from reports import charts
+from reports.choices import Attribution
 from tests.factories import ClusterFactory, NodeFactory
 
 from .conftest import NOW, D, H, change
@@ -275,3 +277,23 @@ def test_the_failures_chart_counts_in_whole_numbers_and_fits_its_labels():
     assert few["yaxis"]["automargin"] is True
     many = charts.failure_causes([{"component": "GPU", "cause": "x", "count": 400}])["layout"]
     assert "dtick" not in many["xaxis"] and many["xaxis"]["tickformat"] == ",d"
+
+
+def test_a_days_availability_sits_in_its_day_and_a_period_without_downtime_draws_no_chart(client, operator):
+    """Seen on a fresh demo: one day's point spread over a millisecond of ticks ("23:59:59.9995"), and
+    the downtime chart drawn with nothing in it (bare axes from -1 to 6)."""
+    day = statecounts.DayCount(group="lab", day=NOW.date(), state="production", node_hours=24, samples=24)
+    layout = charts.availability_over_time([day], (NOW - 24 * H, NOW))["layout"]
+    start, end = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in layout["xaxis"]["range"])
+    midnight = datetime.combine(NOW.date(), datetime.min.time(), tzinfo=UTC)
+    assert start < midnight < end and end - start >= timedelta(days=1)
+    assert (
+        charts.downtime_by_cluster(
+            {"clusters": [{"cluster": "lab", **{a: {"hours": 0.0} for a in Attribution.values}}]}
+        )
+        is None
+    )
+    busy = {"clusters": [{"cluster": "lab", **{a: {"hours": 1.5} for a in Attribution.values}}]}
+    assert charts.downtime_by_cluster(busy)["data"][0]["y"] == [1.5]
+    html = page(client, operator, days=30).content.decode()
+    assert 'id="downtime-chart"' not in html and 'id="availability-clusters"' in html

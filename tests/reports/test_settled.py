@@ -112,8 +112,8 @@ def read_every_row(scope: dict, days: int) -> dict:
         "downtime": summary.downtime(outages.Scope(**{f"{k}_id": v.pk for k, v in scope.items()}), period),
         "mttr": summary.mttr(remediations, period),
         "causes": summary.failure_causes(findings, period),
-        "availability_clusters": charts.availability_over_time(hours["cluster__name"]),
-        "availability_tenants": charts.availability_over_time(hours["tenant__name"]),
+        "availability_clusters": charts.availability_over_time(hours["cluster__name"], (period.since, period.until)),
+        "availability_tenants": charts.availability_over_time(hours["tenant__name"], (period.since, period.until)),
     }
 
 
