@@ -20,12 +20,13 @@ from typing import Any
 
 from health.choices import SEVERITY_RANK, AlertState, RecommendedAction, Severity
 from health.models import Alert, Finding
-from nodes.choices import EventKind, NodeState
-from nodes.models import Node
+from nodes.choices import EventKind, NodeState, RunStatus
+from nodes.models import Node, Run
 from remediation.choices import Rung, Status, StepStatus, Urgency
 from remediation.models import Remediation, RemediationStep
 from repairs.choices import RmaOutcome, RmaState, TicketState
 from repairs.models import RepairTicket, RmaCase
+from validation.choices import BY_STATE
 
 from .catalog import CAUSE_RULES, CAUSES, HEALTH, REMEDIATOR
 from .lives import _Life, _Row
@@ -73,12 +74,23 @@ class Records:
     steps: list[RemediationStep] = field(default_factory=list)
     tickets: list[Paper] = field(default_factory=list)
     cases: list[Paper] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # the Day 1 stages' runs that ended
     # (row, details key, record): once saved, the record's id goes into the row's details.
     names: list[tuple[_Row, str, Any]] = field(default_factory=list)
     finding_rows: list[tuple[_Row, Finding]] = field(default_factory=list)
 
     def extend(self, other: Records) -> None:
-        for name in ("alerts", "findings", "remediations", "steps", "tickets", "cases", "names", "finding_rows"):
+        for name in (
+            "alerts",
+            "findings",
+            "remediations",
+            "steps",
+            "tickets",
+            "cases",
+            "runs",
+            "names",
+            "finding_rows",
+        ):
             getattr(self, name).extend(getattr(other, name))
 
 
@@ -245,7 +257,12 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
     out = Records()
     inc: _Incident | None = None
     day1_ticket: Paper | None = None
+    stage_since: datetime | None = None  # when the node entered the Day 1 stage it is in
     for row in life.rows:
+        if row.kind == EventKind.TRANSITION:
+            if row.source in BY_STATE and stage_since is not None:
+                out.runs.append(_stage_run(node, row, stage_since))
+            stage_since = row.at if row.target in BY_STATE else None
         if row.kind == EventKind.FINDING:
             inc = _Incident(node, row, out)
             continue
@@ -359,6 +376,30 @@ def engine_records(node: Node, life: _Life, gpu_serials: list[str], now: datetim
     if inc is not None and life.state == NodeState.TRIAGE:
         inc.wait_in_triage(life.rows[-1].at if life.rows else now)
     return out
+
+
+def _stage_run(node: Node, row: _Row, since: datetime) -> Run:
+    """The run of the Day 1 stage ``row`` moves the node out of, as validation.services records it:
+    passed on the stage's own verb, failed on a failed validation, cancelled when the node was taken
+    out another way (the Day 1 yield on /reports/ and the trends count these). A stage the node is
+    still in gets no run here: the running system starts it."""
+    stage = BY_STATE[row.source]
+    if row.transition == stage.pass_verb:
+        status, summary = RunStatus.PASSED, f"{stage.stage} passed"
+    elif row.transition == "fail_validation":
+        status, summary = RunStatus.FAILED, row.reason[:300]
+    else:
+        status, summary = RunStatus.CANCELLED, f"stopped: {row.transition}"
+    return Run(
+        node=node,
+        kind=stage.run_kind,
+        status=status,
+        created=since,
+        started=since,
+        finished=row.at,
+        summary=summary,
+        details={"seeded": True},
+    )
 
 
 def _verified(step: RemediationStep | None, status: str, at: datetime, detail: str) -> None:

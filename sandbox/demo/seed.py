@@ -18,7 +18,7 @@ from feeds.services import deactivate, subscribe
 from fleet.models import Cluster, HardwareProfile, Persona, Rack, Site, Tenant, TenantMembership
 from health.models import Alert, Finding
 from nodes.choices import ActorKind, EventKind
-from nodes.models import GPU, Node, NodeEvent, StateCountSnapshot
+from nodes.models import GPU, Node, NodeEvent, Run, StateCountSnapshot
 from nodes.roles import ensure_roles
 from remediation.models import Remediation, RemediationStep
 from repairs.models import RepairEvent, RepairTicket, RmaCase
@@ -218,6 +218,7 @@ def _engine_records(nodes: list[Node], slots: list[_Slot], lives: list[_Life], n
     Finding.objects.bulk_create(records.findings, batch_size=BATCH)
     Remediation.objects.bulk_create(records.remediations, batch_size=BATCH)
     RemediationStep.objects.bulk_create(records.steps, batch_size=BATCH)
+    Run.objects.bulk_create(records.runs, batch_size=BATCH)
     tickets = RepairTicket.objects.bulk_create([t.build() for t in records.tickets], batch_size=BATCH)
     cases = RmaCase.objects.bulk_create([c.build() for c in records.cases], batch_size=BATCH)
     RepairEvent.objects.bulk_create(

@@ -18,8 +18,8 @@ from django.core.management import call_command
 
 from health.choices import AlertState
 from health.models import Alert
-from nodes.choices import DAY1_STAGES, EventKind, NodeState
-from nodes.models import NodeEvent
+from nodes.choices import DAY1_STAGES, STAGE_KINDS, EventKind, NodeState, RunStatus
+from nodes.models import NodeEvent, Run
 from remediation.choices import OPEN, Status, StepStatus
 from remediation.models import Remediation
 from repairs.choices import OPEN_RMA_STATES, OPEN_TICKET_STATES
@@ -28,6 +28,7 @@ from reports.filters import Period
 from reports.summary import mttr
 from sandbox import demo
 from sandbox.demo import churn_demo_fleet
+from validation.summary import day1_yield
 
 S = NodeState
 SEEDED_AT = datetime(2026, 3, 14, 15, 30, tzinfo=UTC)
@@ -119,6 +120,23 @@ def test_every_release_after_a_rung_is_a_recovery_in_the_reports():
     assert releases and sorted(releases) == sorted(recoveries.values_list("finished", flat=True))
     period = Period(since=SEEDED_AT - timedelta(days=30), until=SEEDED_AT + timedelta(minutes=1))
     assert mttr(Remediation.objects.all(), period)["overall"]["count"] == len(releases)
+
+
+def test_every_day1_pass_the_lifecycle_shows_is_a_stage_run_the_yield_counts():
+    # Seen on a fresh demo: /reports/ showed 80 releases from reliability assessment in its lifecycle
+    # flow next to "No Day 1 pass ended in the 30 days": the seeded stages had no runs.
+    seed()
+    moves = NodeEvent.objects.filter(kind=EventKind.TRANSITION, source_state=S.RELIABILITY_ASSESSMENT)
+    released = moves.filter(target_state=S.PRODUCTION).count()
+    failed = NodeEvent.objects.filter(
+        kind=EventKind.TRANSITION, source_state__in=DAY1_STAGES, transition="fail_validation"
+    ).count()
+    assert released and failed
+    figures = day1_yield(None, now=SEEDED_AT)
+    assert (figures["released"], figures["failed"]) == (released, failed)
+    runs = Run.objects.filter(kind__in=STAGE_KINDS)
+    assert not runs.filter(status=RunStatus.RUNNING).exists()  # the stage a node is in: the system's to run
+    assert all(r.started <= r.finished for r in runs)
 
 
 @pytest.fixture
