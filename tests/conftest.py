@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
@@ -25,6 +29,34 @@ def _fresh_cache(settings):
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "nodewarden-tests"}
     }
     cache.clear()
+
+
+@contextmanager
+def own_ingest_committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A group committer of its own (telemetry.groupcommit) in place of the process's; on leaving, the
+    writer threads started meanwhile end, their connections closed. Only those are waited for."""
+    from telemetry import groupcommit
+
+    before = set(threading.enumerate())
+    fresh = groupcommit.GroupCommitter()
+    monkeypatch.setattr(groupcommit, "COMMITTER", fresh)
+    yield fresh
+    fresh.stop()
+    for thread in threading.enumerate():
+        if thread not in before and thread.name.startswith("ingest-writer"):
+            thread.join(5)
+
+
+@pytest.fixture(autouse=True)
+def _own_ingest_committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Each test gets a group committer of its own, whose writers end with the test.
+
+    The process's committer starts its writers on the first agent report posted through the WSGI road
+    on PostgreSQL outside a transaction (a live server, a ``transaction=True`` test) and keeps them for
+    the worker's life: they held connections that kept the worker's test database from being dropped,
+    and tests that waited for every ``ingest-writer`` thread waited 5 s on each of them, every test."""
+    with own_ingest_committer(monkeypatch) as fresh:
+        yield fresh
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import gzip
 import itertools
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -38,19 +37,6 @@ from .conftest import T0, AgentClient
 pytestmark = pytest.mark.django_db(transaction=True)
 
 URL = "/api/agent/reports/"
-
-
-@pytest.fixture(autouse=True)
-def committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The WSGI road's writers of this test's own (tests posting through it on PostgreSQL start them),
-    ended with it, their connections closed before the database goes."""
-    fresh = groupcommit.GroupCommitter()
-    monkeypatch.setattr(groupcommit, "COMMITTER", fresh)
-    yield
-    fresh.stop()
-    for thread in threading.enumerate():
-        if thread.name.startswith("ingest-writer"):
-            thread.join(5)
 
 
 @pytest.fixture
