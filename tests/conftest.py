@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 
+from fleet.choices import SchedulerKind
 from nodes.roles import FLEET_ADMINS, OPERATORS
+from sandbox.emulators.slurm import SlurmCluster, slurm_installed
 
-from .factories import TenantFactory, UserFactory
+from .factories import ClusterFactory, TenantFactory, UserFactory
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -160,3 +162,45 @@ def busy_scheduler(monkeypatch):
     Busy.calls = []
     monkeypatch.setattr(base, "adapter_for", lambda cluster: Busy(cluster))
     return Busy
+
+
+# --- A real Slurm 22.05 cluster (sandbox.emulators.slurm) ----------------------------------------
+# Defined here, once: a session-scoped fixture imported into several modules or conftests is a fixture
+# of each of them, and each started (and kept to the session's end) a cluster of its own: up to six
+# per xdist worker. Now one per worker, each on its own free ports.
+
+SLURM_NODES = ["gpu-s-01", "gpu-s-02", "gpu-s-03", "gpu-s-04"]
+
+
+def require_slurm() -> None:
+    """Skip without Slurm and munge, or without root to run them; in CI that is a failure."""
+    if not slurm_installed():
+        what = "Slurm and munge (apt-get install slurm-wlm munge)"
+    elif os.geteuid() != 0:
+        what = "root, to run slurmd and munged"
+    else:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI (bin/test installs the packages and runs as root)")
+    pytest.skip(f"{what} is not available")
+
+
+@pytest.fixture(scope="session")
+def slurm_session() -> Iterator[SlurmCluster]:
+    """The session's Slurm cluster (with xdist, one per worker)."""
+    require_slurm()
+    with SlurmCluster(SLURM_NODES) as slurm:
+        yield slurm
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's cluster, put back to all-idle and no jobs after the test."""
+    yield slurm_session
+    slurm_session.reset()
+
+
+@pytest.fixture
+def slurm_cluster(db: None, slurm: SlurmCluster) -> Any:
+    """A Cluster row whose scheduler is the session's Slurm cluster."""
+    return ClusterFactory(scheduler_kind=SchedulerKind.SLURM, scheduler_endpoint=str(slurm.conf_path))
