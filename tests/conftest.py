@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
 
+from fleet.choices import SchedulerKind
 from nodes.roles import FLEET_ADMINS, OPERATORS
+from sandbox.emulators.slurm import SlurmCluster, slurm_installed
 
-from .factories import TenantFactory, UserFactory
+from .factories import ClusterFactory, TenantFactory, UserFactory
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _ingest_writers_end_before_the_database(django_db_setup, django_db_blocker):
-    """The process's group-commit writers (telemetry.groupcommit, started by a test posting reports on
-    PostgreSQL) hold a connection each: they end before the test database is dropped."""
-    yield
-    from telemetry import groupcommit
-
-    with django_db_blocker.unblock():
-        groupcommit.COMMITTER.stop(wait=5)
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +30,30 @@ def _fresh_cache(settings):
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "nodewarden-tests"}
     }
     cache.clear()
+
+
+@contextmanager
+def own_ingest_committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A group committer of its own (telemetry.groupcommit) in place of the process's; on leaving, the
+    writer threads started meanwhile end, their connections closed. Only those are waited for."""
+    from telemetry import groupcommit
+
+    fresh = groupcommit.GroupCommitter()
+    monkeypatch.setattr(groupcommit, "COMMITTER", fresh)
+    yield fresh
+    fresh.stop(wait=5)  # its own writers only (GroupCommitter keeps them)
+
+
+@pytest.fixture(autouse=True)
+def _own_ingest_committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Each test gets a group committer of its own, whose writers end with the test.
+
+    The process's committer starts its writers on the first agent report posted through the WSGI road
+    on PostgreSQL outside a transaction (a live server, a ``transaction=True`` test) and keeps them for
+    the worker's life: they held connections that kept the worker's test database from being dropped,
+    and tests that waited for every ``ingest-writer`` thread waited 5 s on each of them, every test."""
+    with own_ingest_committer(monkeypatch) as fresh:
+        yield fresh
 
 
 @pytest.fixture
@@ -139,3 +157,45 @@ def busy_scheduler(monkeypatch):
     Busy.calls = []
     monkeypatch.setattr(base, "adapter_for", lambda cluster: Busy(cluster))
     return Busy
+
+
+# --- A real Slurm 22.05 cluster (sandbox.emulators.slurm) ----------------------------------------
+# Defined here, once: a session-scoped fixture imported into several modules or conftests is a fixture
+# of each of them, and each started (and kept to the session's end) a cluster of its own: up to six
+# per xdist worker. Now one per worker, each on its own free ports.
+
+SLURM_NODES = ["gpu-s-01", "gpu-s-02", "gpu-s-03", "gpu-s-04"]
+
+
+def require_slurm() -> None:
+    """Skip without Slurm and munge, or without root to run them; in CI that is a failure."""
+    if not slurm_installed():
+        what = "Slurm and munge (apt-get install slurm-wlm munge)"
+    elif os.geteuid() != 0:
+        what = "root, to run slurmd and munged"
+    else:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required in CI (bin/test installs the packages and runs as root)")
+    pytest.skip(f"{what} is not available")
+
+
+@pytest.fixture(scope="session")
+def slurm_session() -> Iterator[SlurmCluster]:
+    """The session's Slurm cluster (with xdist, one per worker)."""
+    require_slurm()
+    with SlurmCluster(SLURM_NODES) as slurm:
+        yield slurm
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The session's cluster, put back to all-idle and no jobs after the test."""
+    yield slurm_session
+    slurm_session.reset()
+
+
+@pytest.fixture
+def slurm_cluster(db: None, slurm: SlurmCluster) -> Any:
+    """A Cluster row whose scheduler is the session's Slurm cluster."""
+    return ClusterFactory(scheduler_kind=SchedulerKind.SLURM, scheduler_endpoint=str(slurm.conf_path))

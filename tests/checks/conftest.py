@@ -16,8 +16,7 @@ from telemetry.models import NodeHealth
 from telemetry.services import issue_agent_token
 from tests.factories import NodeFactory
 
-# A real Slurm cluster and the Kubernetes stand-in, for the scheduler hold tests (test_scheduler_hold).
-from tests.schedulers.conftest import slurm, slurm_cluster, slurm_session  # noqa: F401
+# The Kubernetes stand-in, for the scheduler hold tests (test_scheduler_hold); Slurm: tests/conftest.py.
 from tests.schedulers.kube_stand_in import kube_fixture  # noqa: F401  (the `kube` fixture)
 
 

@@ -38,7 +38,6 @@ from schedulers.slurm import SlurmAdapter
 from tests.factories import ClusterFactory, NodeFactory, PersonaFactory
 from tests.feeds.conftest import SECRET, receiver  # noqa: F401  (fixture)
 from tests.health.conftest import alertmanager  # noqa: F401  (fixture)
-from tests.schedulers.conftest import require_slurm, slurm, slurm_cluster, slurm_session  # noqa: F401  (fixtures)
 from tests.schedulers.kube_stand_in import kube_fixture  # noqa: F401  (the `kube` fixture)
 from tests.validation.conftest import eager, idle_report, send  # noqa: F401
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from nodes import services
 from nodes.choices import NodeState
 from sandbox.emulators.slurm import SlurmCluster
-from tests.schedulers.conftest import require_slurm, slurm, slurm_session  # noqa: F401  (fixtures)
+from tests.conftest import require_slurm
 
 from .conftest import AGENT_SRC, HOSTNAME
 
@@ -70,7 +70,7 @@ def test_without_a_token_it_is_a_configuration_error(live_server, tmp_path):
     assert missing.returncode == 2 and "NODEWARDEN_TOKEN" in missing.stderr
 
 
-def test_as_health_check_program_it_drains_the_node_in_a_real_slurm(live_server, node, agent_token, slurm):  # noqa: F811
+def test_as_health_check_program_it_drains_the_node_in_a_real_slurm(live_server, node, agent_token, slurm):
     services.request_drain(node.pk, actor=ACTOR, reason="customer report: NCCL hangs")
     scontrol = subprocess.run(["which", "scontrol"], capture_output=True, text=True).stdout.strip()
     env = {**slurm.env(), "NODEWARDEN_HOSTNAME": "gpu-s-03"}

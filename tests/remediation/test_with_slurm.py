@@ -15,14 +15,13 @@ from remediation import reconciler
 from remediation.choices import Status
 from remediation.models import Remediation
 from schedulers.slurm import SlurmAdapter
-from tests.schedulers.conftest import require_slurm, slurm, slurm_session  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db
 S = NodeState
 
 
 @pytest.fixture
-def on_slurm(fleet, slurm):  # noqa: F811
+def on_slurm(fleet, slurm):
     """Two fleet nodes renamed after Slurm nodes, in a cluster pointing at the real Slurm."""
     cluster = fleet[0].cluster
     cluster.scheduler_kind, cluster.scheduler_endpoint = "slurm", str(slurm.conf_path)
@@ -43,7 +42,7 @@ def settle(eager, rounds=1):
             follow_drains()
 
 
-def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, eager):  # noqa: F811
+def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, eager):
     node = on_slurm[0]
     job = slurm.submit("gpu-s-01", 4, "customer-train")
     slurm.wait_job_running(job)
@@ -77,7 +76,7 @@ def test_a_degraded_node_leaves_only_when_its_slurm_job_ends(on_slurm, slurm, ea
     assert not after.cordoned  # Slurm was told the node may take work again
 
 
-def test_a_catastrophic_finding_evicts_the_running_job_at_once(on_slurm, slurm, eager):  # noqa: F811
+def test_a_catastrophic_finding_evicts_the_running_job_at_once(on_slurm, slurm, eager):
     node = on_slurm[1]
     job = slurm.submit("gpu-s-02", 300, "customer-train")
     slurm.wait_job_running(job)

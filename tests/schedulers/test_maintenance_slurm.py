@@ -17,7 +17,6 @@ from nodes.choices import MaintenanceWork, NodeState
 from schedulers.reactions import follow_drains
 from schedulers.slurm import SlurmAdapter
 from tests.factories import NodeFactory
-from tests.schedulers.conftest import require_slurm, slurm, slurm_cluster, slurm_session  # noqa: F401  (fixtures)
 from tests.validation.conftest import eager, idle_report, send  # noqa: F401
 from validation.services import advance_open_stages
 
@@ -66,7 +65,7 @@ def test_maintenance_keeps_the_node_drained_until_the_short_plan_passes(slurm, s
     assert not info.drain_flag and not info.reason, info.describe()
 
 
-def test_a_node_in_maintenance_that_slurm_still_schedules_is_a_breach(slurm, slurm_cluster, settings):  # noqa: F811
+def test_a_node_in_maintenance_that_slurm_still_schedules_is_a_breach(slurm, slurm_cluster, settings):
     settings.NODEWARDEN_AUDIT_GRACE_SECONDS = 0
     node = NodeFactory(hostname="gpu-s-02.dc1.example.net", cluster=slurm_cluster, state=S.MAINTENANCE)
     type(node).objects.filter(pk=node.pk).update(state_changed_at=timezone.now() - timedelta(days=1))

@@ -18,7 +18,6 @@ from schedulers.base import SchedulerConflict
 from schedulers.reactions import REACTIONS, follow_drains
 from schedulers.slurm import SlurmAdapter
 from tests.factories import NodeFactory
-from tests.schedulers.conftest import require_slurm, slurm, slurm_cluster, slurm_session  # noqa: F401  (fixtures)
 from tests.validation.conftest import eager  # noqa: F401
 
 pytestmark = pytest.mark.django_db

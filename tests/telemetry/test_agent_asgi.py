@@ -39,18 +39,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/api/agent/reports/"
 
 
-@pytest.fixture(autouse=True)
-def committer(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The WSGI road's writers of this test's own (tests posting through it on PostgreSQL start them),
-    ended with it, their connections closed before the database goes."""
-    fresh = groupcommit.GroupCommitter()
-    monkeypatch.setattr(groupcommit, "COMMITTER", fresh)
-    yield
-    # Its own writers only: another committer's (the process's own, started by an earlier test
-    # posting on PostgreSQL) never stop, and waiting for them cost 4 x 5 s a test.
-    fresh.stop(wait=5)
-
-
 @pytest.fixture
 def app() -> Iterator[AgentReportsApp]:
     """An app of this test's own; its writer thread's connection closes before the database goes."""

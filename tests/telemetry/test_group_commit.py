@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.test import override_settings
 
@@ -25,6 +27,7 @@ from telemetry.models import GpuSample, NodeHealth, NodeReport, XidRecord
 from telemetry.schema import decode_batch
 from telemetry.services import issue_agent_token
 from telemetry.testing import make_batch, make_report
+from tests.conftest import own_ingest_committer
 from tests.factories import NodeFactory
 
 from .conftest import T0, AgentClient
@@ -41,15 +44,10 @@ def request(node: Any, reports: list[Any]) -> groupcommit._Request:
     return groupcommit._Request(node.pk, reports, "agent")
 
 
-@pytest.fixture(autouse=True)
-def committer(monkeypatch):
-    """A committer of this test's own, whose writers end (and close their connections) with it."""
-    fresh = groupcommit.GroupCommitter()
-    monkeypatch.setattr(groupcommit, "COMMITTER", fresh)
-    yield fresh
-    # Its own writers only: another committer's (the process's own, started by an earlier test
-    # posting on PostgreSQL) never stop, and waiting for them cost 4 x 5 s a test.
-    fresh.stop(wait=5)
+@pytest.fixture
+def committer():
+    """This test's own committer (tests/conftest.py), whose writers end (and close their connections) with it."""
+    return groupcommit.COMMITTER
 
 
 @pytest.fixture
@@ -212,3 +210,21 @@ def test_metrics_show_the_busy_answers(nodes, monkeypatch):
 
     monkeypatch.setattr(groupcommit, "busy_total", lambda: 7)
     assert registry().get_sample_value("nodewarden_ingest_busy_total") == 7
+
+
+def test_a_test_waits_for_the_writers_it_started_only(request, monkeypatch):
+    """The process's committer (its writers outlive any test) is not waited for when a test ends; the
+    test's own committer's writers end at once. A test once waited 5 s for each writer of the process
+    after it: minutes of a CI run, on two modules."""
+    process_committer = groupcommit.GroupCommitter()
+    with process_committer._lock:
+        process_committer._ensure_writer()  # writers that outlive the test, as the process's do
+    request.addfinalizer(process_committer.stop)
+    before = set(threading.enumerate())
+    started = time.monotonic()
+    with own_ingest_committer(monkeypatch) as fresh:
+        with fresh._lock:
+            fresh._ensure_writer()
+        ours = [t for t in threading.enumerate() if t not in before]
+    assert time.monotonic() - started < 2.0
+    assert len(ours) == settings.NODEWARDEN_INGEST_WRITERS and not any(t.is_alive() for t in ours)
