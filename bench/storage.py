@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> None:
         f"packed {packed.packs:,} node-hours ({packed.samples:,} samples) in {pack_cpu / node_hours * 1000:.1f} CPU ms "
         f"per node-hour (rolled up in the same run); read back {decoded:,} samples at "
         f"{read_cpu / node_hours * 1000:.1f} CPU ms per node-hour (rows), {columns:,} samples' five columns "
-        f"at {columns_cpu / node_hours * 1000:.1f} (trends)"
+        f"at {columns_cpu / node_hours * 1000:.1f} (charts finer than an hour; the trends read the hourly roll-ups)"
     )
     goal = args.goal_tb * 1e12
     print(
