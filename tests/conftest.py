@@ -19,6 +19,18 @@ from .factories import ClusterFactory, TenantFactory, UserFactory
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _process_ingest_writers_end_before_the_database(django_db_setup, django_db_blocker):
+    """Reports posted outside any test's own committer (a module- or session-scoped fixture's, before
+    ``_own_ingest_committer`` applies) start the process's writers, which hold a connection each: they
+    end before the test database is dropped (else: "being accessed by other users", 5 s a worker)."""
+    yield
+    from telemetry import groupcommit
+
+    with django_db_blocker.unblock():
+        groupcommit.COMMITTER.stop(wait=5)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_cache(settings):
     """Every test starts with an empty cache of its own process: the counts of wrong credentials
