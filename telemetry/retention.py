@@ -17,12 +17,14 @@ deleting their rows; the deletes then only see the rest of the window's edge mon
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Min, Model
+from django.db.models import Max, Min, Model, QuerySet
 from django.utils import timezone
 
 from . import partitioning
@@ -128,37 +130,59 @@ def _oldest_hour(cutoff: datetime) -> datetime | None:
 
 
 def _roll_up_hour(hour: datetime, budget: list[int]) -> int:
+    """Roll one hour of raw samples into hourly rows and delete them, NODE_CHUNK nodes per batch."""
     rows = GpuSample.objects.filter(collected_at__gte=hour, collected_at__lt=hour + HOUR)
+    return _move_in_chunks(rows, lambda lo, hi: _insert_rollup(hour, lo, hi), budget)
+
+
+def _move_in_chunks(rows: QuerySet[Any], roll_up: Callable[[int, int], None], budget: list[int]) -> int:
+    """``roll_up`` then delete ``rows`` of NODE_CHUNK nodes at a time, one transaction each, while the
+    batch budget lasts; returns the rows deleted."""
     bounds = rows.aggregate(lo=Min("node_id"), hi=Max("node_id"))
     moved = 0
     start = bounds["lo"]
     while start is not None and start <= bounds["hi"] and budget[0] > 0:
         with transaction.atomic():
-            chunk = rows.filter(node_id__gte=start, node_id__lt=start + NODE_CHUNK)
-            _insert_rollup(hour, start, start + NODE_CHUNK)
-            moved += chunk.delete()[0]
+            roll_up(start, start + NODE_CHUNK)
+            moved += rows.filter(node_id__gte=start, node_id__lt=start + NODE_CHUNK).delete()[0]
         budget[0] -= 1
         start += NODE_CHUNK
     return moved
 
 
 def _insert_rollup(hour: datetime, node_from: int, node_to: int) -> None:
-    table, raw = GpuSampleHourly._meta.db_table, GpuSample._meta.db_table
-    columns = ", ".join([*_ROLLUP, *_HOURLY_LOAD])
-    aggregates = ", ".join([*(agg for agg, _ in _ROLLUP.values()), *_HOURLY_LOAD.values()])
-    merges = ", ".join(
-        [*(f"{c} = {_merge(table, c, how)}" for c, (_, how) in _ROLLUP.items()), *_merge_hourly_load(table)]
-    )
+    _roll_into(GpuSampleHourly, "hour", hour, HOUR, GpuSample, "collected_at", "COUNT(*)", _HOURLY, node_from, node_to)
+
+
+def _roll_into(
+    model: type[Model],
+    key: str,
+    at: datetime,
+    span: timedelta,
+    source: type[Model],
+    time_column: str,
+    count: str,
+    columns: dict[str, tuple[str, str, str]],
+    node_from: int,
+    node_to: int,
+) -> None:
+    """Roll ``source``'s rows of [at, at + span) of nodes in [node_from, node_to) into one ``model`` row
+    per node and GPU keyed by ``at`` (``key``); a row already there merges (``_merge_weighted``).
+    ``columns``: column -> (aggregate over the source rows, how it merges, the count it is weighed by)."""
+    table, rows = model._meta.db_table, source._meta.db_table
+    aggregates = ", ".join(agg for agg, _, _ in columns.values())
+    # Every merge reads the row as it was (``table.col``): an average weighs by the old count.
+    merges = ", ".join(f"{c} = {_merge_weighted(table, c, how, weight)}" for c, (_, how, weight) in columns.items())
     sql = (
-        f"INSERT INTO {table} (node_id, hour, gpu_index, n, {columns}) "  # noqa: S608 - table names and _ROLLUP's columns; values are parameters
-        f"SELECT node_id, %s, gpu_index, COUNT(*), {aggregates} FROM {raw} "
-        f"WHERE collected_at >= %s AND collected_at < %s AND node_id >= %s AND node_id < %s "
+        f"INSERT INTO {table} (node_id, {key}, gpu_index, n, {', '.join(columns)}) "  # noqa: S608 - table and column names of this module; values are parameters
+        f"SELECT node_id, %s, gpu_index, {count}, {aggregates} FROM {rows} "
+        f"WHERE {time_column} >= %s AND {time_column} < %s AND node_id >= %s AND node_id < %s "
         f"GROUP BY node_id, gpu_index "
-        f"ON CONFLICT (node_id, hour, gpu_index) DO UPDATE SET n = {table}.n + EXCLUDED.n, {merges}"
+        f"ON CONFLICT (node_id, {key}, gpu_index) DO UPDATE SET n = {table}.n + EXCLUDED.n, {merges}"
     )
-    at = connection.ops.adapt_datetimefield_value
+    adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
-        cursor.execute(sql, [at(hour), at(hour), at(hour + HOUR), node_from, node_to])
+        cursor.execute(sql, [adapt(at), adapt(at), adapt(at + span), node_from, node_to])
 
 
 def _merge(table: str, column: str, how: str) -> str:
@@ -175,25 +199,13 @@ def _merge(table: str, column: str, how: str) -> str:
 
 # The hour's samples under load (raw rows: sample by sample), what the trends compare temperatures of.
 _BUSY_SAMPLE = f"utilization_pct >= {LOAD_UTILIZATION_PCT} AND temperature_c IS NOT NULL"
-_HOURLY_LOAD = {
-    "load_n": f"SUM(CASE WHEN {_BUSY_SAMPLE} THEN 1 ELSE 0 END)",
-    "load_temperature_avg": f"AVG(CASE WHEN {_BUSY_SAMPLE} THEN temperature_c END)",
+# hourly column -> (aggregate over raw samples, how it merges with an existing hourly row, its weight)
+_HOURLY = {
+    **{column: (aggregate, how, "n") for column, (aggregate, how) in _ROLLUP.items()},
+    # An hour rolled up before these were counted keeps load_n NULL (NULL + n): readers fall back.
+    "load_n": (f"SUM(CASE WHEN {_BUSY_SAMPLE} THEN 1 ELSE 0 END)", "sum", "n"),
+    "load_temperature_avg": (f"AVG(CASE WHEN {_BUSY_SAMPLE} THEN temperature_c END)", "avg", "load_n"),
 }
-
-
-def _merge_hourly_load(table: str) -> list[str]:
-    """Late samples of an hour already rolled up: counts added, the average weighted by them. An
-    hour rolled up before the counts existed (NULL) stays unknown."""
-    old_n, new_n = f"{table}.load_n", "EXCLUDED.load_n"
-    old_t, new_t = f"{table}.load_temperature_avg", "EXCLUDED.load_temperature_avg"
-    weighted = f"({old_t} * {old_n} + {new_t} * {new_n}) / ({old_n} + {new_n})"
-    return [
-        f"load_n = CASE WHEN {old_n} IS NULL THEN NULL ELSE {old_n} + {new_n} END",
-        (
-            f"load_temperature_avg = CASE WHEN {old_n} IS NULL THEN NULL WHEN {old_t} IS NULL THEN {new_t}"
-            f" WHEN {new_t} IS NULL THEN {old_t} ELSE {weighted} END"
-        ),
-    ]
 
 
 _LOADED = f"utilization_avg >= {LOAD_UTILIZATION_PCT} AND temperature_avg IS NOT NULL"
@@ -234,38 +246,15 @@ def _oldest_day(cutoff: datetime) -> datetime | None:
 def _roll_up_day(day: datetime, budget: list[int]) -> int:
     """Roll one UTC day of hourly rows into daily rows and delete them, NODE_CHUNK nodes per batch."""
     rows = GpuSampleHourly.objects.filter(hour__gte=day, hour__lt=day + DAY)
-    bounds = rows.aggregate(lo=Min("node_id"), hi=Max("node_id"))
-    moved = 0
-    start = bounds["lo"]
-    while start is not None and start <= bounds["hi"] and budget[0] > 0:
-        with transaction.atomic():
-            _insert_daily(day, start, start + NODE_CHUNK)
-            moved += rows.filter(node_id__gte=start, node_id__lt=start + NODE_CHUNK).delete()[0]
-        budget[0] -= 1
-        start += NODE_CHUNK
-    return moved
+    return _move_in_chunks(rows, lambda lo, hi: _insert_daily(day, lo, hi), budget)
 
 
 def _insert_daily(day: datetime, node_from: int, node_to: int) -> None:
-    table, hourly = GpuSampleDaily._meta.db_table, GpuSampleHourly._meta.db_table
-    columns = ", ".join(_DAILY)
-    aggregates = ", ".join(agg for agg, _, _ in _DAILY.values())
-    # Every merge reads the row as it was (``table.col``), so load_temperature_avg weighs by the old load_n.
-    merges = ", ".join(f"{c} = {_merge_daily(table, c, how, weight)}" for c, (_, how, weight) in _DAILY.items())
-    sql = (
-        f"INSERT INTO {table} (node_id, day, gpu_index, n, {columns}) "  # noqa: S608 - table names and _DAILY's columns; values are parameters
-        f"SELECT node_id, %s, gpu_index, SUM(n), {aggregates} FROM {hourly} "
-        f"WHERE hour >= %s AND hour < %s AND node_id >= %s AND node_id < %s "
-        f"GROUP BY node_id, gpu_index "
-        f"ON CONFLICT (node_id, day, gpu_index) DO UPDATE SET n = {table}.n + EXCLUDED.n, {merges}"
-    )
-    at = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [at(day), at(day), at(day + DAY), node_from, node_to])
+    _roll_into(GpuSampleDaily, "day", day, DAY, GpuSampleHourly, "hour", "SUM(n)", _DAILY, node_from, node_to)
 
 
-def _merge_daily(table: str, column: str, how: str, weight: str) -> str:
-    """SQL merging an existing daily value with the incoming one: ``_merge``, averages weighted by
+def _merge_weighted(table: str, column: str, how: str, weight: str) -> str:
+    """SQL merging an existing roll-up value with the incoming one: ``_merge``, averages weighted by
     ``weight`` (the samples behind them), counts added."""
     if how == "sum":
         return f"{table}.{column} + EXCLUDED.{column}"
