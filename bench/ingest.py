@@ -69,23 +69,12 @@ START = (datetime.now(UTC) - timedelta(days=3 * 365)).replace(hour=0, minute=0, 
 
 def make_fleet(n: int) -> list[tuple[str, str]]:
     """n nodes of an 8 x H100 profile, each with an agent token; returns [(hostname, token)]."""
-    from fleet.models import Cluster, HardwareProfile, Site
+    from bench.place import h100_place
     from nodes.models import Node
     from telemetry.auth import TOKEN_PREFIX, hash_token
     from telemetry.models import AgentToken
 
-    profile, _ = HardwareProfile.objects.get_or_create(
-        name="bench-h100",
-        defaults={
-            "gpu_model": "NVIDIA H100 80GB HBM3",
-            "gpu_count": 8,
-            "hca_count": 8,
-            "hca_rate_gbps": 400,
-            "memory_gb": 2048,
-        },
-    )
-    site, _ = Site.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
-    cluster, _ = Cluster.objects.get_or_create(name="bench", defaults={"site": site})
+    profile, site, cluster = h100_place()
     nodes = Node.objects.bulk_create(
         Node(
             hostname=f"bench-{i:05d}",

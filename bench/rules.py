@@ -49,24 +49,13 @@ def healthy_contexts(count: int) -> list[Any]:
     """One healthy report for each of ``count`` nodes, with the previous report 30 s before it."""
     import msgspec
 
-    from fleet.models import Cluster, HardwareProfile, Site
+    from bench.place import h100_place
     from nodes.models import Node
     from telemetry.ingest import _contexts, _state_of
     from telemetry.schema import AgentReport
     from telemetry.testing import make_report
 
-    profile, _ = HardwareProfile.objects.get_or_create(
-        name="bench-h100",
-        defaults={
-            "gpu_model": "NVIDIA H100 80GB HBM3",
-            "gpu_count": 8,
-            "hca_count": 8,
-            "hca_rate_gbps": 400,
-            "memory_gb": 2048,
-        },
-    )
-    site, _ = Site.objects.get_or_create(slug="bench", defaults={"name": "Bench"})
-    cluster, _ = Cluster.objects.get_or_create(name="bench", defaults={"site": site})
+    profile, site, cluster = h100_place()
     contexts = []
     for i in range(count):
         node = Node.objects.create(

@@ -62,14 +62,10 @@ def sizes() -> dict[str, int]:
 
 
 def make_nodes(n: int) -> list[tuple[int, str]]:
-    from fleet.models import Cluster, HardwareProfile, Site
+    from bench.place import h100_place
     from nodes.models import Node
 
-    profile = HardwareProfile.objects.create(
-        name="bench-h100", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8, memory_gb=2048
-    )
-    site = Site.objects.create(slug="bench", name="Bench")
-    cluster = Cluster.objects.create(name="bench", site=site)
+    profile, site, cluster = h100_place()
     nodes = Node.objects.bulk_create(
         Node(
             hostname=f"store-{i:05d}",
@@ -237,8 +233,8 @@ def daily_bytes_per_node_day(day: datetime, nodes: int, empty: int) -> float:
     table = GpuSampleDaily._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (node_id, {', '.join(columns)}) SELECT node_id + k * 10000000, {', '.join(columns)} "  # noqa: S608 - the model's table and columns
-            f"FROM {table}, generate_series(1, %s) AS k ORDER BY day, node_id + k * 10000000, gpu_index",
+            f"INSERT INTO {table} (node_id, {', '.join(columns)}) SELECT node_id + k * 1000000, {', '.join(columns)} "  # noqa: S608 - the model's table and columns
+            f"FROM {table}, generate_series(1, %s) AS k ORDER BY day, node_id + k * 1000000, gpu_index",
             [copies],
         )
     return (sizes()["GpuSampleDaily"] - empty) / (nodes * (copies + 1))
