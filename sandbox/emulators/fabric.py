@@ -32,7 +32,7 @@ from typing import Any
 
 from fabric import collector
 from fabric.collector import CollectedOutputs, CollectorError, ToolResult, subprocess_runner
-from fabric.ibdiags import COUNTER_NAMES, IbTopology, counter_name, parse_iblinkinfo, parse_perfquery
+from fabric.ibdiags import COUNTER_NAMES, IbParseError, IbTopology, counter_name, parse_iblinkinfo, parse_perfquery
 from fabric.topology import GeneratedFabric
 
 UMAD2SIM_CANDIDATES = (
@@ -423,8 +423,14 @@ class SimulatedFabric:
         """Poll iblinkinfo until ``predicate`` holds, at most ``timeout`` (wait_timeout) seconds."""
         deadline = time.monotonic() + (timeout or self.wait_timeout)
         while True:
-            topo = self.linkinfo()
-            if predicate(topo):
+            try:
+                topo: IbTopology | None = self.linkinfo()
+            except IbParseError:
+                # Read while the SM reassigns addresses (a LID briefly on two devices): not there yet.
+                if time.monotonic() > deadline:
+                    raise
+                topo = None
+            if topo is not None and predicate(topo):
                 return
             if time.monotonic() > deadline:
                 raise SimulatorError(f"not seen within {timeout or self.wait_timeout:g} s: {what}")

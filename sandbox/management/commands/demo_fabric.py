@@ -45,9 +45,13 @@ def start_demo_fabric() -> Any:
     )
     sim = SimulatedFabric(fabric, sweep_interval=2)
     sim.start()
-    for hca in PULLED:
-        sim.unlink(hca)
-    sim.swap_cables(*SWAPPED)
+    try:
+        for hca in PULLED:
+            sim.unlink(hca)
+        sim.swap_cables(*SWAPPED)
+    except BaseException:
+        sim.stop()  # else ibsim and opensm outlive the failed start
+        raise
     return sim
 
 
