@@ -16,6 +16,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -86,15 +87,23 @@ async def call(app: AgentReportsApp, body: bytes, headers: dict[str, str]) -> tu
     return start["status"], {k.decode().lower(): v.decode() for k, v in start["headers"]}, end["body"]
 
 
+def run_async(coroutine: Any) -> Any:
+    """``asyncio.run`` on a thread of its own. The calling thread may hold a running event loop that is
+    not this test's: Playwright's sync API (the browser tests' session-scoped browser, in the same
+    xdist worker) leaves its loop set as running, and asyncio.run refuses to start under it."""
+    with ThreadPoolExecutor(1, thread_name_prefix="asgi-test") as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def post(app: AgentReportsApp, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-    return asyncio.run(call(app, body, headers))
+    return run_async(call(app, body, headers))
 
 
 def post_all(app: AgentReportsApp, requests: list[tuple[bytes, dict[str, str]]]) -> list[Any]:
     async def together() -> list[Any]:
         return await asyncio.gather(*(call(app, body, headers) for body, headers in requests))
 
-    return asyncio.run(together())
+    return run_async(together())
 
 
 def bearer(token: str | None) -> dict[str, str]:
@@ -299,7 +308,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_is_counted(app, nodes):
         return [await first, second]
 
     with override_settings(NODEWARDEN_INGEST_QUEUE_LIMIT=1, NODEWARDEN_INGEST_GROUP_WAIT_MS=500):
-        first, second = asyncio.run(scenario())
+        first, second = run_async(scenario())
         assert first[0] == 200
         assert (second[0], second[1]["retry-after"]) == (503, str(groupcommit.RETRY_AFTER_SECONDS))
         assert json.loads(second[2])["error"] == "unavailable"
@@ -309,9 +318,9 @@ def test_a_full_queue_answers_503_with_retry_after_and_is_counted(app, nodes):
 
 
 def test_other_paths_go_to_django(app):
-    status, _, _ = asyncio.run(other(app, "GET", "/api/agent/reports/"))
+    status, _, _ = run_async(other(app, "GET", "/api/agent/reports/"))
     assert status == 405  # the view's own answer to a GET
-    status, _, body = asyncio.run(other(app, "GET", "/login/"))
+    status, _, body = run_async(other(app, "GET", "/login/"))
     assert status == 200 and b"<form" in body  # a page of the portal, through the middleware
 
 
