@@ -24,6 +24,7 @@ under load counted one by one for the trends).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from django.db import connection, models, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from . import packformat, retention
+from . import packformat, retention, store
 from .models import GpuSample, NodeReport, RealField, TelemetryHourPack
 
 log = logging.getLogger(__name__)
@@ -242,10 +243,32 @@ def packed_report_times_of_nodes(times: dict[int, list[datetime]]) -> dict[int, 
     if not wanted:
         return {}
     found: dict[int, set[datetime]] = {}
+    for node_id, hour, blob in _packs_of(wanted):
+        found.setdefault(node_id, set()).update(packformat.report_times(hour, bytes(blob)))
+    return {node_id: hits & set(times[node_id]) for node_id, hits in found.items() if hits & set(times[node_id])}
+
+
+def _packs_of(wanted: set[tuple[int, datetime]]) -> list[tuple[int, datetime, Any]]:
+    """(node_id, hour, blob) of the packs of these (node, hour) pairs. On PostgreSQL one statement of
+    the same text whatever their number (the ingest of an agent's flushed buffer asks for each group);
+    elsewhere the ORM's read, whose cross product the pairs then filter."""
+    if connection.vendor == "postgresql":
+        node_ids, hours = zip(*wanted, strict=True)
+        with store.bound_cursor(binary=True, prepare=False) as cursor:
+            cursor.execute(_packs_sql(), [list(node_ids), list(hours)])
+            rows: list[tuple[int, datetime, Any]] = cursor.fetchall()
+            return rows
     packs = TelemetryHourPack.objects.filter(
         node_id__in={node_id for node_id, _ in wanted}, hour__in={hour for _, hour in wanted}
     ).values_list("node_id", "hour", "blob")
-    for node_id, hour, blob in packs:
-        if (node_id, hour) in wanted:  # the statement's cross product holds pairs no one asked for
-            found.setdefault(node_id, set()).update(packformat.report_times(hour, bytes(blob)))
-    return {node_id: hits & set(times[node_id]) for node_id, hits in found.items() if hits & set(times[node_id])}
+    return [pack for pack in packs if (pack[0], pack[1]) in wanted]
+
+
+@functools.cache
+def _packs_sql() -> str:
+    q = connection.ops.quote_name
+    return (
+        f"SELECT p.{q('node_id')}, p.{q('hour')}, p.{q('blob')} FROM {q(TelemetryHourPack._meta.db_table)} p"  # noqa: S608 - the model's names; values are parameters
+        f" JOIN unnest(%s::bigint[], %s::timestamptz[]) AS w(node_id, hour)"
+        f" ON p.{q('node_id')} = w.node_id AND p.{q('hour')} = w.hour"
+    )

@@ -186,7 +186,7 @@ def test_gpu_rows_are_updated_in_place_with_no_index_to_touch(db):
 
 
 def test_rows_go_to_postgresql_as_a_parameter_not_spliced_into_the_sql(node):
-    # telemetry.store._json_cursor: the JSON text of the rows is a bound parameter, which
+    # telemetry.store.bound_cursor: the JSON text of the rows is a bound parameter, which
     # PostgreSQL's parser never scans and Python never escapes (bench/ingest.py's CPU per report).
     postgresql_only()
     report = one(node, T0)
@@ -194,3 +194,22 @@ def test_rows_go_to_postgresql_as_a_parameter_not_spliced_into_the_sql(node):
         ingest_reports(node.pk, report)
     (write,) = [q["sql"] for q in queries if "telemetry_nodereport" in q["sql"]]
     assert report[0].report_id not in write and "$1" in write, write[:300]
+
+
+def test_the_hot_statements_are_prepared_once_per_connection(node):
+    # telemetry.store.bound_cursor: outside the query log (production) the ingest's own statements
+    # are prepared on their first run, and later reports reuse them rather than planning again.
+    postgresql_only()
+    ingest_reports(node.pk, one(node, T0))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        first = {row[0] for row in cursor.fetchall()}
+    ingest_reports(node.pk, one(node, T0 + timedelta(seconds=30), seed=2))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        after = {row[0] for row in cursor.fetchall()}
+    assert any("telemetry_nodereport" in s for s in first), first
+    assert any("telemetry_gpustate" in s for s in first), first
+    assert not any("row_to_json" in s for s in first), first  # reads are planned each time, with fresh statistics
+    assert after == first  # the second report planned nothing new
+    assert NodeReport.objects.filter(node=node).count() == 2
