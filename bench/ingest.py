@@ -457,6 +457,7 @@ def copy_ceiling(fleet: list[tuple[str, str, str]], reports: int) -> float:
     """Reports/s when the same history rows (one NodeReport and eight GpuSample rows per
     report) go straight in with COPY on one connection, 500 reports per transaction:
     no HTTP, no validation, no latest state, no rules. The bar for (a)."""
+    import msgspec
     from django.db import transaction
     from psycopg.types.json import Jsonb
 
@@ -498,7 +499,9 @@ def copy_ceiling(fleet: list[tuple[str, str, str]], reports: int) -> float:
         with transaction.atomic(), connection.cursor() as cursor:
             with cursor.cursor.copy(report_sql) as copy:
                 for row in report_rows[first : first + chunk]:
-                    copy.write_row([Jsonb(row[c]) if c == "summary" else row[c] for c in store.REPORT_COLUMNS])
+                    copy.write_row(
+                        [Jsonb(msgspec.to_builtins(row[c])) if c == "summary" else row[c] for c in store.REPORT_COLUMNS]
+                    )
             with cursor.cursor.copy(sample_sql) as copy:
                 for rows in sample_rows[first : first + chunk]:
                     for row in rows:

@@ -177,7 +177,7 @@ def ingest_many(
     new_keys = store.insert_new_reports_of_nodes(rows)
     news = [sorted((r for r in n[2] if (n[1], r.report_id) in new_keys), key=lambda r: r.collected_at) for n in nodes]
     written = [(n, new) for n, new in zip(nodes, news, strict=True) if new]
-    store.upsert_gpu_states([row for n, new in written for row in _gpu_state_rows(n[1], new[-1], n[5])])
+    store.upsert_gpu_states([gpus for n, new in written for gpus in _gpu_state_rows(n[1], new[-1], n[5])])
     store.upsert_node_healths([_health_row(n[1], new[-1], received_at, source) for n, new in written])
     store.store_samples([row for n, new in written for row in _sample_rows(n[1], new)])
     for (index, node_id, unique, duplicates, node, latest, firing), new in zip(nodes, news, strict=True):
@@ -309,11 +309,12 @@ def _store_reports(
 
 
 def _report_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
+    # The agent's structs as they are: msgspec encodes them into the same JSON to_builtins would give.
     summary = {
         "agent_version": report.agent_version,
         "driver_version": report.driver_version,
-        "host": msgspec.to_builtins(report.host) if report.host else None,
-        "ib_ports": msgspec.to_builtins(report.ib_ports),
+        "host": report.host,
+        "ib_ports": report.ib_ports,
         "collector_errors": report.collector_errors,
     }
     return {
@@ -412,11 +413,11 @@ def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, receive
     store.upsert_node_health(_health_row(node_id, newest, received_at, source))
 
 
-def _gpu_state_rows(node_id: int, newest: AgentReport, latest: _Latest) -> list[dict[str, Any]]:
+def _gpu_state_rows(node_id: int, newest: AgentReport, latest: _Latest) -> list[store.NodeGpus]:
     """The latest GPU rows of the newest new report; none if the node already sent a newer one."""
-    if latest.at is not None and newest.collected_at < latest.at:
+    if (latest.at is not None and newest.collected_at < latest.at) or not newest.gpus:
         return []
-    return [{"node_id": node_id, "updated_at": newest.collected_at, **msgspec.structs.asdict(g)} for g in newest.gpus]
+    return [store.NodeGpus(node_id, newest.collected_at, newest.gpus)]
 
 
 def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
@@ -434,8 +435,8 @@ def _health_row(node_id: int, report: AgentReport, received_at: datetime, source
         "cuda_version": report.cuda_version or "",
         "gpu_count": len(report.gpus),
         "gpu_compute_processes": busy,
-        "host": msgspec.to_builtins(report.host) if report.host else {},
-        "ib_ports": msgspec.to_builtins(report.ib_ports),
+        "host": report.host or {},  # structs, as in _report_row
+        "ib_ports": report.ib_ports,
         "collector_errors": report.collector_errors,
     }
 

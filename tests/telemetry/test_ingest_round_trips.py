@@ -213,3 +213,19 @@ def test_the_hot_statements_are_prepared_once_per_connection(node):
     assert not any("row_to_json" in s for s in first), first  # reads are planned each time, with fresh statistics
     assert after == first  # the second report planned nothing new
     assert NodeReport.objects.filter(node=node).count() == 2
+
+
+def test_latest_gpu_rows_hold_every_field_the_agent_sent_or_left_at_its_default(node):
+    # telemetry.store.NodeGpus: the readings go to PostgreSQL as the agent's structs encode them,
+    # which leave out fields at their default; each column must still get the reading's value.
+    sent = make_report(node.hostname, collected_at=T0, gpus=2)
+    bare = {"index": 1, "uuid": "GPU-bare"}  # everything else at its default (pci_bus_id "", name "", None)
+    sent["gpus"][1] = bare
+    report = msgspec.convert(sent, AgentReport)
+    ingest_reports(node.pk, [report])
+    for reading in report.gpus:
+        stored = GpuState.objects.get(node=node, index=reading.index)
+        for name, value in msgspec.structs.asdict(reading).items():
+            assert getattr(stored, name) == value, (reading.index, name)
+        assert stored.updated_at == T0
+    assert GpuState.objects.get(node=node, index=1).pci_bus_id == ""
