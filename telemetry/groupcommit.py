@@ -67,7 +67,9 @@ class _Request:
     node_id: int
     reports: list[AgentReport]
     source: str
-    done: threading.Event = field(default_factory=threading.Event)
+    # Set once the commit (or the failure) is final; only a request thread waiting on the writer
+    # has one (``submit``): the ASGI writer gathers its group itself (``ingest_group``).
+    done: threading.Event | None = None
     queued_at: float = field(default_factory=time.monotonic)
     result: IngestResult | None = None
     error: BaseException | None = None
@@ -94,7 +96,8 @@ class GroupCommitter:
         Raises what ``ingest_reports`` raises for these reports, IngestBusy when the queue is
         full, and DatabaseError when the group and the retry on its own both failed.
         """
-        request = _Request(node_id, reports, source)
+        done = threading.Event()
+        request = _Request(node_id, reports, source, done=done)
         with self._lock:
             if self._queued_reports + len(reports) > settings.NODEWARDEN_INGEST_QUEUE_LIMIT and self._queue:
                 count_busy()
@@ -106,7 +109,7 @@ class GroupCommitter:
                 self._queue.append(request)
             self._queued_reports += len(reports)
             self._wake.notify()
-        if not request.done.wait(WAIT_SECONDS):
+        if not done.wait(WAIT_SECONDS):
             raise DatabaseError(f"the ingest writer did not answer within {WAIT_SECONDS:.0f} s")
         if request.result is None:
             raise request.error or DatabaseError("the ingest writer gave no result")
@@ -165,7 +168,7 @@ class GroupCommitter:
             except BaseException as exc:  # never leave a request waiting on a dead writer
                 log.exception("ingest writer failed")
                 for request in group:
-                    if not request.done.is_set():
+                    if request.done is not None and not request.done.is_set():
                         request.error = exc
                         request.done.set()
             finally:
@@ -195,7 +198,8 @@ def commit_group(group: list[_Request]) -> None:
             except (IngestRefused, Node.DoesNotExist, DatabaseError) as exc:
                 request.error = exc
     for request in group:
-        request.done.set()  # only now: the commit (or the failure) is final
+        if request.done is not None:
+            request.done.set()  # only now: the commit (or the failure) is final
 
 
 def ingest_group(batches: list[tuple[int, list[AgentReport]]], *, source: str) -> list[IngestResult | Exception]:

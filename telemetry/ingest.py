@@ -449,7 +449,8 @@ def _contexts(node: dict[str, Any], new: list[AgentReport], latest: _Latest, sou
     """
     contexts = []
     state = latest
-    for report in new:
+    last = len(new) - 1
+    for k, report in enumerate(new):
         newer = state.at is None or report.collected_at > state.at
         before = state if newer else _Latest()
         contexts.append(
@@ -466,7 +467,7 @@ def _contexts(node: dict[str, Any], new: list[AgentReport], latest: _Latest, sou
                 source=source,
             )
         )
-        if newer:
+        if newer and k < last:  # the state after a report matters only to the report after it
             state = _state_of(report)
     return contexts
 

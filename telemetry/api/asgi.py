@@ -38,8 +38,10 @@ from typing import Any
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.db import close_old_connections, connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.urls import reverse
+from django.utils.datastructures import MultiValueDict
+from django.utils.functional import cached_property
 
 from nodewarden.api import error_body
 
@@ -263,13 +265,37 @@ async def _read_request(scope: Scope, receive: Receive, path: str) -> tuple[Http
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         more = message.get("more_body", False)
-    request = HttpRequest()
-    request.method = "POST"
-    request.path = request.path_info = path
-    request.META = meta
     body = b"".join(chunks)
-    request._stream = io.BytesIO(body)  # what HttpRequest.read reads
-    return request, body
+    return _AgentRequest(path, meta, body), body
+
+
+class _AgentRequest(HttpRequest):
+    """The request as the report endpoint reads it: its headers (META) and its body. Django's
+    WSGIRequest does not call HttpRequest.__init__ either; the query string, form and file
+    dictionaries it would build for every request (a few per cent of the endpoint's CPU) are
+    built only if something asks for them."""
+
+    def __init__(self, path: str, meta: dict[str, Any], body: bytes) -> None:
+        self.method = "POST"
+        self.path = self.path_info = path
+        self.META = meta
+        self.COOKIES = {}
+        self.resolver_match = None
+        self.content_type = None
+        self.content_params = None
+        self._stream = io.BytesIO(body)  # what HttpRequest.read reads
+
+    @cached_property
+    def GET(self) -> QueryDict:  # type: ignore[override]  # noqa: N802 - HttpRequest's attribute
+        return QueryDict(mutable=True)
+
+    @cached_property
+    def POST(self) -> QueryDict:  # type: ignore[override]  # noqa: N802
+        return QueryDict(mutable=True)
+
+    @cached_property
+    def FILES(self) -> MultiValueDict[str, Any]:  # type: ignore[override]  # noqa: N802
+        return MultiValueDict()
 
 
 def _wire(response: HttpResponse | None) -> Answer:

@@ -382,3 +382,18 @@ def test_a_group_slower_than_the_wait_answers_503_and_the_resend_is_a_duplicate(
     )  # never a 2xx before the commit
     monkeypatch.setattr("telemetry.api.asgi.WAIT_SECONDS", 30.0)
     assert json.loads(post(app, body, bearer(token))[2]) == {"accepted": 0, "duplicates": 1}  # committed meanwhile
+
+
+def test_the_lean_request_reads_like_django_s_own():
+    # telemetry.api.asgi._AgentRequest skips HttpRequest.__init__: what the vetting reads must
+    # still be there, and what it skipped must still come on demand.
+    from telemetry.api.asgi import _AgentRequest
+
+    body = b'{"reports": []}'
+    meta = {"REQUEST_METHOD": "POST", "HTTP_AUTHORIZATION": "Bearer x", "CONTENT_LENGTH": str(len(body))}
+    request = _AgentRequest("/api/agent/reports/", meta, body)
+    assert request.headers["Authorization"] == "Bearer x"
+    assert request.method == "POST" and request.path == request.path_info == "/api/agent/reports/"
+    assert request.read() == body
+    assert not request.GET and not request.POST and not request.FILES and request.COOKIES == {}
+    assert request.get_full_path() == "/api/agent/reports/"

@@ -41,7 +41,7 @@ def reports_of(hostname: str, *, start: Any = T0, count: int = 1) -> list[Any]:
 
 
 def request(node: Any, reports: list[Any]) -> groupcommit._Request:
-    return groupcommit._Request(node.pk, reports, "agent")
+    return groupcommit._Request(node.pk, reports, "agent", done=threading.Event())
 
 
 @pytest.fixture
