@@ -396,7 +396,7 @@ def postmaster_pid() -> int:
 
 # --- The server -------------------------------------------------------------------
 
-SERVERS = ("granian", "uvicorn", "gunicorn")
+SERVERS = ("granian", "granian-asgi", "uvicorn", "gunicorn")
 
 
 @dataclass
@@ -415,8 +415,9 @@ def free_port() -> int:
 
 
 def server_command(server: str, port: int, workers: int, worker_class: str, threads: int) -> list[str]:
-    """The ingest server as deployed (docs/production.md): the ASGI app under uvicorn (httptools,
-    uvloop) or granian, or the WSGI portal under gunicorn (the road before the ASGI one)."""
+    """The ingest server as deployed (docs/production.md): the app under granian's RSGI interface
+    (granian), or its ASGI one under granian (granian-asgi) or uvicorn (httptools, uvloop), or the
+    WSGI portal under gunicorn (the road before the ASGI one)."""
     bin_dir = Path(sys.executable).parent
     if server == "uvicorn":
         return [
@@ -424,9 +425,10 @@ def server_command(server: str, port: int, workers: int, worker_class: str, thre
             *("--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--no-proxy-headers"),
             *("--no-access-log", "--log-level", "warning", "--timeout-keep-alive", "30"),
         ]
-    if server == "granian":
+    if server in ("granian", "granian-asgi"):
+        interface = "rsgi" if server == "granian" else "asgi"
         return [
-            *(str(bin_dir / "granian"), "--interface", "asgi", "--port", str(port), "--workers", str(workers)),
+            *(str(bin_dir / "granian"), "--interface", interface, "--port", str(port), "--workers", str(workers)),
             *("--loop", "uvloop", "--no-ws", "--log-level", "warning", "nodewarden.asgi_ingest:application"),
         ]
     return [

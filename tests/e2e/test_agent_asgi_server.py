@@ -1,5 +1,6 @@
-"""The real node agent against the ingest process group's real server: uvicorn (httptools, uvloop)
-and granian serving nodewarden.asgi_ingest, as a deployment runs them (docs/production.md).
+"""The real node agent against the ingest process group's real server: granian (its RSGI interface,
+as bin/serve ingest runs it, and its ASGI one) and uvicorn (httptools, uvloop) serving
+nodewarden.asgi_ingest, as a deployment runs them (docs/production.md).
 
 The server is another process on this test's PostgreSQL database (and its Redis): it sees only
 what is committed, as production does, so an answer it gives is an answer after a commit.
@@ -7,11 +8,14 @@ what is committed, as production does, so an answer it gives is an answer after 
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -25,7 +29,7 @@ from nodewarden_agent.client import PortalClient
 from telemetry.models import GpuSample, NodeReport, XidRecord
 from telemetry.testing import make_report
 
-from .conftest import XID_79_LINE, XID_GPU
+from .conftest import XID_79_LINE, XID_GPU, Portal
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -41,13 +45,14 @@ def server_command(server: str, port: int) -> list[str]:
             *(str(bin_dir / "uvicorn"), APP, "--port", str(port), "--loop", "uvloop", "--http", "httptools"),
             *("--no-proxy-headers", "--no-access-log", "--log-level", "warning"),
         ]
+    interface = "rsgi" if server == "granian" else "asgi"  # granian: as bin/serve ingest runs it
     return [
-        *(str(bin_dir / "granian"), "--interface", "asgi", "--port", str(port), "--loop", "uvloop"),
+        *(str(bin_dir / "granian"), "--interface", interface, "--port", str(port), "--loop", "uvloop"),
         *("--no-ws", "--log-level", "warning", APP),
     ]
 
 
-@pytest.fixture(params=["uvicorn", "granian"])
+@pytest.fixture(params=["uvicorn", "granian", "granian-asgi"])
 def ingest_server(request: pytest.FixtureRequest, db: None) -> Iterator[str]:
     """The ingest server on this test's database; its URL."""
     if connection.vendor != "postgresql":
@@ -95,3 +100,46 @@ def test_the_agent_reports_to_the_ingest_server_unchanged(ingest_server, node, a
     assert client.post_reports([report]) == {"accepted": 1, "duplicates": 0}
     assert client.post_reports([report]) == {"accepted": 0, "duplicates": 1}  # a resend
     assert client.agent_state()["state"] == node.state  # the agent's other requests: Django's ASGI handler
+
+
+def test_an_oversized_body_is_refused_without_being_read(ingest_server, node, agent_token):
+    # A declared length over TELEMETRY_MAX_BODY_BYTES (8 MiB) is refused from its header; a chunked
+    # body is read only until it passes the limit. Either way a 413, and the server stays up.
+    host, port = ingest_server.removeprefix("http://").split(":")
+    headers = {"Authorization": f"Bearer {agent_token}", "Content-Type": "application/json"}
+    for chunked in (False, True):
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        chunk = b" " * (1024 * 1024)
+        try:
+            if chunked:
+                conn.request(
+                    "POST", "/api/agent/reports/", body=iter([chunk] * 9), headers=headers, encode_chunked=True
+                )
+            else:
+                conn.request("POST", "/api/agent/reports/", body=chunk * 9, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # granian answers before the rest is sent, and closes: the answer is still there to read
+        response = conn.getresponse()
+        assert response.status == 413, (chunked, response.read()[:200])
+        conn.close()
+    client = PortalClient(ingest_server, agent_token)
+    report = make_report(node.hostname, collected_at=timezone.now() - timedelta(minutes=5), gpus=8)
+    assert client.post_reports([report]) == {"accepted": 1, "duplicates": 0}
+
+
+def test_the_portal_s_other_paths_answer_through_the_ingest_server(ingest_server, node, operator):
+    # Not the report path: Django's own handler answers, over RSGI through a bridge. A query
+    # string, a streamed answer (CSV export) and a refusal come back as the portal gives them.
+    portal = Portal(ingest_server, operator)
+    status, nodes = portal.get(f"/api/nodes/?hostname={node.hostname}")
+    assert status == 200 and [n["hostname"] for n in nodes["results"]] == [node.hostname]
+    export = urllib.request.Request(  # noqa: S310 - the test server's http:// URL
+        f"{ingest_server}/api/repairs/export.csv?search=no-such-ticket",
+        headers={"Authorization": f"Token {portal.token}", "Accept": "text/csv"},
+    )
+    with urllib.request.urlopen(export, timeout=10) as response:  # noqa: S310 - the Request above
+        assert response.status == 200 and response.headers.get_content_type() == "text/csv"
+        lines = response.read().decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("id,"), lines[:3]  # the header row, streamed; no ticket matches
+    status, refusal = portal.request("POST", f"/api/nodes/{node.pk}/maintenance/start/", {"reason": ""})
+    assert status == 400 and "reason" in json.dumps(refusal), refusal  # the body reached the view
