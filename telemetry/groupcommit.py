@@ -4,7 +4,8 @@ A single-report request costs about a commit (a WAL flush) plus a round trip per
 agent's steady state is one report every 30 s, so at fleet scale nearly every request is that
 small. Each request thread hands its decoded, vetted reports to this process's writer thread
 and waits. The writer takes whatever has queued (up to NODEWARDEN_INGEST_GROUP_MAX reports;
-once the first request in line has waited NODEWARDEN_INGEST_GROUP_WAIT_MS when the group is not full), runs each
+once NODEWARDEN_INGEST_GROUP_WAIT_MS have passed since the later of the first request's arrival and
+the writer's return from its last group, when the group is not full), runs each
 request's reports through the existing ``ingest_reports`` inside ONE transaction, commits, and
 only then wakes each request with its own result. While it commits, the next group queues.
 
@@ -134,8 +135,9 @@ class GroupCommitter:
         for writer in self._writers:
             writer.join(wait)
 
-    def _take(self) -> list[_Request] | None:
-        """Wait for work; then (briefly) for company; then take a group (None: stopped)."""
+    def _take(self, returned: float) -> list[_Request] | None:
+        """Wait for work; then (briefly) for company; then take a group (None: stopped).
+        ``returned``: when this writer came back from its last group (time.monotonic)."""
         wait = settings.NODEWARDEN_INGEST_GROUP_WAIT_MS / 1000
         limit = settings.NODEWARDEN_INGEST_GROUP_MAX
         with self._lock:
@@ -144,12 +146,12 @@ class GroupCommitter:
                     return None
                 self._wake.wait()
             if wait > 0:
-                # Give concurrent requests a moment to join, until the group is full or the first
-                # request in line has waited NODEWARDEN_INGEST_GROUP_WAIT_MS: no request waits
-                # longer for company, and under load (a full queue, or an old first request) the
-                # wait is not taken. Counted from the request, not from the writer's waking: a
-                # writer that wakes late must not split what arrived together.
-                deadline = self._queue[0].queued_at + wait
+                # Give concurrent requests a moment to join, until the group is full or
+                # NODEWARDEN_INGEST_GROUP_WAIT_MS have passed since the later of the first request's
+                # arrival and this writer's return from its last group: a writer that wakes late
+                # does not split what arrived together, and a busy one lets the requests it just
+                # answered come back before it takes a half group (as telemetry.api.asgi does).
+                deadline = max(self._queue[0].queued_at, returned) + wait
                 while self._queued_reports < limit and (left := deadline - time.monotonic()) > 0:
                     self._wake.wait(left)
             group: list[_Request] = []
@@ -162,7 +164,8 @@ class GroupCommitter:
             return group
 
     def _run(self) -> None:
-        while (group := self._take()) is not None:
+        returned = 0.0
+        while (group := self._take(returned)) is not None:
             try:
                 commit_group(group)
             except BaseException as exc:  # never leave a request waiting on a dead writer
@@ -173,6 +176,7 @@ class GroupCommitter:
                         request.done.set()
             finally:
                 close_old_connections()  # honour CONN_MAX_AGE and drop a broken connection
+                returned = time.monotonic()
         connection.close()
 
 

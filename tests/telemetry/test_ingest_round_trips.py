@@ -229,3 +229,16 @@ def test_latest_gpu_rows_hold_every_field_the_agent_sent_or_left_at_its_default(
             assert getattr(stored, name) == value, (reading.index, name)
         assert stored.updated_at == T0
     assert GpuState.objects.get(node=node, index=1).pci_bus_id == ""
+
+
+def test_report_and_health_rows_are_not_compressed_on_write(node):
+    # Migration 0014: about 2 kB of jsonb each, over PostgreSQL's default TOAST threshold; pglz on
+    # every report was 2.4 % of PostgreSQL's CPU for rows that live an hour or one per node.
+    postgresql_only()
+    ingest_reports(node.pk, one(node, T0))
+    with connection.cursor() as cursor:
+        for table in ("telemetry_nodereport", "telemetry_nodehealth"):
+            cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [table])
+            assert "toast_tuple_target=8160" in (cursor.fetchone()[0] or []), table
+        cursor.execute("SELECT pg_column_compression(summary) FROM telemetry_nodereport WHERE node_id = %s", [node.pk])
+        assert cursor.fetchone()[0] is None  # stored as it came

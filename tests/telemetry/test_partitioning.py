@@ -46,9 +46,10 @@ def test_it_prints_a_monthly_range_partitioning_of_each_history_table():
             f"CREATE TABLE {table} (LIKE {table}_unpartitioned INCLUDING DEFAULTS) "
             f"PARTITION BY RANGE ({column});" in ddl
         )
+        storage = " WITH (toast_tuple_target = 8160)" if table == "telemetry_nodereport" else ""  # migration 0014
         assert (
             f"CREATE TABLE IF NOT EXISTS {table}_p2026_10 PARTITION OF {table} "
-            f"FOR VALUES FROM ('2026-10-01') TO ('2026-11-01');" in ddl
+            f"FOR VALUES FROM ('2026-10-01') TO ('2026-11-01'){storage};" in ddl
         )
         assert f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT;" in ddl
     assert "ALTER TABLE telemetry_nodereport ADD PRIMARY KEY (node_id, collected_at);" in ddl
