@@ -10,6 +10,12 @@ What it measures, in one run on one machine (figures are only comparable as rati
     on-disk buffer after an outage);
 (b) the raw ceiling: the same history rows written with COPY straight into the
     same tables by one connection, in reports/s; the ratio a/b;
+(a') the same single-report load offered at a fixed rate (--rate, default the goal's 2,500/s),
+    open loop: each of many connections sends on its own schedule whether or not the others
+    have their answers, as a fleet's agents post on their own timers. (a) is closed loop: its
+    48 connections each wait for their answer, so it tops out at 48 / latency however much CPU
+    is left; (a') shows whether the server keeps up with the rate a fleet offers, and at what
+    latency (p50/p99 per request) and CPU;
 (c) latency of a catastrophic XID: while (a)'s single-report load runs, a probe
     posts reports carrying an XID 79; the response comes back only after the
     finding and its lifecycle event are committed, so the round trip bounds the
@@ -20,7 +26,7 @@ third of the raw ceiling; XID p99 < 200 ms.
 
 Needs PostgreSQL (COPY): run it through ``bin/bench``, which starts a throwaway
 server. Usage: bin/bench ingest [--nodes 2000] [--seconds 15] [--clients 3] [--workers 2]
-[--server granian|uvicorn|gunicorn] [--compare [SERVER ...]]. CPU per report is printed per party (server
+[--server granian|granian-asgi|uvicorn|gunicorn] [--compare [SERVER ...]] [--rate 2500]. CPU per report is printed per party (server
 processes, PostgreSQL, clients) from /proc and getrusage over the measured window: on a shared
 machine it is the steadier figure.
 """
@@ -187,6 +193,7 @@ def load_client(
     connections: int,
     results: mp.Queue,
     start: Any,
+    rate: float = 0.0,
 ) -> None:
     """One client process: ``connections`` keep-alive connections on one uvloop event loop, each
     round-robin over its share of the nodes until time is up, as many agents posting at once
@@ -199,7 +206,7 @@ def load_client(
     measured ``seconds`` together (``start``, a barrier across processes)."""
     import uvloop
 
-    results.put(uvloop.run(_load(port, fleet, per_request, seconds, offset, connections, start)))
+    results.put(uvloop.run(_load(port, fleet, per_request, seconds, offset, connections, start, rate)))
 
 
 async def _load(
@@ -210,7 +217,10 @@ async def _load(
     offset: int,
     connections: int,
     start: Any,
+    rate: float = 0.0,
 ) -> tuple[Any, ...]:
+    """``rate`` > 0: open loop, this client's share of the offered requests/s, each connection on
+    its own schedule (a request late by more than a period is counted in ``late``)."""
     loop = asyncio.get_running_loop()
     templates = [Template(hostname, token, template) for hostname, token, template in fleet]
     streams = [await asyncio.open_connection("127.0.0.1", port) for _ in range(connections)]
@@ -234,16 +244,30 @@ async def _load(
     cpu_began = _own_cpu()
     deadline = began + seconds
 
+    latencies: list[float] = []
+    late = 0
+    period = connections / rate if rate > 0 else 0.0
+
     async def measured(i: int) -> tuple[int, int, int, int]:
+        nonlocal late
         reader, writer = streams[i]
         share = templates[i::connections]
         sent = accepted = errors = busy = step = 0
+        due = began + period * i / connections  # open loop: connections evenly staggered
         while time.perf_counter() < deadline:
+            if period:
+                now = time.perf_counter()
+                if now < due:
+                    await asyncio.sleep(due - now)
+                elif now > due + period:
+                    late += 1  # the previous answer took longer than a period: behind schedule
+                due += period
             template = share[step % len(share)]
             base = START + timedelta(seconds=30 * (offset + step // len(share)) * per_request)
-            status, payload = await _exchange(
-                reader, writer, template.request([base + timedelta(seconds=30 * k) for k in range(per_request)])
-            )
+            request = template.request([base + timedelta(seconds=30 * k) for k in range(per_request)])
+            asked = time.perf_counter()
+            status, payload = await _exchange(reader, writer, request)
+            latencies.append(time.perf_counter() - asked)
             if status == 503:  # backpressure: the agent keeps the report and resends after Retry-After
                 busy += 1
                 await asyncio.sleep(0.05)
@@ -263,7 +287,10 @@ async def _load(
     cpu = _own_cpu() - cpu_began
     for _reader, writer in streams:
         writer.close()
-    return (*(sum(t[k] for t in totals) for k in range(4)), measured_seconds, warmed, warm_seconds, cpu)
+    return (
+        *(sum(t[k] for t in totals) for k in range(4)),
+        *(measured_seconds, warmed, warm_seconds, cpu, latencies, late),
+    )
 
 
 def _own_cpu() -> float:
@@ -306,6 +333,9 @@ class Load:
     warm: int  # accepted in the uncounted warm-up
     warm_rate: float  # reports/s of the warm-up: each node's first report to a fresh server (tokens unknown)
     cpu_ms: dict[str, float]  # CPU per report accepted in the measured window, per party (server, PostgreSQL, client)
+    request_ms: list[float]  # each measured request's round trip, sorted
+    late: int  # open loop: requests sent more than a period after their time
+    offered: float  # open loop: the requests/s offered (0: closed loop)
 
 
 def run_load(
@@ -318,13 +348,17 @@ def run_load(
     seconds: float,
     offset: int,
     probe: int = 0,
+    rate: float = 0.0,
 ) -> Load:
     results: mp.Queue = mp.Queue()
     start = mp.Barrier(clients + (1 if probe else 0) + 1)  # and this process: it reads the CPU counters
     share = [fleet[i::clients] for i in range(clients)]
     port = server.port
     procs = [
-        mp.Process(target=load_client, args=(port, share[i], per_request, seconds, offset, connections, results, start))
+        mp.Process(
+            target=load_client,
+            args=(port, share[i], per_request, seconds, offset, connections, results, start, rate / clients),
+        )
         for i in range(clients)
     ]
     probe_q: mp.Queue = mp.Queue()
@@ -350,7 +384,11 @@ def run_load(
         "client": sum(t[7] for t in totals) / counted * 1e3,
     }
     warm_rate = warm / max(t[6] for t in totals)
-    return Load(accepted / elapsed, accepted + probed, errors, busy, latencies, warm, warm_rate, cpu_ms)
+    request_ms = sorted(ms * 1e3 for t in totals for ms in t[8])
+    late = sum(t[9] for t in totals)
+    return Load(
+        accepted / elapsed, accepted + probed, errors, busy, latencies, warm, warm_rate, cpu_ms, request_ms, late, rate
+    )
 
 
 # --- CPU from /proc -----------------------------------------------------------------------
@@ -536,6 +574,11 @@ def main() -> None:
     parser.add_argument("--worker-class", choices=["sync", "gthread"], default="gthread")
     parser.add_argument("--threads", type=int, default=32, help="threads per gthread worker")
     parser.add_argument("--xid-probes", type=int, default=200)
+    parser.add_argument("--rate", type=float, default=2500, help="open loop: single-report requests/s offered")
+    parser.add_argument("--compare-open", action="store_true", help="--compare with the open loop (--rate)")
+    parser.add_argument(
+        "--open-connections", type=int, default=64, help="open loop: connections per client process (one agent each)"
+    )
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         raise SystemExit("bench/ingest.py needs PostgreSQL (COPY): run it with bin/bench ingest")
@@ -554,13 +597,14 @@ def main() -> None:
     def serve(workers: int, runs: list[tuple[str, dict[str, int]]], kind: str = args.server) -> dict[str, Load]:
         server = start_server(kind, workers, args.worker_class, args.threads)
         try:
-            return {name: run_load(server, fleet, **load, **extra) for name, extra in runs}  # type: ignore[arg-type]
+            return {name: run_load(server, fleet, **{**load, **extra}) for name, extra in runs}  # type: ignore[arg-type]
         finally:
             server.proc.terminate()
             server.proc.wait()
 
     if args.compare is not None:
-        compare(serve, args.workers, args.compare or SERVERS)
+        open_loop = {"rate": args.rate, "connections": args.open_connections} if args.compare_open else {}
+        compare(serve, args.workers, args.compare or SERVERS, open_loop)
         return
     one = serve(1, [("single", {"per_request": 1, "offset": 0})])["single"]
     runs = serve(
@@ -569,18 +613,32 @@ def main() -> None:
             ("single", {"per_request": 1, "offset": 100_000}),
             ("batch", {"per_request": BATCH_FLUSH, "offset": 10_000}),
             ("xid", {"per_request": 1, "offset": 200_000, "probe": args.xid_probes}),
+            ("offered", {"per_request": 1, "offset": 700_000, "rate": args.rate, "connections": args.open_connections}),
         ],
     )
     stored = count_stored()
     accepted = sum(r.accepted + r.warm for r in (one, *runs.values()))
-    single, batch, xid = runs["single"], runs["batch"], runs["xid"]
+    single, batch, xid, offered = runs["single"], runs["batch"], runs["xid"], runs["offered"]
     ceiling = copy_ceiling(fleet, reports=max(20_000, single.accepted))
     lat_ms = sorted(x * 1000 for x in xid.latencies)
     p99 = lat_ms[max(0, int(len(lat_ms) * 0.99) - 1)] if lat_ms else float("nan")
     busy = sum(r.busy for r in (one, *runs.values()))
+    kept_up = offered.rate >= 0.98 * offered.offered and offered.late == 0 and not offered.errors
     print(
-        f"end to end, 1 report/request:   {single.rate:8,.0f} reports/s  ({single.accepted:,} accepted, "
-        f"{single.errors} errors)  goal 2,500: {single.rate / 2500:.2f}"
+        f"end to end, 1 report/request, offered {offered.offered:,.0f}/s open loop "
+        f"({args.clients} x {args.open_connections} connections, each on its own schedule):"
+    )
+    print(
+        f"  {offered.rate:8,.0f} reports/s  ({offered.accepted:,} accepted, {offered.errors} errors, "
+        f"{offered.late} sent late)  request p50 {percentile(offered.request_ms, 50):.1f} ms, "
+        f"p99 {percentile(offered.request_ms, 99):.1f} ms; goal 2,500: {offered.rate / 2500:.2f}"
+        f" ({'kept up' if kept_up else 'fell behind'})"
+    )
+    print(f"  CPU per report: {cpu_line(offered)}; {offered.rate * sum(offered.cpu_ms.values()) / 1e3:.2f} cores busy")
+    print(
+        f"closed loop, 1 report/request:  {single.rate:8,.0f} reports/s  ({single.accepted:,} accepted, "
+        f"{single.errors} errors; {args.clients} x {args.connections} connections each waiting for its answer: "
+        f"request p50 {percentile(single.request_ms, 50):.1f} ms, p99 {percentile(single.request_ms, 99):.1f} ms)"
     )
     print(f"  CPU per report: {cpu_line(single)}")
     print(
@@ -595,9 +653,12 @@ def main() -> None:
         f"  first report of each node to a fresh server (cold token cache, worker boot): {one.warm_rate:,.0f} reports/s"
     )
     print(f"raw COPY ceiling:               {ceiling:8,.0f} reports/s")
+    # The ratio of what one report per request can sustain: the closed loop's rate, or the open
+    # loop's where it kept up (it is then bounded by the offered rate, not by the server).
+    sustained = max(single.rate, offered.rate if kept_up else 0.0)
     print(
-        f"ratio end-to-end/ceiling:       {single.rate / ceiling:8.2f} (1/request, goal 0.3: "
-        f"{single.rate / ceiling / 0.3:.2f})  {batch.rate / ceiling:.2f} ({BATCH_FLUSH}/request)"
+        f"ratio end-to-end/ceiling:       {sustained / ceiling:8.2f} (1/request, goal 0.3: "
+        f"{sustained / ceiling / 0.3:.2f})  {batch.rate / ceiling:.2f} ({BATCH_FLUSH}/request)"
     )
     print(
         f"XID 79 to committed finding:    p50 {statistics.median(lat_ms):.1f} ms  p99 {p99:.1f} ms  "
@@ -607,19 +668,29 @@ def main() -> None:
     print(f"reports stored: {stored:,}; accepted and missing: {max(0, accepted - stored):,} (goal 0)")
 
 
+def percentile(sorted_values: list[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, max(0, int(len(sorted_values) * p / 100) - 1))]
+
+
 def cpu_line(load: Load) -> str:
     parties = ", ".join(f"{party} {ms:.2f} ms" for party, ms in load.cpu_ms.items())
     return f"{parties}; all {sum(load.cpu_ms.values()):.2f} ms"
 
 
-def compare(serve: Any, workers: int, servers: Iterable[str]) -> None:
-    """The same 1 report/request load against each server, back to back: rate and CPU per report."""
+def compare(serve: Any, workers: int, servers: Iterable[str], open_loop: dict[str, Any]) -> None:
+    """The same 1 report/request load against each server, back to back: rate and CPU per report
+    (``open_loop``: offered at its rate on its connections, else the closed loop)."""
     accepted = 0
     for n, kind in enumerate(servers):
-        load = serve(workers, [("single", {"per_request": 1, "offset": 300_000 + 100_000 * n})], kind)["single"]
+        shape = {"per_request": 1, "offset": 300_000 + 100_000 * n, **open_loop}
+        load = serve(workers, [("single", shape)], kind)["single"]
         accepted += load.accepted + load.warm
         print(
-            f"{kind:9} x {workers}: {load.rate:7,.0f} reports/s, {load.errors} errors, {load.busy} 503s; CPU per report: {cpu_line(load)}"
+            f"{kind:9} x {workers}: {load.rate:7,.0f} reports/s, {load.errors} errors, {load.busy} 503s, "
+            f"{load.late} late; request p50 {percentile(load.request_ms, 50):.1f} ms, "
+            f"p99 {percentile(load.request_ms, 99):.1f} ms; CPU per report: {cpu_line(load)}"
         )
     stored = count_stored()
     print(f"reports stored: {stored:,}; accepted and missing: {max(0, accepted - stored):,} (goal 0)")

@@ -600,11 +600,15 @@ def _gpu_rows_sql() -> str:
     sql = _pg_statements.get("gpu-rows")
     if sql is None:
         q = connection.ops.quote_name
-        columns = ", ".join(q(c) for c in ("node_id", *GPU_READ_COLUMNS))
+        columns = ", ".join(f"g.{q(c)}" for c in GPU_READ_COLUMNS)
+        # Node by node through the (node, index) key: a LATERAL subquery with its own ORDER BY is
+        # not flattened into a join, so a group of 50 nodes never turns into a scan of the whole
+        # table (which the planner chose on a fleet of 2,000 nodes: 6.8 ms a group, not 1).
         sql = _pg_statements.setdefault(
             "gpu-rows",
-            f"SELECT {columns} FROM {q(GpuState._meta.db_table)} WHERE {q('node_id')} = ANY(%s::bigint[])"
-            f" ORDER BY {q('node_id')}, {q('index')}",
+            f"SELECT n.id, {columns} FROM unnest(%s::bigint[]) AS n(id), LATERAL (SELECT * FROM"
+            f" {q(GpuState._meta.db_table)} s WHERE s.{q('node_id')} = n.id ORDER BY s.{q('index')}) g"
+            f" ORDER BY n.id",
         )
     return sql
 
