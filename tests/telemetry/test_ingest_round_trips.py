@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from health.evaluation import OPEN_ALERT_FIELDS
 from health.models import Alert, Finding
 from telemetry import consumers, store
-from telemetry.ingest import ingest_reports
+from telemetry.ingest import ingest_many, ingest_reports
 from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport
 from telemetry.schema import AgentReport
 from telemetry.testing import make_report
@@ -242,3 +242,25 @@ def test_report_and_health_rows_are_not_compressed_on_write(node):
             assert "toast_tuple_target=8160" in (cursor.fetchone()[0] or []), table
         cursor.execute("SELECT pg_column_compression(summary) FROM telemetry_nodereport WHERE node_id = %s", [node.pk])
         assert cursor.fetchone()[0] is None  # stored as it came
+
+
+def test_a_group_s_gpu_rows_are_staged_and_upserted_once_per_round(node):
+    # telemetry.store.upsert_gpu_states on PostgreSQL: binary COPY into a temporary table, upsert
+    # from it. groupcommit runs several rounds in one transaction (a node's second request is the
+    # next round): each round's rows must leave the table, or the next upsert would meet them again.
+    postgresql_only()
+    other = NodeFactory()
+    first = [(node.pk, one(node, T0)), (other.pk, one(other, T0, seed=5))]
+    later = one(node, T0 + timedelta(seconds=30), seed=7)
+    with transaction.atomic():
+        assert all(r.accepted == 1 for r in ingest_many(first))
+        assert ingest_many([(node.pk, later)])[0].accepted == 1
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM {store.GPU_STAGING_TABLE}")  # noqa: S608 - a constant
+            assert cursor.fetchone()[0] == 0
+    for n, report in ((node, later[0]), (other, first[1][1][0])):
+        for reading in report.gpus:
+            stored = GpuState.objects.get(node=n, index=reading.index)
+            assert stored.updated_at == report.collected_at
+            for name, value in msgspec.structs.asdict(reading).items():
+                assert getattr(stored, name) == value, (n.pk, reading.index, name)
