@@ -132,10 +132,10 @@ def test_web_migrates_then_serves_on_the_published_port(services):
         assert "ports" not in services[name], f"{name} must not be reachable from outside"
 
 
-def test_ingest_serves_the_asgi_app_once_web_has_migrated(services):
+def test_ingest_serves_the_ingest_app_over_rsgi_once_web_has_migrated(services):
     ingest = services["ingest"]
     command = shlex.split(command_of(ingest))
-    assert command[:3] == ["granian", "--interface", "asgi"] and command[-1] == "nodewarden.asgi_ingest:application"
+    assert command[:3] == ["granian", "--interface", "rsgi"] and command[-1] == "nodewarden.asgi_ingest:application"
     assert ingest["ports"] == [f"127.0.0.1:8001:{command[command.index('--port') + 1]}"]  # loopback only
     assert ingest["depends_on"]["web"] == {"condition": "service_healthy"}
 
