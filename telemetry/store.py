@@ -197,9 +197,11 @@ def _gpu_staging_sql() -> tuple[str, str, str]:
 
 
 def _gpu_states_table() -> _Table:
-    """GpuState's upsert. On PostgreSQL its parameter is a JSON array of ``NodeGpus``: each node's
-    id and time once, its readings as the agent's structs encode them. Those leave out fields at
-    their default (``omit_defaults``), which therefore come back from their default here."""
+    """GpuState's upsert as one statement, for a single request's write (``insert_reports_with_latest``;
+    a group's rows are staged instead, ``upsert_gpu_states``). On PostgreSQL its parameter is a JSON
+    array of ``NodeGpus``: each node's id and time once, its readings as the agent's structs encode
+    them. Those leave out fields at their default (``omit_defaults``), which therefore come back
+    from their default here."""
     q = connection.ops.quote_name
     table = q(GpuState._meta.db_table)
     defaults = {f.name: f.default for f in msgspec.structs.fields(GpuReading) if f.default is not msgspec.NODEFAULT}
