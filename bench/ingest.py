@@ -621,7 +621,7 @@ def main() -> None:
     single, batch, xid, offered = runs["single"], runs["batch"], runs["xid"], runs["offered"]
     ceiling = copy_ceiling(fleet, reports=max(20_000, single.accepted))
     lat_ms = sorted(x * 1000 for x in xid.latencies)
-    p99 = lat_ms[max(0, int(len(lat_ms) * 0.99) - 1)] if lat_ms else float("nan")
+    p99 = percentile(lat_ms, 99)
     busy = sum(r.busy for r in (one, *runs.values()))
     kept_up = offered.rate >= 0.98 * offered.offered and offered.late == 0 and not offered.errors
     print(

@@ -148,8 +148,9 @@ def _gpu_state_suffix() -> str:
 
 
 class NodeGpus(msgspec.Struct):
-    """The latest GPU rows of one node: its newest new report's readings, as of that report.
-    Sent to PostgreSQL as they are (msgspec encodes the readings' structs itself: no dict per GPU)."""
+    """The latest GPU rows of one node: its newest new report's readings, as of that report. A
+    group stages them by binary COPY as they are (``upsert_gpu_states``); a single request's
+    one-statement write sends them as ``rows()``."""
 
     node_id: int
     updated_at: datetime
@@ -196,39 +197,6 @@ def _gpu_staging_sql() -> tuple[str, str, str]:
     return create, copy, upsert
 
 
-def _gpu_states_table() -> _Table:
-    """GpuState's upsert as one statement, for a single request's write (``insert_reports_with_latest``;
-    a group's rows are staged instead, ``upsert_gpu_states``). On PostgreSQL its parameter is a JSON
-    array of ``NodeGpus``: each node's id and time once, its readings as the agent's structs encode
-    them. Those leave out fields at their default (``omit_defaults``), which therefore come back
-    from their default here."""
-    q = connection.ops.quote_name
-    table = q(GpuState._meta.db_table)
-    defaults = {f.name: f.default for f in msgspec.structs.fields(GpuReading) if f.default is not msgspec.NODEFAULT}
-
-    def pick(column: str) -> str:
-        if column in ("node_id", "updated_at"):
-            return f"(n->>'{column}')::{_column_db_type(GpuState, column)}"
-        default = defaults.get(column)
-        if default is None:
-            return f"g.{q(column)}"
-        if not isinstance(default, str | bool | int | float):
-            raise TypeError(f"GpuReading.{column}: a default of {default!r} cannot be written in SQL")
-        literal = f"'{default}'" if isinstance(default, str) else str(default).upper()
-        if isinstance(default, str) and "'" in default:
-            raise TypeError(f"GpuReading.{column}: a quote in its default")
-        return f"COALESCE(g.{q(column)}, {literal})"
-
-    plain = _table(GpuState, GPU_STATE_COLUMNS, _gpu_state_suffix())
-    names = ", ".join(q(c) for c in GPU_STATE_COLUMNS)
-    json = (
-        f"INSERT INTO {table} ({names}) SELECT {', '.join(pick(c) for c in GPU_STATE_COLUMNS)}"
-        f" FROM jsonb_array_elements(%s::jsonb) n, jsonb_populate_recordset(NULL::{table}, n->'gpus') g"
-        f"{_gpu_state_suffix()}"
-    )
-    return _Table(model=GpuState, columns=plain.columns, json=json, values=plain.values)
-
-
 def _health_suffix() -> str:
     q = connection.ops.quote_name
     table = q(NodeHealth._meta.db_table)
@@ -270,7 +238,7 @@ def _sql() -> _Statements:
             xids=_table(XidRecord, XID_COLUMNS, " ON CONFLICT DO NOTHING"),
             xid_identities=_table(XidIdentity, XID_IDENTITY_COLUMNS, " ON CONFLICT DO NOTHING RETURNING fingerprint"),
             samples=_table(GpuSample, SAMPLE_COLUMNS),
-            gpu_states=_gpu_states_table(),
+            gpu_states=_table(GpuState, GPU_STATE_COLUMNS, _gpu_state_suffix()),
             health=_table(NodeHealth, HEALTH_COLUMNS, _health_suffix()),
             copy_samples=(
                 f"COPY {q(GpuSample._meta.db_table)} ({', '.join(q(c) for c in SAMPLE_COLUMNS)}) FROM STDIN"
@@ -712,7 +680,8 @@ def insert_reports_with_latest(
     row was written) upserts the newest *new* report's rows itself.
     """
     sql = _pg_statements.get("write") or _pg_statements.setdefault("write", _reports_with_latest_sql())
-    params = [_encode(rows).decode(), _encode(gpu_states).decode(), newest_id, _encode([health]).decode(), newest_id]
+    gpu_rows = [row for node in gpu_states for row in node.rows()]
+    params = [_encode(rows).decode(), _encode(gpu_rows).decode(), newest_id, _encode([health]).decode(), newest_id]
     with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}

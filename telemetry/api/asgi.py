@@ -34,7 +34,7 @@ import asyncio
 import functools
 import io
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -290,22 +290,12 @@ async def _read_request(scope: Scope, receive: Receive, path: str) -> tuple[Http
 
     At most TELEMETRY_MAX_BODY_BYTES + 1 bytes are read: read_body refuses more (413), and a
     declared length over the limit is refused before any of it is read."""
-    meta: dict[str, Any] = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": ""}
-    client = scope.get("client")
-    meta["REMOTE_ADDR"] = client[0] if client else ""
-    for raw_name, raw_value in scope["headers"]:
-        name = raw_name.decode("latin1").upper().replace("-", "_")
-        if name not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
-            name = "HTTP_" + name
-        value = raw_value.decode("latin1")
-        meta[name] = f"{meta[name]},{value}" if name in meta else value
+    headers = ((name.decode("latin1"), value.decode("latin1")) for name, value in scope["headers"])
+    meta = _request_meta(path, scope.get("client"), headers)
     limit = _limits().body
     chunks: list[bytes] = []
     size = 0
-    try:
-        declared = int(meta.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
+    declared = _declared_length(meta) or 0
     more = declared <= limit
     while more and size <= limit:
         message = await receive()
@@ -318,21 +308,35 @@ async def _read_request(scope: Scope, receive: Receive, path: str) -> tuple[Http
     return _AgentRequest(path, meta, body), body
 
 
-async def _read_rsgi_request(scope: Any, protocol: Any, path: str) -> tuple[HttpRequest, bytes]:
-    """``_read_request`` for RSGI: the same META, and at most TELEMETRY_MAX_BODY_BYTES + 1 bytes
-    read (a declared length over the limit: none; read_body answers 413 from the header)."""
+def _request_meta(path: str, client: Sequence[Any] | None, headers: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """The report request's META as WSGI would have it: its headers (latin-1 text, a repeated one
+    joined with commas) and the client's address."""
     meta: dict[str, Any] = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "SCRIPT_NAME": ""}
-    meta["REMOTE_ADDR"] = scope.client.rpartition(":")[0] if scope.client else ""
-    for raw_name, value in scope.headers.items():
+    meta["REMOTE_ADDR"] = client[0] if client else ""
+    for raw_name, value in headers:
         name = raw_name.upper().replace("-", "_")
         if name not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
             name = "HTTP_" + name
         meta[name] = f"{meta[name]},{value}" if name in meta else value
-    limit = _limits().body
+    return meta
+
+
+def _declared_length(meta: dict[str, Any]) -> int | None:
+    """The Content-Length the client declared (None: none; 0: not a number, as read_body takes it)."""
+    if not meta.get("CONTENT_LENGTH"):
+        return None
     try:
-        declared = int(meta["CONTENT_LENGTH"]) if "CONTENT_LENGTH" in meta else None
+        return int(meta["CONTENT_LENGTH"])
     except ValueError:
-        declared = 0
+        return 0
+
+
+async def _read_rsgi_request(scope: Any, protocol: Any, path: str) -> tuple[HttpRequest, bytes]:
+    """``_read_request`` for RSGI: the same META, and at most TELEMETRY_MAX_BODY_BYTES + 1 bytes
+    read (a declared length over the limit: none; read_body answers 413 from the header)."""
+    meta = _request_meta(path, _host_port(scope.client), scope.headers.items())
+    limit = _limits().body
+    declared = _declared_length(meta)
     if declared is not None and declared > limit:
         body = b""
     elif declared is not None:
