@@ -196,6 +196,11 @@ NODEWARDEN_REPORT_MAX_FUTURE_SECONDS = env.int("NODEWARDEN_REPORT_MAX_FUTURE_SEC
 NODEWARDEN_INGEST_GROUP_WAIT_MS = env.int("NODEWARDEN_INGEST_GROUP_WAIT_MS", 2)
 NODEWARDEN_INGEST_GROUP_MAX = env.int("NODEWARDEN_INGEST_GROUP_MAX", 100)
 NODEWARDEN_INGEST_QUEUE_LIMIT = env.int("NODEWARDEN_INGEST_QUEUE_LIMIT", 5000)
+# Nodes whose latest state each ingest process keeps in memory after writing it (telemetry.ingest's
+# LatestCache: the next report's read skips the node's GPU rows), about 11 kB each; 0: none kept.
+NODEWARDEN_INGEST_LATEST_CACHE_NODES = env.int("NODEWARDEN_INGEST_LATEST_CACHE_NODES", 10000)
+if NODEWARDEN_INGEST_LATEST_CACHE_NODES < 0:
+    raise ImproperlyConfigured("NODEWARDEN_INGEST_LATEST_CACHE_NODES must be 0 or more (0 keeps none)")
 # Writer threads per web process, each with its own database connection.
 NODEWARDEN_INGEST_WRITERS = env.int("NODEWARDEN_INGEST_WRITERS", 4)
 if NODEWARDEN_INGEST_GROUP_WAIT_MS < 0:
