@@ -6,6 +6,7 @@
     uvicorn nodewarden.asgi_ingest:application --loop uvloop --http httptools --no-proxy-headers
 """
 
+import gc
 import os
 
 import django
@@ -16,3 +17,8 @@ django.setup(set_prefix=False)
 from telemetry.api.asgi import AgentReportsApp  # noqa: E402 - needs the settings loaded above
 
 application = AgentReportsApp()
+
+# What the process holds once loaded (modules, settings, the app) is never garbage: out of the
+# collector's full passes, which otherwise walk all of it every few seconds at this endpoint's rate
+# (about 170,000 objects, 45 ms a pass: bench/ingest.py's request p99).
+gc.freeze()

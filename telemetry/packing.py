@@ -255,7 +255,7 @@ def _packs_of(wanted: set[tuple[int, datetime]]) -> list[tuple[int, datetime, An
     if connection.vendor == "postgresql":
         node_ids, hours = zip(*wanted, strict=True)
         with store.bound_cursor(binary=True, prepare=False) as cursor:
-            cursor.execute(_packs_sql(), [list(node_ids), list(hours)])
+            cursor.execute(_packs_sql(), [store.array_literal(node_ids), store.array_literal(hours)])
             rows: list[tuple[int, datetime, Any]] = cursor.fetchall()
             return rows
     packs = TelemetryHourPack.objects.filter(

@@ -85,7 +85,7 @@ def vet_agent_reports(request: HttpRequest) -> VettedReports | JsonResponse:
     Shared by both roads to ingest (this view, grouped by telemetry.groupcommit, and the ASGI
     endpoint of telemetry.api.asgi), so that they answer alike."""
     try:
-        agent = identify_agent(request.headers.get("Authorization"), request)
+        agent = identify_agent(request.META.get("HTTP_AUTHORIZATION"), request)  # not .headers: built per request
     except AgentThrottled as exc:
         response = JsonResponse({"error": "too many failed attempts", "detail": str(exc)}, status=429)
         response["Retry-After"] = str(exc.retry_after)
