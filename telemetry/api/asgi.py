@@ -52,15 +52,15 @@ from nodewarden.api import error_body
 
 from ..groupcommit import RETRY_AFTER_SECONDS, WAIT_SECONDS, count_busy, ingest_group
 from ..ingest import IngestResult
-from .views import VettedReports, answer_agent_reports, vet_agent_reports
+from .views import VettedReports, answer_agent_reports, stored_body, vet_agent_reports
 
 log = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
-# What goes back to the server: status, headers, body.
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+# What goes back to the server: status, headers (as RSGI takes them; ASGI's are encoded in _send), body.
+Answer = tuple[int, list[tuple[str, str]], bytes]
 
 # A group also stops at this many body bytes: fifty-report flushes must not make one transaction
 # of NODEWARDEN_INGEST_GROUP_MAX x 50 reports (an 8-GPU report is about 3 kB).
@@ -111,7 +111,7 @@ class AgentReportsApp:
         if scope.proto == "http" and scope.path == self.path and scope.method == "POST":
             request, body = await _read_rsgi_request(scope, protocol, self.path)
             status, headers, content = await self._answer(request, body)
-            protocol.response_bytes(status, [(k.decode("latin1"), v.decode("latin1")) for k, v in headers], content)
+            protocol.response_bytes(status, headers, content)
         elif scope.proto == "http":
             await _django_over_rsgi(self.django, scope, protocol)
         else:  # a websocket (granian runs with --no-ws): nothing here speaks it
@@ -265,6 +265,8 @@ def ingest_arrivals(requests: list[HttpRequest], busy: int) -> list[Answer]:
         for (i, vetted), outcome in zip(ready, outcomes, strict=True):
             if outcome is None:
                 answers[i] = _server_error()
+            elif isinstance(outcome, IngestResult):  # nearly every request: its body without a Django response
+                answers[i] = _stored(outcome)
             else:
                 answers[i] = _wire(_guarded(answer_agent_reports, requests[i], vetted, outcome))
         return [a if a is not None else _server_error() for a in answers]
@@ -443,9 +445,16 @@ class _AgentRequest(HttpRequest):
 def _wire(response: HttpResponse | None) -> Answer:
     if response is None:
         return _server_error()
-    headers = [(name.encode("latin1"), value.encode("latin1")) for name, value in response.items()]
-    headers.append((b"content-length", str(len(response.content)).encode()))
+    headers = [*response.items(), ("content-length", str(len(response.content)))]
     return response.status_code, headers, response.content
+
+
+def _stored(outcome: IngestResult) -> Answer:
+    """``answer_agent_reports``' answer to a stored request, as ``_wire`` would give it (the same
+    body and headers, test_agent_asgi holds them equal), built without a JsonResponse: the
+    response object, its header mapping and their encoding cost the writer about 0.01 ms a request."""
+    body = stored_body(outcome)
+    return 200, [("Content-Type", "application/json"), ("content-length", str(len(body)))], body
 
 
 def _unavailable(detail: str) -> Answer:
@@ -460,5 +469,6 @@ def _server_error() -> Answer:
 
 async def _send(send: Send, answer: Answer) -> None:
     status, headers, body = answer
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    encoded = [(name.encode("latin1"), value.encode("latin1")) for name, value in headers]
+    await send({"type": "http.response.start", "status": status, "headers": encoded})
     await send({"type": "http.response.body", "body": body})

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from django.db import DatabaseError
 from django.db.models import QuerySet
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 @csrf_exempt  # agents authenticate with a bearer token, never a cookie
-def agent_reports(request: HttpRequest) -> JsonResponse:
+def agent_reports(request: HttpRequest) -> HttpResponse:
     """POST /api/agent/reports/: a ReportBatch from a node agent."""
     if request.method != "POST":
         return JsonResponse(
@@ -113,11 +113,11 @@ def vet_agent_reports(request: HttpRequest) -> VettedReports | JsonResponse:
 
 def answer_agent_reports(
     request: HttpRequest, vetted: VettedReports, outcome: IngestResult | Exception
-) -> JsonResponse:
+) -> HttpResponse:
     """The answer to a vetted request once its ingest is final: its result, or its own error.
     An exception of another kind than ingest's own is raised again (a 500)."""
     if isinstance(outcome, IngestResult):
-        return JsonResponse({"accepted": outcome.accepted, "duplicates": outcome.duplicates})
+        return HttpResponse(stored_body(outcome), content_type="application/json")
     if isinstance(outcome, IngestRefused):
         return _refuser(request, "agent", vetted.node_id, vetted.hostname)(
             400, "invalid report", str(outcome), vetted.body
@@ -133,6 +133,11 @@ def answer_agent_reports(
         log.error("ingest failed for node %s", vetted.node_id, exc_info=outcome)
         return _unavailable("The reports could not be stored; resend after Retry-After.", RETRY_AFTER_SECONDS)
     raise outcome
+
+
+def stored_body(outcome: IngestResult) -> bytes:
+    """The body of the answer to a request whose reports are stored: what JsonResponse would write."""
+    return b'{"accepted": %d, "duplicates": %d}' % (outcome.accepted, outcome.duplicates)
 
 
 def _unavailable(detail: str, retry_after: int) -> JsonResponse:

@@ -27,7 +27,9 @@ from django.test import override_settings
 
 from nodes.services import Actor
 from telemetry import groupcommit
-from telemetry.api.asgi import AgentReportsApp
+from telemetry.api.asgi import AgentReportsApp, _stored, _wire
+from telemetry.api.views import VettedReports, answer_agent_reports
+from telemetry.ingest import IngestResult
 from telemetry.models import IngestRejection, NodeReport, XidRecord
 from telemetry.services import issue_agent_token, revoke_agent_tokens
 from telemetry.testing import make_batch, make_report
@@ -397,3 +399,11 @@ def test_the_lean_request_reads_like_django_s_own():
     assert request.read() == body
     assert not request.GET and not request.POST and not request.FILES and request.COOKIES == {}
     assert request.get_full_path() == "/api/agent/reports/"
+
+
+@pytest.mark.parametrize(("accepted", "duplicates"), [(1, 0), (0, 1), (37, 463)])
+def test_a_stored_request_is_answered_as_the_wsgi_view_answers_it(accepted, duplicates):
+    outcome = IngestResult(accepted=accepted, duplicates=duplicates)
+    view = answer_agent_reports(None, VettedReports(1, "gpu-a-001", [], b""), outcome)  # type: ignore[arg-type]
+    assert _stored(outcome) == _wire(view)
+    assert json.loads(_stored(outcome)[2]) == {"accepted": accepted, "duplicates": duplicates}
