@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import operator
 import re
 import threading
 from dataclasses import dataclass, field
@@ -38,16 +37,13 @@ from nodewarden.bounds import timestamp_problem
 
 from . import consumers, packing, store
 from .consumers import ReportContext
-from .models import GpuSample, GpuState, IngestRejection
+from .models import GpuState, IngestRejection
 from .schema import AgentReport, GpuReading, XidEvent
 
 log = logging.getLogger(__name__)
 
 GPU_FIELDS = store.GPU_READ_COLUMNS[1:]  # GpuReading's fields, which GpuState's columns are named after
-SAMPLE_FIELDS = tuple(
-    f.attname for f in GpuSample._meta.concrete_fields if f.attname not in ("node_id", "collected_at", "gpu_index")
-)
-_sample_values = operator.attrgetter(*SAMPLE_FIELDS)
+SAMPLE_FIELDS = store.SAMPLE_FIELDS  # GpuSample's columns besides its key: GpuReading's fields of the same names
 _BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
 
 
@@ -253,9 +249,8 @@ def ingest_many(
     new_keys = store.insert_new_reports_of_nodes(rows)
     news = [sorted((r for r in n[2] if (n[1], r.report_id) in new_keys), key=lambda r: r.collected_at) for n in nodes]
     written = [(n, new) for n, new in zip(nodes, news, strict=True) if new]
-    store.upsert_gpu_states([gpus for n, new in written for gpus in _gpu_state_rows(n[1], new[-1], n[5])])
+    store.store_gpu_readings([gpus for n, new in written for gpus in _gpu_readings(n[1], new, n[5])])
     store.upsert_node_healths([_health_row(n[1], new[-1], received_at, source) for n, new in written])
-    store.store_samples([row for n, new in written for row in _sample_rows(n[1], new)])
     kept = [(n[1], state) for n, new in written if (state := _written(new[-1], n[5], received_at)) is not None]
     if kept and settings.NODEWARDEN_INGEST_LATEST_CACHE_NODES > 0:
         transaction.on_commit(functools.partial(LATEST.keep, kept))
@@ -431,7 +426,7 @@ def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source
 
 def _sample_rows(node_id: int, new: list[AgentReport]) -> list[tuple[Any, ...]]:
     # In store.SAMPLE_COLUMNS order: the key columns, then SAMPLE_FIELDS.
-    return [(node_id, r.collected_at, g.index, *_sample_values(g)) for r in new for g in r.gpus]
+    return [(node_id, r.collected_at, g.index, *store.sample_values(g)) for r in new for g in r.gpus]
 
 
 def _store_xids(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> list[AgentReport]:
@@ -506,9 +501,20 @@ def _store_latest(node_id: int, new: list[AgentReport], latest: _Latest, receive
 
 def _gpu_state_rows(node_id: int, newest: AgentReport, latest: _Latest) -> list[store.NodeGpus]:
     """The latest GPU rows of the newest new report; none if the node already sent a newer one."""
-    if (latest.at is not None and newest.collected_at < latest.at) or not newest.gpus:
+    if not _moves_gpus_on(newest, latest):
         return []
     return [store.NodeGpus(node_id, newest.collected_at, newest.gpus)]
+
+
+def _gpu_readings(node_id: int, new: list[AgentReport], latest: _Latest) -> list[store.NodeGpus]:
+    """The new reports' GPU readings (oldest first), for their samples; the newest's marked as the
+    node's latest GPU rows where it moves them on (``_gpu_state_rows``)."""
+    moves = _moves_gpus_on(new[-1], latest)
+    return [store.NodeGpus(node_id, r.collected_at, r.gpus, latest=moves and r is new[-1]) for r in new if r.gpus]
+
+
+def _moves_gpus_on(newest: AgentReport, latest: _Latest) -> bool:
+    return (latest.at is None or newest.collected_at >= latest.at) and bool(newest.gpus)
 
 
 def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:

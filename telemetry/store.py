@@ -157,13 +157,15 @@ def _gpu_state_suffix() -> str:
 
 
 class NodeGpus(msgspec.Struct):
-    """The latest GPU rows of one node: its newest new report's readings, as of that report. A
-    group stages them by binary COPY as they are (``upsert_gpu_states``); a single request's
-    one-statement write sends them as ``rows()``."""
+    """One report's GPU readings, as of that report: the node's latest GPU rows (``latest``), or
+    only its history (``store_gpu_readings``). A group stages them by binary COPY as they are
+    (``upsert_gpu_states``, ``store_gpu_readings``); a single request's one-statement write sends
+    them as ``rows()``."""
 
     node_id: int
     updated_at: datetime
     gpus: list[GpuReading]
+    latest: bool = True
 
     def rows(self) -> list[Row]:
         """One GpuState row per reading (every column, defaults too)."""
@@ -172,38 +174,64 @@ class NodeGpus(msgspec.Struct):
         ]
 
 
-# The staging table's columns: the node and the time first, then the readings' fields in the
-# model's order (a row is (node_id, updated_at, *_reading_values(reading))).
+# The staging table's columns: the node, the time and whether the row is the node's latest
+# first, then the readings' fields in GpuState's order (a row is (node_id, updated_at, latest,
+# *_reading_values(reading))).
 GPU_READING_COLUMNS = tuple(c for c in GPU_STATE_COLUMNS if c not in ("node_id", "updated_at"))
-GPU_STAGING_COLUMNS = ("node_id", "updated_at", *GPU_READING_COLUMNS)
+GPU_STAGING_COLUMNS = ("node_id", "updated_at", "latest", *GPU_READING_COLUMNS)
 _reading_values = operator.attrgetter(*GPU_READING_COLUMNS)
-GPU_STAGING_TABLE = "pg_temp.nodewarden_gpustate_in"
+GPU_STAGING_TABLE = "pg_temp.nodewarden_gpu_in"
+# GpuSample's key columns and where a staged row has them; its other columns are readings' fields.
+_SAMPLE_KEYS = {"node_id": "node_id", "collected_at": "updated_at", "gpu_index": "index"}
+SAMPLE_FIELDS = tuple(c for c in SAMPLE_COLUMNS if c not in _SAMPLE_KEYS)
+sample_values = operator.attrgetter(*SAMPLE_FIELDS)  # a GpuReading's SAMPLE_FIELDS, in order
 
 
-def _gpu_staging_sql() -> tuple[str, str, str]:
-    """A group's latest GPU rows go into a temporary table by binary COPY, then into GpuState in
-    one upsert. As one jsonb parameter, PostgreSQL spent 8.9 ms of a 50-node group parsing and
-    upserting them (most of it parsing, at bind, where pg_stat_statements does not see it); as a
-    binary COPY and an upsert from the table, 2.5 ms. The table is created, if it is not there,
-    in each group's transaction, and emptied by the upsert that reads it (and at commit): a
-    pooler that hands the transaction to another server session (PgBouncer's transaction mode)
-    finds or makes its own."""
+@dataclass(frozen=True)
+class _GpuStaging:
+    """PostgreSQL: a group's GPU readings go into a temporary table by binary COPY, then into
+    GpuState (the rows marked latest, one upsert) and, for ``store_gpu_readings``, into GpuSample
+    too, in the same statement. As one jsonb parameter, PostgreSQL spent 8.9 ms of a 50-node group
+    parsing and upserting the latest rows (most of it parsing, at bind, where pg_stat_statements
+    does not see it); as a binary COPY and an upsert from the table, 2.5 ms. The samples' own
+    binary COPY cost the writer's Python as much again as the staging one (a row written by
+    psycopg's formatter per GPU), for rows the staging table already held. The table is created,
+    if it is not there, in each group's transaction, and emptied by the statement that reads it
+    (and at commit): a pooler that hands the transaction to another server session (PgBouncer's
+    transaction mode) finds or makes its own."""
+
+    create: str
+    copy: str
+    types: tuple[str, ...]  # the binary COPY's column types, in GPU_STAGING_COLUMNS order
+    upsert: str  # the latest rows into GpuState
+    upsert_and_sample: str  # that, and every row into GpuSample
+
+
+def _gpu_staging() -> _GpuStaging:
     q = connection.ops.quote_name
     table = q(GpuState._meta.db_table)
-    staged = ", ".join(q(c) for c in GPU_STAGING_COLUMNS)
+    readings = ", ".join(q(c) for c in GPU_READING_COLUMNS)
     create = (
         f"CREATE TEMPORARY TABLE IF NOT EXISTS {GPU_STAGING_TABLE} ON COMMIT DELETE ROWS AS"
-        f" SELECT {staged} FROM {table} WITH NO DATA"
+        f" SELECT {q('node_id')}, {q('updated_at')}, true AS {q('latest')}, {readings} FROM {table} WITH NO DATA"
     )
+    staged = ", ".join(q(c) for c in GPU_STAGING_COLUMNS)
     copy = f"COPY {GPU_STAGING_TABLE} ({staged}) FROM STDIN (FORMAT BINARY)"
     names = ", ".join(q(c) for c in GPU_STATE_COLUMNS)
     # Emptied as it is read: one transaction may stage several times (groupcommit's rounds, a
     # node's second request among them), and a row staged twice could not be upserted twice.
-    upsert = (
-        f"WITH staged AS (DELETE FROM {GPU_STAGING_TABLE} RETURNING *)"
-        f" INSERT INTO {table} ({names}) SELECT {names} FROM staged{_gpu_state_suffix()}"
+    emptied = f"WITH staged AS (DELETE FROM {GPU_STAGING_TABLE} RETURNING *)"
+    latest = f" INSERT INTO {table} ({names}) SELECT {names} FROM staged WHERE {q('latest')}{_gpu_state_suffix()}"
+    # A data-modifying CTE runs whether or not the statement reads it. The readings' types are
+    # GpuState's; GpuSample's narrower ones take them by PostgreSQL's assignment casts, as its COPY
+    # would (the schema bounds each value to its sample column).
+    sample_names = ", ".join(q(c) for c in SAMPLE_COLUMNS)
+    sample_sources = ", ".join(q(_SAMPLE_KEYS.get(c, c)) for c in SAMPLE_COLUMNS)
+    samples = (
+        f", samples AS (INSERT INTO {q(GpuSample._meta.db_table)} ({sample_names}) SELECT {sample_sources} FROM staged)"
     )
-    return create, copy, upsert
+    types = tuple("bool" if c == "latest" else _column_db_type(GpuState, c).split("(")[0] for c in GPU_STAGING_COLUMNS)
+    return _GpuStaging(create, copy, types, emptied + latest, emptied + samples + latest)
 
 
 def _health_suffix() -> str:
@@ -230,8 +258,7 @@ class _Statements:
     health: _Table
     copy_samples: str
     sample_types: tuple[str, ...]  # the binary COPY's column types, in SAMPLE_COLUMNS order
-    gpu_staging: tuple[str, str, str]  # PostgreSQL: create the staging table, COPY into it, upsert from it
-    gpu_staging_types: tuple[str, ...]  # the binary COPY's column types, in GPU_STAGING_COLUMNS order
+    gpu_staging: _GpuStaging  # PostgreSQL: create the staging table, COPY into it, write from it
 
 
 _statements: dict[str, _Statements] = {}
@@ -254,8 +281,7 @@ def _sql() -> _Statements:
                 " (FORMAT BINARY)"
             ),
             sample_types=tuple(_column_db_type(GpuSample, c) for c in SAMPLE_COLUMNS),
-            gpu_staging=_gpu_staging_sql(),
-            gpu_staging_types=tuple(_column_db_type(GpuState, c).split("(")[0] for c in GPU_STAGING_COLUMNS),
+            gpu_staging=_gpu_staging(),
         )
     return built
 
@@ -421,15 +447,33 @@ def upsert_gpu_states(nodes: Sequence[NodeGpus]) -> None:
         if connection.vendor != "postgresql":
             _write(cursor, statements.gpu_states, [row for node in nodes for row in node.rows()])
             return
-        create, copy_sql, upsert = statements.gpu_staging
-        cursor.execute(create)
-        with cursor.cursor.copy(copy_sql) as copy:  # Django's wrapper has no copy()
-            copy.set_types(statements.gpu_staging_types)
-            for node in nodes:
-                key = (node.node_id, node.updated_at)
-                for reading in node.gpus:
-                    copy.write_row((*key, *_reading_values(reading)))
-        cursor.execute(upsert)
+        _stage_gpus(cursor, statements.gpu_staging, nodes)
+        cursor.execute(statements.gpu_staging.upsert)
+
+
+def store_gpu_readings(nodes: Sequence[NodeGpus]) -> None:
+    """Every reading as a GpuSample row (``store_samples``), and those of the ``latest`` ones as the
+    latest GPU rows (``upsert_gpu_states``): on PostgreSQL one COPY and one statement for both."""
+    if not nodes:
+        return
+    if connection.vendor != "postgresql":
+        upsert_gpu_states([node for node in nodes if node.latest])
+        store_samples([(n.node_id, n.updated_at, g.index, *sample_values(g)) for n in nodes for g in n.gpus])
+        return
+    staging = _sql().gpu_staging
+    with bound_cursor() as cursor:
+        _stage_gpus(cursor, staging, nodes)
+        cursor.execute(staging.upsert_and_sample)
+
+
+def _stage_gpus(cursor: Any, staging: _GpuStaging, nodes: Sequence[NodeGpus]) -> None:
+    cursor.execute(staging.create)
+    with cursor.cursor.copy(staging.copy) as copy:  # Django's wrapper has no copy()
+        copy.set_types(staging.types)
+        for node in nodes:
+            key = (node.node_id, node.updated_at, node.latest)
+            for reading in node.gpus:
+                copy.write_row((*key, *_reading_values(reading)))
 
 
 def upsert_node_health(row: Row) -> None:

@@ -16,7 +16,7 @@ from health.evaluation import OPEN_ALERT_FIELDS
 from health.models import Alert, Finding
 from telemetry import consumers, store
 from telemetry.ingest import ingest_many, ingest_reports
-from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport
+from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport
 from telemetry.schema import AgentReport
 from telemetry.testing import make_report
 from tests.factories import NodeFactory
@@ -264,3 +264,29 @@ def test_a_group_s_gpu_rows_are_staged_and_upserted_once_per_round(node):
             assert stored.updated_at == report.collected_at
             for name, value in msgspec.structs.asdict(reading).items():
                 assert getattr(stored, name) == value, (n.pk, reading.index, name)
+
+
+def _samples(node) -> list[tuple]:
+    fields = ("collected_at", "gpu_index", *store.SAMPLE_FIELDS)
+    return list(GpuSample.objects.filter(node=node).order_by("collected_at", "gpu_index").values_list(*fields))
+
+
+def test_a_group_samples_every_new_report_and_moves_the_latest_rows_only_forward(node):
+    # telemetry.store.store_gpu_readings: a group's readings are staged once; every new report's
+    # become GpuSample rows (GpuSample's narrower columns by PostgreSQL's casts) and the newest
+    # report's the latest GPU rows, unless the node already sent a newer one.
+    late, single = NodeFactory(), NodeFactory()
+    ingest_reports(late.pk, one(late, T0 + timedelta(minutes=5), seed=9))
+    ahead = {g.index: g.updated_at for g in GpuState.objects.filter(node=late)}
+    batch = [*one(node, T0, seed=3), *one(node, T0 + timedelta(seconds=30), seed=4)]
+    with transaction.atomic():
+        outcomes = ingest_many([(node.pk, batch), (late.pk, [*one(late, T0, seed=3)])])
+    assert [o.accepted for o in outcomes] == [2, 1]
+    ingest_reports(single.pk, batch)  # the single request's road: its own COPY of the samples
+    assert len(_samples(node)) == 2 * len(batch[0].gpus)
+    assert _samples(node) == _samples(single)  # the same values, however they went in
+    for reading in batch[1].gpus:
+        stored = GpuState.objects.get(node=node, index=reading.index)
+        assert (stored.updated_at, stored.temperature_c) == (batch[1].collected_at, reading.temperature_c)
+    assert {g.index: g.updated_at for g in GpuState.objects.filter(node=late)} == ahead  # not rolled back
+    assert [at for at, *_ in _samples(late)].count(T0) == len(batch[0].gpus)  # but its samples are kept
