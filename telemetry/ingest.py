@@ -38,7 +38,7 @@ from nodewarden.bounds import timestamp_problem
 from . import consumers, packing, store
 from .consumers import ReportContext
 from .models import GpuState, IngestRejection
-from .schema import AgentReport, GpuReading, XidEvent
+from .schema import AgentReport, XidEvent
 
 log = logging.getLogger(__name__)
 
@@ -73,26 +73,24 @@ class _Latest:
 @dataclass(frozen=True, slots=True)
 class _Written:
     """A node's latest state as this process committed it, in forms the garbage collector does not
-    track (scalar-only structs and dicts, tuples, bytes): holding 20,000 nodes' reports as decoded
-    doubled the request p99 with full collections (bench/ingest.py)."""
+    track or barely walks (scalar-only dicts, a tuple of them, bytes): holding 20,000 nodes' reports
+    as decoded doubled the request p99 with full collections (bench/ingest.py).
+
+    The GPU rows are the rules' dicts, made when the report was written, while its readings were
+    still in the processor's cache: made from them in the next group instead, 30 s later, they
+    were a seventh of the writer's Python at 4,000 reports/s (py-spy). Every state read from this
+    shares them: nothing writes into a previous state's GPU dict (``_unpin_latest`` replaces it)."""
 
     stored: store.StoredAs
-    gpus: tuple[GpuReading, ...]  # the newest report's, as of stored.last_report_at
-    older_gpus: tuple[dict[str, Any], ...]  # the rows that report did not cover, as stored before
+    gpus: tuple[dict[str, Any], ...]  # the node's GPU rows as stored (GPU_READ_COLUMNS' names), index order
     host_and_ports: bytes  # JSON: [host or {}, ib_ports], as written to the health row
 
     def latest(self) -> _Latest:
         """The state as ``_latest`` reads it back from the database (a test holds the two equal)."""
-        at = self.stored.last_report_at
-        gpus = {gpu["index"]: gpu for gpu in self.older_gpus}
-        for reading in self.gpus:
-            gpu = msgspec.structs.asdict(reading)
-            gpu["updated_at"] = at
-            gpus[reading.index] = gpu
         host, ports = _decode_host_and_ports(self.host_and_ports)
         return _Latest(
-            at=at,
-            gpus=dict(sorted(gpus.items())),
+            at=self.stored.last_report_at,
+            gpus={gpu["index"]: gpu for gpu in self.gpus},
             ib_ports={(p["device"], p["port"]): p for p in ports},
             host=host,
         )
@@ -269,10 +267,14 @@ def _written(newest: AgentReport, latest: _Latest, received_at: datetime) -> _Wr
     latest (a late report: the stored state stays)."""
     if latest.at is None or newest.collected_at <= latest.at:
         return None
-    indexes = {gpu.index for gpu in newest.gpus}
-    older = tuple(gpu for i, gpu in latest.gpus.items() if i not in indexes)
+    rows = dict(latest.gpus)  # the rows the newest report does not cover stay as they were
+    for reading in newest.gpus:
+        gpu = msgspec.structs.asdict(reading)
+        gpu["updated_at"] = newest.collected_at
+        rows[reading.index] = gpu
     host_and_ports = store.encode((newest.host or {}, newest.ib_ports))  # as _health_row stores them
-    return _Written(store.StoredAs(newest.collected_at, received_at), tuple(newest.gpus), older, host_and_ports)
+    gpus = tuple(rows[index] for index in sorted(rows))
+    return _Written(store.StoredAs(newest.collected_at, received_at), gpus, host_and_ports)
 
 
 def _ingest_or_refusal(
@@ -360,9 +362,11 @@ def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
         return
     latest.at = store.unpin_latest(node_id, bound)
     log.warning("node %s: latest state dated beyond %s pulled back to %s", node_id, bound, latest.at)
-    for gpu in latest.gpus.values():
-        if gpu["updated_at"] > bound:
-            gpu["updated_at"] = latest.at
+    # New dicts, not the old ones changed: they may be shared with LatestCache's copy.
+    latest.gpus = {
+        index: {**gpu, "updated_at": latest.at} if gpu["updated_at"] > bound else gpu
+        for index, gpu in latest.gpus.items()
+    }
 
 
 def _latest(node: dict[str, Any], gpus: list[dict[str, Any]]) -> _Latest:

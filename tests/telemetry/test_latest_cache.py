@@ -128,3 +128,15 @@ def test_the_copies_are_bounded_least_recently_written_first(django_capture_on_c
                 django_capture_on_commit_callbacks, [(nodes[0].pk, one(nodes[0], T0 + timedelta(seconds=30 * k)))]
             )
         assert len(LATEST) == 0
+
+
+def test_a_state_pulled_back_leaves_the_copy_it_came_from_as_it_was(node, django_capture_on_commit_callbacks):
+    # The copy's GPU dicts are shared with every state read from it: _unpin_latest, the one place
+    # that changes a previous state's GPU rows, must replace them, not write into them.
+    committed_group(django_capture_on_commit_callbacks, [(node.pk, one(node, T0, seed=1))])
+    ahead = T0 + timedelta(days=30)
+    copy = ingest._written(one(node, ahead, seed=2)[0], stored_latest(node), T0)
+    pulled = copy.latest()
+    ingest._unpin_latest(node.pk, pulled, received_at=T0)
+    assert pulled.at < ahead and {g["updated_at"] for g in pulled.gpus.values()} == {pulled.at}
+    assert {g["updated_at"] for g in copy.latest().gpus.values()} == {ahead}
