@@ -201,9 +201,10 @@ def ingest_many(
     batches: list[tuple[int, list[AgentReport]]], *, source: str = "agent"
 ) -> list[IngestResult | IngestRefused | Node.DoesNotExist]:
     """Inside the caller's transaction (telemetry.groupcommit): ``ingest_reports`` for several
-    nodes' batches, each node at most once. On PostgreSQL one read, one insert of the reports,
-    one upsert each of the latest GPU and node rows and one COPY of the samples serve all of
-    them, where ``ingest_reports`` sends about three statements per node; XID lines and the
+    nodes' batches, each node at most once. On PostgreSQL one read, one insert of the reports, one
+    COPY of the GPU readings with one statement that makes them samples and the latest GPU rows
+    (``store.store_gpu_readings``), and one upsert of the node rows serve all of them, where
+    ``ingest_reports`` sends about three statements per node; XID lines and the
     rules go node by node, as there. Returns, per batch, its result or why it was refused
     (nothing of it stored); a database error propagates and the caller rolls back the whole.
     """
