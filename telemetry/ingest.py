@@ -78,7 +78,7 @@ class _Written:
 
     The GPU rows are the rules' dicts, made when the report was written, while its readings were
     still in the processor's cache: made from them in the next group instead, 30 s later, they
-    were a seventh of the writer's Python at 4,000 reports/s (py-spy). Every state read from this
+    were a seventh of the ingest process's Python at 4,000 reports/s (py-spy). Every state read from this
     shares them: nothing writes into a previous state's GPU dict (``_unpin_latest`` replaces it)."""
 
     stored: store.StoredAs
