@@ -524,7 +524,7 @@ def copy_ceiling(fleet: list[tuple[str, str, str]], reports: int) -> float:
                 "node_id": node_id,
                 "collected_at": r.collected_at,
                 "gpu_index": g.index,
-                **{name: getattr(g, name) for name in ingest.SAMPLE_FIELDS},
+                **{name: getattr(g, name) for name in store.SAMPLE_FIELDS},
             }
             for g in r.gpus
         ]

@@ -43,7 +43,6 @@ from .schema import AgentReport, XidEvent
 log = logging.getLogger(__name__)
 
 GPU_FIELDS = store.GPU_READ_COLUMNS[1:]  # GpuReading's fields, which GpuState's columns are named after
-SAMPLE_FIELDS = store.SAMPLE_FIELDS  # GpuSample's columns besides its key: GpuReading's fields of the same names
 _BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
 
 
@@ -425,13 +424,8 @@ def _store_history(node_id: int, new: list[AgentReport], latest: _Latest, source
     """GPU samples and XID lines of the new reports. Returns the new reports as the rules
     must see them: with only the XID events stored now (an event stored by an earlier
     request, or earlier in this batch, was already evaluated)."""
-    store.store_samples(_sample_rows(node_id, new))
+    store.store_samples(store.sample_rows([store.NodeGpus(node_id, r.collected_at, r.gpus) for r in new]))
     return _store_xids(node_id, new, latest, source)
-
-
-def _sample_rows(node_id: int, new: list[AgentReport]) -> list[tuple[Any, ...]]:
-    # In store.SAMPLE_COLUMNS order: the key columns, then SAMPLE_FIELDS.
-    return [(node_id, r.collected_at, g.index, *store.sample_values(g)) for r in new for g in r.gpus]
 
 
 def _store_xids(node_id: int, new: list[AgentReport], latest: _Latest, source: str) -> list[AgentReport]:

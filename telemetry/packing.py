@@ -54,7 +54,7 @@ _REPORT_KINDS = {
     "xid_count": "i",
     "summary": "j",
 }
-SAMPLE_FIELDS = [f.attname for f in GpuSample._meta.concrete_fields if f.attname not in _SAMPLE_KEYS]
+SAMPLE_FIELDS = store.SAMPLE_FIELDS  # GpuSample's columns besides _SAMPLE_KEYS
 
 
 def _sample_kind(field: models.Field[Any, Any]) -> str:

@@ -184,7 +184,7 @@ GPU_STAGING_TABLE = "pg_temp.nodewarden_gpu_in"
 # GpuSample's key columns and where a staged row has them; its other columns are readings' fields.
 _SAMPLE_KEYS = {"node_id": "node_id", "collected_at": "updated_at", "gpu_index": "index"}
 SAMPLE_FIELDS = tuple(c for c in SAMPLE_COLUMNS if c not in _SAMPLE_KEYS)
-sample_values = operator.attrgetter(*SAMPLE_FIELDS)  # a GpuReading's SAMPLE_FIELDS, in order
+_sample_values = operator.attrgetter(*SAMPLE_FIELDS)  # a GpuReading's SAMPLE_FIELDS, in order
 
 
 @dataclass(frozen=True)
@@ -349,6 +349,11 @@ def insert_new_reports(rows: Sequence[Row]) -> set[str]:
         return _insert_returning(cursor, table, rows)
 
 
+def sample_rows(nodes: Sequence[NodeGpus]) -> list[tuple[Any, ...]]:
+    """The readings as GpuSample rows, value lists in ``SAMPLE_COLUMNS`` order (``store_samples``)."""
+    return [(n.node_id, n.updated_at, g.index, *_sample_values(g)) for n in nodes for g in n.gpus]
+
+
 def store_samples(rows: Sequence[Sequence[Any]]) -> None:
     """GpuSample rows, as value lists in ``SAMPLE_COLUMNS`` order: COPY on PostgreSQL (the
     fleet's biggest table), one executemany elsewhere.
@@ -458,7 +463,7 @@ def store_gpu_readings(nodes: Sequence[NodeGpus]) -> None:
         return
     if connection.vendor != "postgresql":
         upsert_gpu_states([node for node in nodes if node.latest])
-        store_samples([(n.node_id, n.updated_at, g.index, *sample_values(g)) for n in nodes for g in n.gpus])
+        store_samples(sample_rows(nodes))
         return
     staging = _sql().gpu_staging
     with bound_cursor() as cursor:
