@@ -31,8 +31,9 @@ class ReportContext:
     expected_gpu_count: int | None  # from the node's hardware profile
     report: AgentReport
     previous_report_at: datetime | None = None  # collected_at of the previous report
-    # gpu index -> GpuReading fields (same names) as of the previous report
-    previous_gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # gpu index -> its reading as of the previous report (a GpuReading; read its fields with
+    # ``.get(name)``, as a test's dict of the same names is read)
+    previous_gpus: dict[int, Any] = field(default_factory=dict)
     # (device, port) -> {"state", "phys_state", "rate_gbps", "counters": {...}}
     previous_ib_ports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     previous_host: dict[str, Any] | None = None  # HostVitals fields

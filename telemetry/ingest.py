@@ -38,11 +38,11 @@ from nodewarden.bounds import timestamp_problem
 from . import consumers, packing, store
 from .consumers import ReportContext
 from .models import GpuState, IngestRejection
-from .schema import AgentReport, XidEvent
+from .schema import AgentReport, GpuReading, XidEvent
 
 log = logging.getLogger(__name__)
 
-GPU_FIELDS = store.GPU_READ_COLUMNS[1:]  # GpuReading's fields, which GpuState's columns are named after
+GPU_FIELDS = store.GPU_READ_COLUMNS  # GpuReading's fields, which GpuState's columns are named after
 _BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
 
 
@@ -64,7 +64,7 @@ class _Latest:
     """A node's latest state as the rules' ``previous_*`` want it."""
 
     at: datetime | None = None
-    gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
+    gpus: dict[int, GpuReading] = field(default_factory=dict)  # as stored: the rows' readings, not when
     ib_ports: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     host: dict[str, Any] | None = None
 
@@ -72,16 +72,17 @@ class _Latest:
 @dataclass(frozen=True, slots=True)
 class _Written:
     """A node's latest state as this process committed it, in forms the garbage collector does not
-    track or barely walks (scalar-only dicts, a tuple of them, bytes): holding 20,000 nodes' reports
-    as decoded doubled the request p99 with full collections (bench/ingest.py).
+    track or barely walks (readings of scalars, which msgspec leaves untracked, a tuple of them,
+    bytes): holding 20,000 nodes' reports as decoded doubled the request p99 with full collections
+    (bench/ingest.py).
 
-    The GPU rows are the rules' dicts, made when the report was written, while its readings were
-    still in the processor's cache: made from them in the next group instead, 30 s later, they
-    were a seventh of the ingest process's Python at 4,000 reports/s (py-spy). Every state read from this
-    shares them: nothing writes into a previous state's GPU dict (``_unpin_latest`` replaces it)."""
+    The GPU rows are the readings of the reports that wrote them, as decoded: the rules read a
+    previous reading by its fields' names (``GpuReading.get``). Turned into dicts instead, they were
+    a seventh of the ingest process's Python at 4,000 reports/s (py-spy). Readings are frozen:
+    every state read from this shares them."""
 
     stored: store.StoredAs
-    gpus: tuple[dict[str, Any], ...]  # the node's GPU rows as stored (GPU_READ_COLUMNS' names), index order
+    gpus: tuple[GpuReading, ...]  # the node's GPU rows as stored, index order
     host_and_ports: bytes  # JSON: [host or {}, ib_ports], as written to the health row
 
     def latest(self) -> _Latest:
@@ -89,7 +90,7 @@ class _Written:
         host, ports = _decode_host_and_ports(self.host_and_ports)
         return _Latest(
             at=self.stored.last_report_at,
-            gpus={gpu["index"]: gpu for gpu in self.gpus},
+            gpus={gpu.index: gpu for gpu in self.gpus},
             ib_ports={(p["device"], p["port"]): p for p in ports},
             host=host,
         )
@@ -269,9 +270,7 @@ def _written(newest: AgentReport, latest: _Latest, received_at: datetime) -> _Wr
         return None
     rows = dict(latest.gpus)  # the rows the newest report does not cover stay as they were
     for reading in newest.gpus:
-        gpu = msgspec.structs.asdict(reading)
-        gpu["updated_at"] = newest.collected_at
-        rows[reading.index] = gpu
+        rows[reading.index] = reading
     host_and_ports = store.encode((newest.host or {}, newest.ib_ports))  # as _health_row stores them
     gpus = tuple(rows[index] for index in sorted(rows))
     return _Written(store.StoredAs(newest.collected_at, received_at), gpus, host_and_ports)
@@ -349,7 +348,7 @@ def _read_node(node_id: int) -> tuple[dict[str, Any], _Latest, list[Any] | None]
         raise Node.DoesNotExist(f"Node {node_id} does not exist.")
     node = dict(zip(NODE_COLUMNS, rows[0], strict=True))
     gpus = _gpu_read.fetch(node_id) if node["health__last_report_at"] is not None else []
-    return node, _latest(node, [dict(zip(store.GPU_READ_COLUMNS, row, strict=True)) for row in gpus]), None
+    return node, _latest(node, [GpuReading(*row) for row in gpus]), None
 
 
 def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
@@ -362,18 +361,13 @@ def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
         return
     latest.at = store.unpin_latest(node_id, bound)
     log.warning("node %s: latest state dated beyond %s pulled back to %s", node_id, bound, latest.at)
-    # New dicts, not the old ones changed: they may be shared with LatestCache's copy.
-    latest.gpus = {
-        index: {**gpu, "updated_at": latest.at} if gpu["updated_at"] > bound else gpu
-        for index, gpu in latest.gpus.items()
-    }
 
 
-def _latest(node: dict[str, Any], gpus: list[dict[str, Any]]) -> _Latest:
+def _latest(node: dict[str, Any], gpus: list[GpuReading]) -> _Latest:
     latest = _Latest(at=node["health__last_report_at"], host=node["health__host"])
     if latest.at is None:  # no report yet: any GPU rows are not a previous state
         return latest
-    latest.gpus = {gpu["index"]: gpu for gpu in gpus}
+    latest.gpus = {gpu.index: gpu for gpu in gpus}
     latest.ib_ports = {(p["device"], p["port"]): p for p in node["health__ib_ports"] or []}
     return latest
 
@@ -571,7 +565,7 @@ def _contexts(node: dict[str, Any], new: list[AgentReport], latest: _Latest, sou
 def _state_of(report: AgentReport) -> _Latest:
     return _Latest(
         at=report.collected_at,
-        gpus={g.index: msgspec.structs.asdict(g) for g in report.gpus},
+        gpus={g.index: g for g in report.gpus},
         ib_ports={(p.device, p.port): msgspec.to_builtins(p) for p in report.ib_ports},
         host=msgspec.to_builtins(report.host) if report.host else None,
     )

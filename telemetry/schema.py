@@ -17,7 +17,7 @@ document shows this very definition (msgspec's JSON Schema, see nodewarden/opena
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -47,7 +47,7 @@ class Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Base: unknown fields are an error, absent optional fields are None."""
 
 
-class GpuReading(Strict):
+class GpuReading(Strict, frozen=True):  # type: ignore[misc]  # msgspec allows it; mypy reads it as a dataclass
     """One GPU's health as NVML reports it at ``AgentReport.collected_at``."""
 
     index: Annotated[int, msgspec.Meta(ge=0, lt=MAX_GPUS)]
@@ -103,6 +103,11 @@ class GpuReading(Strict):
     pcie_replay_count: Count | None = None
     # nvmlGpuRecoveryAction: 0 NONE, 1 GPU_RESET, 2 NODE_REBOOT, 3 DRAIN_P2P, 4 DRAIN_AND_RESET.
     recovery_action: Annotated[int, msgspec.Meta(ge=0, le=4)] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field by its name, as of a mapping: the rules read a node's previous readings
+        (``ReportContext.previous_gpus``) as they read a test's dict of the same names."""
+        return getattr(self, name, default)
 
 
 class XidEvent(Strict):

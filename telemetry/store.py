@@ -518,8 +518,9 @@ NODE_COLUMNS = (
     "health__host",
     "health__ib_ports",
 )
-# A node's GPUs as the rules' previous_gpus want them: GpuReading's names, plus when.
-GPU_READ_COLUMNS = ("updated_at", *(f.name for f in msgspec.structs.fields(GpuReading)))
+# A node's GPU rows as the rules' previous_gpus want them: GpuReading's fields, in its order (a
+# row of them is GpuReading(*row)).
+GPU_READ_COLUMNS = tuple(f.name for f in msgspec.structs.fields(GpuReading))
 
 _FIELD_TYPES: dict[str, Any] = {
     "BooleanField": bool,
@@ -581,12 +582,12 @@ _node_reads: dict[Any, tuple[str, Callable[[str], Any]]] = {}
 
 @dataclass(frozen=True)
 class NodeSnapshot:
-    """A node as ingest needs it: its row (``NODE_COLUMNS``), its GPU rows in index order
-    (``GPU_READ_COLUMNS``) and the extra rows its report consumer asked for (``NodeRows``:
+    """A node as ingest needs it: its row (``NODE_COLUMNS``), its GPU rows in index order (as
+    readings: ``GPU_READ_COLUMNS``) and the extra rows its report consumer asked for (``NodeRows``:
     health's firing alerts), as tuples of their columns."""
 
     node: dict[str, Any]
-    gpus: list[dict[str, Any]]
+    gpus: list[GpuReading]
     extra: list[tuple[Any, ...]]
     cached: bool = False  # read_nodes: the caller's copy is current; host, ports and GPUs not read
 
@@ -658,7 +659,7 @@ def read_node(node_id: int, extra: NodeRows | None = None) -> NodeSnapshot | Non
     row = decode(found[0])
     return NodeSnapshot(
         node={c: getattr(row, c) for c in NODE_COLUMNS},
-        gpus=[msgspec.structs.asdict(g) for g in row.gpus or ()],
+        gpus=[GpuReading(*msgspec.structs.astuple(g)) for g in row.gpus or ()],
         extra=[msgspec.structs.astuple(a) for a in getattr(row, "extra", None) or ()],
     )
 
@@ -691,12 +692,12 @@ def read_nodes(
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(sql, params if extra is None else [extra.state, *params])
         rows = [decode(text) for (text,) in cursor.fetchall()]
-        gpus: dict[int, list[dict[str, Any]]] = {}
+        gpus: dict[int, list[GpuReading]] = {}
         reported = [row.id for row in rows if row.health__last_report_at is not None and not row.cached]
         if reported:
             cursor.execute(_gpu_rows_sql(), [array_literal(reported)])
             for node_id, *values in cursor.fetchall():
-                gpus.setdefault(node_id, []).append(dict(zip(GPU_READ_COLUMNS, values, strict=True)))
+                gpus.setdefault(node_id, []).append(GpuReading(*values))
     return {
         row.id: NodeSnapshot(
             node={c: getattr(row, c) for c in NODE_COLUMNS},

@@ -69,11 +69,12 @@ IB_COUNTERS = ["symbol_error", "port_rcv_errors", "link_error_recovery", "link_d
 
 
 @st.composite
-def gpu_readings(draw: Any, index: int) -> tuple[GpuReading, dict[str, Any]]:
+def gpu_readings(draw: Any, index: int) -> tuple[GpuReading, GpuReading | dict[str, Any]]:
     fields = {name: draw(values) for name, values in GPU_FIELDS.items()}
     reading = msgspec.convert(gpu(index, **fields), GpuReading)
-    previous = draw(st.none() | st.fixed_dictionaries(dict.fromkeys(COUNTER_FIELDS, COUNTS)))
-    return reading, previous or {}
+    counters = draw(st.none() | st.fixed_dictionaries(dict.fromkeys(COUNTER_FIELDS, COUNTS)))
+    # The previous reading as ingest gives it (a GpuReading), or none ({} is what the rules get then).
+    return reading, msgspec.structs.replace(reading, **counters) if counters else {}
 
 
 @st.composite

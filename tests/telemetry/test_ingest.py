@@ -141,8 +141,8 @@ def test_each_new_report_is_evaluated_with_the_state_just_before_it(node, evalua
     ingest_reports(node.pk, batch(node.hostname, start=T0 + timedelta(seconds=30), count=2, seed=5))
     first, second = evaluated
     assert first.previous_report_at == T0
-    assert first.previous_gpus[0]["temperature_c"] == first_report["gpus"][0]["temperature_c"]
-    assert second.previous_gpus[0]["temperature_c"] == first.report.gpus[0].temperature_c
+    assert first.previous_gpus[0].temperature_c == first_report["gpus"][0]["temperature_c"]
+    assert second.previous_gpus[0].temperature_c == first.report.gpus[0].temperature_c
     assert first.previous_ib_ports[("mlx5_0", 1)]["state"] == "ACTIVE"
     assert first.previous_host["edac_uncorrected"] == 0
     assert second.previous_report_at == first.report.collected_at

@@ -17,7 +17,7 @@ from health.models import Alert, Finding
 from telemetry import consumers, store
 from telemetry.ingest import ingest_many, ingest_reports
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport
-from telemetry.schema import AgentReport
+from telemetry.schema import AgentReport, GpuReading
 from telemetry.testing import make_report
 from tests.factories import NodeFactory
 
@@ -56,12 +56,12 @@ def test_the_one_statement_read_gives_what_the_orm_gives(node):
     snapshot = store.read_node(node.pk, consumers.CONSUMER.read_with_node)
 
     orm_gpus = [
-        dict(zip(store.GPU_READ_COLUMNS, row, strict=True))
+        GpuReading(*row)
         for row in GpuState.objects.filter(node=node).order_by("index").values_list(*store.GPU_READ_COLUMNS)
     ]
     assert snapshot.gpus == orm_gpus
-    assert [{k: type(v) for k, v in g.items()} for g in snapshot.gpus] == [
-        {k: type(v) for k, v in g.items()} for g in orm_gpus
+    assert [[type(v) for v in msgspec.structs.astuple(g)] for g in snapshot.gpus] == [
+        [type(v) for v in msgspec.structs.astuple(g)] for g in orm_gpus
     ]  # 45.0 stays a float, not the JSON 45
     (orm_node,) = type(node).objects.filter(pk=node.pk).values_list(*store.NODE_COLUMNS)
     assert snapshot.node == dict(zip(store.NODE_COLUMNS, orm_node, strict=True))
@@ -85,7 +85,7 @@ def test_the_read_of_a_group_gives_what_the_read_of_each_node_gives(node):
         silent.pk: replace(store.read_node(silent.pk, firing), gpus=[])
     }
     assert len(group[quiet.pk].gpus) == 8 and group[node.pk].extra
-    assert [g["index"] for g in group[node.pk].gpus] == sorted(g["index"] for g in group[node.pk].gpus)
+    assert [g.index for g in group[node.pk].gpus] == sorted(g.index for g in group[node.pk].gpus)
 
 
 def test_the_open_alert_fields_are_in_the_alert_models_own_order():

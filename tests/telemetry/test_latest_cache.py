@@ -58,10 +58,10 @@ def test_the_copy_is_what_the_database_gives(node, django_capture_on_commit_call
     cached, stored = copy.latest(), stored_latest(node)
     assert cached == stored
     assert list(cached.gpus) == list(stored.gpus) == list(range(8))
-    assert {i: {k: type(v) for k, v in g.items()} for i, g in cached.gpus.items()} == {
-        i: {k: type(v) for k, v in g.items()} for i, g in stored.gpus.items()
+    assert {i: [type(v) for v in msgspec.structs.astuple(g)] for i, g in cached.gpus.items()} == {
+        i: [type(v) for v in msgspec.structs.astuple(g)] for i, g in stored.gpus.items()
     }
-    assert cached.gpus[7]["updated_at"] == T0 and cached.gpus[0]["updated_at"] == T0 + timedelta(seconds=30)
+    assert cached.gpus[7] == one(node, T0, seed=1)[0].gpus[7] and cached.gpus[0] == six[0].gpus[0]
     assert cached.host["uptime_s"] == 86_402.0 and len(cached.ib_ports) == 8
     assert ingest._written(msgspec.structs.replace(six[0], host=None), ingest._Latest(at=T0), T0).latest().host == {}
 
@@ -85,7 +85,8 @@ def test_a_copy_is_not_used_once_another_writer_moved_the_node(node, django_capt
     for k in range(2):
         committed_group(django_capture_on_commit_callbacks, [(node.pk, one(node, T0 + timedelta(seconds=30 * k)))])
     assert LATEST.take([node.pk])[0] is not None
-    ingest_reports(node.pk, one(node, T0 + timedelta(seconds=60), seed=9, gpus=7))
+    other = one(node, T0 + timedelta(seconds=60), seed=9, gpus=7)
+    ingest_reports(node.pk, other)
     GpuState.objects.filter(node=node, index=7).delete()  # as an operator would after swapping the board
     NodeHealth.objects.filter(node=node).update(last_received_at=T0 + timedelta(seconds=61))
     expected = stored_latest(node)
@@ -100,7 +101,7 @@ def test_a_copy_is_not_used_once_another_writer_moved_the_node(node, django_capt
     monkeypatch.setattr(ingest, "_contexts", record)
     committed_group(django_capture_on_commit_callbacks, [(node.pk, one(node, T0 + timedelta(seconds=90), seed=3))])
     assert seen == [expected]
-    assert sorted(seen[0].gpus) == list(range(7)) and seen[0].gpus[0]["updated_at"] == T0 + timedelta(seconds=60)
+    assert sorted(seen[0].gpus) == list(range(7)) and seen[0].gpus[0] == other[0].gpus[0]
 
 
 def test_a_late_report_keeps_no_copy_and_a_rolled_back_group_none(node, django_capture_on_commit_callbacks):
@@ -131,12 +132,14 @@ def test_the_copies_are_bounded_least_recently_written_first(django_capture_on_c
 
 
 def test_a_state_pulled_back_leaves_the_copy_it_came_from_as_it_was(node, django_capture_on_commit_callbacks):
-    # The copy's GPU dicts are shared with every state read from it: _unpin_latest, the one place
-    # that changes a previous state's GPU rows, must replace them, not write into them.
+    # Every state read from a copy shares it: _unpin_latest, the one place that changes a previous
+    # state, pulls back the state in hand and the stored rows, not the copy.
     committed_group(django_capture_on_commit_callbacks, [(node.pk, one(node, T0, seed=1))])
     ahead = T0 + timedelta(days=30)
-    copy = ingest._written(one(node, ahead, seed=2)[0], stored_latest(node), T0)
+    NodeHealth.objects.filter(node=node).update(last_report_at=ahead)
+    GpuState.objects.filter(node=node).update(updated_at=ahead)
+    copy = ingest._written(one(node, ahead + timedelta(seconds=30), seed=2)[0], stored_latest(node), T0)
     pulled = copy.latest()
     ingest._unpin_latest(node.pk, pulled, received_at=T0)
-    assert pulled.at < ahead and {g["updated_at"] for g in pulled.gpus.values()} == {pulled.at}
-    assert {g["updated_at"] for g in copy.latest().gpus.values()} == {ahead}
+    assert pulled.at == T0 and set(GpuState.objects.filter(node=node).values_list("updated_at", flat=True)) == {T0}
+    assert pulled.gpus == copy.latest().gpus and copy.latest().at == ahead + timedelta(seconds=30)
