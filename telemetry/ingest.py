@@ -221,8 +221,9 @@ def ingest_many(
             continue
         outcomes.append(IngestResult())
         vetted.append((len(outcomes) - 1, node_id, *_unique_in_batch(reports)))
+    packed_before = _packed_before(received_at)
     packed = packing.packed_report_times_of_nodes(
-        {node_id: _old_times(unique, received_at) for _, node_id, unique, _ in vetted}
+        {node_id: _old_times(unique, packed_before) for _, node_id, unique, _ in vetted}
     )
     work = [
         (index, node_id, *_without_packed(unique, duplicates, packed.get(node_id)))
@@ -305,14 +306,18 @@ def _not_packed(
     """Drop the reports a pack of their hour holds already (``telemetry.packing``): a report resent
     after its hour was packed is a duplicate, as it was while raw (NodeReport's key). Only reports
     of hours the packing beat may have reached are looked up: the steady stream costs nothing."""
-    old = _old_times(unique, received_at)
+    old = _old_times(unique, _packed_before(received_at))
     return _without_packed(unique, duplicates, packing.packed_report_times(node_id, old) if old else None)
 
 
-def _old_times(unique: list[AgentReport], received_at: datetime) -> list[datetime]:
+def _packed_before(received_at: datetime) -> datetime:
+    """The end of the hours the packing beat may have packed by ``received_at``."""
+    return packing.floor_hour(received_at - packing.PACK_DELAY)
+
+
+def _old_times(unique: list[AgentReport], packed_before: datetime) -> list[datetime]:
     """The times of the reports whose hour the packing beat may have packed already."""
-    bound = packing.floor_hour(received_at - packing.PACK_DELAY)
-    return [r.collected_at for r in unique if r.collected_at < bound]
+    return [r.collected_at for r in unique if r.collected_at < packed_before]
 
 
 def _without_packed(
@@ -356,8 +361,10 @@ def _unpin_latest(node_id: int, latest: _Latest, received_at: datetime) -> None:
     existed, or before the portal's clock stepped back) would win every comparison and
     freeze the node's state: pull it back to when the portal last heard from the node.
     Nearly never true: no statement on the normal path."""
+    if latest.at is None or latest.at <= received_at:  # the allowance is never negative (settings)
+        return
     bound = received_at + timedelta(seconds=settings.NODEWARDEN_REPORT_MAX_FUTURE_SECONDS)
-    if latest.at is None or latest.at <= bound:
+    if latest.at <= bound:
         return
     latest.at = store.unpin_latest(node_id, bound)
     log.warning("node %s: latest state dated beyond %s pulled back to %s", node_id, bound, latest.at)
