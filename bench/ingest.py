@@ -6,8 +6,9 @@ What it measures, in one run on one machine (figures are only comparable as rati
     keep-alive connections from a uvloop client, one token per node),
     validated, stored in PostgreSQL (history, latest state) and run through the
     health rules, in reports/s. Two shapes: one report per request (the steady
-    state: every node every 30 s) and 50 reports per request (a node flushing its
-    on-disk buffer after an outage);
+    state: every node every 30 s, each report dated when it is sent, as an agent dates it)
+    and 50 reports per request (a node flushing its on-disk buffer after an outage: past
+    reports, 30 s apart, of a second fleet of as many nodes);
 (b) the raw ceiling: the same history rows written with COPY straight into the
     same tables by one connection, in reports/s; the ratio a/b;
 (a') the same single-report load offered at a fixed rate (--rate, default the goal's 2,500/s),
@@ -69,16 +70,21 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 BATCH_FLUSH = 50
-# Reports are dated in the past (the portal refuses a report from its future): three years back
-# leaves room for every mode's offset and the XID probe's 400 days.
+# A single-report load is dated as an agent dates its reports: when it sends them (``LIVE``). A
+# flush of BATCH_FLUSH reports is an agent's buffer after an outage, 30 s apart, dated from START
+# on, its mode's offset (in 30 s steps) after it: in the past (the portal refuses a report from its
+# future). Its nodes are others than the live load's: dated before their live reports, its reports
+# would not be new.
 START = (datetime.now(UTC) - timedelta(days=3 * 365)).replace(hour=0, minute=0, second=0, microsecond=0)
+LIVE = None  # a load's offset: each report dated when it is sent
 
 
 # --- Fleet and payloads ---------------------------------------------------------
 
 
-def make_fleet(n: int) -> list[tuple[str, str]]:
-    """n nodes of an 8 x H100 profile, each with an agent token; returns [(hostname, token)]."""
+def make_fleet(n: int, first: int = 0) -> list[tuple[str, str]]:
+    """n nodes of an 8 x H100 profile, numbered from ``first``, each with an agent token; returns
+    [(hostname, token)]."""
     from bench.place import h100_place
     from nodes.models import Node
     from telemetry.auth import TOKEN_PREFIX, hash_token
@@ -95,7 +101,7 @@ def make_fleet(n: int) -> list[tuple[str, str]]:
             hardware_profile=profile,
             state="production",
         )
-        for i in range(n)
+        for i in range(first, first + n)
     )
     tokens = [TOKEN_PREFIX + uuid.uuid4().hex + uuid.uuid4().hex for _ in nodes]
     AgentToken.objects.bulk_create(
@@ -193,7 +199,7 @@ def load_client(
     fleet: list[tuple[str, str, str]],
     per_request: int,
     seconds: float,
-    offset: int,
+    offset: int | None,
     connections: int,
     results: mp.Queue,
     start: Any,
@@ -218,7 +224,7 @@ async def _load(
     fleet: list[tuple[str, str, str]],
     per_request: int,
     seconds: float,
-    offset: int,
+    offset: int | None,
     connections: int,
     start: Any,
     rate: float = 0.0,
@@ -230,13 +236,20 @@ async def _load(
     streams = [await asyncio.open_connection("127.0.0.1", port) for _ in range(connections)]
     warm_started = time.perf_counter()
 
+    def dated(template: Template, step: int, reports: int = per_request) -> bytes:
+        """A node's request of ``step`` (its ``reports`` reports), dated as the mode's offset says;
+        the warm-up's one report (step -1) comes just before the first measured one."""
+        if offset is LIVE:  # one report a request (run_load)
+            return template.request([datetime.now(UTC)])
+        base = START + timedelta(seconds=30 * ((offset + step) * per_request + per_request - reports))
+        return template.request([base + timedelta(seconds=30 * k) for k in range(reports)])
+
     async def warm_up(i: int) -> int:
         reader, writer = streams[i]
         share = templates[i::connections]
-        first = START + timedelta(seconds=30 * (offset * per_request - len(share) - 1))
         warmed = 0
-        for k, template in enumerate(share):
-            status, payload = await _exchange(reader, writer, template.request([first + timedelta(seconds=30 * k)]))
+        for template in share:
+            status, payload = await _exchange(reader, writer, dated(template, -1, reports=1))
             if status == 200:
                 warmed += json.loads(payload)["accepted"]
         return warmed
@@ -266,9 +279,7 @@ async def _load(
                 elif now > due + period:
                     late += 1  # the previous answer took longer than a period: behind schedule
                 due += period
-            template = share[step % len(share)]
-            base = START + timedelta(seconds=30 * (offset + step // len(share)) * per_request)
-            request = template.request([base + timedelta(seconds=30 * k) for k in range(per_request)])
+            request = dated(share[step % len(share)], step // len(share))
             asked = time.perf_counter()
             status, payload = await _exchange(reader, writer, request)
             latencies.append(time.perf_counter() - asked)
@@ -311,9 +322,7 @@ def xid_probe(port: int, fleet: list[tuple[str, str, str]], count: int, results:
     accepted = 0
     for i in range(count):
         _hostname, token, template = fleet[i % len(fleet)]
-        body = (
-            '{"reports":[' + with_xid(template, START + timedelta(days=400, seconds=i), "0000:18:00") + "]}"
-        ).encode()
+        body = ('{"reports":[' + with_xid(template, datetime.now(UTC), "0000:18:00") + "]}").encode()
         started = time.perf_counter()
         status, payload = _post(conn, token, body)
         latencies.append(time.perf_counter() - started)
@@ -350,10 +359,12 @@ def run_load(
     connections: int,
     per_request: int,
     seconds: float,
-    offset: int,
+    offset: int | None,
     probe: int = 0,
     rate: float = 0.0,
 ) -> Load:
+    if offset is LIVE and per_request != 1:
+        raise ValueError("a live load sends one report a request: an agent's buffer holds past reports")
     results: mp.Queue = mp.Queue()
     start = mp.Barrier(clients + (1 if probe else 0) + 1)  # and this process: it reads the CPU counters
     share = [fleet[i::clients] for i in range(clients)]
@@ -595,13 +606,14 @@ def main() -> None:
         f"group commit wait {os.environ.get('NODEWARDEN_INGEST_GROUP_WAIT_MS', 'default')} ms"
     )
     fleet = [(h, t, report_template(h)) for h, t in make_fleet(args.nodes)]
+    flushing = [(h, t, report_template(h)) for h, t in make_fleet(args.nodes, first=args.nodes)]
     connection.close()
     load = {"clients": args.clients, "connections": args.connections, "seconds": args.seconds}
 
-    def serve(workers: int, runs: list[tuple[str, dict[str, int]]], kind: str = args.server) -> dict[str, Load]:
+    def serve(workers: int, runs: list[tuple[str, dict[str, Any]]], kind: str = args.server) -> dict[str, Load]:
         server = start_server(kind, workers, args.worker_class, args.threads)
         try:
-            return {name: run_load(server, fleet, **{**load, **extra}) for name, extra in runs}  # type: ignore[arg-type]
+            return {name: run_load(server, extra.pop("fleet", fleet), **{**load, **extra}) for name, extra in runs}
         finally:
             server.proc.terminate()
             server.proc.wait()
@@ -610,16 +622,16 @@ def main() -> None:
         open_loop = {"rate": args.rate, "connections": args.open_connections} if args.compare_open else {}
         compare(serve, args.workers, args.compare or SERVERS, open_loop)
         return
-    one = serve(1, [("single", {"per_request": 1, "offset": 0})])["single"]
+    one = serve(1, [("single", {"per_request": 1, "offset": LIVE})])["single"]
     runs = serve(
         args.workers,
         [
-            ("single", {"per_request": 1, "offset": 100_000}),
+            ("single", {"per_request": 1, "offset": LIVE}),
             # Before the XID probe's findings open alerts on 50 nodes (their reports then run every rule).
-            ("saturated", {"per_request": 1, "offset": 150_000, "connections": args.open_connections}),
-            ("batch", {"per_request": BATCH_FLUSH, "offset": 10_000}),
-            ("xid", {"per_request": 1, "offset": 200_000, "probe": args.xid_probes}),
-            ("offered", {"per_request": 1, "offset": 700_000, "rate": args.rate, "connections": args.open_connections}),
+            ("saturated", {"per_request": 1, "offset": LIVE, "connections": args.open_connections}),
+            ("batch", {"per_request": BATCH_FLUSH, "offset": 10_000, "fleet": flushing}),
+            ("xid", {"per_request": 1, "offset": LIVE, "probe": args.xid_probes}),
+            ("offered", {"per_request": 1, "offset": LIVE, "rate": args.rate, "connections": args.open_connections}),
         ],
     )
     stored = count_stored()
@@ -699,8 +711,8 @@ def compare(serve: Any, workers: int, servers: Iterable[str], open_loop: dict[st
     """The same 1 report/request load against each server, back to back: rate and CPU per report
     (``open_loop``: offered at its rate on its connections, else the closed loop)."""
     accepted = 0
-    for n, kind in enumerate(servers):
-        shape = {"per_request": 1, "offset": 300_000 + 100_000 * n, **open_loop}
+    for kind in servers:
+        shape = {"per_request": 1, "offset": LIVE, **open_loop}
         load = serve(workers, [("single", shape)], kind)["single"]
         accepted += load.accepted + load.warm
         print(
