@@ -42,7 +42,6 @@ from .schema import AgentReport, GpuReading, XidEvent
 
 log = logging.getLogger(__name__)
 
-GPU_FIELDS = store.GPU_READ_COLUMNS  # GpuReading's fields, which GpuState's columns are named after
 _BUS_ID = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?$")
 
 

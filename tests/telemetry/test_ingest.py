@@ -11,8 +11,8 @@ import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from telemetry import consumers
-from telemetry.ingest import GPU_FIELDS, ingest_reports, normalise_bus_id
+from telemetry import consumers, store
+from telemetry.ingest import ingest_reports, normalise_bus_id
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from telemetry.schema import AgentReport
 from telemetry.testing import make_batch, make_report, make_xid
@@ -32,7 +32,7 @@ def batch(hostname: str, **kwargs) -> list[AgentReport]:
 
 def test_gpu_state_has_a_column_for_every_gpu_reading_field():
     columns = {f.name for f in GpuState._meta.fields}
-    assert set(GPU_FIELDS) <= columns
+    assert set(store.GPU_READ_COLUMNS) <= columns  # GpuReading's fields
 
 
 def test_it_keeps_every_report_in_history_and_only_the_newest_as_latest_state(node):
