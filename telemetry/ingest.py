@@ -200,9 +200,10 @@ def ingest_many(
     batches: list[tuple[int, list[AgentReport]]], *, source: str = "agent"
 ) -> list[IngestResult | IngestRefused | Node.DoesNotExist]:
     """Inside the caller's transaction (telemetry.groupcommit): ``ingest_reports`` for several
-    nodes' batches, each node at most once. On PostgreSQL one read, one insert of the reports, one
-    COPY of the GPU readings with one statement that makes them samples and the latest GPU rows
-    (``store.store_gpu_readings``), and one upsert of the node rows serve all of them, where
+    nodes' batches, each node at most once. On PostgreSQL one read, one insert of the reports that
+    also upserts the node rows (``store.insert_new_reports_of_nodes``), and one COPY of the GPU
+    readings with one statement that makes them samples and the latest GPU rows
+    (``store.store_gpu_readings``) serve all of them, where
     ``ingest_reports`` sends about three statements per node; XID lines and the
     rules go node by node, as there. Returns, per batch, its result or why it was refused
     (nothing of it stored); a database error propagates and the caller rolls back the whole.
@@ -245,11 +246,11 @@ def ingest_many(
         firing = consumer.rows_to_objects(snapshot.extra) if consumer is not None and extra is not None else None
         nodes.append((index, node_id, unique, duplicates, snapshot.node, latest, firing))
     rows = [_report_row(n[1], r, received_at, source) for n in nodes for r in n[2]]
-    new_keys = store.insert_new_reports_of_nodes(rows)
+    healths = [_health_scalars(n[1], r, received_at, source) for n in nodes for r in n[2]]
+    new_keys = store.insert_new_reports_of_nodes(rows, healths)  # and each written node's health row
     news = [sorted((r for r in n[2] if (n[1], r.report_id) in new_keys), key=lambda r: r.collected_at) for n in nodes]
     written = [(n, new) for n, new in zip(nodes, news, strict=True) if new]
     store.store_gpu_readings([gpus for n, new in written for gpus in _gpu_readings(n[1], new, n[5])])
-    store.upsert_node_healths([_health_row(n[1], new[-1], received_at, source) for n, new in written])
     kept = [(n[1], state) for n, new in written if (state := _written(new[-1], n[5], received_at)) is not None]
     if kept and settings.NODEWARDEN_INGEST_LATEST_CACHE_NODES > 0:
         transaction.on_commit(functools.partial(LATEST.keep, kept))
@@ -517,6 +518,16 @@ def _moves_gpus_on(newest: AgentReport, latest: _Latest) -> bool:
 
 
 def _health_row(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
+    return {
+        **_health_scalars(node_id, report, received_at, source),
+        "host": report.host or {},  # structs, as in _report_row
+        "ib_ports": report.ib_ports,
+        "collector_errors": report.collector_errors,
+    }
+
+
+def _health_scalars(node_id: int, report: AgentReport, received_at: datetime, source: str) -> dict[str, Any]:
+    """The health row of ``report`` but its JSON columns (``store.HEALTH_FROM_SUMMARY``)."""
     processes = [g.compute_processes for g in report.gpus]
     # Unknown for one GPU means "idle" cannot be proven: None, not a partial sum.
     known = [n for n in processes if n is not None]
@@ -531,9 +542,6 @@ def _health_row(node_id: int, report: AgentReport, received_at: datetime, source
         "cuda_version": report.cuda_version or "",
         "gpu_count": len(report.gpus),
         "gpu_compute_processes": busy,
-        "host": report.host or {},  # structs, as in _report_row
-        "ib_ports": report.ib_ports,
-        "collector_errors": report.collector_errors,
     }
 
 

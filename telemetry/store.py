@@ -726,24 +726,60 @@ def _gpu_rows_sql() -> str:
     return sql
 
 
-def insert_new_reports_of_nodes(rows: Sequence[Row]) -> set[tuple[int, str]]:
-    """PostgreSQL only: ``insert_new_reports`` for reports of many nodes in one statement;
-    returns the new (node_id, report_id) pairs (two nodes may send the same report_id)."""
+# The health row's columns a group's statement takes from the newest new report's summary, as
+# that report stored it, rather than from the health rows' own JSON (``insert_new_reports_of_nodes``).
+HEALTH_FROM_SUMMARY = {
+    "host": "COALESCE(NULLIF(r.{summary} -> 'host', 'null'::jsonb), '{{}}'::jsonb)",  # None: {}, as _health_row
+    "ib_ports": "r.{summary} -> 'ib_ports'",
+    "collector_errors": "r.{summary} -> 'collector_errors'",
+}
+
+
+def _reports_of_nodes_sql() -> str:
+    """The reports' insert, and each node's health upsert from its newest new report: one statement.
+
+    The health rows come without host, IB ports and collector errors; those are the newest new
+    report's, read from the summary the insert returns. They are a report's largest JSON (about
+    2 kB), and PostgreSQL parsed them twice a report when the health rows carried them too
+    (``jsonb_in`` was a sixth of its ingest CPU; bench/ingest.py).
+    """
+    q = connection.ops.quote_name
+    statements = _sql()
+    summary, node, at = q("summary"), q("node_id"), q("collected_at")
+    reports = statements.reports.json.replace("RETURNING report_id", f"RETURNING {node}, report_id, {at}, {summary}")
+    health_table = q(NodeHealth._meta.db_table)
+    names = ", ".join(q(c) for c in HEALTH_COLUMNS)
+    values = ", ".join(
+        HEALTH_FROM_SUMMARY[c].format(summary=summary) if c in HEALTH_FROM_SUMMARY else f"h.{q(c)}"
+        for c in HEALTH_COLUMNS
+    )
+    return (
+        f"WITH new_reports AS ({reports}),"
+        f" newest AS (SELECT DISTINCT ON ({node}) {node}, {at}, {summary} FROM new_reports"
+        f" ORDER BY {node}, {at} DESC),"
+        f" health AS (INSERT INTO {health_table} ({names}) SELECT {values} FROM newest r"
+        f" JOIN jsonb_populate_recordset(NULL::{health_table}, %s::jsonb) h"
+        f" ON h.{node} = r.{node} AND h.{q('last_report_at')} = r.{at}{_health_suffix()})"
+        f" SELECT {node}, report_id FROM new_reports"
+    )
+
+
+def insert_new_reports_of_nodes(rows: Sequence[Row], healths: Sequence[Row]) -> set[tuple[int, str]]:
+    """PostgreSQL only: ``insert_new_reports`` for reports of many nodes, and ``upsert_node_health``
+    for each node with a new report, from its newest new one, in one statement; returns the new
+    (node_id, report_id) pairs (two nodes may send the same report_id).
+
+    ``healths``: a health row for each report of ``rows`` (its ``last_report_at`` the report's
+    ``collected_at``), without host, IB ports and collector errors: the statement takes those from
+    the report's summary. Which reports are new is known only once the insert has run."""
     if not rows:
         return set()
     sql = _pg_statements.get("reports-of-nodes") or _pg_statements.setdefault(
-        "reports-of-nodes", _sql().reports.json.replace("RETURNING report_id", "RETURNING node_id, report_id")
+        "reports-of-nodes", _reports_of_nodes_sql()
     )
     with bound_cursor() as cursor:
-        cursor.execute(sql, [_encode(rows).decode()])
+        cursor.execute(sql, [_encode(rows).decode(), _encode(healths).decode()])
         return {(node_id, report_id) for node_id, report_id in cursor.fetchall()}
-
-
-def upsert_node_healths(rows: Sequence[Row]) -> None:
-    """``upsert_node_health`` for many nodes (each once) in one statement."""
-    if rows:
-        with bound_cursor() as cursor:
-            _write(cursor, _sql().health, rows)
 
 
 def _reports_with_latest_sql() -> str:

@@ -108,6 +108,37 @@ def test_a_resent_newest_report_leaves_the_latest_rows_to_the_newest_new_one(nod
     assert list(GpuState.objects.filter(node=node).values_list("index", "updated_at", "temperature_c")) == gpus_before
 
 
+def test_a_group_writes_each_health_row_from_its_newest_new_report(node):
+    # store.insert_new_reports_of_nodes: the health rows go without their JSON columns and take
+    # them from the newest new report's stored summary, in the reports' own statement.
+    postgresql_only()
+    plain, late = NodeFactory(), NodeFactory()
+    ingest_reports(late.pk, one(late, T0 + timedelta(minutes=1), seed=1))
+    stored = NodeHealth.objects.get(node=late)
+    first = one(node, T0, seed=3)[0]
+    newest = msgspec.structs.replace(
+        one(node, T0 + timedelta(seconds=30), seed=4)[0], host=None, collector_errors={"dcgm": "timeout"}
+    )
+    only = one(plain, T0, seed=5)[0]
+    older, resent = one(late, T0, seed=7), one(late, T0 + timedelta(minutes=1), seed=1)
+    with transaction.atomic():
+        outcomes = ingest_many([(node.pk, [newest, first]), (plain.pk, [only]), (late.pk, older + resent)])
+    assert [(o.accepted, o.duplicates) for o in outcomes] == [(2, 0), (1, 0), (1, 1)]
+
+    health = NodeHealth.objects.get(node=node)
+    assert health.last_report_at == newest.collected_at  # the newest, though it came first
+    assert health.host == {}  # a report without host vitals: {}, as _health_row stores it
+    assert health.ib_ports == msgspec.to_builtins(newest.ib_ports)
+    assert health.collector_errors == {"dcgm": "timeout"}
+    assert (health.agent_version, health.cuda_version, health.gpu_count) == ("0.1.0", "13.0", 8)
+    health = NodeHealth.objects.get(node=plain)
+    assert (health.host, health.ib_ports) == (msgspec.to_builtins(only.host), msgspec.to_builtins(only.ib_ports))
+    assert health.host  # make_report's host vitals: the test compares something
+    kept = NodeHealth.objects.get(node=late)  # its only new report is older than the one stored
+    assert (kept.last_report_at, kept.host, kept.ib_ports) == (stored.last_report_at, stored.host, stored.ib_ports)
+    assert kept.last_received_at > stored.last_received_at  # but the node is alive
+
+
 def test_a_resent_report_writes_no_latest_rows(node):
     ingest_reports(node.pk, one(node, T0, seed=1))
     before = NodeHealth.objects.get(node=node).last_received_at
