@@ -55,7 +55,8 @@ class NodeHealth(models.Model):
 
     class Meta:
         verbose_name_plural = "node health"
-        indexes = [models.Index(fields=["last_received_at"], name="nodehealth_received")]
+        # No index but the primary key: every report rewrites the row, and an index on a column
+        # that moves would make each update a non-HOT one (migration 0015).
 
     def __str__(self) -> str:
         return f"health of node {self.node_id}"

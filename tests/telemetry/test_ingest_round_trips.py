@@ -216,6 +216,19 @@ def test_gpu_rows_are_updated_in_place_with_no_index_to_touch(db):
             assert cursor.fetchone()[0] == ["fillfactor=50"]
 
 
+def test_health_rows_are_updated_in_place_with_no_index_to_touch(db):
+    # Every report rewrites its node's health row: no index but the primary key, and room in the
+    # pages (migration 0015), so that PostgreSQL's update is a HOT one.
+    with connection.cursor() as cursor:
+        indexes = connection.introspection.get_constraints(cursor, NodeHealth._meta.db_table)
+    indexed = sorted(tuple(c["columns"]) for c in indexes.values() if c["index"] or c["unique"] or c["primary_key"])
+    assert indexed == [("node_id",)]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT reloptions FROM pg_class WHERE relname = %s", [NodeHealth._meta.db_table])
+            assert "fillfactor=50" in cursor.fetchone()[0]
+
+
 def test_rows_go_to_postgresql_as_a_parameter_not_spliced_into_the_sql(node):
     # telemetry.store.bound_cursor: the JSON text of the rows is a bound parameter, which
     # PostgreSQL's parser never scans and Python never escapes (bench/ingest.py's CPU per report).
