@@ -179,7 +179,13 @@ class NodeGpus(msgspec.Struct):
 # *_reading_values(reading))).
 GPU_READING_COLUMNS = tuple(c for c in GPU_STATE_COLUMNS if c not in ("node_id", "updated_at"))
 GPU_STAGING_COLUMNS = ("node_id", "updated_at", "latest", *GPU_READING_COLUMNS)
-_reading_values = operator.attrgetter(*GPU_READING_COLUMNS)
+# A reading's fields are GpuState's columns in the same order (tests/telemetry/test_ingest.py holds
+# them so): its values as one tuple in C, 0.1 µs a reading where an attrgetter of 44 names took 0.5.
+_reading_values: Callable[[GpuReading], tuple[Any, ...]] = (
+    msgspec.structs.astuple
+    if GpuReading.__struct_fields__ == GPU_READING_COLUMNS
+    else operator.attrgetter(*GPU_READING_COLUMNS)
+)
 GPU_STAGING_TABLE = "pg_temp.nodewarden_gpu_in"
 # GpuSample's key columns and where a staged row has them; its other columns are readings' fields.
 _SAMPLE_KEYS = {"node_id": "node_id", "collected_at": "updated_at", "gpu_index": "index"}

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from telemetry import consumers, store
 from telemetry.ingest import ingest_reports, normalise_bus_id
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
-from telemetry.schema import AgentReport
+from telemetry.schema import AgentReport, GpuReading
 from telemetry.testing import make_batch, make_report, make_xid
 
 from .conftest import T0
@@ -33,6 +33,13 @@ def batch(hostname: str, **kwargs) -> list[AgentReport]:
 def test_gpu_state_has_a_column_for_every_gpu_reading_field():
     columns = {f.name for f in GpuState._meta.fields}
     assert set(store.GPU_READ_COLUMNS) <= columns  # GpuReading's fields
+
+
+def test_a_reading_s_fields_are_the_staging_columns_in_their_order():
+    # store._reading_values: a staged row is a reading's values as one tuple (msgspec's astuple, in C),
+    # which holds only while the struct's fields are GpuState's columns in GpuState's order.
+    assert GpuReading.__struct_fields__ == store.GPU_READING_COLUMNS
+    assert store._reading_values is msgspec.structs.astuple
 
 
 def test_it_keeps_every_report_in_history_and_only_the_newest_as_latest_state(node):
