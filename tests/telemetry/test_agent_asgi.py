@@ -13,7 +13,10 @@ import asyncio
 import gzip
 import itertools
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -407,3 +410,16 @@ def test_a_stored_request_is_answered_as_the_wsgi_view_answers_it(accepted, dupl
     view = answer_agent_reports(None, VettedReports(1, "gpu-a-001", [], b""), outcome)  # type: ignore[arg-type]
     assert _stored(outcome) == _wire(view)
     assert json.loads(_stored(outcome)[2]) == {"accepted": accepted, "duplicates": duplicates}
+
+
+def test_the_ingest_process_collects_young_objects_after_a_group_s_worth():
+    # nodewarden.asgi_ingest: the entry point granian loads freezes what it loaded and raises the
+    # young generation's threshold, in its own process (a subprocess here: the test's own collector
+    # is left alone).
+    code = (
+        "import gc, nodewarden.asgi_ingest as m;"
+        " print(gc.get_threshold()[0], m.YOUNG_COLLECTION_THRESHOLD, gc.get_freeze_count() > 0)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "sandbox.settings")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert out.stdout.split() == ["50000", "50000", "True"]
