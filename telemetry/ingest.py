@@ -388,7 +388,8 @@ def _store_reports(
     rows = [_report_row(node_id, r, received_at, source) for r in unique]
     newest = max(unique, key=lambda r: r.collected_at, default=None)
     if newest is not None and connection.vendor == "postgresql":
-        gpu_states, health = _gpu_state_rows(node_id, newest, latest), _health_row(node_id, newest, received_at, source)
+        gpu_states = _gpu_state_rows(node_id, newest, latest)
+        health = _health_scalars(node_id, newest, received_at, source)  # its JSON: the report's summary
         new_ids = store.insert_reports_with_latest(rows, newest.report_id, gpu_states, health)
         written = newest.report_id in new_ids
     else:

@@ -181,11 +181,7 @@ GPU_READING_COLUMNS = tuple(c for c in GPU_STATE_COLUMNS if c not in ("node_id",
 GPU_STAGING_COLUMNS = ("node_id", "updated_at", "latest", *GPU_READING_COLUMNS)
 # A reading's fields are GpuState's columns in the same order (tests/telemetry/test_ingest.py holds
 # them so): its values as one tuple in C, 0.1 µs a reading where an attrgetter of 44 names took 0.5.
-_reading_values: Callable[[GpuReading], tuple[Any, ...]] = (
-    msgspec.structs.astuple
-    if GpuReading.__struct_fields__ == GPU_READING_COLUMNS
-    else operator.attrgetter(*GPU_READING_COLUMNS)
-)
+_reading_values: Callable[[GpuReading], tuple[Any, ...]] = msgspec.structs.astuple
 GPU_STAGING_TABLE = "pg_temp.nodewarden_gpu_in"
 # GpuSample's key columns and where a staged row has them; its other columns are readings' fields.
 _SAMPLE_KEYS = {"node_id": "node_id", "collected_at": "updated_at", "gpu_index": "index"}
@@ -732,8 +728,8 @@ def _gpu_rows_sql() -> str:
     return sql
 
 
-# The health row's columns a group's statement takes from the newest new report's summary, as
-# that report stored it, rather than from the health rows' own JSON (``insert_new_reports_of_nodes``).
+# The health row's columns that the ingest's statements take from the report's stored summary
+# rather than from the health row's own JSON (``_health_from_reports``).
 HEALTH_FROM_SUMMARY = {
     "host": "COALESCE(NULLIF(r.{summary} -> 'host', 'null'::jsonb), '{{}}'::jsonb)",  # None: {}, as _health_row
     "ib_ports": "r.{summary} -> 'ib_ports'",
@@ -741,31 +737,42 @@ HEALTH_FROM_SUMMARY = {
 }
 
 
-def _reports_of_nodes_sql() -> str:
-    """The reports' insert, and each node's health upsert from its newest new report: one statement.
-
-    The health rows come without host, IB ports and collector errors; those are the newest new
-    report's, read from the summary the insert returns. They are a report's largest JSON (about
-    2 kB), and PostgreSQL parsed them twice a report when the health rows carried them too
-    (``jsonb_in`` was a sixth of its ingest CPU; bench/ingest.py).
-    """
+def _new_reports_returning() -> str:
+    """The reports' insert, returning what ``_health_from_reports`` reads of each new report."""
     q = connection.ops.quote_name
-    statements = _sql()
-    summary, node, at = q("summary"), q("node_id"), q("collected_at")
-    reports = statements.reports.json.replace("RETURNING report_id", f"RETURNING {node}, report_id, {at}, {summary}")
-    health_table = q(NodeHealth._meta.db_table)
+    returned = f"RETURNING {q('node_id')}, report_id, {q('collected_at')}, {q('summary')}"
+    return _sql().reports.json.replace("RETURNING report_id", returned)
+
+
+def _health_from_reports(reports: str) -> str:
+    """The health upsert of the node rows whose report is in ``reports`` (a CTE of new report rows,
+    at most one a node), from a parameter of health rows without host, IB ports and collector
+    errors, matched on (node, report time): those three are the report's, read from the summary
+    the insert returned. They are a report's largest JSON (about 2 kB), and PostgreSQL parsed them
+    twice a report when the health rows carried them too (``jsonb_in`` was a sixth of its ingest
+    CPU; bench/ingest.py). A health row whose report is not in ``reports`` (not new) writes nothing."""
+    q = connection.ops.quote_name
+    table, summary, node = q(NodeHealth._meta.db_table), q("summary"), q("node_id")
     names = ", ".join(q(c) for c in HEALTH_COLUMNS)
     values = ", ".join(
         HEALTH_FROM_SUMMARY[c].format(summary=summary) if c in HEALTH_FROM_SUMMARY else f"h.{q(c)}"
         for c in HEALTH_COLUMNS
     )
     return (
-        f"WITH new_reports AS ({reports}),"
-        f" newest AS (SELECT DISTINCT ON ({node}) {node}, {at}, {summary} FROM new_reports"
-        f" ORDER BY {node}, {at} DESC),"
-        f" health AS (INSERT INTO {health_table} ({names}) SELECT {values} FROM newest r"
-        f" JOIN jsonb_populate_recordset(NULL::{health_table}, %s::jsonb) h"
-        f" ON h.{node} = r.{node} AND h.{q('last_report_at')} = r.{at}{_health_suffix()})"
+        f"INSERT INTO {table} ({names}) SELECT {values} FROM {reports} r"
+        f" JOIN jsonb_populate_recordset(NULL::{table}, %s::jsonb) h"
+        f" ON h.{node} = r.{node} AND h.{q('last_report_at')} = r.{q('collected_at')}{_health_suffix()}"
+    )
+
+
+def _reports_of_nodes_sql() -> str:
+    """The reports' insert, and each node's health upsert from its newest new report: one statement."""
+    q = connection.ops.quote_name
+    node, at = q("node_id"), q("collected_at")
+    return (
+        f"WITH new_reports AS ({_new_reports_returning()}),"
+        f" newest AS (SELECT DISTINCT ON ({node}) * FROM new_reports ORDER BY {node}, {at} DESC),"
+        f" health AS ({_health_from_reports('newest')})"
         f" SELECT {node}, report_id FROM new_reports"
     )
 
@@ -790,19 +797,16 @@ def insert_new_reports_of_nodes(rows: Sequence[Row], healths: Sequence[Row]) -> 
 
 def _reports_with_latest_sql() -> str:
     """The reports' insert, and the latest GPU and node rows' upserts guarded by "the newest
-    report was new": data-modifying CTEs, each run once whether or not it is read."""
+    report was new": data-modifying CTEs, each run once whether or not it is read. The node row
+    is guarded by its match with a new report (``_health_from_reports``), the GPU rows here."""
     statements = _sql()
     guard = " WHERE EXISTS (SELECT 1 FROM new_reports WHERE report_id = %s)"
-
-    def guarded(table: _Table) -> str:
-        # The guard goes between the row source and the ON CONFLICT clause.
-        source, on, conflict = table.json.rpartition(" ON CONFLICT ")
-        return f"{source}{guard}{on}{conflict}"
-
+    # The guard goes between the row source and the ON CONFLICT clause.
+    source, on, conflict = statements.gpu_states.json.rpartition(" ON CONFLICT ")
     return (
-        f"WITH new_reports AS ({statements.reports.json}),"
-        f" gpu_states AS ({guarded(statements.gpu_states)}),"
-        f" health AS ({guarded(statements.health)})"
+        f"WITH new_reports AS ({_new_reports_returning()}),"
+        f" gpu_states AS ({source}{guard}{on}{conflict}),"
+        f" health AS ({_health_from_reports('new_reports')})"
         f" SELECT report_id FROM new_reports"
     )
 
@@ -811,14 +815,16 @@ def insert_reports_with_latest(
     rows: Sequence[Row], newest_id: str, gpu_states: Sequence[NodeGpus], health: Row
 ) -> set[str]:
     """PostgreSQL only: ``insert_new_reports``, then, if the report ``newest_id`` was new,
-    ``upsert_gpu_states(gpu_states)`` and ``upsert_node_health(health)``; one statement.
+    ``upsert_gpu_states(gpu_states)`` and ``upsert_node_health``; one statement. ``health``: the
+    newest report's health row without its JSON columns, which come from the report's summary
+    (``_health_from_reports``).
 
     Returns the new report_ids. A caller whose newest report was a resend (so no latest
     row was written) upserts the newest *new* report's rows itself.
     """
     sql = _pg_statements.get("write") or _pg_statements.setdefault("write", _reports_with_latest_sql())
     gpu_rows = [row for node in gpu_states for row in node.rows()]
-    params = [_encode(rows).decode(), _encode(gpu_rows).decode(), newest_id, _encode([health]).decode(), newest_id]
+    params = [_encode(rows).decode(), _encode(gpu_rows).decode(), newest_id, _encode([health]).decode()]
     with bound_cursor() as cursor:
         cursor.execute(sql, params)
         return {row[0] for row in cursor.fetchall()}

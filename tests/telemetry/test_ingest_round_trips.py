@@ -139,6 +139,27 @@ def test_a_group_writes_each_health_row_from_its_newest_new_report(node):
     assert kept.last_received_at > stored.last_received_at  # but the node is alive
 
 
+def test_a_single_request_writes_its_health_row_from_its_newest_report(node):
+    # store.insert_reports_with_latest: the same road for the JSON columns as a group's
+    # (_health_from_reports), joined to the newest report only if it was new.
+    postgresql_only()
+    ingest_reports(node.pk, one(node, T0 + timedelta(minutes=1), seed=1))
+    stored = NodeHealth.objects.get(node=node)
+    newest = msgspec.structs.replace(
+        one(node, T0 + timedelta(minutes=2), seed=4)[0], host=None, collector_errors={"dcgm": "timeout"}
+    )
+    assert ingest_reports(node.pk, [newest]).accepted == 1
+    health = NodeHealth.objects.get(node=node)
+    assert (health.last_report_at, health.host) == (newest.collected_at, {})
+    assert health.ib_ports == msgspec.to_builtins(newest.ib_ports)
+    assert health.collector_errors == {"dcgm": "timeout"}
+    assert stored.host  # the first report's host vitals were there to be replaced
+    older = one(node, T0, seed=7)  # new, but older than the stored state: the JSON stays
+    assert ingest_reports(node.pk, older).accepted == 1
+    kept = NodeHealth.objects.get(node=node)
+    assert (kept.last_report_at, kept.host, kept.collector_errors) == (newest.collected_at, {}, {"dcgm": "timeout"})
+
+
 def test_a_resent_report_writes_no_latest_rows(node):
     ingest_reports(node.pk, one(node, T0, seed=1))
     before = NodeHealth.objects.get(node=node).last_received_at
