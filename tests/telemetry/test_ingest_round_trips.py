@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from health.evaluation import OPEN_ALERT_FIELDS
 from health.models import Alert, Finding
 from telemetry import consumers, store
+from telemetry.groupcommit import ingest_group
 from telemetry.ingest import ingest_many, ingest_reports
 from telemetry.models import GpuSample, GpuState, IngestRejection, NodeHealth, NodeReport
 from telemetry.schema import AgentReport, GpuReading
@@ -329,6 +331,82 @@ def test_a_group_s_gpu_rows_are_staged_and_upserted_once_per_round(node):
             assert stored.updated_at == report.collected_at
             for name, value in msgspec.structs.asdict(reading).items():
                 assert getattr(stored, name) == value, (n.pk, reading.index, name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_whose_new_gpu_row_another_transaction_inserts_meanwhile_is_stored_alone(node):
+    # A group writes its latest GPU rows by MERGE (telemetry.store._gpu_staging): a row it finds
+    # missing, which another transaction inserts and commits meanwhile, fails the group with a
+    # unique violation. groupcommit then ingests the request alone (ON CONFLICT): stored all the same.
+    postgresql_only()
+    report = one(node, T0 + timedelta(seconds=30), seed=4)
+    inserted, release = threading.Event(), threading.Event()
+    results: list = []
+    errors: list[BaseException] = []
+
+    def hold_open() -> None:
+        try:
+            with transaction.atomic():
+                GpuState.objects.create(node=node, index=0, uuid="GPU-before", updated_at=T0)
+                inserted.set()
+                release.wait(10)  # committed only once the group waits on this row's key
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+            inserted.set()
+        finally:
+            connection.close()
+
+    def write_group() -> None:
+        try:
+            results.extend(ingest_group([(node.pk, report)], source="agent"))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_open)
+    holder.start()
+    assert inserted.wait(10)
+    writer = threading.Thread(target=write_group)
+    writer.start()
+    writer.join(1.0)
+    assert writer.is_alive(), "the group's insert of GPU 0 must wait for the other transaction"
+    release.set()
+    holder.join(10)
+    writer.join(10)
+    assert not errors, errors
+    assert [r.accepted for r in results] == [1]
+    gpus = {g.index: g for g in GpuState.objects.filter(node=node)}
+    assert sorted(gpus) == [g.index for g in report[0].gpus]
+    assert (gpus[0].updated_at, gpus[0].uuid) == (report[0].collected_at, report[0].gpus[0].uuid)
+    assert NodeReport.objects.filter(node=node).count() == 1
+
+
+def test_a_group_s_merge_finds_gpu_rows_by_index_on_a_fresh_database_and_leaves_the_settings_as_they_were(node):
+    # Prepared once per connection, the MERGE keeps the plan it got first: on a fresh database's
+    # small tables that was a hash join over a scan of all of GpuState, kept as the fleet grew.
+    postgresql_only()
+    staging = store._sql().gpu_staging
+    readings = [store.NodeGpus(node.pk, T0, one(node, T0)[0].gpus)]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_hashjoin = on")
+        store._stage_gpus(cursor, staging, readings)
+        cursor.execute(store._BY_INDEX)
+        cursor.execute("EXPLAIN " + staging.upsert_and_sample)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Index Scan using gpustate_node_index on telemetry_gpustate" in plan, plan
+        assert "Seq Scan on telemetry_gpustate" not in plan, plan
+        assert "Hash" not in plan, plan
+        cursor.execute(f"DELETE FROM {store.GPU_STAGING_TABLE}")  # noqa: S608 - a constant; only explained
+    with transaction.atomic():
+        store.store_gpu_readings([store.NodeGpus(node.pk, T0, one(node, T0)[0].gpus)])
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOIN_SETTINGS))
+            after = cursor.fetchone()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOIN_SETTINGS))
+        assert after == cursor.fetchone()  # as they were before the group's statement
+    assert GpuState.objects.filter(node=node).count() == len(readings[0].gpus)
 
 
 def _samples(node) -> list[tuple]:
