@@ -496,22 +496,23 @@ def store_gpu_readings(nodes: Sequence[NodeGpus]) -> None:
         cursor.execute(_BY_INDEX)
         settings_before = cursor.fetchone()
         cursor.execute(staging.upsert_and_sample)
-        cursor.execute(_SETTINGS_BACK, list(settings_before[: len(_JOIN_SETTINGS)]))
+        cursor.execute(_JOINS_BACK, list(settings_before[: len(_JOINS)]))
 
 
-# The MERGE's join must find each GpuState row by its index, whatever the tables' statistics say
-# when the statement is prepared (once per connection, its plan then kept): on a fresh database
-# PostgreSQL plans a hash join over a scan of the whole (then small) table, and kept, that plan
-# read all 16,000 rows of the benchmark's fleet for every group (0.15 -> 0.24 ms of PostgreSQL a
-# report). For that statement only, in this transaction: the settings as they were, then back. (The
-# scan of the staging table, a seq scan all the same, is then costed past jit_above_cost: a JIT
-# compilation of 250 ms a group, unless jit is off too.)
-_JOIN_SETTINGS = ("enable_hashjoin", "enable_mergejoin", "enable_seqscan", "jit")
+# A prepared statement of the ingest (planned once per connection, its plan then kept) must find
+# rows through their keys, whatever the tables' statistics say when it is planned: on a fresh
+# database PostgreSQL plans hash joins over scans of whole (then small) tables, and kept, such a
+# plan of the group's MERGE read all 16,000 GPU rows of the benchmark's fleet for every group
+# (0.15 -> 0.24 ms of PostgreSQL a report). ``_BY_INDEX`` turns the other joins and seq scans off
+# for this transaction and returns the settings as they were; ``_JOINS_BACK`` puts them back after
+# the statement. (A seq scan that must be one all the same, the staging table's, is then costed
+# past jit_above_cost: a JIT compilation of 250 ms a group, so jit goes off too, and stays off.)
+_JOINS = ("enable_hashjoin", "enable_mergejoin", "enable_seqscan")
 _BY_INDEX = "SELECT " + ", ".join(
-    [f"current_setting('{name}')" for name in _JOIN_SETTINGS]
-    + [f"set_config('{name}', 'off', true)" for name in _JOIN_SETTINGS]
+    [f"current_setting('{name}')" for name in _JOINS]
+    + [f"set_config('{name}', 'off', true)" for name in (*_JOINS, "jit")]
 )
-_SETTINGS_BACK = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _JOIN_SETTINGS)
+_JOINS_BACK = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _JOINS)
 
 
 def _stage_gpus(cursor: Any, staging: _GpuStaging, nodes: Sequence[NodeGpus]) -> None:
@@ -729,10 +730,15 @@ def read_nodes(
         array_literal([s.last_report_at if s is not None else None for s in stored]),
         array_literal([s.last_received_at if s is not None else None for s in stored]),
     ]
-    with bound_cursor(binary=True, prepare=False) as cursor:
-        # A group's cost estimate can pass jit_above_cost, and compiling the statement then took
-        # 8 ms of a group's 10 (bench/ingest.py, pg_stat_statements): off, for this transaction.
-        cursor.execute("SET LOCAL jit = off")
+    with bound_cursor(binary=True) as cursor:
+        # Prepared, these reads are planned once per connection and their plan kept: only joins
+        # through the keys may be in it (``_BY_INDEX``), or a plan made on a fresh database's small
+        # tables kept scanning whole tables as the fleet grew (1.6 ms a group's read, not 0.4).
+        # Planned every time instead, the node read cost PostgreSQL 0.24-0.34 ms a group. And a
+        # group's cost estimate can pass jit_above_cost (compiling the read then took 8 ms of a
+        # group's 10): jit stays off for the rest of this transaction too.
+        cursor.execute(_BY_INDEX)
+        settings_before = cursor.fetchone()
         cursor.execute(sql, params if extra is None else [extra.state, *params])
         rows = [decode(text) for (text,) in cursor.fetchall()]
         gpus: dict[int, list[GpuReading]] = {}
@@ -741,6 +747,7 @@ def read_nodes(
             cursor.execute(_gpu_rows_sql(), [array_literal(reported)])
             for node_id, *values in cursor.fetchall():
                 gpus.setdefault(node_id, []).append(GpuReading(*values))
+        cursor.execute(_JOINS_BACK, list(settings_before[: len(_JOINS)]))
     return {
         row.id: NodeSnapshot(
             node={c: getattr(row, c) for c in NODE_COLUMNS},

@@ -382,10 +382,20 @@ def test_a_group_whose_new_gpu_row_another_transaction_inserts_meanwhile_is_stor
     assert NodeReport.objects.filter(node=node).count() == 1
 
 
-def test_a_group_s_merge_finds_gpu_rows_by_index_on_a_fresh_database_and_leaves_the_settings_as_they_were(node):
-    # Prepared once per connection, the MERGE keeps the plan it got first: on a fresh database's
-    # small tables that was a hash join over a scan of all of GpuState, kept as the fleet grew.
+def test_a_group_s_prepared_statements_find_rows_by_their_keys_on_a_fresh_database(node):
+    # Prepared once per connection, a statement keeps the plan it got first: on a fresh database's
+    # small tables the MERGE's was a hash join over a scan of all of GpuState, kept as the fleet grew.
     postgresql_only()
+    extra = consumers.CONSUMER.read_with_node
+    read = store._node_read_sql(extra, many=True)
+    with transaction.atomic(), store.bound_cursor() as cursor:
+        cursor.execute(store._BY_INDEX)
+        cursor.execute("EXPLAIN " + read, [extra.state, f"{{{node.pk}}}", "{NULL}", "{NULL}"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Seq Scan" not in plan and "Hash" not in plan, plan
+        cursor.execute("EXPLAIN " + store._gpu_rows_sql(), [f"{{{node.pk}}}"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        assert "Index Scan using gpustate_node_index" in plan and "Seq Scan" not in plan, plan
     staging = store._sql().gpu_staging
     readings = [store.NodeGpus(node.pk, T0, one(node, T0)[0].gpus)]
     with transaction.atomic(), connection.cursor() as cursor:
@@ -399,12 +409,13 @@ def test_a_group_s_merge_finds_gpu_rows_by_index_on_a_fresh_database_and_leaves_
         assert "Hash" not in plan, plan
         cursor.execute(f"DELETE FROM {store.GPU_STAGING_TABLE}")  # noqa: S608 - a constant; only explained
     with transaction.atomic():
+        store.read_nodes([node.pk], extra)
         store.store_gpu_readings([store.NodeGpus(node.pk, T0, one(node, T0)[0].gpus)])
         with connection.cursor() as cursor:
-            cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOIN_SETTINGS))
+            cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOINS))
             after = cursor.fetchone()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOIN_SETTINGS))
+        cursor.execute("SELECT " + ", ".join(f"current_setting('{n}')" for n in store._JOINS))
         assert after == cursor.fetchone()  # as they were before the group's statement
     assert GpuState.objects.filter(node=node).count() == len(readings[0].gpus)
 
