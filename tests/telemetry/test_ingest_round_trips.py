@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 from datetime import timedelta
 
@@ -23,7 +22,7 @@ from telemetry.schema import AgentReport, GpuReading
 from telemetry.testing import make_report
 from tests.factories import NodeFactory
 
-from .conftest import T0
+from .conftest import T0, race_an_open_transaction
 
 pytestmark = pytest.mark.django_db
 
@@ -340,40 +339,12 @@ def test_a_group_whose_new_gpu_row_another_transaction_inserts_meanwhile_is_stor
     # unique violation. groupcommit then ingests the request alone (ON CONFLICT): stored all the same.
     postgresql_only()
     report = one(node, T0 + timedelta(seconds=30), seed=4)
-    inserted, release = threading.Event(), threading.Event()
     results: list = []
-    errors: list[BaseException] = []
-
-    def hold_open() -> None:
-        try:
-            with transaction.atomic():
-                GpuState.objects.create(node=node, index=0, uuid="GPU-before", updated_at=T0)
-                inserted.set()
-                release.wait(10)  # committed only once the group waits on this row's key
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-            inserted.set()
-        finally:
-            connection.close()
-
-    def write_group() -> None:
-        try:
-            results.extend(ingest_group([(node.pk, report)], source="agent"))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_open)
-    holder.start()
-    assert inserted.wait(10)
-    writer = threading.Thread(target=write_group)
-    writer.start()
-    writer.join(1.0)
-    assert writer.is_alive(), "the group's insert of GPU 0 must wait for the other transaction"
-    release.set()
-    holder.join(10)
-    writer.join(10)
+    errors = race_an_open_transaction(
+        lambda: GpuState.objects.create(node=node, index=0, uuid="GPU-before", updated_at=T0),
+        lambda: results.extend(ingest_group([(node.pk, report)], source="agent")),
+        "the group's insert of GPU 0 must wait for the other transaction",
+    )
     assert not errors, errors
     assert [r.accepted for r in results] == [1]
     gpus = {g.index: g for g in GpuState.objects.filter(node=node)}

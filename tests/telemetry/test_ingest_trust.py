@@ -6,13 +6,12 @@ by migrate), on SQLite and, with PG=1, on PostgreSQL.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 from datetime import timedelta
 
 import msgspec
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
@@ -22,6 +21,8 @@ from telemetry.ingest import IngestRefused, ingest_reports
 from telemetry.models import GpuState, IngestRejection, NodeHealth, NodeReport, XidRecord
 from telemetry.schema import AgentReport
 from telemetry.testing import make_report, make_xid
+
+from .conftest import race_an_open_transaction
 
 BOOT = "7c1f3b5e-0a55-4b55-9a8e-1f0d1e6a2b3c"
 OTHER_BOOT = "d2a7c9e1-3f40-4c8b-b1a6-5e0f9c3d2a11"
@@ -126,39 +127,11 @@ def test_on_postgresql_two_concurrent_requests_with_the_same_event_count_it_once
     second = [
         agent_report(node, now, events=[dict(line, observed_at=(now - timedelta(seconds=39)).isoformat())], seq=2)
     ]
-    first_stored, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def hold_open() -> None:
-        try:
-            with transaction.atomic():
-                ingest_reports(node.pk, first)
-                first_stored.set()
-                release.wait(10)  # commit only after the other request has started its insert
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-            first_stored.set()
-        finally:
-            connection.close()
-
-    def other() -> None:
-        try:
-            ingest_reports(node.pk, second)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold_open)
-    holder.start()
-    assert first_stored.wait(10)
-    racer = threading.Thread(target=other)
-    racer.start()
-    racer.join(1.0)
-    assert racer.is_alive(), "the second request must wait for the first one's identity row"
-    release.set()
-    holder.join(10)
-    racer.join(10)
+    errors = race_an_open_transaction(
+        lambda: ingest_reports(node.pk, first),
+        lambda: ingest_reports(node.pk, second),
+        "the second request must wait for the first one's identity row",
+    )
     assert not errors, errors
     assert XidRecord.objects.filter(node=node).count() == 1
     assert Finding.objects.filter(node=node, rule="xid").count() == 1
