@@ -240,12 +240,14 @@ def _gpu_staging() -> _GpuStaging:
     # above instead, each 2 kB row went through a tuple store first.) pgexp, 47-node groups with
     # changing readings, the three alternating: ON CONFLICT 3.00 ms, MERGE through RETURNING 2.88,
     # MERGE in place 2.44; bench/ingest.py --compare granian, alternating with the upsert (whose
-    # reports repeat their readings): PostgreSQL 0.15 / 0.16 -> 0.14 / 0.14 ms a report. (MERGE
-    # needs PostgreSQL 15, the version Nodewarden is deployed and tested on.) Two groups writing one node do not race here: each upserted the node's
-    # health row first, in the same transaction, and the second waits for the first's commit. A row
-    # another writer inserts meanwhile (one that does not go through the health row first) fails the
-    # group with a unique violation: groupcommit then ingests each of its requests alone, by ON
-    # CONFLICT (``upsert``), which finds the row committed (test_ingest_round_trips).
+    # reports repeat their readings): PostgreSQL 0.15 / 0.16 -> 0.14 / 0.14 ms a report. MERGE
+    # needs PostgreSQL 15, the version Nodewarden is deployed and tested on, and its join is held
+    # to the key (``_planned_by_keys``).
+    # Two groups writing one node do not race here: each upserted the node's health row first, in
+    # the same transaction, and the second waits for the first's commit. A row another writer
+    # inserts meanwhile (one that does not go through the health row first) fails the group with a
+    # unique violation: groupcommit then ingests each of its requests alone, by ON CONFLICT
+    # (``upsert``), which finds the row committed (test_ingest_round_trips).
     sets = ", ".join(f"{q(c)} = s.{q(c)}" for c in GPU_STATE_COLUMNS if c not in ("node_id", "index"))
     values = ", ".join(f"s.{q(c)}" for c in GPU_STATE_COLUMNS)
     merge = (
@@ -493,26 +495,34 @@ def store_gpu_readings(nodes: Sequence[NodeGpus]) -> None:
     staging = _sql().gpu_staging
     with bound_cursor() as cursor:
         _stage_gpus(cursor, staging, nodes)
-        cursor.execute(_BY_INDEX)
-        settings_before = cursor.fetchone()
-        cursor.execute(staging.upsert_and_sample)
-        cursor.execute(_JOINS_BACK, list(settings_before[: len(_JOINS)]))
+        with _planned_by_keys(cursor):
+            cursor.execute(staging.upsert_and_sample)
 
 
 # A prepared statement of the ingest (planned once per connection, its plan then kept) must find
 # rows through their keys, whatever the tables' statistics say when it is planned: on a fresh
 # database PostgreSQL plans hash joins over scans of whole (then small) tables, and kept, such a
 # plan of the group's MERGE read all 16,000 GPU rows of the benchmark's fleet for every group
-# (0.15 -> 0.24 ms of PostgreSQL a report). ``_BY_INDEX`` turns the other joins and seq scans off
-# for this transaction and returns the settings as they were; ``_JOINS_BACK`` puts them back after
-# the statement. (A seq scan that must be one all the same, the staging table's, is then costed
-# past jit_above_cost: a JIT compilation of 250 ms a group, so jit goes off too, and stays off.)
+# (0.15 -> 0.24 ms of PostgreSQL a report). ``_planned_by_keys`` turns the other joins and seq
+# scans off around such statements, then puts the settings back as they were. (A seq scan that
+# must be one all the same, the staging table's, is then costed past jit_above_cost: a JIT
+# compilation of 250 ms a group, so jit goes off too, and stays off for the transaction.)
 _JOINS = ("enable_hashjoin", "enable_mergejoin", "enable_seqscan")
 _BY_INDEX = "SELECT " + ", ".join(
     [f"current_setting('{name}')" for name in _JOINS]
     + [f"set_config('{name}', 'off', true)" for name in (*_JOINS, "jit")]
 )
 _JOINS_BACK = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _JOINS)
+
+
+@contextmanager
+def _planned_by_keys(cursor: Any) -> Iterator[None]:
+    """The statements run inside are planned (and their plans kept) with joins through keys only:
+    this transaction's join and scan settings off, then back as they were; jit off for good."""
+    cursor.execute(_BY_INDEX)
+    before = cursor.fetchone()
+    yield
+    cursor.execute(_JOINS_BACK, list(before[: len(_JOINS)]))
 
 
 def _stage_gpus(cursor: Any, staging: _GpuStaging, nodes: Sequence[NodeGpus]) -> None:
@@ -730,15 +740,13 @@ def read_nodes(
         array_literal([s.last_report_at if s is not None else None for s in stored]),
         array_literal([s.last_received_at if s is not None else None for s in stored]),
     ]
-    with bound_cursor(binary=True) as cursor:
-        # Prepared, these reads are planned once per connection and their plan kept: only joins
-        # through the keys may be in it (``_BY_INDEX``), or a plan made on a fresh database's small
-        # tables kept scanning whole tables as the fleet grew (1.6 ms a group's read, not 0.4).
-        # Planned every time instead, the node read cost PostgreSQL 0.24-0.34 ms a group. And a
-        # group's cost estimate can pass jit_above_cost (compiling the read then took 8 ms of a
-        # group's 10): jit stays off for the rest of this transaction too.
-        cursor.execute(_BY_INDEX)
-        settings_before = cursor.fetchone()
+    # Prepared, these reads are planned once per connection and their plan kept: only joins through
+    # the keys may be in it, or a plan made on a fresh database's small tables kept scanning whole
+    # tables as the fleet grew (1.6 ms a group's read, not 0.4). Planned every time instead, the
+    # node read cost PostgreSQL 0.24-0.34 ms a group. And a group's cost estimate can pass
+    # jit_above_cost (compiling the read then took 8 ms of a group's 10): jit stays off for the rest
+    # of this transaction too.
+    with bound_cursor(binary=True) as cursor, _planned_by_keys(cursor):
         cursor.execute(sql, params if extra is None else [extra.state, *params])
         rows = [decode(text) for (text,) in cursor.fetchall()]
         gpus: dict[int, list[GpuReading]] = {}
@@ -747,7 +755,6 @@ def read_nodes(
             cursor.execute(_gpu_rows_sql(), [array_literal(reported)])
             for node_id, *values in cursor.fetchall():
                 gpus.setdefault(node_id, []).append(GpuReading(*values))
-        cursor.execute(_JOINS_BACK, list(settings_before[: len(_JOINS)]))
     return {
         row.id: NodeSnapshot(
             node={c: getattr(row, c) for c in NODE_COLUMNS},

@@ -359,8 +359,7 @@ def test_a_group_s_prepared_statements_find_rows_by_their_keys_on_a_fresh_databa
     postgresql_only()
     extra = consumers.CONSUMER.read_with_node
     read = store._node_read_sql(extra, many=True)
-    with transaction.atomic(), store.bound_cursor() as cursor:
-        cursor.execute(store._BY_INDEX)
+    with transaction.atomic(), store.bound_cursor() as cursor, store._planned_by_keys(cursor):
         cursor.execute("EXPLAIN " + read, [extra.state, f"{{{node.pk}}}", "{NULL}", "{NULL}"])
         plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "Seq Scan" not in plan and "Hash" not in plan, plan
@@ -372,9 +371,9 @@ def test_a_group_s_prepared_statements_find_rows_by_their_keys_on_a_fresh_databa
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_hashjoin = on")
         store._stage_gpus(cursor, staging, readings)
-        cursor.execute(store._BY_INDEX)
-        cursor.execute("EXPLAIN " + staging.upsert_and_sample)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+        with store._planned_by_keys(cursor):
+            cursor.execute("EXPLAIN " + staging.upsert_and_sample)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
         assert "Index Scan using gpustate_node_index on telemetry_gpustate" in plan, plan
         assert "Seq Scan on telemetry_gpustate" not in plan, plan
         assert "Hash" not in plan, plan
